@@ -1,0 +1,35 @@
+# Two commands matter: `make test` (whole setup + static checks + suite) and `make demo`.
+# Every install step lives here so a fresh machine with only python3/pip can run them.
+SHELL := /bin/bash
+UV_VERSION := 0.13.9
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON_PREFERENCE := only-system
+UV := python3 -m uv
+RUN := $(UV) run --no-sync
+
+.PHONY: test lint setup tools sync demo bench format
+
+setup: tools sync
+
+tools:
+	@if [ "$$($(UV) --version 2>/dev/null | cut -d' ' -f2)" != "$(UV_VERSION)" ]; then \
+		python3 -m pip install --quiet "uv==$(UV_VERSION)"; fi
+	@if ! command -v kubectl >/dev/null 2>&1; then \
+		(apt-get update -qq && apt-get install -y -qq kubectl) >/dev/null 2>&1 || \
+		echo "kubectl could not be installed from Debian; kubectl tests will fail"; fi
+
+sync:
+	$(UV) sync --locked --all-packages
+
+lint: setup
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy libs/*/src services/*/src cli/src
+	$(RUN) lint-imports
+
+test: lint
+	$(RUN) pytest -q
+
+format: setup
+	$(RUN) ruff check --fix .
+	$(RUN) ruff format .

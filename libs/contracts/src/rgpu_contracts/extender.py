@@ -1,0 +1,212 @@
+"""Why this module exists: kube-scheduler's extender types have no JSON tags in Go, so the wire
+keys are the Go field names (PascalCase); decoding tolerates any case, encoding writes every
+field (``null`` allowed) because that is what kube-scheduler itself produces and expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypedDict
+
+from . import _validate as v
+from .errors import ContractError
+
+__all__ = [
+    "ExtenderArgs",
+    "ExtenderArgsDict",
+    "ExtenderBindingArgs",
+    "ExtenderBindingResult",
+    "ExtenderFilterResult",
+    "ExtenderFilterResultDict",
+    "HostPriority",
+    "decode_host_priorities",
+    "encode_host_priorities",
+]
+
+
+def _folded(raw: object, path: str, *names: str) -> Mapping[str, object]:
+    """Return the object keyed by the canonical ``names``, matched case-insensitively.
+
+    Go's encoding/json matches keys without regard to case, so kube-scheduler (and hand-written
+    clients) may send ``nodenames`` or ``NodeNames``; error paths still use the Go field name.
+    """
+    canonical = {name.lower(): name for name in names}
+    m = v.as_mapping(raw, path)
+    return {canonical.get(str(k).lower(), str(k)): value for k, value in m.items()}
+
+
+def _frozen(raw: object, path: str) -> Mapping[str, Any]:
+    return MappingProxyType(dict(v.as_mapping(raw, path)))
+
+
+def _opt_names(m: Mapping[str, object], key: str, path: str) -> tuple[str, ...] | None:
+    return None if m.get(key) is None else v.strings(m, key, path)
+
+
+def _string_map(m: Mapping[str, object], key: str, path: str) -> tuple[tuple[str, str], ...]:
+    return () if m.get(key) is None else v.string_map(m, key, path)
+
+
+class ExtenderArgsDict(TypedDict):
+    Pod: dict[str, Any]
+    Nodes: dict[str, Any] | None
+    NodeNames: list[str] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderArgs:
+    """Body of ``/filter`` and ``/prioritize``: the pod and ``NodeNames`` or full ``Nodes``."""
+
+    pod: Mapping[str, Any] = field(hash=False)
+    nodes: Mapping[str, Any] | None = field(default=None, hash=False)
+    node_names: tuple[str, ...] | None = None
+
+    def candidate_names(self) -> tuple[str, ...]:
+        """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` list."""
+        if self.node_names is not None:
+            return self.node_names
+        items = (self.nodes or {}).get("items") or []
+        return tuple(str(n.get("metadata", {}).get("name", "")) for n in items)
+
+    def to_dict(self) -> ExtenderArgsDict:
+        return {
+            "Pod": dict(self.pod),
+            "Nodes": dict(self.nodes) if self.nodes is not None else None,
+            "NodeNames": list(self.node_names) if self.node_names is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> ExtenderArgs:
+        m = _folded(raw, path, "Pod", "Nodes", "NodeNames")
+        if m.get("Pod") is None:
+            raise ContractError(v.join(path, "Pod"), "is required")
+        nodes = m.get("Nodes")
+        return cls(
+            pod=_frozen(m["Pod"], v.join(path, "Pod")),
+            nodes=None if nodes is None else _frozen(nodes, v.join(path, "Nodes")),
+            node_names=_opt_names(m, "NodeNames", path),
+        )
+
+
+class ExtenderFilterResultDict(TypedDict):
+    Nodes: dict[str, Any] | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str] | None
+    FailedAndUnresolvableNodes: dict[str, str] | None
+    Error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderFilterResult:
+    """Reply of ``/filter``; ``error`` non-empty makes kube-scheduler back the pod off and retry."""
+
+    node_names: tuple[str, ...] | None = None
+    failed_nodes: tuple[tuple[str, str], ...] = ()
+    failed_and_unresolvable: tuple[tuple[str, str], ...] = ()
+    error: str = ""
+    nodes: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def to_dict(self) -> ExtenderFilterResultDict:
+        return {
+            "Nodes": dict(self.nodes) if self.nodes is not None else None,
+            "NodeNames": list(self.node_names) if self.node_names is not None else None,
+            "FailedNodes": dict(self.failed_nodes) if self.failed_nodes else None,
+            "FailedAndUnresolvableNodes": (
+                dict(self.failed_and_unresolvable) if self.failed_and_unresolvable else None
+            ),
+            "Error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> ExtenderFilterResult:
+        m = _folded(raw, path, *ExtenderFilterResultDict.__annotations__)
+        nodes = m.get("Nodes")
+        return cls(
+            nodes=None if nodes is None else _frozen(nodes, v.join(path, "Nodes")),
+            node_names=_opt_names(m, "NodeNames", path),
+            failed_nodes=_string_map(m, "FailedNodes", path),
+            failed_and_unresolvable=_string_map(m, "FailedAndUnresolvableNodes", path),
+            error=_opt_text(m, "Error", path),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostPriority:
+    """One entry of ``/prioritize``'s bare array: ``Host`` scored 0 to 10."""
+
+    host: str
+    score: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"Host": self.host, "Score": self.score}
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> HostPriority:
+        m = _folded(raw, path, "Host", "Score")
+        return cls(host=v.string(m, "Host", path), score=v.integer(m, "Score", path))
+
+
+def encode_host_priorities(priorities: tuple[HostPriority, ...]) -> list[dict[str, object]]:
+    """``/prioritize`` answers a bare JSON array, not an object."""
+    return [p.to_dict() for p in priorities]
+
+
+def decode_host_priorities(raw: object, path: str = "") -> tuple[HostPriority, ...]:
+    """Decode ``/prioritize``'s bare array."""
+    return tuple(
+        HostPriority.from_dict(e, v.join(path, i)) for i, e in enumerate(v.as_list(raw, path))
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderBindingArgs:
+    """Body of ``/bind``."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "PodName": self.pod_name,
+            "PodNamespace": self.pod_namespace,
+            "PodUID": self.pod_uid,
+            "Node": self.node,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> ExtenderBindingArgs:
+        names = ("PodName", "PodNamespace", "PodUID", "Node")
+        m = _folded(raw, path, *names)
+        values = [_required_text(m, name, path) for name in names]
+        return cls(pod_name=values[0], pod_namespace=values[1], pod_uid=values[2], node=values[3])
+
+
+def _required_text(m: Mapping[str, object], name: str, path: str) -> str:
+    value = m.get(name)
+    if not isinstance(value, str) or not value:
+        raise ContractError(
+            v.join(path, name), f"expected a non-empty string, got {v.type_name(value)}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderBindingResult:
+    """Reply of ``/bind``: empty ``Error`` means bound."""
+
+    error: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"Error": self.error}
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> ExtenderBindingResult:
+        return cls(error=_opt_text(_folded(raw, path, "Error"), "Error", path))
+
+
+def _opt_text(m: Mapping[str, object], key: str, path: str) -> str:
+    return "" if m.get(key) is None else v.string(m, key, path)
