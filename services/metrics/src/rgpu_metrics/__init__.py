@@ -1,0 +1,1 @@
+"""Package placeholder; the issue that builds it fills it in."""
