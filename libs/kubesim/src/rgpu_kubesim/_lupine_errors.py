@@ -2,9 +2,9 @@
 writer fail on bad input or busy addresses, and callers (tests, the demo, ``python -m
 rgpu_kubesim``) should catch one documented family instead of ``OSError``/``KeyError`` guesses.
 
-Hierarchy::
+Hierarchy (under the package's ``errors.KubesimError``)::
 
-    Exception
+    KubesimError
      └── SimSetupError                 base: the simulated fleet could not be set up as asked
           ├── SimOptionError           (+ ValueError) an argument is out of range; names it
           ├── LupineNotFound           (+ LookupError) no fake lupine with that endpoint/name
@@ -15,10 +15,12 @@ Every message names the offending field or address and says what would be accept
 
 from __future__ import annotations
 
+from .errors import KubesimError
+
 __all__ = ["AddressUnavailable", "LupineNotFound", "SimOptionError", "SimSetupError"]
 
 
-class SimSetupError(Exception):
+class SimSetupError(KubesimError):
     """Base of every error raised while building fake lupine servers, fleets or certificates."""
 
 
