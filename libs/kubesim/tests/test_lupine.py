@@ -13,7 +13,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rgpu_kubesim.lupine import FakeLupine, run_lupine
+from rgpu_kubesim._lupine_errors import AddressUnavailable, LupineNotFound, SimOptionError
+from rgpu_kubesim.errors import KubesimError
+from rgpu_kubesim.lupine import FakeLupine, LupineSpec, open_lupine_fleet, run_lupine
 
 pytestmark = pytest.mark.anyio
 
@@ -321,3 +323,71 @@ async def test_fault_set_on_an_open_connection_applies_to_its_next_request(
         assert (await client.get("/metrics")).status_code == 200
         await lupine.set_fault("error500")
         assert (await client.get("/metrics")).status_code == 500
+
+
+async def test_fleet_finds_servers_by_name_and_endpoint_and_closes_them_all() -> None:
+    async with open_lupine_fleet() as fleet:
+        a = await fleet.start(LupineSpec(name="gpu-a", gpus=("GPU-1",)))
+        b = await fleet.start(LupineSpec(name="gpu-b", gpus=("GPU-2",), mode="h2only"))
+        assert fleet.by_name("gpu-b") is b
+        assert fleet.by_endpoint(a.endpoint) is a
+        assert fleet.get("127.0.0.1:1") is None
+        assert list(fleet) == [a, b]
+        with pytest.raises(LupineNotFound):
+            fleet.by_endpoint("127.0.0.1:1")
+        with pytest.raises(SimOptionError, match="gpu-a"):
+            await fleet.start(LupineSpec(name="gpu-a"))
+    async with http1(a) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get("/")
+
+
+async def test_busy_port_raises_address_unavailable_not_oserror(lupine: FakeLupine) -> None:
+    with pytest.raises(AddressUnavailable, match=lupine.endpoint) as caught:
+        async with run_lupine(port=lupine.port):
+            pass
+    assert isinstance(caught.value, KubesimError)
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"mode": "h3"}, "mode"),
+        ({"host": "localhost"}, "host"),
+        ({"port": 70000}, "port"),
+        ({"gpus": ("GPU-1", "GPU-1")}, "gpus"),
+        ({"gpu_memory_bytes": 0}, "gpu_memory_bytes"),
+    ],
+)
+async def test_bad_server_options_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(SimOptionError) as caught:
+        async with run_lupine(**kwargs):  # type: ignore[arg-type]
+            pass
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "field"),
+    [
+        (("c", ["GPU-nope"]), {}, "gpu_uuids"),
+        (("c", GPUS[0]), {}, "gpu_uuids"),
+        (("", [GPUS[0]]), {}, "client_id"),
+        (("c", [GPUS[0]]), {"memory_bytes": -1}, "memory_bytes"),
+        (("c", [GPUS[0]]), {"utilization_percent": 101}, "utilization_percent"),
+    ],
+)
+async def test_bad_client_arguments_name_the_field(
+    lupine: FakeLupine, args: tuple[object, ...], kwargs: dict[str, object], field: str
+) -> None:
+    with pytest.raises(SimOptionError) as caught:
+        lupine.add_client(*args, **kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == field
+    assert lupine.clients == {}
+
+
+async def test_unknown_fault_is_refused_and_the_old_one_kept(lupine: FakeLupine) -> None:
+    await lupine.set_fault("error500")
+    with pytest.raises(SimOptionError, match="down, hang, error500, truncated"):
+        await lupine.set_fault("slow")
+    assert lupine.fault == "error500"

@@ -323,6 +323,10 @@ class LupineFleet:
         except KeyError:
             raise LupineNotFound(f"no fake lupine for server {name!r}") from None
 
+    def get(self, endpoint: str) -> FakeLupine | None:
+        """The server at ``host:port``, or ``None`` (what a client connecting there would find)."""
+        return self._by_endpoint.get(endpoint)
+
     def by_endpoint(self, endpoint: str) -> FakeLupine:
         """The server at ``host:port``; raises ``LupineNotFound``."""
         try:
