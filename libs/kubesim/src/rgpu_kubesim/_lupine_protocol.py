@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from http import HTTPStatus
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -47,12 +47,13 @@ class LupineProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self._live.add(transport)
+        # uvloop's TCP transports implement asyncio.Transport without subclassing it.
+        stream = cast(asyncio.Transport, transport)
+        self._transport = stream
+        self._live.add(stream)
         if self._state.mode == "h2only" and not self._hangs():
             # An h2-only server greets first: its SETTINGS frame goes out before it reads.
-            self._side = _Http2Side(self._state, transport)
+            self._side = _Http2Side(self._state, stream)
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
