@@ -1,0 +1,125 @@
+"""Why this module exists: the choice of a server must be deterministic (same state, same
+answer, on every replica) and fast, and when nothing fits it must say why in HAMi's words.
+
+Order (DESIGN §4): locality tier first (finest topology domain shared with a candidate node),
+then best fit (fewest cards that still satisfy the request), then server name. Server
+granularity's best-fit key does not depend on claims, so servers are tried in a precomputed
+order and the first fit wins; card granularity compares every fit within a tier.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
+
+from .demand import Demand
+from .fitting import Fit, Granularity, Holdings, Unclaimed, fit, verdict
+from .fleetview import FleetView, ServerFacts
+from .locality import tiers
+
+__all__ = ["Choice", "Refusal", "choose"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """The server chosen, the cards the pod gets, and the locality tier it was found in."""
+
+    fit: Fit
+    tier: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """Nothing fits: the reasons, plus the servers only claims stand in the way of, best first."""
+
+    nofit: NoFit
+    blocked_by_claims: tuple[ServerName, ...]
+
+
+def _best(
+    servers: Iterable[ServerFacts], demand: Demand, held: Holdings, granularity: Granularity
+) -> Fit | None:
+    if granularity == "server":
+        return next((f for s in servers if (f := fit(s, demand, held, "server"))), None)
+    fits = (f for s in servers if (f := fit(s, demand, held, "card")))
+    return min(fits, key=lambda f: (f.weight, f.facts.name), default=None)
+
+
+def _by_tier(view: FleetView, ranked: dict[ServerName, int]) -> list[list[ServerFacts]]:
+    groups: list[list[ServerFacts]] = [[] for _ in view.topology_keys]
+    for name, tier in ranked.items():
+        facts = view.facts.get(name)
+        if facts is not None:
+            groups[tier].append(facts)
+    for group in groups:
+        group.sort(key=lambda f: (len(f.healthy), f.name))
+    return groups
+
+
+def _search(
+    view: FleetView,
+    demand: Demand,
+    held: Holdings,
+    candidates: tuple[NodeName, ...],
+    granularity: Granularity,
+) -> Choice | None:
+    ranked = tiers(view, candidates)
+    for tier, group in enumerate(_by_tier(view, ranked)):
+        found = _best(group, demand, held, granularity)
+        if found is not None:
+            return Choice(fit=found, tier=tier)
+    rest = (f for f in view.order if f.name not in ranked)
+    found = _best(rest, demand, held, granularity)
+    return Choice(fit=found, tier=len(view.topology_keys)) if found is not None else None
+
+
+def _nofit(verdicts: Sequence[ServerVerdict], total: int) -> NoFit:
+    counts: Counter[Reason] = Counter()
+    for v in verdicts:
+        for rc in v.reasons:
+            counts[rc.reason] += rc.count
+    reasons = tuple(
+        ReasonCount(reason=r, count=n) for r, n in sorted(counts.items(), key=lambda i: i[0].value)
+    )
+    return NoFit(reasons=reasons, total=total, servers=tuple(verdicts))
+
+
+def _refuse(
+    view: FleetView,
+    demand: Demand,
+    held: Holdings,
+    candidates: tuple[NodeName, ...],
+    granularity: Granularity,
+) -> Refusal:
+    verdicts = [verdict(f, demand, held, granularity) for f in view.order]
+    verdicts.sort(key=lambda v: v.server)
+    ranked = tiers(view, candidates)
+    free = Unclaimed()
+    blocked = [
+        f
+        for f in view.order
+        if (held.blocking(f.name) or held.problem(f.name)) and fit(f, demand, free, granularity)
+    ]
+    depth = len(view.topology_keys)
+    blocked.sort(key=lambda f: (ranked.get(f.name, depth), len(f.healthy), f.name))
+    return Refusal(
+        nofit=_nofit(verdicts, view.total_cards), blocked_by_claims=tuple(f.name for f in blocked)
+    )
+
+
+def choose(
+    view: FleetView,
+    demand: Demand,
+    held: Holdings,
+    *,
+    candidates: tuple[NodeName, ...] = (),
+    granularity: Granularity = "server",
+) -> Choice | Refusal:
+    """Choose a server for ``demand`` near ``candidates``, or explain why none fits."""
+    found = _search(view, demand, held, candidates, granularity)
+    if found is not None:
+        return found
+    return _refuse(view, demand, held, candidates, granularity)

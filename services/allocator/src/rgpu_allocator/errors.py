@@ -1,0 +1,83 @@
+"""Why this module exists: the allocator's failures, by meaning, so the HTTP edge can answer
+each with the right status and an ``ErrorBody`` that says what happened and what to do.
+
+Hierarchy (bases from ``rgpu_runtime.errors``)::
+
+    RgpuError
+     ├── NotFound
+     │    └── ClaimNotFound        404  no claim for that pod uid (never booked, released, swept)
+     ├── Conflict
+     │    ├── BookingExpired       409  the booking lapsed before commit; filter again
+     │    ├── ServerTaken          409  another pod holds the server the claim is on
+     │    └── CardsGone            409  the claimed cards left the fleet before commit
+     └── Unavailable                    (retryable)
+          ├── FleetUnknown         503  discovery has not delivered a fleet yet
+          ├── NotSynced            503  the pod or Lease cache has not been listed yet
+          ├── Contended            503  compare-and-swap kept losing; retry shortly
+          └── DiscoveryUnavailable 503  discovery did not answer (client boundary)
+
+A "nothing fits" answer is not an error: it is a ``NoFit`` value served with status 409.
+"""
+
+from __future__ import annotations
+
+from rgpu_runtime.errors import Conflict, NotFound, Unavailable
+
+__all__ = [
+    "BookingExpired",
+    "CardsGone",
+    "ClaimNotFound",
+    "Contended",
+    "DiscoveryUnavailable",
+    "FleetUnknown",
+    "NotSynced",
+    "ServerTaken",
+]
+
+
+class ClaimNotFound(NotFound):
+    """Raised by commit and get when no claim exists for the pod uid."""
+
+    default_code = "claim_not_found"
+
+
+class BookingExpired(Conflict):
+    """Raised by commit when the booking is older than the booking TTL and the pod is unbound."""
+
+    default_code = "booking_expired"
+
+
+class ServerTaken(Conflict):
+    """Raised by commit when another pod's claim overlaps the one being committed."""
+
+    default_code = "server_taken"
+
+
+class CardsGone(Conflict):
+    """Raised by commit when a claimed card is no longer in discovery's fleet."""
+
+    default_code = "cards_gone"
+
+
+class FleetUnknown(Unavailable):
+    """Raised by allocation before discovery delivered the first fleet."""
+
+    default_code = "fleet_unknown"
+
+
+class NotSynced(Unavailable):
+    """Raised by allocation before the pod and Lease caches were listed."""
+
+    default_code = "not_synced"
+
+
+class Contended(Unavailable):
+    """Raised when a Lease write lost the compare-and-swap race more times than allowed."""
+
+    default_code = "contended"
+
+
+class DiscoveryUnavailable(Unavailable):
+    """Raised by the discovery client when discovery cannot be reached or answers badly."""
+
+    default_code = "discovery_unavailable"

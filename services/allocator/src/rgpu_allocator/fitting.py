@@ -1,0 +1,173 @@
+"""Why this module exists: "can this server take this pod?" has two answers in two
+granularities (DESIGN §4), and when the answer is no, HAMi-compatible reasons per card.
+
+The fast checks (``fit``) run for every server tried and must stay cheap; the verdicts
+(``verdict``) run only when nothing fits, to explain why, card by card.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from rgpu_contracts import Card, CardId, Claim, Reason, ReasonCount, ServerVerdict
+
+from .demand import Demand
+from .fleetview import ServerFacts
+
+__all__ = ["Fit", "Granularity", "Holdings", "Unclaimed", "fit", "verdict"]
+
+Granularity = Literal["server", "card"]
+
+
+class Holdings(Protocol):
+    """Who else holds cards, as the fit checks need it (see ``Occupancy``)."""
+
+    def blocking(self, server: str) -> tuple[Claim, ...]: ...
+
+    def problem(self, server: str) -> str | None: ...
+
+    def taken(self, server: str) -> frozenset[CardId]: ...
+
+
+class Unclaimed:
+    """Holdings of a cluster with no claims: "would this server fit if its holders were gone?"."""
+
+    def blocking(self, server: str) -> tuple[Claim, ...]:
+        return ()
+
+    def problem(self, server: str) -> str | None:
+        return None
+
+    def taken(self, server: str) -> frozenset[CardId]:
+        return frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fit:
+    """A server that can take the pod, the cards it would get, and its best-fit weight."""
+
+    facts: ServerFacts
+    cards: tuple[Card, ...]
+    weight: int
+    """Cards that satisfy the request on this server; fewer is a tighter (better) fit."""
+
+
+def _fit_server(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
+    if f.problem or not f.healthy or f.busy or held.problem(f.name) or held.blocking(f.name):
+        return None
+    if any(f.capable(ask.memory_mib) < ask.count for ask in demand.asks):
+        return None
+    return Fit(facts=f, cards=f.healthy, weight=len(f.healthy))
+
+
+def _free_capable(f: ServerFacts, demand: Demand, held: Holdings) -> list[Card]:
+    start = len(f.memories) - f.capable(demand.max_memory_mib)
+    taken = held.taken(f.name)
+    return [c for c in f.healthy[start:] if c.id not in taken and c.uuid not in f.busy]
+
+
+def _fit_card(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
+    if f.problem or held.problem(f.name):
+        return None
+    free = _free_capable(f, demand, held)
+    if len(free) < demand.effective_count:
+        return None
+    return Fit(facts=f, cards=tuple(free[: demand.effective_count]), weight=len(free))
+
+
+def fit(f: ServerFacts, demand: Demand, held: Holdings, granularity: Granularity) -> Fit | None:
+    """The fit of ``f`` for ``demand`` given ``held``, or ``None`` when it cannot take the pod."""
+    check = _fit_server if granularity == "server" else _fit_card
+    return check(f, demand, held)
+
+
+def _holders(claims: tuple[Claim, ...]) -> str:
+    pods = sorted({f"{c.pod.namespace}/{c.pod.name}" for c in claims})
+    return ", ".join(pods)
+
+
+def _blocked(f: ServerFacts, held: Holdings) -> tuple[Reason, str] | None:
+    """Server granularity: why the whole server is taken, if it is."""
+    problem = held.problem(f.name)
+    if problem:
+        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"claims unreadable: {problem}"
+    blockers = held.blocking(f.name)
+    if blockers:
+        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"held by {_holders(blockers)}"
+    if f.busy:
+        return Reason.CARD_BUSY_ON_SERVER, f"lupine reports clients on {', '.join(sorted(f.busy))}"
+    return None
+
+
+def _short_asks(f: ServerFacts, demand: Demand) -> str:
+    short = [a for a in demand.asks if f.capable(a.memory_mib) < a.count]
+    if not short:
+        return ""
+    a = short[0]
+    return (
+        f"a container needs {a.count} card(s) with >= {a.memory_mib} MiB; "
+        f"{f.capable(a.memory_mib)} healthy card(s) qualify"
+    )
+
+
+def _server_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Counter[Reason], str]:
+    counts: Counter[Reason] = Counter()
+    unhealthy = len(f.server.cards) - len(f.healthy)
+    counts[Reason.CARD_NOT_HEALTH] += unhealthy
+    blocked = _blocked(f, held)
+    if blocked is not None:
+        counts[blocked[0]] += len(f.healthy)
+        return counts, blocked[1]
+    counts[Reason.CARD_INSUFFICIENT_MEMORY] += len(f.healthy) - f.capable(demand.max_memory_mib)
+    detail = _short_asks(f, demand)
+    if detail or not f.healthy:
+        counts[Reason.NODE_INSUFFICIENT_DEVICE] += 1
+    return counts, detail or "no healthy card"
+
+
+def _card_reason(card: Card, f: ServerFacts, need: int, taken: frozenset[CardId]) -> Reason | None:
+    if not card.healthy:
+        return Reason.CARD_NOT_HEALTH
+    if card.id in taken:
+        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if card.uuid in f.busy:
+        return Reason.CARD_BUSY_ON_SERVER
+    if card.memory_mib < need:
+        return Reason.CARD_INSUFFICIENT_MEMORY
+    return None
+
+
+def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Counter[Reason], str]:
+    problem = held.problem(f.name)
+    if problem:
+        counts = Counter({Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: len(f.server.cards)})
+        return counts, f"claims unreadable: {problem}"
+    taken = held.taken(f.name)
+    found = (_card_reason(c, f, demand.max_memory_mib, taken) for c in f.server.cards)
+    counts = Counter(r for r in found if r is not None)
+    usable = len(f.server.cards) - sum(counts.values())
+    counts[Reason.NODE_INSUFFICIENT_DEVICE] += 1
+    blockers = held.blocking(f.name)
+    holders = f"; held by {_holders(blockers)}" if blockers else ""
+    return counts, f"{usable} usable card(s), {demand.effective_count} needed{holders}"
+
+
+def verdict(
+    f: ServerFacts, demand: Demand, held: Holdings, granularity: Granularity
+) -> ServerVerdict:
+    """Why ``f`` cannot take the pod: counts per card (per server for NodeInsufficientDevice)."""
+    if f.problem is not None:
+        counts: Counter[Reason] = Counter({f.problem: len(f.server.cards)})
+        detail = f.detail
+    elif granularity == "server":
+        counts, detail = _server_verdict(f, demand, held)
+    else:
+        counts, detail = _card_verdict(f, demand, held)
+    reasons = tuple(
+        ReasonCount(reason=r, count=n)
+        for r, n in sorted(counts.items(), key=lambda i: i[0].value)
+        if n
+    )
+    return ServerVerdict(server=f.name, reasons=reasons, detail=detail)

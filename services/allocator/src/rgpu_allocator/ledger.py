@@ -1,0 +1,149 @@
+"""Why this module exists: every decision needs "who holds what" in microseconds, so the claim
+Leases are mirrored in memory, indexed by server and by pod, and versioned for long-polls.
+
+The ledger is fed by the Lease watch and by the replies to our own writes, which can arrive in
+either order; a record older than the one held (by ``resourceVersion``) is ignored so the view
+never steps back in time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import anyio
+
+from rgpu_contracts import Claim, ClaimSet, PodUID, ServerName
+
+from .leases import LeaseRecord
+
+__all__ = ["Change", "Ledger", "newer_or_equal"]
+
+
+def newer_or_equal(candidate: str, held: str) -> bool:
+    """Whether ``candidate`` is not older than ``held``; opaque versions always win."""
+    if candidate.isdigit() and held.isdigit():
+        return int(candidate) >= int(held)
+    return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """What one update did: whether it applied, and whether capacity appeared (cards freed)."""
+
+    applied: bool
+    freed: bool = False
+
+
+def _freed(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
+    if before is None:
+        return False
+    kept = {c for claim in after.claims for c in claim.cards} if after else set()
+    return any(card not in kept for claim in before.claims for card in claim.cards)
+
+
+class Ledger:
+    """The claim Leases as last seen, with a revision that moves on every change."""
+
+    __slots__ = ("_by_pod", "_changed", "_leases", "_revision")
+
+    def __init__(self) -> None:
+        self._leases: dict[ServerName, LeaseRecord] = {}
+        self._by_pod: dict[PodUID, set[ServerName]] = {}
+        self._revision = 0
+        # Created on first wait: decisions and benchmarks use the ledger outside any event loop.
+        self._changed: anyio.Event | None = None
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def lease(self, server: str) -> LeaseRecord | None:
+        return self._leases.get(ServerName(server))
+
+    def leases(self) -> tuple[LeaseRecord, ...]:
+        return tuple(self._leases.values())
+
+    def claims_of(self, uid: str) -> tuple[Claim, ...]:
+        """Every claim ``uid`` holds, ordered by server name."""
+        servers = sorted(self._by_pod.get(PodUID(uid), ()))
+        found = (self._leases[s].claim_of(uid) for s in servers)
+        return tuple(c for c in found if c is not None)
+
+    def duplicated_pods(self) -> tuple[PodUID, ...]:
+        """Pods holding claims on more than one server (replicas raced on the same pod)."""
+        return tuple(uid for uid, servers in self._by_pod.items() if len(servers) > 1)
+
+    def claim_set(self) -> ClaimSet:
+        claims = (c for s in sorted(self._leases) for c in self._leases[s].claims)
+        return ClaimSet(revision=self._revision, claims=tuple(claims))
+
+    def apply(self, record: LeaseRecord) -> Change:
+        """Take a Lease read from the apiserver (watch event or write reply)."""
+        before = self._leases.get(record.server)
+        if before is not None and not newer_or_equal(
+            record.resource_version, before.resource_version
+        ):
+            return Change(applied=False)
+        if before == record:
+            return Change(applied=False)
+        self._unindex(before)
+        self._leases[record.server] = record
+        self._index(record)
+        self._bump()
+        return Change(applied=True, freed=_freed(before, record))
+
+    def forget(self, server: str, resource_version: str = "") -> Change:
+        """Drop a deleted Lease (unless we already hold a newer one)."""
+        before = self._leases.get(ServerName(server))
+        if before is None:
+            return Change(applied=False)
+        if resource_version and not newer_or_equal(resource_version, before.resource_version):
+            return Change(applied=False)
+        self._unindex(before)
+        del self._leases[before.server]
+        self._bump()
+        return Change(applied=True, freed=_freed(before, None))
+
+    def replace_all(self, records: Iterable[LeaseRecord]) -> Change:
+        """Swap in a fresh list; freed when any card held before is not held now."""
+        fresh: Mapping[ServerName, LeaseRecord] = {r.server: r for r in records}
+        freed = any(_freed(old, fresh.get(s)) for s, old in self._leases.items())
+        self._leases = dict(fresh)
+        self._by_pod = {}
+        for record in self._leases.values():
+            self._index(record)
+        self._bump()
+        return Change(applied=True, freed=freed)
+
+    async def wait_newer(self, since: int, timeout: float) -> int:
+        """Wait until the revision exceeds ``since`` or ``timeout`` passes; returns the revision."""
+        with anyio.move_on_after(timeout):
+            while self._revision <= since:
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await self._changed.wait()
+        return self._revision
+
+    def _bump(self) -> None:
+        self._revision += 1
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def _index(self, record: LeaseRecord) -> None:
+        for claim in record.claims:
+            self._by_pod.setdefault(claim.pod.uid, set()).add(record.server)
+
+    def _unindex(self, record: LeaseRecord | None) -> None:
+        if record is None:
+            return
+        for claim in record.claims:
+            servers = self._by_pod.get(claim.pod.uid)
+            if servers is not None:
+                servers.discard(record.server)
+                if not servers:
+                    del self._by_pod[claim.pod.uid]

@@ -1,0 +1,55 @@
+"""Why this module exists: "is this claim still holding its cards?" decides double-booking on
+one side and leaked servers on the other, so the rule (DESIGN §4) lives in exactly one place.
+
+A claim is valid while its pod exists, has not finished, and is either bound or was booked /
+committed less than the booking TTL ago. When the pod is missing from the watch cache and the
+claim is older than the TTL, the answer is ``UNKNOWN``: the cache may lag, so the claim keeps
+blocking until a fresh read of the pod confirms it is gone.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from rgpu_contracts import Claim, ClaimState
+
+from .pods import PodInfo
+
+__all__ = ["Validity", "claim_stamp", "expires_at", "judge"]
+
+
+class Validity(enum.Enum):
+    """The verdict on one claim."""
+
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the claim still keeps its cards from other pods."""
+        return self is not Validity.INVALID
+
+
+def claim_stamp(claim: Claim) -> float:
+    """When the claim's TTL window started: the commit if there was one, else the booking."""
+    return claim.committed_at if claim.committed_at is not None else claim.booked_at
+
+
+def expires_at(claim: Claim, pod: PodInfo | None, ttl: float) -> float | None:
+    """When an unbound claim lapses; ``None`` once its pod is bound."""
+    if claim.state is ClaimState.BOUND or (pod is not None and pod.bound):
+        return None
+    return claim_stamp(claim) + ttl
+
+
+def judge(claim: Claim, pod: PodInfo | None, *, now: float, ttl: float) -> Validity:
+    """Apply the validity rule to ``claim`` given the cached ``pod`` (``None`` if not cached)."""
+    fresh = now - claim_stamp(claim) < ttl
+    if pod is None:
+        return Validity.VALID if fresh and claim.state is not ClaimState.BOUND else Validity.UNKNOWN
+    if pod.uid != claim.pod.uid or pod.finished:
+        return Validity.INVALID
+    if pod.bound or fresh:
+        return Validity.VALID
+    return Validity.INVALID

@@ -1,0 +1,52 @@
+"""Slimming raw pods into the cache."""
+
+from __future__ import annotations
+
+from rgpu_allocator.pods import PodIndex, pod_info
+from rgpu_contracts import PodUID
+
+
+def test_pod_info_keeps_only_what_allocation_needs(load_fixture):
+    raw = load_fixture("k8s/pod-list-rv0.json")["items"][0]
+    info = pod_info(raw)
+    assert info is not None
+    assert info.uid == raw["metadata"]["uid"]
+    assert info.namespace == raw["metadata"]["namespace"]
+    assert info.scheduler_name == raw["spec"].get("schedulerName", "default-scheduler")
+    assert info.phase == raw["status"]["phase"]
+
+
+def test_pod_info_reads_binding_and_allocated_annotation():
+    raw = {
+        "metadata": {
+            "uid": "u",
+            "namespace": "n",
+            "name": "p",
+            "annotations": {"hami.io/remote-gpu-devices-allocated": "x;"},
+        },
+        "spec": {"nodeName": "node-1", "schedulerName": "rgpu-scheduler"},
+        "status": {"phase": "Running"},
+    }
+    info = pod_info(raw)
+    assert info.bound
+    assert info.has_allocated
+    assert not info.finished
+    assert info.ref.key == "n/p"
+
+
+def test_pod_without_uid_is_skipped_and_missing_fields_default():
+    assert pod_info({"metadata": {}}) is None
+    info = pod_info({"metadata": {"uid": "u"}})
+    assert info.phase == "Pending"
+    assert info.node_name is None
+
+
+def test_replace_all_reports_vanished_pods():
+    index = PodIndex()
+    a = pod_info({"metadata": {"uid": "a"}})
+    b = pod_info({"metadata": {"uid": "b"}})
+    index.put(a)
+    index.put(b)
+    gone = index.replace_all({PodUID("b"): b})
+    assert gone == (a,)
+    assert len(index) == 1

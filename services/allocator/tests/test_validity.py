@@ -1,0 +1,74 @@
+"""The claim validity rule of DESIGN §4."""
+
+from __future__ import annotations
+
+import pytest
+
+from rgpu_allocator.pods import PodInfo
+from rgpu_allocator.validity import Validity, expires_at, judge
+from rgpu_contracts import Claim, ClaimState, PodRef, PodUID, ServerName
+
+TTL = 30.0
+
+
+def claim(state=ClaimState.BOOKED, booked_at=100.0, committed_at=None, uid="u1") -> Claim:
+    return Claim(
+        pod=PodRef(uid=PodUID(uid), namespace="n", name="p"),
+        server=ServerName("s"),
+        cards=(),
+        containers=(),
+        state=state,
+        booked_at=booked_at,
+        committed_at=committed_at,
+    )
+
+
+def pod(node=None, phase="Pending", uid="u1") -> PodInfo:
+    return PodInfo(
+        uid=PodUID(uid),
+        namespace="n",
+        name="p",
+        node_name=node,
+        phase=phase,
+        scheduler_name="rgpu-scheduler",
+        has_allocated=False,
+    )
+
+
+def test_fresh_booking_of_an_existing_pod_is_valid():
+    assert judge(claim(), pod(), now=110.0, ttl=TTL) is Validity.VALID
+
+
+def test_unbound_booking_older_than_ttl_is_invalid():
+    assert judge(claim(), pod(), now=131.0, ttl=TTL) is Validity.INVALID
+
+
+def test_commit_restarts_the_ttl_window():
+    c = claim(state=ClaimState.COMMITTED, committed_at=125.0)
+    assert judge(c, pod(), now=140.0, ttl=TTL) is Validity.VALID
+    assert expires_at(c, pod(), TTL) == 155.0
+
+
+def test_bound_pod_keeps_its_claim_forever():
+    assert judge(claim(), pod(node="n1", phase="Running"), now=10_000.0, ttl=TTL) is Validity.VALID
+    assert expires_at(claim(), pod(node="n1"), TTL) is None
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pod_invalidates_its_claim(phase):
+    assert judge(claim(), pod(node="n1", phase=phase), now=101.0, ttl=TTL) is Validity.INVALID
+
+
+def test_missing_pod_with_fresh_booking_is_valid_because_the_watch_may_lag():
+    assert judge(claim(), None, now=101.0, ttl=TTL) is Validity.VALID
+
+
+def test_missing_pod_with_old_claim_is_unknown_and_still_blocks():
+    verdict = judge(claim(state=ClaimState.BOUND), None, now=101.0, ttl=TTL)
+    assert verdict is Validity.UNKNOWN
+    assert verdict.blocks
+    assert judge(claim(), None, now=200.0, ttl=TTL) is Validity.UNKNOWN
+
+
+def test_same_name_pod_with_another_uid_invalidates():
+    assert judge(claim(uid="old"), pod(uid="new"), now=101.0, ttl=TTL) is Validity.INVALID
