@@ -1,0 +1,160 @@
+"""Why this module exists: services are served the same way, fast, and stop gracefully.
+
+Each listener is a uvicorn ``Server`` with httptools (DESIGN §9: the fast combination with
+uvloop, which ``run_service`` selects). Sockets are bound here, before uvicorn starts, so a
+bad address fails with a clear ``SettingsError`` and port 0 works (tests learn the real
+port from ``running``). The app's lifespan runs once for all listeners (``_lifespan``).
+SIGTERM or SIGINT stops accepting, lets in-flight requests finish (bounded), then runs the
+app's shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import ssl
+from collections.abc import AsyncIterator, Generator, Sequence
+from dataclasses import dataclass
+
+import anyio
+import uvicorn
+from starlette.types import ASGIApp
+
+from ._groups import lone_errors
+from ._lifespan import app_lifespan, with_state
+from ._parse import HostPort
+from .errors import SettingsError
+
+__all__ = ["Listener", "running", "serve", "serve_listeners"]
+
+logger = logging.getLogger(__name__)
+
+GRACE_SECONDS = 10
+"""Seconds in-flight requests get after SIGTERM; long-polls are cut after this, well inside
+Kubernetes' 30 s termination grace period."""
+
+KEEP_ALIVE_SECONDS = 75
+"""Idle keep-alive on the server side; longer than our clients' 30 s so they close first."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listener:
+    """One socket to serve on: an address and, for TLS, a PEM certificate and key."""
+
+    listen: HostPort | str
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+
+class _Server(uvicorn.Server):
+    # Signals are handled once for all listeners by serve_listeners; uvicorn's own handling
+    # would stop only the server that installed its handler last, then re-raise the signal.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(
+    app: ASGIApp,
+    *,
+    listen: HostPort | str,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
+    """Serve ``app`` on ``listen`` until SIGTERM or SIGINT."""
+    listener = Listener(listen=listen, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
+    await serve_listeners(app, [listener])
+
+
+async def serve_listeners(app: ASGIApp, listeners: Sequence[Listener]) -> None:
+    """Serve ``app`` on every listener, lifespan once, until SIGTERM or SIGINT."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with running(app, *listeners):
+            async for signum in signals:
+                logger.info("received %s; stopping", signal.Signals(signum).name)
+                return
+
+
+@contextlib.asynccontextmanager
+async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str, ...]]:
+    """Run ``app`` on ``listeners`` while the block runs; yields their base URLs in order.
+
+    On exit, stops accepting, waits up to ``GRACE_SECONDS`` for requests in flight, then
+    runs the app's shutdown. Raises ``SettingsError`` when an address cannot be bound or
+    a certificate cannot be loaded.
+    """
+    sockets = [_bind(listener) for listener in listeners]
+    try:
+        servers = [_server(app, listener) for listener in listeners]
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    with lone_errors():
+        async with app_lifespan(app) as state, anyio.create_task_group() as tg:
+            for server, sock in zip(servers, sockets, strict=True):
+                server.config.loaded_app = with_state(server.config.loaded_app, state)
+                tg.start_soon(server.serve, [sock])
+            urls = tuple(
+                _url(sock, listener) for sock, listener in zip(sockets, listeners, strict=True)
+            )
+            await _started(servers)
+            logger.info("serving on %s", ", ".join(urls))
+            try:
+                yield urls
+            finally:
+                for server in servers:
+                    server.should_exit = True
+
+
+def _server(app: ASGIApp, listener: Listener) -> _Server:
+    config = uvicorn.Config(
+        app,
+        http="httptools",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=GRACE_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        ssl_certfile=listener.ssl_certfile,
+        ssl_keyfile=listener.ssl_keyfile,
+    )
+    try:
+        config.load()
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(
+            f"cannot load TLS certificate {listener.ssl_certfile!r} / key "
+            f"{listener.ssl_keyfile!r} ({exc}); check RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE"
+        ) from exc
+    return _Server(config)
+
+
+def _bind(listener: Listener) -> socket.socket:
+    address = _address(listener.listen)
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    try:
+        return socket.create_server((address.host, address.port), family=family)
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot listen on {address} ({exc}); choose a free local address and port"
+        ) from exc
+
+
+def _address(listen: HostPort | str) -> HostPort:
+    return listen if isinstance(listen, HostPort) else HostPort.parse(listen, key="listen")
+
+
+def _url(sock: socket.socket, listener: Listener) -> str:
+    host = _address(listener.listen).host
+    port = sock.getsockname()[1]
+    scheme = "https" if listener.ssl_certfile else "http"
+    return f"{scheme}://{HostPort(host=host, port=port)}"
+
+
+async def _started(servers: Sequence[uvicorn.Server]) -> None:
+    # uvicorn sets `started` once its asyncio servers accept; connections made earlier would
+    # wait in the listen backlog anyway, but callers may want to log "serving" truthfully.
+    while not all(server.started for server in servers):  # noqa: ASYNC110 (uvicorn has no event)
+        await anyio.sleep(0.005)

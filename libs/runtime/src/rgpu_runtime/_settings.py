@@ -1,0 +1,320 @@
+"""Why this module exists: one ConfigMap configures every service, read once, checked at start.
+
+``Settings.from_env(environ, service=...)`` turns the ``RGPU_*`` variables (DESIGN §6) into a
+frozen value grouped by concern. An empty value counts as unset (ConfigMaps often carry
+``""``). A bad value, or an ``RGPU_*`` key nobody knows (a typo would otherwise silently fall
+back to a default), raises ``SettingsError`` naming the key, the value and what is expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar, cast
+
+from . import _parse as p
+from ._parse import HostPort
+from .errors import SettingsError
+
+Granularity = Literal["server", "card"]
+LogFormat = Literal["json", "text"]
+T = TypeVar("T")
+
+SERVICES = ("discovery", "allocator", "extender", "metrics")
+
+_DEFAULT_LISTEN = {
+    "discovery": "127.0.0.1:8081",
+    "allocator": "127.0.0.1:8082",
+    "extender": "127.0.0.1:8083",
+    "metrics": "127.0.0.1:9400",
+}
+
+KNOWN_KEYS = (
+    "RGPU_ALLOCATOR_URL",
+    "RGPU_BOOKING_TTL_SECONDS",
+    "RGPU_DEFAULT_PORT",
+    "RGPU_DISCOVERY_URL",
+    "RGPU_EXTENDER_BUDGET_SECONDS",
+    "RGPU_GRANULARITY",
+    "RGPU_KUBE_URL",
+    "RGPU_LIB_IMAGE",
+    "RGPU_LISTEN",
+    "RGPU_LOG_FORMAT",
+    "RGPU_LOG_LEVEL",
+    "RGPU_NAMESPACE",
+    "RGPU_PROBE_INTERVAL_SECONDS",
+    "RGPU_PROBE_TIMEOUT_SECONDS",
+    "RGPU_RESOURCE_COUNT",
+    "RGPU_RESOURCE_MEMORY",
+    "RGPU_SCHEDULER_NAME",
+    "RGPU_TLS_CERT_FILE",
+    "RGPU_TLS_KEY_FILE",
+    "RGPU_TOPOLOGY_KEYS",
+    "RGPU_TRUSTED_USERS",
+    "RGPU_WEBHOOK_LISTEN",
+)
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceSettings:
+    """Extended resource names pods request; HAMi's names by default for compatibility."""
+
+    count: str = "nvidia.com/remote-gpu"
+    """``RGPU_RESOURCE_COUNT``: cards per container; HAMi's remote-gpu name so pods move over."""
+    memory: str = "nvidia.com/remote-gpu-memory"
+    """``RGPU_RESOURCE_MEMORY``: MiB per card a container needs; HAMi's name, same reason."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LupineSettings:
+    """How servers are reached and probed."""
+
+    default_port: int = 14833
+    """``RGPU_DEFAULT_PORT``: lupine port when the server label has none; lupine's own default."""
+    probe_interval_seconds: float = 15.0
+    """``RGPU_PROBE_INTERVAL_SECONDS``: seconds between probes; a dead server is noticed within
+    one scrape interval of Prometheus' usual 15 s, at one cheap GET per server."""
+    probe_timeout_seconds: float = 2.0
+    """``RGPU_PROBE_TIMEOUT_SECONDS``: seconds a probe may take; a healthy lupine answers in ms,
+    and HAMi uses 2 s."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulingSettings:
+    """Placement policy shared by the allocator, extender and webhook."""
+
+    granularity: Granularity = "server"
+    """``RGPU_GRANULARITY``: ``server`` (a pod gets a whole server; lupine shows clients every
+    GPU of it, so this is the safe isolation unit) or ``card`` (trusted tenants only)."""
+    scheduler_name: str = "rgpu-scheduler"
+    """``RGPU_SCHEDULER_NAME``: the second scheduler the webhook assigns GPU pods to."""
+    namespace: str = "rgpu-system"
+    """``RGPU_NAMESPACE``: where claim Leases live; rgpu's own namespace so RBAC stays narrow."""
+    booking_ttl_seconds: float = 30.0
+    """``RGPU_BOOKING_TTL_SECONDS``: seconds a booked, unbound claim survives; long enough for
+    kube-scheduler's filter-to-bind gap, short enough that an abandoned booking frees fast."""
+    topology_keys: tuple[str, ...] = (
+        "topology.rgpu.io/rack",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+    )
+    """``RGPU_TOPOLOGY_KEYS``: node labels for locality, finest first; rack before zone before
+    region because a closer GPU is a faster GPU."""
+    lib_image: str | None = None
+    """``RGPU_LIB_IMAGE``: HAMi-core library image the webhook injects; unset (off) because
+    memory limits inside the client are optional."""
+    trusted_users: tuple[str, ...] = ()
+    """``RGPU_TRUSTED_USERS``: usernames allowed to change scheduler-owned annotations, besides
+    rgpu's own service accounts; empty so nobody else can forge an allocation."""
+    extender_budget_seconds: float = 4.0
+    """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
+    kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerSettings:
+    """Where the services find each other."""
+
+    discovery_url: str = "http://127.0.0.1:8081"
+    """``RGPU_DISCOVERY_URL``: discovery's base URL; its default listen address."""
+    allocator_url: str = "http://127.0.0.1:8082"
+    """``RGPU_ALLOCATOR_URL``: allocator's base URL; its default listen address."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSettings:
+    """How to reach the Kubernetes API (see ``kube_client``)."""
+
+    url: str | None = None
+    """``RGPU_KUBE_URL``: explicit apiserver URL (the simulated cluster); unset means in-cluster
+    config, then kubeconfig, as any Kubernetes controller does."""
+    kubeconfig: str | None = None
+    """``KUBECONFIG``: kubeconfig path(s) for out-of-cluster runs; unset means ~/.kube/config."""
+    service_host: str | None = None
+    """``KUBERNETES_SERVICE_HOST``: set in every pod by the kubelet; present means in-cluster."""
+    service_port: str | None = None
+    """``KUBERNETES_SERVICE_PORT``: the apiserver port that goes with ``service_host``."""
+    pod_namespace: str | None = None
+    """``POD_NAMESPACE``: this pod's namespace (downward API) when present, for events and ids."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpSettings:
+    """Where this process listens."""
+
+    listen: HostPort
+    """``RGPU_LISTEN``: this service's address; loopback by default so nothing is exposed by
+    accident (discovery :8081, allocator :8082, extender :8083, metrics :9400)."""
+    webhook_listen: HostPort = field(default_factory=lambda: HostPort(host="127.0.0.1", port=8443))
+    """``RGPU_WEBHOOK_LISTEN``: the extender's TLS webhook; 8443, the usual webhook port."""
+    tls_cert_file: str | None = None
+    """``RGPU_TLS_CERT_FILE``: PEM certificate for the webhook; unset means no TLS listener."""
+    tls_key_file: str | None = None
+    """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogSettings:
+    """How the process logs."""
+
+    level: str = "INFO"
+    """``RGPU_LOG_LEVEL``: DEBUG, INFO, WARNING, ERROR or CRITICAL; INFO logs decisions, not
+    every request."""
+    format: LogFormat = "json"
+    """``RGPU_LOG_FORMAT``: ``json`` (one object per line, for log pipelines) or ``text``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything a service reads from its environment, once, at start."""
+
+    service: str
+    """Which service this process runs (discovery, allocator, extender, metrics)."""
+    http: HttpSettings
+    resources: ResourceSettings = field(default_factory=ResourceSettings)
+    lupine: LupineSettings = field(default_factory=LupineSettings)
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    peers: PeerSettings = field(default_factory=PeerSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Settings:
+        """Read and check every setting; raises ``SettingsError`` on the first bad one."""
+        if service not in SERVICES:
+            raise SettingsError(f"service={service!r}: expected one of {', '.join(SERVICES)}")
+        env = _Env(environ)
+        _refuse_unknown(environ)
+        return cls(
+            service=service,
+            http=_http(env, service),
+            resources=_resources(env),
+            lupine=_lupine(env),
+            scheduling=_scheduling(env),
+            peers=_peers(env),
+            kube=_kube(env),
+            log=_log(env),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Env:
+    environ: Mapping[str, str]
+
+    def get(self, key: str) -> str | None:
+        value = self.environ.get(key, "")
+        return value if value.strip() else None
+
+
+def _refuse_unknown(environ: Mapping[str, str]) -> None:
+    for key in sorted(environ):
+        if key.startswith("RGPU_") and key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise SettingsError(
+                f"{key}: unknown setting; {hint}known keys are {', '.join(KNOWN_KEYS)}"
+            )
+
+
+def _resources(env: _Env) -> ResourceSettings:
+    d = ResourceSettings()
+    count = env.get("RGPU_RESOURCE_COUNT")
+    memory = env.get("RGPU_RESOURCE_MEMORY")
+    return ResourceSettings(
+        count=d.count if count is None else p.label_key("RGPU_RESOURCE_COUNT", count, count),
+        memory=d.memory if memory is None else p.label_key("RGPU_RESOURCE_MEMORY", memory, memory),
+    )
+
+
+def _lupine(env: _Env) -> LupineSettings:
+    d = LupineSettings()
+    return LupineSettings(
+        default_port=_read(env, "RGPU_DEFAULT_PORT", p.port, d.default_port),
+        probe_interval_seconds=_read(
+            env, "RGPU_PROBE_INTERVAL_SECONDS", p.seconds, d.probe_interval_seconds
+        ),
+        probe_timeout_seconds=_read(
+            env, "RGPU_PROBE_TIMEOUT_SECONDS", p.seconds, d.probe_timeout_seconds
+        ),
+    )
+
+
+def _scheduling(env: _Env) -> SchedulingSettings:
+    d = SchedulingSettings()
+    granularity = env.get("RGPU_GRANULARITY")
+    users = env.get("RGPU_TRUSTED_USERS")
+    return SchedulingSettings(
+        granularity=d.granularity
+        if granularity is None
+        else cast(Granularity, p.choice("RGPU_GRANULARITY", granularity, ("server", "card"))),
+        scheduler_name=_read(env, "RGPU_SCHEDULER_NAME", p.word, d.scheduler_name),
+        namespace=_read(env, "RGPU_NAMESPACE", p.dns_label, d.namespace),
+        booking_ttl_seconds=_read(
+            env, "RGPU_BOOKING_TTL_SECONDS", p.seconds, d.booking_ttl_seconds
+        ),
+        topology_keys=_read(env, "RGPU_TOPOLOGY_KEYS", p.label_keys, d.topology_keys),
+        lib_image=_read(env, "RGPU_LIB_IMAGE", p.word, None),
+        trusted_users=d.trusted_users if users is None else p.csv(users),
+        extender_budget_seconds=_read(
+            env, "RGPU_EXTENDER_BUDGET_SECONDS", p.seconds, d.extender_budget_seconds
+        ),
+    )
+
+
+def _peers(env: _Env) -> PeerSettings:
+    d = PeerSettings()
+    return PeerSettings(
+        discovery_url=_read(env, "RGPU_DISCOVERY_URL", p.url, d.discovery_url),
+        allocator_url=_read(env, "RGPU_ALLOCATOR_URL", p.url, d.allocator_url),
+    )
+
+
+def _kube(env: _Env) -> KubeSettings:
+    return KubeSettings(
+        url=_read(env, "RGPU_KUBE_URL", p.url, None),
+        kubeconfig=env.get("KUBECONFIG"),
+        service_host=env.get("KUBERNETES_SERVICE_HOST"),
+        service_port=env.get("KUBERNETES_SERVICE_PORT"),
+        pod_namespace=_read(env, "POD_NAMESPACE", p.dns_label, None),
+    )
+
+
+def _http(env: _Env, service: str) -> HttpSettings:
+    cert = env.get("RGPU_TLS_CERT_FILE")
+    key = env.get("RGPU_TLS_KEY_FILE")
+    if (cert is None) != (key is None):
+        given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
+        raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
+    return HttpSettings(
+        listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
+        webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
+        tls_cert_file=cert.strip() if cert else None,
+        tls_key_file=key.strip() if key else None,
+    )
+
+
+def _address(env: _Env, key: str, default: str) -> HostPort:
+    return HostPort.parse((env.get(key) or default).strip(), key=key)
+
+
+def _log(env: _Env) -> LogSettings:
+    d = LogSettings()
+    level = env.get("RGPU_LOG_LEVEL")
+    if level is not None and level.strip().upper() == "WARN":
+        level = "WARNING"
+    fmt = env.get("RGPU_LOG_FORMAT")
+    return LogSettings(
+        level=d.level if level is None else p.choice("RGPU_LOG_LEVEL", level, _LOG_LEVELS),
+        format=d.format
+        if fmt is None
+        else cast(LogFormat, p.choice("RGPU_LOG_FORMAT", fmt, ("json", "text"))),
+    )
+
+
+def _read(env: _Env, key: str, parse: Callable[[str, str], T], default: T) -> T:
+    value = env.get(key)
+    return default if value is None else parse(key, value)

@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from rgpu_runtime import KNOWN_KEYS, HostPort, Settings, SettingsError
+
+EVERY_KEY = {
+    "RGPU_RESOURCE_COUNT": "example.com/gpu",
+    "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
+    "RGPU_DEFAULT_PORT": "15000",
+    "RGPU_GRANULARITY": "card",
+    "RGPU_SCHEDULER_NAME": "my-scheduler",
+    "RGPU_NAMESPACE": "gpu-system",
+    "RGPU_BOOKING_TTL_SECONDS": "12.5",
+    "RGPU_PROBE_INTERVAL_SECONDS": "5",
+    "RGPU_PROBE_TIMEOUT_SECONDS": "0.5",
+    "RGPU_TOPOLOGY_KEYS": " example.com/rack , topology.kubernetes.io/zone ",
+    "RGPU_LIB_IMAGE": "registry.example.com/hami-core:2.4",
+    "RGPU_DISCOVERY_URL": "http://discovery.rgpu-system:8081/",
+    "RGPU_ALLOCATOR_URL": "https://allocator.rgpu-system:8082",
+    "RGPU_KUBE_URL": "http://127.0.0.1:6443",
+    "RGPU_LISTEN": "0.0.0.0:9000",
+    "RGPU_WEBHOOK_LISTEN": "[::1]:9443",
+    "RGPU_TLS_CERT_FILE": "/tls/tls.crt",
+    "RGPU_TLS_KEY_FILE": "/tls/tls.key",
+    "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
+    "RGPU_EXTENDER_BUDGET_SECONDS": "3",
+    "RGPU_LOG_LEVEL": "debug",
+    "RGPU_LOG_FORMAT": "text",
+    "POD_NAMESPACE": "rgpu-system",
+    "KUBECONFIG": "/home/op/.kube/config",
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+}
+
+
+def test_every_key_is_read_into_its_field() -> None:
+    s = Settings.from_env(EVERY_KEY, service="extender")
+    assert s.resources.count == "example.com/gpu"
+    assert s.resources.memory == "example.com/gpu-mem"
+    assert s.lupine.default_port == 15000
+    assert s.lupine.probe_interval_seconds == 5.0
+    assert s.lupine.probe_timeout_seconds == 0.5
+    assert s.scheduling.granularity == "card"
+    assert s.scheduling.scheduler_name == "my-scheduler"
+    assert s.scheduling.namespace == "gpu-system"
+    assert s.scheduling.booking_ttl_seconds == 12.5
+    assert s.scheduling.topology_keys == ("example.com/rack", "topology.kubernetes.io/zone")
+    assert s.scheduling.lib_image == "registry.example.com/hami-core:2.4"
+    assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
+    assert s.scheduling.extender_budget_seconds == 3.0
+    assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
+    assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
+    assert s.kube.url == "http://127.0.0.1:6443"
+    assert s.kube.kubeconfig == "/home/op/.kube/config"
+    assert (s.kube.service_host, s.kube.service_port) == ("10.0.0.1", "443")
+    assert s.kube.pod_namespace == "rgpu-system"
+    assert s.http.listen == HostPort(host="0.0.0.0", port=9000)
+    assert s.http.webhook_listen == HostPort(host="::1", port=9443)
+    assert str(s.http.webhook_listen) == "[::1]:9443"
+    assert (s.http.tls_cert_file, s.http.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
+    assert (s.log.level, s.log.format) == ("DEBUG", "text")
+
+
+def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
+    assert {k for k in EVERY_KEY if k.startswith("RGPU_")} == set(KNOWN_KEYS)
+
+
+def test_defaults_match_the_design_when_nothing_is_set() -> None:
+    s = Settings.from_env({}, service="allocator")
+    assert s.resources.count == "nvidia.com/remote-gpu"
+    assert s.resources.memory == "nvidia.com/remote-gpu-memory"
+    assert s.lupine.default_port == 14833
+    assert (s.lupine.probe_interval_seconds, s.lupine.probe_timeout_seconds) == (15.0, 2.0)
+    assert s.scheduling.granularity == "server"
+    assert s.scheduling.scheduler_name == "rgpu-scheduler"
+    assert s.scheduling.namespace == "rgpu-system"
+    assert s.scheduling.booking_ttl_seconds == 30.0
+    assert s.scheduling.topology_keys == (
+        "topology.rgpu.io/rack",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+    )
+    assert s.scheduling.lib_image is None
+    assert s.scheduling.trusted_users == ()
+    assert s.scheduling.extender_budget_seconds == 4.0
+    assert s.peers.discovery_url == "http://127.0.0.1:8081"
+    assert s.peers.allocator_url == "http://127.0.0.1:8082"
+    assert s.kube.url is None
+    assert s.kube.pod_namespace is None
+    assert str(s.http.webhook_listen) == "127.0.0.1:8443"
+    assert s.http.tls_cert_file is None
+    assert (s.log.level, s.log.format) == ("INFO", "json")
+
+
+@pytest.mark.parametrize(
+    ("service", "listen"),
+    [
+        ("discovery", "127.0.0.1:8081"),
+        ("allocator", "127.0.0.1:8082"),
+        ("extender", "127.0.0.1:8083"),
+        ("metrics", "127.0.0.1:9400"),
+    ],
+)
+def test_listen_defaults_per_service(service: str, listen: str) -> None:
+    assert str(Settings.from_env({}, service=service).http.listen) == listen
+
+
+def test_empty_values_count_as_unset() -> None:
+    s = Settings.from_env({"RGPU_LIB_IMAGE": "", "RGPU_DEFAULT_PORT": "  "}, service="metrics")
+    assert s.scheduling.lib_image is None
+    assert s.lupine.default_port == 14833
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings.from_env({}, service="metrics")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.service = "other"  # type: ignore[misc]
+
+
+def test_default_environ_is_os_environ() -> None:
+    os.environ["RGPU_DEFAULT_PORT"] = "15001"
+    assert Settings.from_env(service="metrics").lupine.default_port == 15001
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("RGPU_DEFAULT_PORT", "abc", "expected a port number 1..65535"),
+        ("RGPU_DEFAULT_PORT", "70000", "expected a port number 1..65535"),
+        ("RGPU_DEFAULT_PORT", "0", "expected a port number 1..65535"),
+        ("RGPU_BOOKING_TTL_SECONDS", "abc", "expected a positive number of seconds"),
+        ("RGPU_PROBE_TIMEOUT_SECONDS", "-1", "expected a positive number of seconds"),
+        ("RGPU_PROBE_INTERVAL_SECONDS", "inf", "expected a positive number of seconds"),
+        ("RGPU_GRANULARITY", "gpu", "expected one of server, card"),
+        ("RGPU_LOG_FORMAT", "xml", "expected one of json, text"),
+        ("RGPU_LOG_LEVEL", "loud", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("RGPU_LISTEN", "localhost", "expected host:port"),
+        ("RGPU_LISTEN", "::1:8080", "expected an IPv6 host in brackets"),
+        ("RGPU_WEBHOOK_LISTEN", "127.0.0.1:http", "expected a port number 0..65535"),
+        ("RGPU_ALLOCATOR_URL", "allocator:8082", "expected an absolute http:// or https:// URL"),
+        ("RGPU_KUBE_URL", "ftp://apiserver", "expected an absolute http:// or https:// URL"),
+        ("RGPU_DISCOVERY_URL", "http://host:99999", "expected an absolute http:// or https:// URL"),
+        ("RGPU_TOPOLOGY_KEYS", "rack zone", "is not a Kubernetes qualified name"),
+        ("RGPU_TOPOLOGY_KEYS", " , ", "expected a comma-separated list of label keys"),
+        ("RGPU_RESOURCE_COUNT", "nvidia.com/", "is not a Kubernetes qualified name"),
+        ("RGPU_NAMESPACE", "RGPU_System", "expected a DNS-1123 label"),
+        ("RGPU_SCHEDULER_NAME", "rgpu scheduler", "expected a single word without spaces"),
+    ],
+)
+def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({key: value}, service="extender")
+    message = str(caught.value)
+    assert message.startswith(f"{key}={value!r}: ")
+    assert expected in message
+
+
+def test_booking_ttl_message_reads_exactly_as_documented() -> None:
+    with pytest.raises(
+        SettingsError, match=r"^RGPU_BOOKING_TTL_SECONDS='abc': expected a positive"
+    ):
+        Settings.from_env({"RGPU_BOOKING_TTL_SECONDS": "abc"}, service="allocator")
+
+
+def test_unknown_rgpu_key_is_refused_with_a_suggestion_and_the_known_keys() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"RGPU_GRANULARTY": "card"}, service="allocator")
+    message = str(caught.value)
+    assert message.startswith("RGPU_GRANULARTY: unknown setting")
+    assert "did you mean RGPU_GRANULARITY?" in message
+    assert "RGPU_BOOKING_TTL_SECONDS" in message
+
+
+def test_keys_without_the_rgpu_prefix_are_ignored() -> None:
+    Settings.from_env({"HOME": "/root", "OTEL_SERVICE_NAME": "x"}, service="allocator")
+
+
+def test_tls_cert_without_key_is_refused() -> None:
+    with pytest.raises(SettingsError, match="RGPU_TLS_KEY_FILE is not: set both or neither"):
+        Settings.from_env({"RGPU_TLS_CERT_FILE": "/tls/tls.crt"}, service="extender")
+
+
+def test_tls_key_without_cert_is_refused() -> None:
+    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE is not: set both or neither"):
+        Settings.from_env({"RGPU_TLS_KEY_FILE": "/tls/tls.key"}, service="extender")
+
+
+def test_unknown_service_is_refused() -> None:
+    with pytest.raises(SettingsError, match="service='scheduler': expected one of discovery"):
+        Settings.from_env({}, service="scheduler")
+
+
+def test_warn_is_accepted_as_warning() -> None:
+    assert Settings.from_env({"RGPU_LOG_LEVEL": "warn"}, service="metrics").log.level == "WARNING"
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("127.0.0.1:0", "127.0.0.1", 0),
+        ("[::1]:8080", "::1", 8080),
+        (":8082", "0.0.0.0", 8082),
+        ("allocator.rgpu-system:80", "allocator.rgpu-system", 80),
+    ],
+)
+def test_host_port_parses_the_accepted_forms(text: str, host: str, port: int) -> None:
+    assert HostPort.parse(text) == HostPort(host=host, port=port)
