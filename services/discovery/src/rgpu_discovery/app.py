@@ -1,0 +1,88 @@
+"""Why this module exists: the composition root — it builds discovery's states, opens its
+clients (apiserver, lupine probes), starts its background tasks (Node watch, probe loop,
+event outbox) in one task group the lifespan owns, and hands the states to the routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+
+from rgpu_runtime import Backoff, Readiness, Settings, create_service_app, kube_client
+
+from .catalog import Catalog
+from .fleetstate import FleetState
+from .instruments import Instruments
+from .kubeevents import EventOutbox, EventPoster
+from .lupine import LupineProber
+from .notices import NodeNotices
+from .probing import ProbeLoop
+from .routes import ROUTES, Deps, State
+from .topologystate import TopologyState
+from .watching import NodeWatch
+
+__all__ = ["WATCH_BACKOFF", "create_app"]
+
+WATCH_BACKOFF = Backoff(initial=0.2, maximum=10.0)
+"""Retry policy after an apiserver failure: quick for a blip, at most 10 s for an outage."""
+
+
+def create_app(
+    settings: Settings,
+    *,
+    probe_transport: httpx.AsyncBaseTransport | None = None,
+    registry: CollectorRegistry | None = None,
+    watch_backoff: Backoff = WATCH_BACKOFF,
+) -> Starlette:
+    """Discovery's ASGI app; ``probe_transport`` replaces the network under the lupine probes."""
+    registry = CollectorRegistry() if registry is None else registry
+    readiness = Readiness()
+    fleet = FleetState(default_port=settings.lupine.default_port)
+    topology = TopologyState()
+    instruments = Instruments.create(registry, fleet, topology)
+    outbox = EventOutbox(posted=instruments.events)
+    notices = NodeNotices(default_port=settings.lupine.default_port, emit=outbox.emit)
+    catalog = Catalog(
+        fleet=fleet,
+        topology=topology,
+        notices=notices,
+        topology_keys=settings.scheduling.topology_keys,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[State]:
+        prober = LupineProber(
+            timeout=settings.lupine.probe_timeout_seconds, transport=probe_transport
+        )
+        async with kube_client(settings) as kube, prober, anyio.create_task_group() as tg:
+            watch = NodeWatch(
+                kube=kube,
+                catalog=catalog,
+                readiness=readiness,
+                instruments=instruments,
+                backoff=watch_backoff,
+            )
+            probes = ProbeLoop(
+                fleet=fleet,
+                prober=prober,
+                instruments=instruments,
+                interval=settings.lupine.probe_interval_seconds,
+            )
+            await tg.start(outbox.run, EventPoster(kube))
+            await tg.start(watch.run)
+            await tg.start(probes.run)
+            yield {"deps": Deps(fleet=fleet, topology=topology)}
+            tg.cancel_scope.cancel()
+
+    return create_service_app(
+        service="discovery",
+        routes=ROUTES,
+        lifespan=lifespan,
+        readiness=readiness,
+        registry=registry,
+    )

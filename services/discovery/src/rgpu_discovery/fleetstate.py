@@ -1,0 +1,189 @@
+"""Why this module exists: the fleet is one value many readers wait on, changed by two
+writers (the Node watch and the probes); its revision must move exactly when something
+allocation-relevant changed, and never on a no-op.
+
+Each server is rebuilt alone when its Node or its probe result changes, and compared with
+the previous ``Server`` value: the contract holds only allocation-relevant facts, so
+"equal" means "no change". Only then is a new snapshot published, with the revision bumped
+by one; the other 4,999 servers are reused as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from rgpu_contracts.fleet import Fleet, Server
+from rgpu_contracts.ids import ServerName
+from rgpu_runtime import Versioned
+
+from .lupine import ProbeOutcome
+from .nodes import NodeView
+from .probestate import ProbeState
+from .published import Item, Published
+from .servers import Register, build_server, decode_cards
+
+__all__ = ["FleetSnapshot", "FleetState", "ProbeReport", "initial_revision"]
+
+logger = logging.getLogger(__name__)
+
+FleetSnapshot = Published[Server]
+
+
+def initial_revision() -> int:
+    """A starting revision above any this replica published before it restarted.
+
+    Milliseconds since the epoch: a restarted replica never reuses a revision its clients
+    already hold, so a long-poll never mistakes a new fleet for one it has seen.
+    """
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeReport:
+    """A probe result for ``endpoint`` of ``server``; ignored if the endpoint changed since."""
+
+    server: ServerName
+    endpoint: str
+    outcome: ProbeOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Entry:
+    view: NodeView
+    register: Register
+    probe: ProbeState
+    item: Item[Server]
+
+    @property
+    def server(self) -> Server:
+        return self.item.value
+
+
+class FleetState:
+    """The current fleet and its long-poll; mutated only from the event loop's thread."""
+
+    def __init__(self, *, default_port: int, clock: Callable[[], float] = time.time) -> None:
+        self._default_port = default_port
+        self._clock = clock
+        self._entries: dict[ServerName, _Entry] = {}
+        empty = Published[Server](
+            revision=initial_revision(),
+            listed=False,
+            key="servers",
+            fields={"observedAt": clock()},
+            items=(),
+        )
+        self.published: Versioned[FleetSnapshot] = Versioned(empty, revision=empty.revision)
+        self.targets_changed: Versioned[int] = Versioned(0)
+        """Bumped when a server to probe appears or moves, so the prober probes it at once."""
+
+    def snapshot(self) -> FleetSnapshot:
+        """The latest published fleet."""
+        return self.published.value
+
+    def fleet(self) -> Fleet:
+        """The latest fleet as the wire contract."""
+        snap = self.published.value
+        return Fleet(revision=snap.revision, observed_at=_observed(snap), servers=snap.values)
+
+    def targets(self) -> dict[ServerName, str]:
+        """Every server with an endpoint, to probe."""
+        return {name: e.server.endpoint for name, e in self._entries.items() if e.server.endpoint}
+
+    def apply(self, view: NodeView) -> Register:
+        """Add or update server ``view``; publishes when the server changed."""
+        entry = self._build(view)
+        if self._store(entry):
+            self._publish()
+        return entry.register
+
+    def remove(self, name: ServerName) -> bool:
+        """Forget a server (deleted, or no longer labelled); publishes when it was known."""
+        if self._entries.pop(name, None) is None:
+            return False
+        self._publish()
+        return True
+
+    def replace_all(self, views: Iterable[NodeView]) -> Mapping[ServerName, Register]:
+        """Make the fleet exactly ``views`` (after a list); publishes once if anything changed."""
+        built = {entry.view.name: entry for entry in map(self._build, views)}
+        gone = self._entries.keys() - built.keys()
+        for name in gone:
+            del self._entries[name]
+        changed = [self._store(entry) for entry in built.values()]
+        if gone or any(changed) or not self.published.value.listed:
+            self._publish()
+        return {ServerName(name): entry.register for name, entry in built.items()}
+
+    def apply_probes(self, reports: Iterable[ProbeReport]) -> bool:
+        """Fold probe results in; publishes once if any server changed."""
+        changed = False
+        for report in reports:
+            entry = self._entries.get(report.server)
+            if entry is None or entry.server.endpoint != report.endpoint:
+                continue
+            probe = entry.probe.after(report.outcome)
+            _log_transition(entry, probe, report)
+            changed |= self._store(self._rebuilt(entry.view, entry.register, probe))
+        if changed:
+            self._publish()
+        return changed
+
+    def _build(self, view: NodeView) -> _Entry:
+        old = self._entries.get(ServerName(view.name))
+        if old is not None and old.register.text == view.register:
+            register = old.register
+        else:
+            register = decode_cards(ServerName(view.name), view.register)
+        probe = old.probe if old is not None else ProbeState()
+        return self._rebuilt(view, register, probe)
+
+    def _rebuilt(self, view: NodeView, register: Register, probe: ProbeState) -> _Entry:
+        server = build_server(view, register, probe, self._default_port)
+        old = self._entries.get(server.name)
+        if old is not None and old.server == server:
+            item = old.item
+        else:
+            item = Item.of(server.name, server, Server.to_dict)
+        return _Entry(view=view, register=register, probe=probe, item=item)
+
+    def _store(self, entry: _Entry) -> bool:
+        """Keep ``entry``; whether the published server changed."""
+        name = entry.server.name
+        old = self._entries.get(name)
+        self._entries[name] = entry
+        before = None if old is None else old.server.endpoint
+        if entry.server.endpoint is not None and entry.server.endpoint != before:
+            self.targets_changed.publish(self.targets_changed.value + 1)
+        return old is None or old.item is not entry.item
+
+    def _publish(self) -> None:
+        snapshot = Published[Server](
+            revision=self.published.revision + 1,
+            listed=True,
+            key="servers",
+            fields={"observedAt": self._clock()},
+            items=(e.item for e in self._entries.values()),
+        )
+        self.published.publish(snapshot)
+
+
+def _log_transition(entry: _Entry, probe: ProbeState, report: ProbeReport) -> None:
+    if entry.probe.reachable and not probe.reachable:
+        logger.warning(
+            "lupine at %s unreachable after %d probes: %s",
+            report.endpoint,
+            probe.failures,
+            report.outcome.detail,
+            extra={"node": report.server},
+        )
+    elif not entry.probe.reachable and probe.reachable:
+        logger.info("lupine at %s reachable again", report.endpoint, extra={"node": report.server})
+
+
+def _observed(snapshot: FleetSnapshot) -> float:
+    value = snapshot.fields["observedAt"]
+    return float(value) if isinstance(value, int | float) else 0.0

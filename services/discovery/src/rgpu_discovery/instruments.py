@@ -1,0 +1,154 @@
+"""Why this module exists: discovery's own health must be visible on its ``/metrics`` — how
+big the fleet is and in what state, how probes go, how often the Node watch restarts and why —
+on the app's own registry, so two apps in one process (tests) never share a series.
+
+Fleet sizes are computed at scrape time from the published snapshots, so they can never drift
+from what ``GET /v1/fleet`` serves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import get_args
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .fleetstate import FleetState
+from .lupine import ProbeOutcome, ProbeResult
+from .topologystate import TopologyState
+
+__all__ = ["RESTART_CAUSES", "Instruments"]
+
+RESTART_CAUSES = ("expired", "error")
+"""Why the Node watch started over: ``expired`` (410, relist) or ``error`` (backoff)."""
+_EVENT_OUTCOMES = ("posted", "failed", "dropped")
+_PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
+"""Seconds; a healthy lupine answers within milliseconds, a hung one at the probe timeout."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Instruments:
+    """The counters and histograms discovery updates as it works."""
+
+    probes: Counter
+    probe_seconds: Histogram
+    watch_restarts: Counter
+    apiserver_errors: Counter
+    events: Counter
+
+    @classmethod
+    def create(
+        cls, registry: CollectorRegistry, fleet: FleetState, topology: TopologyState
+    ) -> Instruments:
+        """Register every series on ``registry``; fleet sizes are read from the states."""
+        registry.register(_StateCollector(fleet, topology))
+        instruments = cls(
+            probes=Counter(
+                "rgpu_discovery_probes_total",
+                "Lupine probes by result.",
+                ("result",),
+                registry=registry,
+            ),
+            probe_seconds=Histogram(
+                "rgpu_discovery_probe_duration_seconds",
+                "Time one lupine probe took, fallback included.",
+                registry=registry,
+                buckets=_PROBE_BUCKETS,
+            ),
+            watch_restarts=Counter(
+                "rgpu_discovery_watch_restarts_total",
+                "Node list+watch restarts by cause.",
+                ("cause",),
+                registry=registry,
+            ),
+            apiserver_errors=Counter(
+                "rgpu_discovery_apiserver_errors_total",
+                "Failed Kubernetes API calls by operation and error code.",
+                ("operation", "code"),
+                registry=registry,
+            ),
+            events=Counter(
+                "rgpu_discovery_node_events_total",
+                "Kubernetes Events about server Nodes by outcome.",
+                ("outcome",),
+                registry=registry,
+            ),
+        )
+        instruments._preset()
+        return instruments
+
+    def probed(self, outcome: ProbeOutcome) -> None:
+        """Count one probe and its latency."""
+        self.probes.labels(outcome.result).inc()
+        self.probe_seconds.observe(outcome.seconds)
+
+    def _preset(self) -> None:
+        # Zero-valued series from the start, so rate() and absence alerts work at once.
+        for result in get_args(ProbeResult):
+            self.probes.labels(result)
+        for cause in RESTART_CAUSES:
+            self.watch_restarts.labels(cause)
+        for outcome in _EVENT_OUTCOMES:
+            self.events.labels(outcome)
+
+
+class _StateCollector(Collector):
+    """Fleet and topology sizes, from the latest published snapshots."""
+
+    def __init__(self, fleet: FleetState, topology: TopologyState) -> None:
+        self._fleet = fleet
+        self._topology = topology
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        snapshot = self._fleet.snapshot()
+        servers = Tally((_flag(s.ready), _flag(s.reachable)) for s in snapshot.values)
+        cards = Tally(
+            (_flag(card.healthy), _flag(card.uuid in s.busy))
+            for s in snapshot.values
+            for card in s.cards
+        )
+        yield _family(
+            "rgpu_discovery_servers",
+            "Listed servers by Ready condition and reachability.",
+            ("ready", "reachable"),
+            servers,
+        )
+        yield _family(
+            "rgpu_discovery_cards",
+            "Remote cards by health and busy state.",
+            ("healthy", "busy"),
+            cards,
+        )
+        yield _gauge(
+            "rgpu_discovery_client_nodes",
+            "Client nodes in the topology.",
+            len(self._topology.snapshot()),
+        )
+        yield _gauge(
+            "rgpu_discovery_fleet_revision", "Revision of the published fleet.", snapshot.revision
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _family(
+    name: str, doc: str, labels: tuple[str, str], counts: Tally[tuple[str, str]]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for first in ("true", "false"):
+        for second in ("true", "false"):
+            family.add_metric([first, second], counts[(first, second)])
+    return family
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from rgpu_discovery.errors import MalformedNode
+from rgpu_discovery.nodes import node_name
+
+
+def test_server_label_with_empty_value_makes_a_server(build) -> None:
+    assert build.view(build.node("gpu-a", server="")).is_server
+
+
+def test_node_without_server_label_is_a_client(build) -> None:
+    result = build.view(build.node("node-1", server=None))
+    assert not result.is_server
+    assert result.server_label is None
+
+
+def test_first_internal_ip_wins_over_external_and_later_internal(build) -> None:
+    addresses = [
+        {"type": "Hostname", "address": "gpu-a"},
+        {"type": "ExternalIP", "address": "203.0.113.9"},
+        {"type": "InternalIP", "address": "10.0.0.7"},
+        {"type": "InternalIP", "address": "10.0.0.8"},
+    ]
+    assert build.view(build.node("gpu-a", addresses=addresses)).internal_ip == "10.0.0.7"
+
+
+def test_no_internal_ip_reads_as_none(build) -> None:
+    addresses = [{"type": "ExternalIP", "address": "203.0.113.9"}]
+    assert build.view(build.node("gpu-a", addresses=addresses)).internal_ip is None
+
+
+@pytest.mark.parametrize(
+    ("status", "ready"), [("True", True), ("False", False), ("Unknown", False), (None, False)]
+)
+def test_ready_only_when_ready_condition_is_true(build, status: str | None, ready: bool) -> None:
+    assert build.view(build.node("gpu-a", ready=status)).ready is ready
+
+
+def test_topology_keeps_only_configured_keys_in_configured_order(build) -> None:
+    labels = {build.zone: "z1", "unrelated": "x", build.rack: "r1"}
+    assert build.view(build.node("n", server=None, labels=labels)).topology == (
+        (build.rack, "r1"),
+        (build.zone, "z1"),
+    )
+
+
+def test_node_without_name_is_malformed() -> None:
+    with pytest.raises(MalformedNode, match=r"metadata\.name"):
+        node_name({"metadata": {}})
+
+
+def test_wrongly_typed_fields_are_read_as_absent(build) -> None:
+    result = build.view(
+        {"metadata": {"name": "gpu-a", "labels": ["x"]}, "status": {"addresses": 3}}
+    )
+    assert (result.is_server, result.internal_ip, result.ready) == (False, None, False)
