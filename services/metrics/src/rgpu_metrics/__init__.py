@@ -1,1 +1,13 @@
-"""Package placeholder; the issue that builds it fills it in."""
+"""rgpu_metrics: exports every remote GPU card once, in HAMi's families and rgpu's own.
+
+It follows discovery's fleet and the allocator's claims by long-poll and renders every scrape
+from memory; it never calls the apiserver.
+"""
+
+from __future__ import annotations
+
+from .app import create_app, main
+from .cards import CardState
+from .following import FollowPolicy
+
+__all__ = ["CardState", "FollowPolicy", "create_app", "main"]
