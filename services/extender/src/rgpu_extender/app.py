@@ -1,0 +1,137 @@
+"""Why this module exists: the composition root. ``create_app`` wires the verbs to their clients
+and background tasks, all owned by one lifespan; ``main`` serves the one app on the plain
+extender port (``RGPU_LISTEN``, for kube-scheduler) and, when a certificate is configured, on
+the TLS webhook port (``RGPU_WEBHOOK_LISTEN``, for the apiserver).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TypedDict
+
+import anyio
+import httpx
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+
+from rgpu_runtime import (
+    Listener,
+    Readiness,
+    Settings,
+    create_service_app,
+    http_client,
+    kube_client,
+    run_service,
+)
+
+from .admission import AdmissionPolicy
+from .allocator_client import AllocatorClient
+from .apiserver import Apiserver
+from .deps import Deps
+from .discovery_client import DiscoveryClient
+from .events import EventRecorder
+from .inventory import Inventory
+from .metrics import ExtenderMetrics
+from .routes import ROUTES
+
+__all__ = ["MAX_BODY_BYTES", "State", "create_app", "listeners", "main"]
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 << 20
+"""64 MiB: kube-scheduler without ``nodeCacheCapable`` sends every candidate Node in full,
+several KiB each, so runtime's 1 MiB default would refuse a filter in a cluster of a few
+hundred nodes."""
+
+
+class State(TypedDict):
+    """What the lifespan yields; handlers read it through ``routes.deps``."""
+
+    deps: Deps
+
+
+def create_app(
+    settings: Settings,
+    *,
+    allocator_transport: httpx.AsyncBaseTransport | None = None,
+    discovery_transport: httpx.AsyncBaseTransport | None = None,
+    registry: CollectorRegistry | None = None,
+) -> Starlette:
+    """Build the extender app; transports replace the real network in tests."""
+    registry = CollectorRegistry() if registry is None else registry
+    metrics = ExtenderMetrics.create(registry)
+    readiness = Readiness()
+    budget = settings.scheduling.extender_budget_seconds
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[State]:
+        async with AsyncExitStack() as stack:
+            allocator_http = await stack.enter_async_context(
+                http_client(
+                    base_url=settings.peers.allocator_url,
+                    timeout=budget,
+                    transport=allocator_transport,
+                )
+            )
+            discovery_http = await stack.enter_async_context(
+                http_client(
+                    base_url=settings.peers.discovery_url,
+                    timeout=budget,
+                    transport=discovery_transport,
+                )
+            )
+            kube = await stack.enter_async_context(kube_client(settings))
+            apiserver = Apiserver(kube)
+            discovery = DiscoveryClient(discovery_http)
+            inventory = Inventory()
+            events = EventRecorder(component=settings.scheduling.scheduler_name, metrics=metrics)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await tg.start(inventory.follow_fleet, discovery)
+            await tg.start(inventory.follow_topology, discovery)
+            await tg.start(events.run, apiserver)
+            readiness.set_ready()
+            deps = Deps(
+                settings=settings,
+                allocator=AllocatorClient(allocator_http),
+                apiserver=apiserver,
+                inventory=inventory,
+                events=events,
+                metrics=metrics,
+                admission=AdmissionPolicy.from_settings(settings),
+            )
+            try:
+                yield {"deps": deps}
+            finally:
+                tg.cancel_scope.cancel()
+
+    return create_service_app(
+        service="extender",
+        routes=ROUTES,
+        lifespan=lifespan,
+        readiness=readiness,
+        registry=registry,
+        max_body_bytes=MAX_BODY_BYTES,
+    )
+
+
+def listeners(settings: Settings) -> Sequence[Listener]:
+    """The plain extender listener, plus the TLS webhook listener when a certificate is set."""
+    http = settings.http
+    plain = Listener(listen=http.listen)
+    if http.tls_cert_file is None or http.tls_key_file is None:
+        logger.warning(
+            "RGPU_TLS_CERT_FILE/RGPU_TLS_KEY_FILE unset: no TLS webhook listener, so the "
+            "apiserver cannot call /mutate; GPU pods will not be mutated"
+        )
+        return [plain]
+    webhook = Listener(
+        listen=http.webhook_listen, ssl_certfile=http.tls_cert_file, ssl_keyfile=http.tls_key_file
+    )
+    return [plain, webhook]
+
+
+def main() -> None:
+    """Run the extender until SIGTERM (``python -m rgpu_extender``)."""
+    raise SystemExit(run_service("extender", create_app, listeners=listeners))

@@ -1,0 +1,129 @@
+"""Why this module exists: the webhook and the filter must read a pod's remote-GPU ask the same
+way, and a malformed quantity must be refused with its container and value named, never read as
+"asks for nothing" (that would place a GPU pod on a node without any GPU wiring).
+
+Values come from ``limits`` first, then ``requests`` (Kubernetes requires them equal for extended
+resources, and defaults a missing request from the limit). Only plain decimal integers in
+0..2^31-1 are accepted: ``1.5``, ``-1``, ``1e3`` or a unit suffix are refused even where
+Kubernetes' quantity grammar would allow them, because HAMi reads these resources as integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rgpu_contracts import ContainerRequest
+
+from .errors import InvalidQuantity
+from .pods import ContainerSlot, container_slots, mapping
+
+__all__ = ["MAX_QUANTITY", "ContainerDemand", "PodDemand", "read_demand"]
+
+MAX_QUANTITY = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerDemand:
+    """One container's ask beside its place in the pod spec."""
+
+    slot: ContainerSlot
+    count: int
+    memory_mib: int
+
+    def to_request(self) -> ContainerRequest:
+        return ContainerRequest(
+            name=self.slot.name, kind=self.slot.kind, count=self.count, memory_mib=self.memory_mib
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodDemand:
+    """Every container of a pod (init first, in pod order) with its remote-GPU ask."""
+
+    containers: tuple[ContainerDemand, ...]
+
+    @property
+    def asks(self) -> bool:
+        """Whether any container asks for at least one card."""
+        return any(c.count for c in self.containers)
+
+    @property
+    def requesting(self) -> tuple[ContainerDemand, ...]:
+        """The containers that ask for cards (those that need the env wiring)."""
+        return tuple(c for c in self.containers if c.count)
+
+    def requests(self) -> tuple[ContainerRequest, ...]:
+        """Every container, askers or not: the device codec needs one part per container."""
+        return tuple(c.to_request() for c in self.containers)
+
+
+def read_demand(pod: Mapping[str, Any], *, count_resource: str, memory_resource: str) -> PodDemand:
+    """Read each container's count and memory; raises ``InvalidQuantity`` naming the culprit."""
+    return PodDemand(
+        containers=tuple(
+            _container(slot, count_resource, memory_resource) for slot in container_slots(pod)
+        )
+    )
+
+
+def _container(slot: ContainerSlot, count_resource: str, memory_resource: str) -> ContainerDemand:
+    count = _quantity(slot, count_resource, _COUNT_HINT)
+    memory = _quantity(slot, memory_resource, _MEMORY_HINT)
+    if memory and not count:
+        raise InvalidQuantity(
+            f'container "{slot.name}" asks for {memory_resource}={memory} but not for '
+            f'{count_resource}; add {count_resource}: "1" to its limits, or drop the memory ask',
+            container=slot.name,
+            resource=count_resource,
+            value="",
+        )
+    return ContainerDemand(slot=slot, count=count, memory_mib=memory)
+
+
+_COUNT_HINT = 'cards per container, e.g. "1"'
+_MEMORY_HINT = 'MiB per card, e.g. "40000" (no unit suffix)'
+
+
+def _raw_quantity(body: Mapping[str, Any], resource: str) -> object | None:
+    resources = mapping(body.get("resources"))
+    for part in ("limits", "requests"):
+        values = mapping(resources.get(part))
+        if resource in values:
+            value: object = values[resource]
+            return value
+    return None
+
+
+def _quantity(slot: ContainerSlot, resource: str, hint: str) -> int:
+    raw = _raw_quantity(slot.body, resource)
+    if raw is None:
+        return 0
+    text = _text(raw)
+    problem = _problem(text)
+    if problem is not None:
+        raise InvalidQuantity(
+            f'container "{slot.name}": {resource}={text!r} {problem}; '
+            f"write a plain whole number of {hint}",
+            container=slot.name,
+            resource=resource,
+            value=text,
+        )
+    return int(text)
+
+
+def _text(raw: object) -> str:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    return str(raw)
+
+
+def _problem(text: str) -> str | None:
+    if text.isascii() and text.isdigit():
+        return None if int(text) <= MAX_QUANTITY else f"is larger than {MAX_QUANTITY}"
+    if text.startswith("-"):
+        return "is negative"
+    return "is not a whole number"

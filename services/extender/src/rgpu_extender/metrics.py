@@ -1,0 +1,65 @@
+"""Why this module exists: an operator asks "why are GPU pods not scheduling?" of Prometheus
+first; the extender answers with each verb's latency and outcome, the webhook's decisions and
+whether pod events are being written or dropped, all on the app's own registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+__all__ = ["ExtenderMetrics"]
+
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
+"""Seconds; a filter costs about a millisecond per loopback hop and must stay inside the
+4 s budget, so the buckets are dense below 10 ms and end just past the budget."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderMetrics:
+    """The extender's own series; build one per app with ``create``."""
+
+    verb_seconds: Histogram
+    """``rgpu_extender_verb_duration_seconds{verb,outcome}``: time spent deciding a verb."""
+    outcomes: Counter
+    """``rgpu_extender_outcomes_total{verb,outcome}``: how each verb ended (fit, no_fit, ...)."""
+    webhook: Counter
+    """``rgpu_extender_webhook_decisions_total{operation,decision}``: mutated/denied/..."""
+    events: Counter
+    """``rgpu_extender_events_total{reason,result}``: pod events written, skipped or dropped."""
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
+        return cls(
+            verb_seconds=Histogram(
+                "rgpu_extender_verb_duration_seconds",
+                "Time to decide one extender or webhook verb, by outcome.",
+                ("verb", "outcome"),
+                registry=registry,
+                buckets=BUCKETS,
+            ),
+            outcomes=Counter(
+                "rgpu_extender_outcomes",
+                "Extender verbs by how they ended.",
+                ("verb", "outcome"),
+                registry=registry,
+            ),
+            webhook=Counter(
+                "rgpu_extender_webhook_decisions",
+                "Admission webhook decisions.",
+                ("operation", "decision"),
+                registry=registry,
+            ),
+            events=Counter(
+                "rgpu_extender_events",
+                "Pod events by reason and what happened to them.",
+                ("reason", "result"),
+                registry=registry,
+            ),
+        )
+
+    def verb_done(self, verb: str, outcome: str, seconds: float) -> None:
+        """Record one finished verb."""
+        self.verb_seconds.labels(verb, outcome).observe(seconds)
+        self.outcomes.labels(verb, outcome).inc()

@@ -1,0 +1,68 @@
+"""Why this module exists: the HTTP surface — kube-scheduler's extender verbs and the admission
+webhook — and nothing else; each handler reads its body, calls its verb, writes the reply.
+
+kube-scheduler treats any non-200 from ``/filter`` or ``/bind`` as an extender failure and
+loses the reason, so those two answer 200 even to an unreadable body, with the reason in
+``Error``. ``/prioritize`` has no error field (it is a bare array) and ``/mutate`` has no uid
+to echo for a malformed review, so those answer 400 with an ``ErrorBody``.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rgpu_contracts import encode_host_priorities
+from rgpu_runtime import BadRequest, json_response, read_json, state_value
+
+from . import binding, filtering
+from .admission import admit
+from .deps import Deps
+from .scoring import prioritize
+
+__all__ = ["ROUTES", "deps"]
+
+
+def deps(request: Request) -> Deps:
+    """The lifespan's ``Deps``: the one way handlers reach clients and stores."""
+    return state_value(request, "deps", Deps)
+
+
+async def filter_nodes(request: Request) -> Response:
+    try:
+        raw = await read_json(request)
+    except BadRequest as exc:
+        outcome = filtering.unreadable(exc.message, deps(request))
+    else:
+        outcome = await filtering.filter_pod(raw, deps(request))
+    return json_response(outcome.result.to_dict())
+
+
+async def prioritize_nodes(request: Request) -> Response:
+    outcome = await prioritize(await read_json(request), deps(request))
+    return json_response(encode_host_priorities(outcome.priorities))
+
+
+async def bind_pod(request: Request) -> Response:
+    try:
+        raw = await read_json(request)
+    except BadRequest as exc:
+        outcome = binding.unreadable(exc.message, deps(request))
+    else:
+        outcome = await binding.bind_pod(raw, deps(request))
+    return json_response(outcome.result.to_dict())
+
+
+async def mutate_pod(request: Request) -> Response:
+    d = deps(request)
+    decision = admit(await read_json(request), d.admission, d.metrics)
+    return json_response(decision.review)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/filter", filter_nodes, methods=["POST"]),
+    Route("/prioritize", prioritize_nodes, methods=["POST"]),
+    Route("/bind", bind_pod, methods=["POST"]),
+    Route("/mutate", mutate_pod, methods=["POST"]),
+]
