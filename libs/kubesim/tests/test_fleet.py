@@ -11,13 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.lowlevel
 import httpx
 import kubernetes_validate
 import pytest
 
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER, decode_register
+from rgpu_kubesim import ApiError, run_apiserver
 from rgpu_kubesim._lupine_errors import LupineNotFound, SimOptionError
 from rgpu_kubesim.fleet import FleetSpec, ServerPlan, plan_fleet, seed_fleet
 
@@ -42,12 +41,6 @@ class ListStore:
     def create(self, resource: str, obj: dict[str, Any], /) -> dict[str, Any]:
         self.created.append((resource, obj))
         return obj
-
-
-class AsyncListStore(ListStore):
-    async def create(self, resource: str, obj: dict[str, Any], /) -> dict[str, Any]:  # type: ignore[override]
-        await anyio.lowlevel.checkpoint()
-        return super().create(resource, obj)
 
 
 def label(node: dict[str, Any], key: str) -> str | None:
@@ -217,7 +210,7 @@ async def test_seed_fleet_creates_nodes_whose_ports_really_listen() -> None:
 
 async def test_seeded_lupine_serves_the_planned_gpus_and_mode() -> None:
     plan = plan_fleet(FleetSpec(servers=2, cards=3, clients=0, seed=22, h2only_share=1.0))
-    async with seed_fleet(AsyncListStore(), plan, now=NOW) as seeded:
+    async with seed_fleet(ListStore(), plan, now=NOW) as seeded:
         for server in plan.servers:
             fake = seeded.lupine.by_name(server.name)
             assert [g.uuid for g in fake.gpus] == [c.uuid for c in server.cards]
@@ -243,3 +236,21 @@ async def test_default_port_taken_falls_back_to_an_explicit_free_port(
         port = label(seeded.nodes[0], LABEL_SERVER)
         assert port not in ("", "14833")
         assert seeded.lupine.by_name(plan.servers[0].name).port == int(str(port))
+
+
+async def test_seeding_the_simulated_apiserver_stores_ready_labelled_nodes() -> None:
+    plan = plan_fleet(FleetSpec(servers=2, cards=2, clients=3, seed=24))
+    async with run_apiserver() as sim, seed_fleet(sim.store, plan) as seeded:
+        servers = sim.store.list("nodes", label_selector=LABEL_SERVER)
+        assert sorted(n["metadata"]["name"] for n in servers) == [s.name for s in plan.servers]
+        assert len(sim.store.list("nodes")) == 5
+        assert all(n["metadata"]["resourceVersion"] for n in seeded.nodes)
+
+
+async def test_seeding_the_same_plan_twice_is_refused_by_the_store() -> None:
+    plan = plan_fleet(FleetSpec(servers=1, clients=0, seed=25))
+    async with run_apiserver() as sim, seed_fleet(sim.store, plan):
+        with pytest.raises(ApiError) as caught:
+            async with seed_fleet(sim.store, plan):
+                pass
+    assert caught.value.code == 409

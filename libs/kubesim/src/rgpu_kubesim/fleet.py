@@ -9,7 +9,6 @@ learns their real ports, then writes the Nodes.
 
 from __future__ import annotations
 
-import inspect
 import ipaddress
 import json
 import random
@@ -306,10 +305,10 @@ def _plan_server(spec: FleetSpec, i: int, address: str, placement: Placement) ->
 
 
 class NodeStore(Protocol):
-    """What ``seed_fleet`` needs from the simulated apiserver's store."""
+    """What ``seed_fleet`` needs from the simulated apiserver's ``Store``."""
 
-    def create(self, resource: str, obj: Manifest, /) -> object:
-        """Create an object of ``resource`` (``"nodes"``)."""
+    def create(self, resource: str, obj: Manifest, /) -> Mapping[str, Any]:
+        """Create an object of ``resource`` (``"nodes"``) and return it as stored."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,6 +318,7 @@ class SeededFleet:
     plan: FleetPlan
     lupine: LupineFleet
     nodes: tuple[Manifest, ...]
+    """The Nodes as the store returned them (servers first, in plan order)."""
 
     def endpoints(self) -> Mapping[str, str]:
         """Server name → ``host:port`` its Node advertises."""
@@ -333,18 +333,18 @@ async def seed_fleet(
 
     Servers planned on the default port get it when it is free on their address, else a free
     port written into the label. The lupine servers stop when the block exits; the Nodes stay.
-    Raises ``AddressUnavailable`` when an address cannot be bound at all.
+    Raises ``AddressUnavailable`` when an address cannot be bound at all, and whatever the
+    store raises for a Node it refuses (the simulated apiserver's ``ApiError``).
     """
     stamp = now or datetime.now(UTC)
     async with open_lupine_fleet() as lupine:
-        nodes: list[Manifest] = []
+        manifests: list[Manifest] = []
         for server in plan.servers:
             fake = await _start_server(lupine, server)
-            nodes.append(server.node(port=fake.port, now=stamp))
-        nodes.extend(client.node(now=stamp) for client in plan.clients)
-        for node in nodes:
-            await _create(store, node)
-        yield SeededFleet(plan=plan, lupine=lupine, nodes=tuple(nodes))
+            manifests.append(server.node(port=fake.port, now=stamp))
+        manifests.extend(client.node(now=stamp) for client in plan.clients)
+        nodes = tuple(dict(store.create("nodes", node)) for node in manifests)
+        yield SeededFleet(plan=plan, lupine=lupine, nodes=nodes)
 
 
 async def _start_server(lupine: LupineFleet, server: ServerPlan) -> FakeLupine:
@@ -354,9 +354,3 @@ async def _start_server(lupine: LupineFleet, server: ServerPlan) -> FakeLupine:
         except AddressUnavailable:
             pass  # another process holds 14833 here; an explicit port label is still HAMi's way
     return await lupine.start(server.lupine_spec(0))
-
-
-async def _create(store: NodeStore, node: Manifest) -> None:
-    result = store.create("nodes", node)
-    if inspect.isawaitable(result):
-        await result
