@@ -27,11 +27,6 @@ REGISTER_EXAMPLES = Path("/work/shared/fixtures/hami/node-register-examples.json
 TOPOLOGY = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class ListStore:
     """Records what seed_fleet creates, like the simulated apiserver's store would."""
 

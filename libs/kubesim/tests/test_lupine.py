@@ -25,11 +25,6 @@ BUSY_METRIC = "lupine_client_device_memory_used_bytes"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def sample_text() -> str:
     return SAMPLE.read_text()
 

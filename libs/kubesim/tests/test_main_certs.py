@@ -22,11 +22,6 @@ WEBHOOK = "rgpu-extender.rgpu-system.svc"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def files(tmp_path: Path) -> CertFiles:
     return write_certs(tmp_path / "tls", hosts=["127.0.0.1"], dns_names=[WEBHOOK])
 
