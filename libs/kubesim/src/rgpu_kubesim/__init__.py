@@ -1,0 +1,62 @@
+"""rgpu's simulated Kubernetes cluster: a real apiserver on loopback, for tests and the demo.
+
+``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding) and events,
+coordination.k8s.io/v1 leases and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations
+with kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission
+webhooks, Status errors), so unmodified clients (kubectl, kubernetes_asyncio) work against it.
+"""
+
+from __future__ import annotations
+
+from rgpu_kubesim._faults import Faults
+from rgpu_kubesim._lupine_errors import (
+    AddressUnavailable,
+    LupineNotFound,
+    SimOptionError,
+    SimSetupError,
+)
+from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
+from rgpu_kubesim._store import Store
+from rgpu_kubesim.certs import CertFiles, write_certs
+from rgpu_kubesim.errors import ApiError, FaultSpecError, KubesimError
+from rgpu_kubesim.fleet import (
+    FleetPlan,
+    FleetSpec,
+    PodPlan,
+    SeededFleet,
+    WorkloadSpec,
+    plan_fleet,
+    plan_workload,
+    seed_fleet,
+)
+from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
+
+__all__ = [
+    "AddressUnavailable",
+    "ApiError",
+    "ApiOptions",
+    "CertFiles",
+    "FakeLupine",
+    "FaultSpecError",
+    "Faults",
+    "FleetPlan",
+    "FleetSpec",
+    "KubesimError",
+    "LupineFleet",
+    "LupineNotFound",
+    "LupineSpec",
+    "PodPlan",
+    "SeededFleet",
+    "SimApiServer",
+    "SimOptionError",
+    "SimSetupError",
+    "Store",
+    "WorkloadSpec",
+    "open_lupine_fleet",
+    "plan_fleet",
+    "plan_workload",
+    "run_apiserver",
+    "run_lupine",
+    "seed_fleet",
+    "write_certs",
+]

@@ -1,0 +1,241 @@
+"""Mutating admission: calling MutatingWebhookConfiguration webhooks like kube-apiserver.
+
+For each write the server builds an AdmissionReview v1, POSTs it over TLS (verified against the
+webhook's caBundle, or the system roots without one) to ``clientConfig.url`` or to the loopback
+address ``ApiOptions.service_address_map`` gives the referenced Service, applies returned JSON
+patches, and turns a denial into the Status kube returns. A webhook that cannot be called is
+skipped under ``failurePolicy: Ignore`` and fails the request under ``Fail``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ssl
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from rgpu_kubesim import _status
+from rgpu_kubesim._patching import PatchError, json_patch
+from rgpu_kubesim._resources import require
+from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._webhooks import Attributes, Webhook, webhooks_of
+from rgpu_kubesim.errors import ApiError, WebhookCallError
+
+_OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+_MAX_CLIENTS = 32
+_CONFIGS = require("mutatingwebhookconfigurations")
+
+
+def denial(webhook: str, result: Mapping[str, Any] | None) -> ApiError:
+    """kube's webhookerrors.ToStatusErr: the webhook's Status, message prefixed, code >= 400."""
+    result = dict(result or {})
+    code = int(result.get("code") or 0)
+    prefix = f'admission webhook "{webhook}" denied the request'
+    if result.get("message"):
+        message = f"{prefix}: {result['message']}"
+    elif result.get("reason"):
+        message = f"{prefix}: {result['reason']}"
+    else:
+        message = f"{prefix} without explanation"
+    details = result.get("details")
+    reason = str(result.get("reason") or "")
+    return _status.failure(max(code, 400), message, reason=reason, details=details)
+
+
+class Admission:
+    """Runs the mutating webhook chain; owns one HTTP client per CA bundle."""
+
+    def __init__(self, storage: Storage, *, service_address_map: Mapping[str, str]) -> None:
+        self._storage = storage
+        self._addresses = dict(service_address_map)
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._cache: tuple[tuple[tuple[str, int], ...], tuple[Webhook, ...]] = ((), ())
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    def _webhooks(self) -> tuple[Webhook, ...]:
+        entries = tuple(self._storage.entries(_CONFIGS))
+        stamp = tuple(sorted((e.name, e.rv) for e in entries))
+        if stamp != self._cache[0]:
+            self._cache = (stamp, webhooks_of([e.decode() for e in entries]))
+        return self._cache[1]
+
+    def needed(self) -> bool:
+        """Whether any webhook is configured at all (the fast path skips everything)."""
+        return bool(self._webhooks())
+
+    async def admit(self, attrs: Attributes) -> dict[str, Any] | None:
+        """Run every matching webhook; return the (possibly patched) object."""
+        hooks = [h for h in self._webhooks() if h.applies_to(attrs)]
+        obj, called = attrs.obj, []
+        for hook in hooks:
+            patched = await self._invoke(hook, attrs, obj)
+            called.append((hook, patched != obj))
+            obj = patched
+        return await self._reinvoke(attrs, obj, called)
+
+    async def _reinvoke(
+        self, attrs: Attributes, obj: dict[str, Any] | None, called: list[tuple[Webhook, bool]]
+    ) -> dict[str, Any] | None:
+        # reinvocationPolicy IfNeeded: a webhook runs once more if any later webhook changed the
+        # object after it ran; kube bounds this to a single extra round.
+        changed_after = [any(c for _, c in called[i + 1 :]) for i in range(len(called))]
+        for (hook, _), later_change in zip(called, changed_after, strict=True):
+            if hook.reinvoke and later_change:
+                obj = await self._invoke(hook, attrs, obj)
+        return obj
+
+    async def _invoke(
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        try:
+            return await self._call(hook, attrs, obj)
+        except WebhookCallError as exc:
+            if hook.failure_policy == "Ignore":
+                return obj
+            raise _status.internal(str(exc)) from exc
+
+    async def _call(
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        uid = str(uuid.uuid4())
+        review = _review(uid, attrs, obj)
+        response = await self._post(hook, review)
+        if response.get("uid") != uid:
+            raise WebhookCallError(
+                hook.name, f'expected response.uid="{uid}", got "{response.get("uid")}"'
+            )
+        if not response.get("allowed"):
+            raise denial(hook.name, response.get("status"))
+        return _apply_patch(hook, response, obj)
+
+    async def _post(self, hook: Webhook, review: dict[str, Any]) -> Mapping[str, Any]:
+        url, address, server_name = self._endpoint(hook)
+        shown = f'Post "{url}?timeout={hook.timeout_seconds}s"'
+        client = await self._client(hook)
+        extensions = {"sni_hostname": server_name} if server_name else {}
+        try:
+            reply = await client.post(
+                f"{address}?timeout={hook.timeout_seconds}s",
+                content=orjson.dumps(review),
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                timeout=hook.timeout_seconds,
+                extensions=extensions,
+            )
+        except httpx.TimeoutException as exc:
+            raise WebhookCallError(
+                hook.name, f"failed to call webhook: {shown}: context deadline exceeded"
+            ) from exc
+        except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
+            raise WebhookCallError(hook.name, f"failed to call webhook: {shown}: {exc!r}") from exc
+        return _parse_reply(hook, reply)
+
+    def _endpoint(self, hook: Webhook) -> tuple[str, str, str]:
+        """(URL as kube would show it, URL actually dialled, TLS server name to verify)."""
+        config = hook.client_config
+        if config.get("url"):
+            return str(config["url"]), str(config["url"]), ""
+        service = config.get("service") or {}
+        namespace, name = service.get("namespace"), service.get("name")
+        port, path = int(service.get("port", 443)), str(service.get("path") or "/")
+        server_name = f"{name}.{namespace}.svc"
+        shown = f"https://{server_name}:{port}{path}"
+        address = self._addresses.get(f"{namespace}/{name}:{port}")
+        if address is None:
+            why = f"service {namespace}/{name}:{port} is not in ApiOptions.service_address_map"
+            raise WebhookCallError(hook.name, f'failed to call webhook: Post "{shown}": {why}')
+        return shown, f"https://{address}{path}", server_name
+
+    async def _client(self, hook: Webhook) -> httpx.AsyncClient:
+        bundle = str(hook.client_config.get("caBundle") or "")
+        client = self._clients.get(bundle)
+        if client is None:
+            client = httpx.AsyncClient(verify=_ssl_context(hook, bundle), trust_env=False)
+            if len(self._clients) >= _MAX_CLIENTS:
+                oldest = next(iter(self._clients))
+                await self._clients.pop(oldest).aclose()
+            self._clients[bundle] = client
+        return client
+
+
+def _ssl_context(hook: Webhook, bundle: str) -> ssl.SSLContext:
+    if not bundle:
+        return ssl.create_default_context()
+    try:
+        pem = base64.b64decode(bundle, validate=True).decode()
+        return ssl.create_default_context(cadata=pem)
+    except (binascii.Error, UnicodeDecodeError, ssl.SSLError, ValueError) as exc:
+        raise WebhookCallError(hook.name, f"invalid caBundle: {exc}") from exc
+
+
+def _parse_reply(hook: Webhook, reply: httpx.Response) -> Mapping[str, Any]:
+    if reply.status_code != 200:
+        why = f"an error on the server ({reply.text[:200]!r}) prevented the request from succeeding"
+        raise WebhookCallError(
+            hook.name, f"failed to call webhook: {why} (HTTP {reply.status_code})"
+        )
+    try:
+        body = orjson.loads(reply.content)
+    except orjson.JSONDecodeError as exc:
+        raise WebhookCallError(hook.name, f"received invalid webhook response: {exc}") from exc
+    response = body.get("response") if isinstance(body, dict) else None
+    if not isinstance(response, dict):
+        raise WebhookCallError(hook.name, "received invalid webhook response: response is missing")
+    return response
+
+
+def _apply_patch(
+    hook: Webhook, response: Mapping[str, Any], obj: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    patch = response.get("patch")
+    if not patch:
+        return obj
+    if response.get("patchType") != "JSONPatch":
+        raise _status.internal(
+            f'webhook "{hook.name}" returned patchType {response.get("patchType")!r}; '
+            "only JSONPatch is allowed"
+        )
+    try:
+        operations = orjson.loads(base64.b64decode(str(patch)))
+        patched = json_patch(orjson.loads(orjson.dumps(obj)), operations)
+    except (binascii.Error, orjson.JSONDecodeError, PatchError, ApiError) as exc:
+        raise _status.internal(
+            f'JSON patch from webhook "{hook.name}" could not be applied: {exc}'
+        ) from exc
+    if not isinstance(patched, dict):
+        raise _status.internal(f'JSON patch from webhook "{hook.name}" did not produce an object')
+    return patched
+
+
+def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:
+    resource = attrs.resource
+    kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
+    gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+    request: dict[str, Any] = {"uid": uid, "kind": kind, "resource": gvr}
+    if attrs.subresource:
+        request["subResource"] = attrs.subresource
+    request.update(requestKind=kind, requestResource=gvr)
+    if attrs.subresource:
+        request["requestSubResource"] = attrs.subresource
+    request.update(
+        name=attrs.name,
+        namespace=attrs.namespace,
+        operation=attrs.operation,
+        userInfo={"username": attrs.user, "groups": ["system:authenticated"]},
+        object=obj,
+        oldObject=attrs.old,
+        dryRun=False,
+        options={
+            "kind": _OPTIONS_KIND.get(attrs.operation, "CreateOptions"),
+            "apiVersion": "meta.k8s.io/v1",
+        },
+    )
+    return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}

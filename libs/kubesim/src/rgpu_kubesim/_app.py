@@ -1,0 +1,124 @@
+"""The Starlette application of the simulated apiserver: routes and error translation.
+
+Discovery, health and the ``/_sim/faults`` control endpoint are plain routes; every resource
+path goes to one handler that parses kube's path grammar itself. Every error leaves as a
+Kubernetes ``Status`` body, including unknown paths and wrong methods.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from rgpu_kubesim import _discovery, _openapi, _status
+from rgpu_kubesim._handlers import Deps, ResourceHandlers
+from rgpu_kubesim._responses import error_response, json_response
+from rgpu_kubesim.errors import ApiError, FaultSpecError
+
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return error_response(_status.method_not_allowed())
+    if exc.status_code == 404:
+        return error_response(_status.route_not_found())
+    return error_response(_status.failure(exc.status_code, str(exc.detail)))
+
+
+class _Discovery:
+    async def version(self, request: Request) -> Response:
+        return json_response(_discovery.version_info())
+
+    async def core(self, request: Request) -> Response:
+        return json_response(_discovery.api_versions(request.url.netloc))
+
+    async def groups(self, request: Request) -> Response:
+        return json_response(_discovery.api_group_list())
+
+    async def group(self, request: Request) -> Response:
+        return _found(_discovery.api_group(request.path_params["group"]))
+
+    async def core_resources(self, request: Request) -> Response:
+        return _found(_discovery.resource_list("", request.path_params["version"]))
+
+    async def group_resources(self, request: Request) -> Response:
+        params = request.path_params
+        return _found(_discovery.resource_list(params["group"], params["version"]))
+
+    async def openapi_root(self, request: Request) -> Response:
+        return json_response(_openapi.root())
+
+    async def openapi_core(self, request: Request) -> Response:
+        return _found(_openapi.group_version("", request.path_params["version"]))
+
+    async def openapi_group(self, request: Request) -> Response:
+        params = request.path_params
+        return _found(_openapi.group_version(params["group"], params["version"]))
+
+
+def _found(document: dict[str, object] | None) -> Response:
+    if document is None:
+        raise _status.route_not_found()
+    return json_response(document)
+
+
+class _FaultControl:
+    def __init__(self, deps: Deps) -> None:
+        self._faults = deps.faults
+
+    async def handle(self, request: Request) -> Response:
+        if request.method != "GET":
+            await self._apply(request)
+        return json_response(self._faults.to_dict())
+
+    async def _apply(self, request: Request) -> None:
+        try:
+            body = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise _status.bad_request(f"/_sim/faults expects a JSON object: {exc}") from exc
+        if not isinstance(body, dict):
+            raise _status.bad_request("/_sim/faults expects a JSON object")
+        try:
+            self._faults.apply(body, replace=request.method == "PUT")
+        except FaultSpecError as exc:
+            raise _status.bad_request(str(exc)) from exc
+
+
+async def _healthy(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def create_app(deps: Deps) -> Starlette:
+    """The apiserver's ASGI app over ``deps`` (storage, faults, admission, settings)."""
+    discovery = _Discovery()
+    resources = ResourceHandlers(deps)
+    routes = [
+        Route("/version", discovery.version),
+        Route("/api", discovery.core),
+        Route("/api/{version}", discovery.core_resources),
+        Route("/apis", discovery.groups),
+        Route("/apis/{group}", discovery.group),
+        Route("/apis/{group}/{version}", discovery.group_resources),
+        Route("/openapi/v3", discovery.openapi_root),
+        Route("/openapi/v3/api/{version}", discovery.openapi_core),
+        Route("/openapi/v3/apis/{group}/{version}", discovery.openapi_group),
+        Route("/healthz", _healthy),
+        Route("/livez", _healthy),
+        Route("/readyz", _healthy),
+        Route("/_sim/faults", _FaultControl(deps).handle, methods=["GET", "POST", "PUT"]),
+        Route("/api/{path:path}", resources.handle, methods=_ALL_METHODS),
+        Route("/apis/{path:path}", resources.handle, methods=_ALL_METHODS),
+    ]
+    handlers = {ApiError: _api_error, HTTPException: _http_error}
+    return Starlette(routes=routes, exception_handlers=handlers)

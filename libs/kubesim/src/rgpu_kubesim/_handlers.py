@@ -1,0 +1,307 @@
+"""The REST verbs: what each request does to storage, with faults and admission around it.
+
+Each handler follows kube-apiserver's request pipeline: decode and default the body, check the
+namespace exists, run mutating admission, then let storage validate and commit. Faults are
+applied first so that an injected error costs nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rgpu_kubesim import _requests, _status, _tables
+from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._faults import Faults
+from rgpu_kubesim._objects import Entry, full_object
+from rgpu_kubesim._resources import require
+from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
+from rgpu_kubesim._routing import Target, parse_target, verb_for
+from rgpu_kubesim._selectors import parse_field_selector, parse_label_selector
+from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._watching import event_line
+from rgpu_kubesim._webhooks import Attributes
+from rgpu_kubesim.errors import ApiError
+
+JsonObj = dict[str, Any]
+_DEFAULT_WATCH_SECONDS = 1800
+_PATCH_ATTEMPTS = 5
+_NAMESPACES = require("namespaces")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deps:
+    """What handlers need; built once per server."""
+
+    storage: Storage
+    faults: Faults
+    admission: Admission
+    default_user: str
+    bookmark_interval: float
+    clock: Callable[[], float] = time.time
+
+
+class ResourceHandlers:
+    """Endpoints for every resource path (``/api/...`` and ``/apis/...``)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self._verbs: dict[str, Callable[[Target, Request], Awaitable[Response]]] = {
+            "get": self.get,
+            "list": self.list,
+            "watch": self.watch,
+            "create": self.create,
+            "update": self.update,
+            "patch": self.patch,
+            "delete": self.delete,
+            "deletecollection": self.delete_collection,
+        }
+
+    async def handle(self, request: Request) -> Response:
+        target = parse_target(request.url.path)
+        verb = verb_for(request.method, target, _requests.flag(request.query_params, "watch"))
+        decision = self.deps.faults.decide(verb, target.fault_key)
+        if decision.latency:
+            await anyio.sleep(decision.latency)
+        if decision.error is not None:
+            raise decision.error
+        if verb in {"create", "update", "patch", "delete"}:
+            _requests.reject_dry_run(request.query_params)
+        if verb == "create" and target.subresource == "binding":
+            return await self.bind(target, request)
+        return await self._verbs[verb](target, request)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, target: Target, request: Request) -> Response:
+        entry = self.deps.storage.get(target.resource, target.namespace or "", target.name)
+        if _requests.wants_table(request):
+            body = _tables.table(target.resource, [entry], rv=entry.rv, now=self.deps.clock())
+            return json_response(body)
+        return object_response(target.resource, entry)
+
+    async def list(self, target: Target, request: Request) -> Response:
+        query = request.query_params
+        page = self.deps.storage.list_entries(
+            target.resource,
+            target.namespace,
+            parse_label_selector(query.get("labelSelector", "")),
+            parse_field_selector(query.get("fieldSelector", ""), target.resource),
+            limit=_requests.integer(query, "limit", 0),
+            continue_token=query.get("continue", ""),
+            resource_version=query.get("resourceVersion", ""),
+            match=query.get("resourceVersionMatch", ""),
+        )
+        return list_response(request, target.resource, page, self.deps.clock())
+
+    async def watch(self, target: Target, request: Request) -> Response:
+        query = request.query_params
+        labels = parse_label_selector(query.get("labelSelector", ""))
+        fields = parse_field_selector(query.get("fieldSelector", ""), target.resource)
+        send_initial = _requests.flag(query, "sendInitialEvents")
+        bookmarks = _requests.flag(query, "allowWatchBookmarks")
+        try:
+            start = self.deps.storage.open_watch(
+                target.resource,
+                target.namespace,
+                labels,
+                fields,
+                resource_version=query.get("resourceVersion", ""),
+                send_initial=send_initial,
+            )
+        except ApiError as exc:
+            if exc.code not in (410, 504):
+                raise
+            # kube reports an unusable version inside a 200 stream, as a single ERROR event.
+            return Response(
+                event_line("ERROR", orjson.dumps(exc.status)), media_type="application/json"
+            )
+        return WatchResponse(
+            self.deps.storage,
+            start,
+            timeout=_requests.integer(query, "timeoutSeconds", _DEFAULT_WATCH_SECONDS),
+            bookmark_interval=self.deps.bookmark_interval if bookmarks else None,
+            initial_end_bookmark=send_initial and bookmarks,
+        )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def create(self, target: Target, request: Request) -> Response:
+        storage, namespace = self.deps.storage, target.namespace or ""
+        obj = storage.normalize(target.resource, namespace, await _requests.read_object(request))
+        storage.require_namespace(target.resource, namespace)
+        obj = await self._admitted(request, target, "CREATE", obj, None)
+        entry = storage.create(target.resource, namespace, obj)
+        return object_response(target.resource, entry, 201)
+
+    async def update(self, target: Target, request: Request) -> Response:
+        storage, namespace = self.deps.storage, target.namespace or ""
+        body = await _requests.read_object(request)
+        obj = storage.normalize(target.resource, namespace, body, name=target.name)
+        current = storage.get(target.resource, namespace, target.name)
+        obj = await self._admitted(request, target, "UPDATE", obj, current)
+        entry = storage.update(
+            target.resource, namespace, target.name, obj, subresource=target.subresource
+        )
+        return object_response(target.resource, entry)
+
+    async def patch(self, target: Target, request: Request) -> Response:
+        content_type, patch = await _requests.read_patch(request)
+        for attempt in range(_PATCH_ATTEMPTS):
+            try:
+                return await self._patch_once(target, request, content_type, patch)
+            except _RetryablePatchConflict as conflict:
+                if attempt == _PATCH_ATTEMPTS - 1:
+                    raise conflict.error from conflict
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def _patch_once(
+        self, target: Target, request: Request, content_type: str, patch: Any
+    ) -> Response:
+        storage, namespace = self.deps.storage, target.namespace or ""
+        current = storage.get(target.resource, namespace, target.name)
+        obj = storage.patched(target.resource, current, patch, content_type)
+        explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
+        obj = storage.normalize(target.resource, namespace, obj, name=target.name)
+        obj = await self._admitted(request, target, "UPDATE", obj, current)
+        try:
+            entry = storage.update(
+                target.resource, namespace, target.name, obj, subresource=target.subresource
+            )
+        except ApiError as exc:
+            # A write that slipped in while webhooks ran is not the client's conflict: re-patch.
+            if exc.code == 409 and not explicit:
+                raise _RetryablePatchConflict(exc) from exc
+            raise
+        return object_response(target.resource, entry)
+
+    async def delete(self, target: Target, request: Request) -> Response:
+        storage, namespace = self.deps.storage, target.namespace or ""
+        preconditions = await _requests.read_delete_options(request)
+        entry = await self._delete_one(
+            request, target, storage.get(target.resource, namespace, target.name), preconditions
+        )
+        if target.resource.delete_returns_object:
+            return object_response(target.resource, entry)
+        details = _status.resource_details(target.resource, entry.name, uid=entry.uid)
+        return json_response(_status.success(details))
+
+    async def _delete_one(
+        self, request: Request, target: Target, current: Entry, preconditions: Any
+    ) -> Entry:
+        await self._admit(request, target, "DELETE", None, current)
+        return self.deps.storage.delete(
+            target.resource, current.namespace, current.name, preconditions
+        )
+
+    async def delete_collection(self, target: Target, request: Request) -> Response:
+        query = request.query_params
+        page = self.deps.storage.list_entries(
+            target.resource,
+            target.namespace,
+            parse_label_selector(query.get("labelSelector", "")),
+            parse_field_selector(query.get("fieldSelector", ""), target.resource),
+        )
+        deleted = [await self._delete_one(request, target, entry, {}) for entry in page.entries]
+        result = type(page)(entries=tuple(deleted), rv=self.deps.storage.resource_version)
+        return list_response(request, target.resource, result, self.deps.clock())
+
+    async def bind(self, target: Target, request: Request) -> Response:
+        binding = await _requests.read_object(request)
+        if not isinstance(binding, dict):
+            raise _status.bad_request("the Binding body must be a JSON object")
+        name = _binding_name(target, binding)
+        namespace = target.namespace or ""
+        self.deps.storage.get(target.resource, namespace, name)
+        if not (binding.get("target") or {}).get("name"):
+            raise _status.failure(422, f'Binding "{name}" is invalid: target.name: Required value')
+        binding = await self._admitted(request, target, "CREATE", binding, None, name=name)
+        self.deps.storage.bind(namespace, name, binding)
+        return json_response(_status.success(code=201), 201)
+
+    # -- admission ---------------------------------------------------------------------------
+
+    async def _admit(
+        self,
+        request: Request,
+        target: Target,
+        operation: str,
+        obj: JsonObj | None,
+        old: Entry | None,
+        *,
+        name: str = "",
+    ) -> JsonObj | None:
+        admission = self.deps.admission
+        if not admission.needed():
+            return obj
+        resource, namespace = target.resource, target.namespace or ""
+        kind = "Binding" if target.subresource == "binding" else resource.kind
+        attrs = Attributes(
+            resource=resource,
+            subresource=target.subresource,
+            operation=operation,
+            namespace=namespace,
+            name=name or target.name or str(((obj or {}).get("metadata") or {}).get("name", "")),
+            obj=_with_type(kind, resource.api_version, obj),
+            old=full_object(resource, old) if old is not None else None,
+            kind=kind,
+            api_version=resource.api_version,
+            user=_requests.user_of(request, self.deps.default_user),
+            namespace_labels=self._namespace_labels(namespace),
+        )
+        return await admission.admit(attrs)
+
+    async def _admitted(
+        self,
+        request: Request,
+        target: Target,
+        operation: str,
+        obj: JsonObj,
+        old: Entry | None,
+        *,
+        name: str = "",
+    ) -> JsonObj:
+        """Admit a write whose object exists; webhooks can patch it but never remove it."""
+        admitted = await self._admit(request, target, operation, obj, old, name=name)
+        return obj if admitted is None else admitted
+
+    def _namespace_labels(self, namespace: str) -> dict[str, str]:
+        try:
+            return (
+                dict(self.deps.storage.get(_NAMESPACES, "", namespace).labels) if namespace else {}
+            )
+        except ApiError:
+            return {}
+
+
+class _RetryablePatchConflict(Exception):
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _binding_name(target: Target, binding: JsonObj) -> str:
+    from_body = str((binding.get("metadata") or {}).get("name") or "")
+    if target.name and from_body and from_body != target.name:
+        raise _status.name_mismatch(from_body, target.name)
+    name = target.name or from_body
+    if not name:
+        raise _status.bad_request("the Binding needs metadata.name (the pod to bind)")
+    return name
+
+
+def _with_type(kind: str, api_version: str, obj: JsonObj | None) -> JsonObj | None:
+    if obj is None:
+        return None
+    return {
+        "kind": kind,
+        "apiVersion": api_version,
+        **{k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}},
+    }

@@ -1,0 +1,92 @@
+"""Stored objects: the encoded body plus the few fields selectors need.
+
+A hundred thousand pods must fit and list fast, so the store keeps each object as its JSON
+bytes (encoded once, without kind/apiVersion, which is exactly how list items look on the wire)
+plus its labels and selectable field values. Decoding happens only when a request needs the
+full object. Entries are immutable: an update makes a new one, so watch events, list pages and
+in-flight responses can share them safely.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rgpu_kubesim._resources import Resource
+from rgpu_kubesim._selectors import field_values
+
+Key = tuple[str, str]
+"""(namespace, name); namespace is "" for cluster-scoped objects."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored version of one object."""
+
+    namespace: str
+    name: str
+    rv: int
+    uid: str
+    body: bytes
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    def decode(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the object (without kind/apiVersion)."""
+        decoded: dict[str, Any] = orjson.loads(self.body)
+        return decoded
+
+
+def make_entry(resource: Resource, obj: dict[str, Any]) -> Entry:
+    """Encode ``obj`` (kind/apiVersion are dropped; metadata must be complete)."""
+    obj.pop("kind", None)
+    obj.pop("apiVersion", None)
+    meta = obj["metadata"]
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return Entry(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        rv=int(meta["resourceVersion"]),
+        uid=meta.get("uid", ""),
+        body=orjson.dumps(obj),
+        labels=labels,
+        fields=field_values(resource, obj),
+    )
+
+
+def type_prefix(resource: Resource) -> bytes:
+    return b'{"kind":"%s","apiVersion":"%s",' % (
+        resource.kind.encode(),
+        resource.api_version.encode(),
+    )
+
+
+def full_bytes(resource: Resource, entry: Entry) -> bytes:
+    """The object as GET returns it: kind and apiVersion first, then the stored body."""
+    return type_prefix(resource) + entry.body[1:]
+
+
+def full_object(resource: Resource, entry: Entry) -> dict[str, Any]:
+    decoded: dict[str, Any] = orjson.loads(full_bytes(resource, entry))
+    return decoded
+
+
+def with_resource_version(resource: Resource, entry: Entry, rv: int) -> Entry:
+    """The same content stamped with another resourceVersion (kube's DELETED-by-filter events)."""
+    obj = entry.decode()
+    obj["metadata"]["resourceVersion"] = str(rv)
+    return make_entry(resource, obj)
+
+
+def timestamp(seconds: float) -> str:
+    """RFC 3339 in UTC with second precision, as metav1.Time serialises."""
+    moment = datetime.datetime.fromtimestamp(int(seconds), tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

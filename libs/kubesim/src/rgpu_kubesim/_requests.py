@@ -1,0 +1,96 @@
+"""Reading what a client sent: bodies in JSON or YAML, query parameters, DeleteOptions.
+
+Malformed input must come back as the 400/415 Status kube would send, naming the parameter
+and what was expected, never as a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import yaml
+from starlette.requests import Request
+
+from rgpu_kubesim import _status
+from rgpu_kubesim._patching import PATCH_TYPES
+
+_JSON_TYPES = frozenset({"application/json", "*/*", ""})
+_YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
+_BODY_TYPES = ("application/json", "application/yaml")
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _decode(raw: bytes, kind: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if kind in _YAML_TYPES else orjson.loads(raw)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise _status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+
+
+async def read_object(request: Request) -> Any:
+    """The decoded body of a create/update/bind; 415 for media types kube would not accept."""
+    kind = media_type(request)
+    if kind not in _JSON_TYPES and kind not in _YAML_TYPES:
+        raise _status.unsupported_media_type(_BODY_TYPES)
+    raw = await request.body()
+    if not raw.strip():
+        raise _status.bad_request("the request body is empty; send the object as JSON")
+    return _decode(raw, kind)
+
+
+async def read_patch(request: Request) -> tuple[str, Any]:
+    """(patch content type, decoded patch); 415 before reading an unsupported type."""
+    kind = media_type(request)
+    if kind not in PATCH_TYPES.values():
+        raise _status.unsupported_media_type(PATCH_TYPES.values())
+    raw = await request.body()
+    if not raw.strip():
+        raise _status.bad_request("the patch body is empty")
+    return kind, _decode(raw, "application/json")
+
+
+async def read_delete_options(request: Request) -> Mapping[str, Any]:
+    """DeleteOptions.preconditions from the optional body."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    options = _decode(raw, media_type(request))
+    if not isinstance(options, dict):
+        raise _status.bad_request("the DeleteOptions body must be a JSON object")
+    return options.get("preconditions") or {}
+
+
+def flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in {"true", "1"}
+
+
+def integer(query: Mapping[str, str], name: str, default: int) -> int:
+    value = query.get(name, "")
+    if not value:
+        return default
+    if not value.isdigit():
+        raise _status.bad_request(
+            f"{name}: invalid value {value!r}: must be a non-negative integer"
+        )
+    return int(value)
+
+
+def reject_dry_run(query: Mapping[str, str]) -> None:
+    if query.get("dryRun"):
+        raise _status.bad_request(
+            "dryRun is not supported by the simulated apiserver; remove the dryRun parameter"
+        )
+
+
+def wants_table(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+def user_of(request: Request, default: str) -> str:
+    return request.headers.get("x-sim-user") or default

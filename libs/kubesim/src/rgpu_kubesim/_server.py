@@ -1,0 +1,149 @@
+"""Running the simulated apiserver on loopback inside the caller's event loop.
+
+Tests, the demo and benchmarks all need a real HTTP endpoint that any Kubernetes client can
+talk to, started and stopped with the code that uses it. `run_apiserver` serves with uvicorn
+(httptools) from a task group it owns and returns only once the socket is listening; leaving
+the context cuts open watches and stops the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import anyio
+import uvicorn
+
+from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._app import create_app
+from rgpu_kubesim._faults import Faults
+from rgpu_kubesim._handlers import Deps
+from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._store import Store
+
+_STARTUP_SECONDS = 10.0
+_SHUTDOWN_GRACE_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiOptions:
+    """Settings of one simulated apiserver."""
+
+    seed: int = 0
+    """Seeds fault draws, generated names and uids, so a run can be replayed."""
+    watch_window: int = 10_000
+    """Changes retained per resource for watch resumption; older versions get 410 Expired."""
+    bookmark_interval_seconds: float = 1.0
+    """How often an idle watch that allows bookmarks receives one (kube: about a minute)."""
+    service_address_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """``"<ns>/<svc>:<port>"`` -> ``"127.0.0.1:<port>"`` for webhooks referenced by Service.
+
+    The certificate is verified against ``<svc>.<ns>.svc`` as kube-apiserver does, so the
+    webhook's serving certificate must carry that DNS name.
+    """
+    default_user: str = "kubernetes-admin"
+    """userInfo.username sent to webhooks; the ``X-Sim-User`` request header overrides it."""
+    watch_buffer: int = 1_000
+    """Events a watcher may have pending before it is cut as too slow."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimApiServer:
+    """A running simulated apiserver."""
+
+    url: str
+    """Base URL, e.g. ``http://127.0.0.1:40123``."""
+    store: Store
+    """In-process object access (no admission, no faults)."""
+    faults: Faults
+    """Fault injection, also reachable as ``/_sim/faults``."""
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn that leaves signals to the embedding process and reports when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = anyio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+async def _wait_started(server: _EmbeddedServer) -> None:
+    with anyio.fail_after(_STARTUP_SECONDS):
+        await server.ready.wait()
+    if not server.started:
+        raise OSError(f"the simulated apiserver did not listen within {_STARTUP_SECONDS} s")
+
+
+@contextlib.asynccontextmanager
+async def run_apiserver(
+    *, host: str = "127.0.0.1", port: int = 0, options: ApiOptions | None = None
+) -> AsyncIterator[SimApiServer]:
+    """Serve a fresh simulated cluster on ``host:port`` (0 = ephemeral) until the block exits."""
+    options = options or ApiOptions()
+    storage = Storage(
+        seed=options.seed, watch_window=options.watch_window, watch_capacity=options.watch_buffer
+    )
+    faults = Faults(storage, seed=options.seed)
+    admission = Admission(storage, service_address_map=options.service_address_map)
+    deps = Deps(
+        storage=storage,
+        faults=faults,
+        admission=admission,
+        default_user=options.default_user,
+        bookmark_interval=options.bookmark_interval_seconds,
+        clock=time.time,
+    )
+    config = uvicorn.Config(
+        create_app(deps),
+        http="httptools",
+        ws="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=_SHUTDOWN_GRACE_SECONDS,
+    )
+    server = _EmbeddedServer(config)
+    sock = _listening_socket(host, port)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            await _wait_started(server)
+            try:
+                yield SimApiServer(url=_url(sock), store=Store(storage), faults=faults)
+            finally:
+                storage.hub.cut_all()
+                server.should_exit = True
+    finally:
+        sock.close()
+        with anyio.CancelScope(shield=True):
+            await admission.aclose()

@@ -1,0 +1,478 @@
+"""The storage engine behind both the HTTP API and the in-process `Store`.
+
+It owns every object, the global resourceVersion counter, the retained watch windows and the
+open watchers. Writes are synchronous and never await, so each one is atomic with respect to
+the event loop: a read-modify-write inside one call cannot interleave with another request.
+Everything a client can observe (uids, versions, generated names, events) comes from here, so
+HTTP requests and direct `Store` calls behave identically.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rgpu_kubesim import _status, _strategies
+from rgpu_kubesim._objects import Entry, Key, full_bytes, full_object, make_entry, timestamp
+from rgpu_kubesim._patching import (
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_PATCH,
+    PatchError,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
+from rgpu_kubesim._resources import RESOURCES, Resource, require
+from rgpu_kubesim._selectors import FieldSelector, LabelSelector, fields_match, labels_match
+from rgpu_kubesim._validation import invalid_value
+from rgpu_kubesim._watching import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Change,
+    EventLog,
+    Watcher,
+    WatchHub,
+    event_line,
+)
+
+JsonObj = dict[str, Any]
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_UNDELETABLE_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_META_ORDER = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+)
+_PATCHERS: Mapping[str, Callable[[Any, Any], Any]] = {
+    MERGE_PATCH: merge_patch,
+    STRATEGIC_PATCH: strategic_merge_patch,
+    JSON_PATCH: json_patch,
+}
+_NAMESPACES = require("namespaces")
+_PODS = require("pods")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPage:
+    """One page of a list: matching entries, the list's resourceVersion and paging state."""
+
+    entries: tuple[Entry, ...]
+    rv: int
+    continue_token: str = ""
+    remaining: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchStart:
+    """An opened watch: the registered watcher and the lines to send before live events."""
+
+    watcher: Watcher
+    initial: Iterator[bytes]
+    rv: int
+
+
+class Storage:
+    """All objects of the simulated cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        watch_window: int = 10_000,
+        watch_capacity: int = 1_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._rng = random.Random(seed)
+        self._clock = clock
+        self._rv = 0
+        self._capacity = watch_capacity
+        self._objects: dict[str, dict[Key, Entry]] = {r.plural: {} for r in RESOURCES}
+        self._sorted: dict[str, list[Key] | None] = {r.plural: [] for r in RESOURCES}
+        self._logs = {r.plural: EventLog(watch_window, 0) for r in RESOURCES}
+        self.hub = WatchHub()
+        for name in SYSTEM_NAMESPACES:
+            self.create(_NAMESPACES, "", {"metadata": {"name": name}})
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out (every write increments it by one)."""
+        return self._rv
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, resource: Resource, namespace: str, name: str) -> Entry:
+        entry = self._objects[resource.plural].get((namespace, name))
+        if entry is None:
+            raise _status.not_found(resource, name)
+        return entry
+
+    def list_entries(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        labels: LabelSelector = (),
+        fields: FieldSelector = (),
+        *,
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+        match: str = "",
+    ) -> ListPage:
+        """Entries in key order; ``limit``/``continue_token`` page through them."""
+        rv, start = self._list_start(resource, continue_token, resource_version, match)
+        keys = self._keys_in(resource, namespace, start)
+        table = self._objects[resource.plural]
+        chosen: list[Entry] = []
+        for index, key in enumerate(keys):
+            entry = table[key]
+            if labels_match(labels, entry.labels) and fields_match(fields, entry.fields):
+                if limit and len(chosen) == limit:
+                    token = _encode_continue(rv, chosen[-1].key)
+                    remaining = None if labels or fields else len(keys) - index
+                    return ListPage(
+                        entries=tuple(chosen), rv=rv, continue_token=token, remaining=remaining
+                    )
+                chosen.append(entry)
+        return ListPage(entries=tuple(chosen), rv=rv)
+
+    def _list_start(
+        self, resource: Resource, token: str, resource_version: str, match: str
+    ) -> tuple[int, Key | None]:
+        if token:
+            if resource_version not in ("", "0"):
+                raise _status.bad_request(
+                    "specifying resource version is not allowed when using continue"
+                )
+            rv, start = _decode_continue(token)
+            if rv < self._logs[resource.plural].oldest_resumable():
+                raise _status.expired(_CONTINUE_EXPIRED)
+            return rv, start
+        self._check_list_version(resource, resource_version, match)
+        return self._rv, None
+
+    def _check_list_version(self, resource: Resource, resource_version: str, match: str) -> None:
+        if resource_version in ("", "0"):
+            return
+        requested = parse_resource_version(resource_version)
+        if requested > self._rv:
+            raise _status.too_large(requested, self._rv)
+        if match == "Exact" and requested != self._rv:
+            raise _status.too_old(requested, self._rv)
+
+    def _keys_in(self, resource: Resource, namespace: str | None, after: Key | None) -> list[Key]:
+        keys = self._sorted[resource.plural]
+        if keys is None:
+            keys = self._sorted[resource.plural] = sorted(self._objects[resource.plural])
+        low, high = 0, len(keys)
+        if namespace is not None and resource.namespaced:
+            low = bisect.bisect_left(keys, (namespace, ""))
+            high = bisect.bisect_left(keys, (namespace + "\x00", ""))
+        if after is not None:
+            low = max(low, bisect.bisect_right(keys, after))
+        return keys[low:high]
+
+    def open_watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        labels: LabelSelector = (),
+        fields: FieldSelector = (),
+        *,
+        resource_version: str = "",
+        send_initial: bool = False,
+    ) -> WatchStart:
+        """Register a watcher; the caller must `close_watch` it when the stream ends."""
+        watcher = Watcher(
+            resource, namespace=namespace, labels=labels, fields=fields, capacity=self._capacity
+        )
+        if send_initial or resource_version in ("", "0"):
+            initial = self._state_lines(resource, watcher)
+        else:
+            requested = parse_resource_version(resource_version)
+            if requested > self._rv:
+                raise _status.too_large(requested, self._rv)
+            initial = iter(list(watcher.replay(self._logs[resource.plural].since(requested))))
+        self.hub.add(watcher)
+        return WatchStart(watcher=watcher, initial=initial, rv=self._rv)
+
+    def _state_lines(self, resource: Resource, watcher: Watcher) -> Iterator[bytes]:
+        table = self._objects[resource.plural]
+        snapshot = [table[k] for k in self._keys_in(resource, watcher.namespace, None)]
+        return (event_line(ADDED, full_bytes(resource, e)) for e in snapshot if watcher.matches(e))
+
+    def close_watch(self, watcher: Watcher) -> None:
+        watcher.close()
+        self.hub.remove(watcher)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def normalize(
+        self, resource: Resource, namespace: str, obj: object, *, name: str | None = None
+    ) -> JsonObj:
+        """Deep-copy a request body, check kind/name/namespace against the request, default it."""
+        body = _copy_object(resource, obj)
+        meta = body.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise _status.bad_request(f"{resource.kind}.metadata: expected an object")
+        _check_namespace(resource, namespace, meta)
+        if name is not None and meta.get("name") != name:
+            raise _status.name_mismatch(str(meta.get("name", "")), name)
+        _strategies.apply_defaults(resource, body)
+        return body
+
+    def create(self, resource: Resource, namespace: str, obj: object) -> Entry:
+        body = self.normalize(resource, namespace, obj)
+        self.require_namespace(resource, namespace)
+        meta = body["metadata"]
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(self._rng.choices(_NAME_ALPHABET, k=5))
+        _strategies.prepare_for_create(resource, body)
+        _strategies.validate(resource, body, None)
+        if (namespace, meta["name"]) in self._objects[resource.plural]:
+            raise _status.already_exists(resource, meta["name"])
+        meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+        meta["generation"] = 1
+        meta["creationTimestamp"] = timestamp(self._clock())
+        for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(transient, None)
+        return self._commit(resource, ADDED, body, None)
+
+    def require_namespace(self, resource: Resource, namespace: str) -> None:
+        """Creating in a namespace that does not exist is a 404 for the namespace."""
+        if resource.namespaced and ("", namespace) not in self._objects["namespaces"]:
+            raise _status.not_found(_NAMESPACES, namespace)
+
+    def update(
+        self, resource: Resource, namespace: str, name: str, obj: object, *, subresource: str = ""
+    ) -> Entry:
+        body = self.normalize(resource, namespace, obj, name=name)
+        current = self.get(resource, namespace, name)
+        self._check_version(resource, body, current)
+        old = current.decode()
+        new = _strategies.prepare_for_update(resource, body, old, subresource)
+        new["metadata"]["resourceVersion"] = str(current.rv)
+        _strategies.validate(resource, new, old)
+        if new == old:
+            return current
+        return self._commit(resource, MODIFIED, new, current)
+
+    def _check_version(self, resource: Resource, body: JsonObj, current: Entry) -> None:
+        wanted = body["metadata"].get("resourceVersion")
+        if wanted in (None, ""):
+            if not resource.unconditional_update:
+                cause = invalid_value(
+                    "metadata.resourceVersion", 0, "must be specified for an update"
+                )
+                raise _status.invalid_storage(resource, current.name, [cause])
+            return
+        if str(wanted) != str(current.rv):
+            raise _status.modified_conflict(resource, current.name)
+
+    def patched(
+        self, resource: Resource, current: Entry, patch: object, content_type: str
+    ) -> JsonObj:
+        """``current`` with ``patch`` applied (not stored); 415 for unknown patch types."""
+        patcher = _PATCHERS.get(content_type)
+        if patcher is None:
+            raise _status.unsupported_media_type(_PATCHERS)
+        if content_type != JSON_PATCH and not isinstance(patch, dict):
+            raise _status.bad_request(
+                "json: cannot unmarshal non-object into Go value of type map[string]interface {}"
+            )
+        try:
+            result = patcher(full_object(resource, current), patch)
+        except PatchError as exc:
+            raise _status.patch_rejected(str(exc)) from exc
+        if not isinstance(result, dict):
+            raise _status.patch_rejected("the patched document is not an object")
+        return result
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: object,
+        content_type: str,
+        *,
+        subresource: str = "",
+    ) -> Entry:
+        current = self.get(resource, namespace, name)
+        body = self.patched(resource, current, patch, content_type)
+        return self.update(resource, namespace, name, body, subresource=subresource)
+
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        preconditions: Mapping[str, Any] | None = None,
+    ) -> Entry:
+        current = self.get(resource, namespace, name)
+        _check_preconditions(resource, current, preconditions or {})
+        if resource is _NAMESPACES:
+            if name in _UNDELETABLE_NAMESPACES:
+                message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+                raise _status.failure(403, message, details={"name": name, "kind": "namespaces"})
+            self._delete_namespace_contents(name)
+        return self._commit(resource, DELETED, current.decode(), current)
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for resource in RESOURCES:
+            if resource.namespaced:
+                for key in self._keys_in(resource, namespace, None):
+                    entry = self._objects[resource.plural][key]
+                    self._commit(resource, DELETED, entry.decode(), entry)
+
+    def bind(self, namespace: str, name: str, binding: Mapping[str, Any]) -> Entry:
+        """pods/binding: set spec.nodeName and merge the Binding's annotations in one write."""
+        current = self.get(_PODS, namespace, name)
+        meta = binding.get("metadata") or {}
+        _check_preconditions(_PODS, current, meta)
+        pod = current.decode()
+        node = pod["spec"].get("nodeName")
+        if node:
+            why = f'pod {name} is already assigned to node "{node}"'
+            raise _status.conflict(_PODS, name, why, qualified="pods/binding")
+        pod["spec"]["nodeName"] = (binding.get("target") or {}).get("name")
+        annotations = meta.get("annotations") or {}
+        if annotations:
+            pod["metadata"]["annotations"] = {
+                **(pod["metadata"].get("annotations") or {}),
+                **annotations,
+            }
+        _set_condition(pod.setdefault("status", {}), "PodScheduled", timestamp(self._clock()))
+        return self._commit(_PODS, MODIFIED, pod, current)
+
+    def _commit(self, resource: Resource, kind: str, obj: JsonObj, prev: Entry | None) -> Entry:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        entry = make_entry(resource, _ordered(obj))
+        table = self._objects[resource.plural]
+        if kind == DELETED:
+            del table[entry.key]
+            self._sorted[resource.plural] = None
+        else:
+            if entry.key not in table:
+                self._sorted[resource.plural] = None
+            table[entry.key] = entry
+        change = Change(resource, kind, entry, prev)
+        self._logs[resource.plural].append(change)
+        self.hub.dispatch(change)
+        return entry
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def expire_before(self, resource_version: int | None) -> None:
+        """Resuming a watch (or a paged list) from a version older than this gets 410."""
+        floor = self._rv if resource_version is None else resource_version
+        for log in self._logs.values():
+            log.expire_before(floor)
+
+    def entries(self, resource: Resource) -> Iterable[Entry]:
+        return self._objects[resource.plural].values()
+
+
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def parse_resource_version(text: str) -> int:
+    if not text.isdigit():
+        raise _status.bad_request(f'invalid resource version "{text}"')
+    return int(text)
+
+
+def _encode_continue(rv: int, key: Key) -> str:
+    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, Key]:
+    try:
+        raw = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        namespace, name = raw["start"]
+        return int(raw["rv"]), (str(namespace), str(name))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _status.bad_request(f"continue key is not valid: {exc}") from exc
+
+
+def _copy_object(resource: Resource, obj: object) -> JsonObj:
+    if not isinstance(obj, dict):
+        raise _status.undecodable(resource, "expected a JSON object")
+    for field, expected in (("kind", resource.kind), ("apiVersion", resource.api_version)):
+        given = obj.get(field)
+        if given not in (None, "", expected):
+            why = f"{field} {given!r} does not match the resource ({expected})"
+            raise _status.undecodable(resource, why)
+    try:
+        copied: JsonObj = orjson.loads(orjson.dumps(obj))
+    except TypeError as exc:
+        raise _status.bad_request(f"the object is not valid JSON: {exc}") from exc
+    copied.pop("kind", None)
+    copied.pop("apiVersion", None)
+    return copied
+
+
+def _check_namespace(resource: Resource, namespace: str, meta: JsonObj) -> None:
+    if not resource.namespaced:
+        meta.pop("namespace", None)
+        return
+    given = meta.get("namespace")
+    if given not in (None, "", namespace):
+        raise _status.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    meta["namespace"] = namespace
+
+
+def _check_preconditions(resource: Resource, current: Entry, wanted: Mapping[str, Any]) -> None:
+    uid, rv = wanted.get("uid"), wanted.get("resourceVersion")
+    if uid and uid != current.uid:
+        raise _status.precondition_conflict(
+            resource, current.namespace, current.name, "UID", uid, current.uid
+        )
+    if rv and str(rv) != str(current.rv):
+        raise _status.precondition_conflict(
+            resource, current.namespace, current.name, "ResourceVersion", str(rv), str(current.rv)
+        )
+
+
+def _set_condition(status: JsonObj, kind: str, now: str) -> None:
+    condition = {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+    others = [c for c in status.get("conditions") or () if c.get("type") != kind]
+    status["conditions"] = [*others, condition]
+
+
+def _ordered(obj: JsonObj) -> JsonObj:
+    meta = obj["metadata"]
+    ordered_meta = {k: meta[k] for k in _META_ORDER if k in meta}
+    ordered_meta.update((k, v) for k, v in meta.items() if k not in ordered_meta)
+    return {"metadata": ordered_meta, **{k: v for k, v in obj.items() if k != "metadata"}}

@@ -1,0 +1,206 @@
+"""In-process access to the simulated cluster's objects, for seeding and assertions.
+
+Tests and the demo need to put hundreds of nodes in place or check an object without a round
+trip through HTTP. `Store` goes through the same storage engine as the HTTP API (validation,
+defaulting, resourceVersions, watch events), but it bypasses admission webhooks and fault
+injection, which belong to the request pipeline. Objects go in and come out as plain dicts;
+what you get back is a copy, so mutating it never changes the stored object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+
+from rgpu_kubesim import _status
+from rgpu_kubesim._objects import full_object
+from rgpu_kubesim._patching import PATCH_TYPES
+from rgpu_kubesim._resources import Resource, by_plural
+from rgpu_kubesim._selectors import parse_field_selector, parse_label_selector
+from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._watching import Watcher
+
+JsonObj = dict[str, Any]
+
+
+class Store:
+    """Direct, synchronous access to every object; see the module docstring.
+
+    ``resource`` is the plural name: ``nodes``, ``pods``, ``events``, ``leases``,
+    ``namespaces`` or ``mutatingwebhookconfigurations``. ``namespace`` defaults to the
+    object's own ``metadata.namespace``, then ``default``; it is ignored for cluster-scoped
+    kinds. Every method raises `rgpu_kubesim.errors.ApiError` exactly where the HTTP API
+    would answer with that Status.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @property
+    def resource_version(self) -> int:
+        """The cluster's current resourceVersion (every write increments it)."""
+        return self._storage.resource_version
+
+    def create(
+        self, resource: str, obj: Mapping[str, Any], *, namespace: str | None = None
+    ) -> JsonObj:
+        """Create ``obj``; 409 AlreadyExists, 404 for a missing namespace, 422 if invalid."""
+        kind = _resource(resource)
+        entry = self._storage.create(kind, _namespace(kind, namespace, obj), dict(obj))
+        return full_object(kind, entry)
+
+    def get(self, resource: str, name: str, *, namespace: str | None = None) -> JsonObj:
+        """The object; raises a 404 ApiError when it does not exist."""
+        kind = _resource(resource)
+        return full_object(kind, self._storage.get(kind, _namespace(kind, namespace, None), name))
+
+    def list(
+        self,
+        resource: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JsonObj]:
+        """Matching objects in key order; ``namespace=None`` lists every namespace."""
+        kind = _resource(resource)
+        page = self._storage.list_entries(
+            kind,
+            namespace if kind.namespaced else None,
+            parse_label_selector(label_selector),
+            parse_field_selector(field_selector, kind),
+        )
+        return [full_object(kind, e) for e in page.entries]
+
+    def replace(
+        self,
+        resource: str,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> JsonObj:
+        """PUT semantics: compare-and-swap when ``metadata.resourceVersion`` is set (409 stale)."""
+        kind = _resource(resource)
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        entry = self._storage.update(
+            kind, _namespace(kind, namespace, obj), name, dict(obj), subresource=subresource
+        )
+        return full_object(kind, entry)
+
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: object,
+        *,
+        namespace: str | None = None,
+        patch_type: str = "merge",
+        subresource: str = "",
+    ) -> JsonObj:
+        """Apply a ``merge``, ``strategic`` or ``json`` patch (415 ApiError for anything else)."""
+        kind = _resource(resource)
+        content_type = PATCH_TYPES.get(patch_type)
+        if content_type is None:
+            raise _status.unsupported_media_type(PATCH_TYPES)
+        ns = _namespace(kind, namespace, None)
+        return full_object(
+            kind, self._storage.patch(kind, ns, name, patch, content_type, subresource=subresource)
+        )
+
+    def delete(
+        self,
+        resource: str,
+        name: str,
+        *,
+        namespace: str | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> JsonObj:
+        """Delete now and return the object as last stored (409 if a precondition fails)."""
+        kind = _resource(resource)
+        entry = self._storage.delete(kind, _namespace(kind, namespace, None), name, preconditions)
+        return full_object(kind, entry)
+
+    def bind(
+        self,
+        name: str,
+        node: str,
+        *,
+        namespace: str = "default",
+        uid: str | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> JsonObj:
+        """pods/binding: set spec.nodeName and merge ``annotations`` in one MODIFIED event."""
+        metadata: JsonObj = {
+            "name": name,
+            "namespace": namespace,
+            "annotations": dict(annotations or {}),
+        }
+        if uid is not None:
+            metadata["uid"] = uid
+        binding = {
+            "kind": "Binding",
+            "apiVersion": "v1",
+            "metadata": metadata,
+            "target": {"kind": "Node", "name": node},
+        }
+        pods = _resource("pods")
+        return full_object(pods, self._storage.bind(namespace, name, binding))
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        resource: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+    ) -> AsyncIterator[AsyncIterator[JsonObj]]:
+        """Watch in process: yields ``{"type": ..., "object": {...}}`` dicts until cut.
+
+        With ``resource_version`` "" (or "0") the current objects come first as ADDED; with a
+        version, the retained changes after it (410 ApiError when it is too old).
+        """
+        kind = _resource(resource)
+        start = self._storage.open_watch(
+            kind,
+            namespace if kind.namespaced else None,
+            parse_label_selector(label_selector),
+            parse_field_selector(field_selector, kind),
+            resource_version=resource_version,
+        )
+        try:
+            yield _events(start.initial, start.watcher)
+        finally:
+            self._storage.close_watch(start.watcher)
+
+
+async def _events(initial: Iterator[bytes], watcher: Watcher) -> AsyncIterator[JsonObj]:
+    for line in initial:
+        yield orjson.loads(line)
+    while not watcher.closed:
+        for line in await watcher.take(3600.0):
+            yield orjson.loads(line)
+
+
+def _resource(plural: str) -> Resource:
+    resource = by_plural(plural)
+    if resource is None:
+        raise _status.failure(
+            404,
+            f'the server could not find the requested resource "{plural}"; use one of: '
+            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations",
+            details={},
+        )
+    return resource
+
+
+def _namespace(resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None) -> str:
+    if not resource.namespaced:
+        return ""
+    from_object = ((obj or {}).get("metadata") or {}).get("namespace")
+    return namespace or from_object or "default"

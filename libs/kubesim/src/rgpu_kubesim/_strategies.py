@@ -1,0 +1,182 @@
+"""Per-resource behaviour on write: defaulting, what an update may change, and validation.
+
+kube-apiserver's registry strategies decide, for each kind, which fields a client can set on
+create, which part of the stored object survives an update of the main resource or of its
+status subresource, and which validation runs. The functions here are that table for the kinds
+the simulator serves; storage calls them and stays kind-agnostic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rgpu_kubesim import _status, _validation
+from rgpu_kubesim._quantity import parse_quantity
+from rgpu_kubesim._resources import Resource
+
+JsonObj = dict[str, Any]
+
+_DEFAULT_TOLERATIONS = (
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+)
+_POD_SPEC_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("restartPolicy", "Always"),
+    ("terminationGracePeriodSeconds", 30),
+    ("dnsPolicy", "ClusterFirst"),
+    ("securityContext", {}),
+    ("schedulerName", "default-scheduler"),
+    ("enableServiceLinks", True),
+)
+_CONTAINER_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("terminationMessagePath", "/dev/termination-log"),
+    ("terminationMessagePolicy", "File"),
+)
+_WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("failurePolicy", "Fail"),
+    ("matchPolicy", "Equivalent"),
+    ("namespaceSelector", {}),
+    ("objectSelector", {}),
+    ("timeoutSeconds", 10),
+    ("reinvocationPolicy", "Never"),
+)
+
+
+def apply_defaults(resource: Resource, obj: JsonObj) -> None:
+    """Decode-time defaulting, applied to every create and update body (in place)."""
+    if resource.plural == "pods":
+        _default_pod_spec(obj.setdefault("spec", {}))
+    elif resource.plural == "namespaces":
+        _default_namespace(obj)
+    elif resource.plural == "mutatingwebhookconfigurations":
+        for webhook in obj.get("webhooks") or ():
+            _default_webhook(webhook)
+
+
+def _default_pod_spec(spec: JsonObj) -> None:
+    for key, value in _POD_SPEC_DEFAULTS:
+        spec.setdefault(key, value)
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or ():
+            _default_container(container)
+
+
+def _default_container(container: JsonObj) -> None:
+    for key, value in _CONTAINER_DEFAULTS:
+        container.setdefault(key, value)
+    image = str(container.get("image", ""))
+    tagged = ":" in image.rpartition("/")[2] or "@" in image
+    latest = image.endswith(":latest") or not tagged
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    resources = container.get("resources")
+    if isinstance(resources, dict) and resources.get("limits"):
+        requests = resources.setdefault("requests", {})
+        for name, value in resources["limits"].items():
+            requests.setdefault(name, value)
+
+
+def _default_namespace(namespace: JsonObj) -> None:
+    meta = namespace.setdefault("metadata", {})
+    if meta.get("name"):
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+    namespace.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    namespace.setdefault("status", {}).setdefault("phase", "Active")
+
+
+def _default_webhook(webhook: JsonObj) -> None:
+    for key, value in _WEBHOOK_DEFAULTS:
+        webhook.setdefault(key, value)
+    for rule in webhook.get("rules") or ():
+        rule.setdefault("scope", "*")
+    service = (webhook.get("clientConfig") or {}).get("service")
+    if isinstance(service, dict):
+        service.setdefault("port", 443)
+
+
+def prepare_for_create(resource: Resource, obj: JsonObj) -> None:
+    """Create-only fields: what kube's create strategy and default admission plugins add."""
+    if resource.plural != "pods":
+        return
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    spec.setdefault("tolerations", [dict(t) for t in _DEFAULT_TOLERATIONS])
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", qos_class(spec))
+
+
+def qos_class(spec: JsonObj) -> str:
+    """Guaranteed, Burstable or BestEffort from cpu/memory requests and limits."""
+    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    guaranteed, any_set = True, False
+    for container in containers:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            any_set = any_set or name in requests or name in limits
+            guaranteed = guaranteed and _same(requests.get(name), limits.get(name))
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _same(request: Any, limit: Any) -> bool:
+    if request is None or limit is None:
+        return False
+    try:
+        return parse_quantity(request) == parse_quantity(limit)
+    except ValueError:
+        return False
+
+
+def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresource: str) -> JsonObj:
+    """Carry over what this kind of update may not change; return the object to store."""
+    meta = new.setdefault("metadata", {})
+    for key in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+        if key in old["metadata"]:
+            meta[key] = old["metadata"][key]
+        else:
+            meta.pop(key, None)
+    if subresource == "status":
+        return {**old, "status": new.get("status", {})}
+    if resource.status_is_subresource:
+        if "status" in old:
+            new["status"] = old["status"]
+        else:
+            new.pop("status", None)
+    _bump_generation(new, old)
+    return new
+
+
+def _bump_generation(new: JsonObj, old: JsonObj) -> None:
+    spec_new = {k: v for k, v in new.items() if k not in {"metadata", "status"}}
+    spec_old = {k: v for k, v in old.items() if k not in {"metadata", "status"}}
+    if spec_new != spec_old:
+        new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+
+
+def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
+    """Raise a 422 ApiError naming every invalid field of ``obj``."""
+    causes = _validation.metadata_causes(resource, obj)
+    if resource.plural == "pods":
+        causes += _validation.pod_causes(obj)
+        if old is not None:
+            causes += _validation.pod_update_causes(obj, old)
+    elif resource.plural == "mutatingwebhookconfigurations":
+        causes += _validation.webhook_configuration_causes(obj)
+    if causes:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        raise _status.invalid_object(resource, name, causes)

@@ -1,0 +1,224 @@
+"""meta.k8s.io/v1 Table output, which ``kubectl get`` asks for.
+
+kubectl requests ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and prints the
+server's columns as they come. These are the columns kube-apiserver's printers produce for the
+kinds served here (Priority 1 columns appear with ``-o wide``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rgpu_kubesim._objects import Entry
+from rgpu_kubesim._resources import Resource
+
+JsonObj = dict[str, Any]
+Column = tuple[str, str, int]
+"""(name, type, priority)."""
+
+_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "pods": (
+        ("Name", "string", 0),
+        ("Ready", "string", 0),
+        ("Status", "string", 0),
+        ("Restarts", "string", 0),
+        ("Age", "string", 0),
+        ("IP", "string", 1),
+        ("Node", "string", 1),
+        ("Nominated Node", "string", 1),
+        ("Readiness Gates", "string", 1),
+    ),
+    "nodes": (
+        ("Name", "string", 0),
+        ("Status", "string", 0),
+        ("Roles", "string", 0),
+        ("Age", "string", 0),
+        ("Version", "string", 0),
+        ("Internal-IP", "string", 1),
+        ("External-IP", "string", 1),
+        ("OS-Image", "string", 1),
+        ("Kernel-Version", "string", 1),
+        ("Container-Runtime", "string", 1),
+    ),
+    "namespaces": (("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)),
+    "events": (
+        ("Last Seen", "string", 0),
+        ("Type", "string", 0),
+        ("Reason", "string", 0),
+        ("Object", "string", 0),
+        ("Message", "string", 0),
+    ),
+    "leases": (("Name", "string", 0), ("Holder", "string", 0), ("Age", "string", 0)),
+    "mutatingwebhookconfigurations": (
+        ("Name", "string", 0),
+        ("Webhooks", "integer", 0),
+        ("Age", "string", 0),
+    ),
+}
+
+
+def human_age(seconds: float) -> str:
+    """kube's duration.HumanDuration."""
+    s = int(seconds)
+    if s < 0:
+        return "<invalid>"
+    if s < 120:
+        return f"{s}s"
+    minutes, hours, days = s // 60, s // 3600, s // 86400
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    return f"{days}d" if days < 365 * 2 else f"{days // 365}y"
+
+
+def _age(timestamp: str | None, now: float) -> str:
+    if not timestamp:
+        return "<unknown>"
+    moment = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.UTC
+    )
+    return human_age(now - moment.timestamp())
+
+
+def _pod_status(pod: JsonObj) -> str:
+    status = pod.get("status") or {}
+    if (pod["metadata"]).get("deletionTimestamp"):
+        return "Terminating"
+    for container in status.get("containerStatuses") or ():
+        state = container.get("state") or {}
+        for phase in ("waiting", "terminated"):
+            reason = (state.get(phase) or {}).get("reason")
+            if reason:
+                return str(reason)
+    return str(status.get("reason") or status.get("phase") or "Unknown")
+
+
+def _pod_row(pod: JsonObj, now: float) -> list[Any]:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    statuses = status.get("containerStatuses") or ()
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
+    gates = spec.get("readinessGates")
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{len(spec.get('containers') or ())}",
+        _pod_status(pod),
+        str(restarts),
+        _age(pod["metadata"].get("creationTimestamp"), now),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        f"0/{len(gates)}" if gates else "<none>",
+    ]
+
+
+def _node_status(node: JsonObj) -> str:
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+    text = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    return text + (",SchedulingDisabled" if (node.get("spec") or {}).get("unschedulable") else "")
+
+
+def _node_roles(labels: dict[str, str]) -> str:
+    roles = sorted(k.partition("/")[2] for k in labels if k.startswith("node-role.kubernetes.io/"))
+    if labels.get("kubernetes.io/role"):
+        roles.append(labels["kubernetes.io/role"])
+    return ",".join(r for r in roles if r) or "<none>"
+
+
+def _address(node: JsonObj, kind: str) -> str:
+    addresses = (node.get("status") or {}).get("addresses") or ()
+    return next((str(a.get("address")) for a in addresses if a.get("type") == kind), "<none>")
+
+
+def _node_row(node: JsonObj, now: float) -> list[Any]:
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    return [
+        node["metadata"]["name"],
+        _node_status(node),
+        _node_roles(node["metadata"].get("labels") or {}),
+        _age(node["metadata"].get("creationTimestamp"), now),
+        info.get("kubeletVersion", ""),
+        _address(node, "InternalIP"),
+        _address(node, "ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
+
+
+def _event_row(event: JsonObj, now: float) -> list[Any]:
+    involved = event.get("involvedObject") or {}
+    seen = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event["metadata"].get("creationTimestamp")
+    )
+    return [
+        _age(str(seen)[:19] + "Z" if seen else None, now),
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        event.get("message", ""),
+    ]
+
+
+def _simple_row(extra: Callable[[JsonObj], list[Any]]) -> Callable[[JsonObj, float], list[Any]]:
+    def row(obj: JsonObj, now: float) -> list[Any]:
+        return [
+            obj["metadata"]["name"],
+            *extra(obj),
+            _age(obj["metadata"].get("creationTimestamp"), now),
+        ]
+
+    return row
+
+
+_ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
+    "pods": _pod_row,
+    "nodes": _node_row,
+    "events": _event_row,
+    "namespaces": _simple_row(lambda o: [(o.get("status") or {}).get("phase", "")]),
+    "leases": _simple_row(lambda o: [(o.get("spec") or {}).get("holderIdentity", "")]),
+    "mutatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
+}
+
+
+def _column(name: str, kind: str, priority: int) -> JsonObj:
+    fmt = "name" if name == "Name" else ""
+    return {"name": name, "type": kind, "format": fmt, "description": name, "priority": priority}
+
+
+def table(
+    resource: Resource, entries: Iterable[Entry], *, rv: int, now: float, continue_token: str = ""
+) -> JsonObj:
+    """A Table of ``entries`` with PartialObjectMetadata row objects (includeObject=Metadata)."""
+    meta: JsonObj = {"resourceVersion": str(rv)}
+    if continue_token:
+        meta["continue"] = continue_token
+    rows = []
+    for entry in entries:
+        obj = entry.decode()
+        partial = {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj["metadata"],
+        }
+        rows.append({"cells": _ROWS[resource.plural](obj, now), "object": partial})
+    columns = [_column(*c) for c in _COLUMNS[resource.plural]]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": columns,
+        "rows": rows,
+    }
