@@ -202,6 +202,16 @@ class Make:
             cards=(self.card(name, 0), self.card(name, 1)),
         )
 
+    @staticmethod
+    def no_fit() -> NoFit:
+        return NoFit(
+            reasons=(
+                ReasonCount(reason=Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, count=2),
+                ReasonCount(reason=Reason.CARD_INSUFFICIENT_MEMORY, count=2),
+            ),
+            total=4,
+        )
+
     def fleet(self, *servers: Server, revision: int = 1) -> Fleet:
         return Fleet(revision=revision, observed_at=1.0, servers=servers)
 
@@ -358,16 +368,6 @@ class FakeAllocator:
         committed = self.allocation(ref, committed=True)
         self.claims[uid] = committed
         return _json(200, committed.to_dict())
-
-
-def no_fit() -> NoFit:
-    return NoFit(
-        reasons=(
-            ReasonCount(reason=Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, count=2),
-            ReasonCount(reason=Reason.CARD_INSUFFICIENT_MEMORY, count=2),
-        ),
-        total=4,
-    )
 
 
 class FakeDiscovery:

@@ -97,7 +97,7 @@ class EventRecorder:
             return
         try:
             self._send.send_nowait(event)
-        except anyio.WouldBlock:
+        except (anyio.WouldBlock, anyio.ClosedResourceError):
             self._forget(event)
             self._count(event, "dropped")
 
@@ -122,7 +122,7 @@ class EventRecorder:
     async def run(self, apiserver: Apiserver, *, task_status: TaskStatus[None]) -> None:
         """Write queued events until cancelled (started by the lifespan's task group)."""
         task_status.started()
-        async with self._receive:
+        with self._send, self._receive:
             async for event in self._receive:
                 await self._write(apiserver, event)
 

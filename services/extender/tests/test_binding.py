@@ -1,0 +1,208 @@
+"""``/bind`` through the real app against kubesim: the commit, the Binding carrying the
+annotations, the 409 rules, and the claim released whenever the pod is known not bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from rgpu_contracts import ANNOTATION_ALLOCATED, ANNOTATION_ENDPOINT, ANNOTATION_TO_ALLOCATE
+
+pytestmark = pytest.mark.anyio
+
+NODE = "gpu-node-1"
+
+
+@pytest.fixture
+def seeded(sim, build, allocator) -> dict[str, Any]:
+    """A pending pod in kubesim whose uid holds a booked claim at the allocator."""
+    created = build.seed_pod(sim, build.pod())
+    allocator.hold(created["metadata"]["uid"])
+    return created
+
+
+def bind_args(the_pod: dict[str, Any], node: str = NODE) -> dict[str, str]:
+    meta = the_pod["metadata"]
+    return {
+        "PodName": meta["name"],
+        "PodNamespace": meta["namespace"],
+        "PodUID": meta["uid"],
+        "Node": node,
+    }
+
+
+async def post_bind(extender, body: object) -> str:
+    response = await extender.client.post("/bind", json=body)
+    assert response.status_code == 200
+    reply = response.json()
+    assert set(reply) == {"Error"}
+    return str(reply["Error"])
+
+
+def stored(sim, name: str = "trainer-0") -> dict[str, Any]:
+    return dict(sim.store.get("pods", name, namespace="ml-team"))
+
+
+async def test_bind_lands_node_and_annotations_in_one_update(
+    extender, sim, seeded, allocator
+) -> None:
+    uid = seeded["metadata"]["uid"]
+    version = str(sim.store.resource_version)
+    async with sim.store.watch("pods", namespace="ml-team", resource_version=version) as events:
+        assert await post_bind(extender, bind_args(seeded)) == ""
+        with anyio.fail_after(5):
+            event = await anext(aiter(events))
+    assert event["type"] == "MODIFIED"
+    changed = event["object"]
+    assert changed["spec"]["nodeName"] == NODE
+    annotations = changed["metadata"]["annotations"]
+    assert annotations[ANNOTATION_ENDPOINT] == allocator.endpoint
+    assert annotations[ANNOTATION_TO_ALLOCATE] == annotations[ANNOTATION_ALLOCATED]
+    assert annotations[ANNOTATION_ALLOCATED].endswith(";")
+    assert allocator.commits == [(uid, NODE)]
+    assert allocator.released == []
+    assert stored(sim)["metadata"]["annotations"] == annotations
+
+
+async def test_shared_bind_fixture_binds_the_pod_it_names(
+    extender, sim, build, allocator, load_fixture
+) -> None:
+    args = load_fixture("k8s/extender-bind-args.json")
+    created = build.seed_pod(sim, build.pod(name=args["PodName"]))
+    args["PodUID"] = created["metadata"]["uid"]
+    allocator.hold(args["PodUID"])
+    assert await post_bind(extender, args) == ""
+    assert stored(sim)["spec"]["nodeName"] == args["Node"]
+    assert stored(sim)["metadata"]["annotations"][ANNOTATION_ENDPOINT] == allocator.endpoint
+
+
+async def test_already_bound_to_the_same_node_is_success(extender, sim, seeded, allocator) -> None:
+    sim.store.bind("trainer-0", NODE, namespace="ml-team")
+    assert await post_bind(extender, bind_args(seeded)) == ""
+    assert allocator.released == []
+
+
+async def test_already_bound_to_another_node_fails_and_releases_the_claim(
+    extender, sim, seeded, allocator
+) -> None:
+    sim.store.bind("trainer-0", "cpu-node-9", namespace="ml-team")
+    error = await post_bind(extender, bind_args(seeded))
+    assert 'already assigned to node "cpu-node-9"' in error
+    assert allocator.released == [seeded["metadata"]["uid"]]
+
+
+@pytest.mark.parametrize("code", [500, 503, 422, 403])
+async def test_apiserver_error_releases_the_claim_at_once(
+    extender, sim, seeded, allocator, code: int
+) -> None:
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
+    error = await post_bind(extender, bind_args(seeded))
+    assert f"{code}" in error
+    assert allocator.released == [seeded["metadata"]["uid"]]
+    assert not stored(sim)["spec"].get("nodeName")
+
+
+async def test_deleted_pod_releases_the_claim(extender, sim, seeded, allocator) -> None:
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    error = await post_bind(extender, bind_args(seeded))
+    assert "404" in error
+    assert allocator.released == [seeded["metadata"]["uid"]]
+
+
+async def test_recreated_pod_with_the_same_name_is_not_bound(
+    extender, sim, build, seeded, allocator
+) -> None:
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    build.seed_pod(sim, build.pod())
+    error = await post_bind(extender, bind_args(seeded))
+    assert error != ""
+    assert not stored(sim)["spec"].get("nodeName")
+    assert allocator.released == [seeded["metadata"]["uid"]]
+
+
+@pytest.mark.parametrize("status", [404, 409])
+async def test_claim_not_held_by_the_pod_is_never_bound_nor_released(
+    extender, sim, seeded, allocator, status: int
+) -> None:
+    allocator.commit_status = status
+    error = await post_bind(extender, bind_args(seeded))
+    assert "holds no claim" in error
+    assert not stored(sim)["spec"].get("nodeName")
+    assert allocator.released == []
+
+
+async def test_commit_for_another_pod_uid_is_refused(extender, sim, seeded, allocator) -> None:
+    allocator.commit_uid = "someone-else"
+    error = await post_bind(extender, bind_args(seeded))
+    assert "not " + seeded["metadata"]["uid"] in error
+    assert not stored(sim)["spec"].get("nodeName")
+    assert allocator.released == []
+
+
+async def test_commit_without_endpoint_annotation_is_refused_and_released(
+    extender, sim, seeded, allocator
+) -> None:
+    allocator.commit_annotations = {ANNOTATION_ALLOCATED: "x"}
+    error = await post_bind(extender, bind_args(seeded))
+    assert ANNOTATION_ENDPOINT in error
+    assert not stored(sim)["spec"].get("nodeName")
+    assert allocator.released == [seeded["metadata"]["uid"]]
+
+
+async def test_allocator_down_at_commit_answers_error_and_says_release_failed(
+    extender, sim, seeded, allocator
+) -> None:
+    allocator.fail = (503, "leases unreadable")
+    error = await post_bind(extender, bind_args(seeded))
+    assert error.startswith("allocator")
+    assert "releasing its claim failed too" in error
+    assert not stored(sim)["spec"].get("nodeName")
+
+
+async def test_slow_binding_is_cut_at_the_budget_and_settled_by_reading_the_pod(
+    open_extender, sim, seeded, allocator
+) -> None:
+    sim.faults.set_latency(verb="create", resource="pods/binding", seconds=3.0)
+    async with open_extender(RGPU_EXTENDER_BUDGET_SECONDS="0.8") as extender:
+        with anyio.fail_after(2):
+            error = await post_bind(extender, bind_args(seeded))
+    assert "did not finish within the 0.8s budget" in error
+    assert allocator.released == [seeded["metadata"]["uid"]]
+
+
+async def test_malformed_bind_args_answer_200_with_error(extender) -> None:
+    assert "PodUID" in await post_bind(extender, {"PodName": "a", "PodNamespace": "b", "Node": "c"})
+    response = await extender.client.post("/bind", content=b"nope")
+    assert response.status_code == 200
+    assert "not valid JSON" in response.json()["Error"]
+
+
+async def test_successful_bind_leaves_an_allocated_event_on_the_pod(
+    extender, sim, seeded, allocator
+) -> None:
+    assert await post_bind(extender, bind_args(seeded)) == ""
+    event = await wait_event(sim, "RemoteGPUAllocated")
+    assert event["involvedObject"]["uid"] == seeded["metadata"]["uid"]
+    assert event["source"]["component"] == "rgpu-scheduler"
+    assert event["type"] == "Normal"
+    assert allocator.server in event["message"]
+    assert allocator.endpoint in event["message"]
+
+
+async def test_failed_bind_leaves_a_warning_event(extender, sim, seeded) -> None:
+    sim.store.bind("trainer-0", "cpu-node-9", namespace="ml-team")
+    await post_bind(extender, bind_args(seeded))
+    event = await wait_event(sim, "RemoteGPUBindFailed")
+    assert event["type"] == "Warning"
+    assert "cpu-node-9" in event["message"]
+
+
+async def wait_event(sim, reason: str) -> dict[str, Any]:
+    with anyio.fail_after(5):
+        while True:
+            found = [e for e in sim.store.list("events") if e["reason"] == reason]
+            if found:
+                return dict(found[0])
+            await anyio.sleep(0.01)
