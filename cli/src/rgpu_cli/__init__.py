@@ -1,1 +1,2 @@
-"""Package placeholder; the issue that builds it fills it in."""
+"""The ``rgpu`` command: run the demo, bring the stack up on the embedded cluster, and look at
+what is held by whom (``status``), why a pod waits (``explain``), and what-ifs (``simulate``)."""

@@ -1,0 +1,217 @@
+"""Why this module exists: ``make demo`` is the project's main job on a fresh machine — the
+whole system scheduling a real workload on the embedded cluster, then an independent verdict."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import anyio
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
+
+from .checks import CheckResult, check_endpoints, check_no_sharing
+from .stack import Stack, StackOptions, run_stack
+
+__all__ = ["DemoOptions", "DemoReport", "run_demo"]
+
+_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoOptions:
+    """``rgpu demo``'s knobs; the defaults are ``make demo``'s."""
+
+    stack: StackOptions = field(default_factory=StackOptions)
+    pods: int = 60
+    run_seconds: tuple[float, float] = (1.0, 4.0)
+    mean_gap_seconds: float = 0.15
+    timeout_seconds: float = 100.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoReport:
+    """What the demo measured and whether every check passed."""
+
+    pods: int
+    succeeded: int
+    failed: int
+    bound: int
+    waits: tuple[float, ...]
+    utilisation: dict[str, float]
+    refusals: dict[str, int]
+    checks: tuple[CheckResult, ...]
+    wall_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+def _workload(options: DemoOptions) -> tuple[PodPlan, ...]:
+    spec = WorkloadSpec(
+        pods=options.pods,
+        seed=options.stack.seed,
+        max_cards=min(2, options.stack.cards),
+        mean_gap_seconds=options.mean_gap_seconds,
+        run_seconds=options.run_seconds,
+        memory_mib_choices=(8192, 16384),
+    )
+    return plan_workload(spec)
+
+
+async def _submit(stack: Stack, plans: tuple[PodPlan, ...], errors: list[str]) -> None:
+    start = time.monotonic()
+    for plan in plans:
+        await anyio.sleep(max(0.0, start + plan.arrival_seconds - time.monotonic()))
+        response = await stack.create_pod(plan.manifest())
+        if response.status_code != 201:
+            errors.append(
+                f"{plan.namespace}/{plan.name}: {response.status_code} {response.text[:200]}"
+            )
+
+
+def _finished(stack: Stack) -> int:
+    return sum(1 for r in stack.kubelet.records.values() if r.phase in ("Succeeded", "Failed"))
+
+
+async def _watch_progress(stack: Stack, total: int, console: Console, timeout: float) -> None:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+    )
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
+        bound = progress.add_task("bound   ", total=total)
+        done = progress.add_task("finished", total=total)
+        with anyio.move_on_after(timeout):
+            while _finished(stack) < total:
+                progress.update(
+                    bound, completed=sum(1 for r in stack.scheduler.records.values() if r.bound_at)
+                )
+                progress.update(done, completed=_finished(stack))
+                await anyio.sleep(0.2)
+        progress.update(
+            bound, completed=sum(1 for r in stack.scheduler.records.values() if r.bound_at)
+        )
+        progress.update(done, completed=_finished(stack))
+
+
+def _utilisation(stack: Stack, wall: float, now: float) -> dict[str, float]:
+    busy: dict[str, float] = defaultdict(float)
+    names = {endpoint: name for name, endpoint in stack.fleet.endpoints().items()}
+    for record in stack.kubelet.records.values():
+        if record.gpus:
+            end = record.finished_at if record.finished_at is not None else now
+            busy[names.get(record.endpoint, record.endpoint)] += end - record.started_at
+    return {name: busy[name] / wall if wall else 0.0 for name in sorted(names.values())}
+
+
+def _refusals(stack: Stack) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for record in stack.scheduler.records.values():
+        for message in record.refusals:
+            counts.update(set(_REASON.findall(message)) or {"other"})
+    return dict(counts.most_common())
+
+
+def _report(stack: Stack, plans: tuple[PodPlan, ...], errors: list[str], wall: float) -> DemoReport:
+    now = time.monotonic()
+    records = list(stack.kubelet.records.values())
+    per_card = stack.options.granularity == "card"
+    checks = (
+        CheckResult(
+            name="every pod was admitted by the webhook",
+            passed=not errors,
+            detail="; ".join(errors[:3]),
+        ),
+        CheckResult(
+            name="every pod ran to completion",
+            passed=sum(r.phase == "Succeeded" for r in records) == len(plans),
+            detail=f"{sum(r.phase == 'Succeeded' for r in records)}/{len(plans)} succeeded; "
+            + "; ".join(f"{r.key}: {r.message}" for r in records if r.phase == "Failed")[:300],
+        ),
+        check_no_sharing(records, now, per_card=per_card),
+        check_endpoints(records, stack.fleet.endpoints()),
+    )
+    waits = tuple(
+        r.wait_seconds for r in stack.scheduler.records.values() if r.wait_seconds is not None
+    )
+    return DemoReport(
+        pods=len(plans),
+        succeeded=sum(r.phase == "Succeeded" for r in records),
+        failed=sum(r.phase == "Failed" for r in records),
+        bound=len(waits),
+        waits=waits,
+        utilisation=_utilisation(stack, wall, now),
+        refusals=_refusals(stack),
+        checks=checks,
+        wall_seconds=wall,
+    )
+
+
+async def run_demo(options: DemoOptions, console: Console) -> DemoReport:
+    """Start everything, run the workload with a live progress bar, check, and clean up."""
+    plans = _workload(options)
+    s = options.stack
+    console.print(
+        f"[bold]rgpu demo[/]: {s.servers} servers x {s.cards} cards, {s.clients} client nodes, "
+        f"{len(plans)} pods, granularity [cyan]{s.granularity}[/], seed {s.seed}"
+    )
+    async with run_stack(options.stack) as stack:
+        console.print(
+            f"stack ready: apiserver {stack.sim.url}; services "
+            + ", ".join(f"{name} {proc.url}" for name, proc in stack.services.items())
+        )
+        errors: list[str] = []
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_submit, stack, plans, errors)
+            await _watch_progress(stack, len(plans), console, options.timeout_seconds)
+            tg.cancel_scope.cancel()
+        return _report(stack, plans, errors, time.monotonic() - started)
+
+
+def _percentile(values: tuple[float, ...], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def print_report(report: DemoReport, console: Console) -> None:
+    """The readable summary ``make demo`` ends with."""
+    summary = Table(title="rgpu demo summary", show_header=False)
+    summary.add_row(
+        "pods",
+        f"{report.pods} submitted, {report.bound} bound, "
+        f"{report.succeeded} succeeded, {report.failed} failed",
+    )
+    summary.add_row(
+        "wait (creation → bound)",
+        f"p50 {_percentile(report.waits, 50):.2f}s, p95 {_percentile(report.waits, 95):.2f}s",
+    )
+    summary.add_row("wall time", f"{report.wall_seconds:.1f}s")
+    summary.add_row(
+        "refusals by reason", ", ".join(f"{k} {v}" for k, v in report.refusals.items()) or "none"
+    )
+    console.print(summary)
+    util = Table(title="server utilisation")
+    util.add_column("server")
+    util.add_column("busy", justify="right")
+    for name, share in report.utilisation.items():
+        util.add_row(name, f"{share:.0%}")
+    console.print(util)
+    for check in report.checks:
+        mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
+        console.print(
+            f"{mark} {check.name}"
+            + (f" — {check.detail}" if check.detail and not check.passed else "")
+        )

@@ -1,0 +1,103 @@
+"""Why this module exists: the composition root of the ``rgpu`` command (typer), kept to
+argument parsing and printing; each command's work lives in its own module."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import anyio
+import typer
+from rich.console import Console
+
+from .demo import DemoOptions, print_report, run_demo
+from .stack import StackOptions, run_stack
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="rgpu: remote GPUs for Kubernetes pods."
+)
+
+
+def _granularity(value: str) -> str:
+    if value not in ("server", "card"):
+        raise typer.BadParameter("must be 'server' or 'card'")
+    return value
+
+
+@app.command()
+def demo(
+    servers: int = typer.Option(6, min=1, help="lupine servers to simulate"),
+    cards: int = typer.Option(4, min=1, help="GPUs per server"),
+    clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
+    pods: int = typer.Option(60, min=1, help="pods in the workload"),
+    granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
+    seed: int = typer.Option(1, help="seed for the fleet and the workload"),
+    work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+) -> None:
+    """Run the whole system on the embedded cluster, schedule a workload, check, and clean up."""
+    console = Console()
+    stack = StackOptions(
+        servers=servers,
+        cards=cards,
+        clients=clients,
+        seed=seed,
+        granularity=granularity,
+        work_dir=work_dir,
+    )
+    report = anyio.run(run_demo, DemoOptions(stack=stack, pods=pods), console)
+    print_report(report, console)
+    raise typer.Exit(code=0 if report.ok else 1)
+
+
+async def _up(options: StackOptions, console: Console) -> None:
+    async with run_stack(options) as stack:
+        console.print(f"[bold]apiserver[/]  {stack.sim.url}")
+        for name, process in stack.services.items():
+            console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
+        console.print(f"[bold]webhook[/]    {stack.webhook_url}")
+        console.print(f"\nkubectl --server {stack.sim.url} get nodes,pods -A")
+        console.print(f"kubectl --server {stack.sim.url} get leases -n rgpu-system")
+        console.print(
+            f"RGPU_DISCOVERY_URL={stack.url('discovery')} "
+            f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status"
+        )
+        console.print("\nCtrl-C stops everything.")
+        await anyio.sleep_forever()
+
+
+@app.command()
+def up(
+    sim: bool = typer.Option(False, "--sim", help="run on the embedded simulated cluster"),
+    servers: int = typer.Option(6, min=1),
+    cards: int = typer.Option(4, min=1),
+    clients: int = typer.Option(12, min=1),
+    granularity: str = typer.Option("server", callback=_granularity),
+    seed: int = typer.Option(1),
+    apiserver_port: int = typer.Option(0, help="fixed port for the simulated apiserver (0 = any)"),
+) -> None:
+    """Bring the stack up and leave it running (Ctrl-C stops it)."""
+    if not sim:
+        raise typer.BadParameter(
+            "only --sim is supported here; deploy to a cluster with k8s/ (see README)"
+        )
+    options = StackOptions(
+        servers=servers,
+        cards=cards,
+        clients=clients,
+        seed=seed,
+        granularity=granularity,
+        apiserver_port=apiserver_port,
+    )
+    try:
+        anyio.run(_up, options, Console())
+    except KeyboardInterrupt:
+        pass
+
+
+def main() -> None:
+    """Entry point of the ``rgpu`` console script."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    app()
