@@ -4,16 +4,28 @@ annotations shaped like HAMi's device plugin writes them, and settings dicts."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import httpx
+import orjson
 import pytest
+from asgi_lifespan import LifespanManager
+from prometheus_client import CollectorRegistry
 
+from rgpu_contracts import Fleet, Server, Topology
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
+from rgpu_discovery import create_app
 from rgpu_discovery.nodes import NodeView, node_view
-from rgpu_runtime import Settings
+from rgpu_kubesim import SimApiServer, run_apiserver
+from rgpu_runtime import Backoff, Settings
 
 TOPOLOGY_KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone")
+FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2)
+"""Apiserver retries in tests: fast enough that recovery is seen within a second."""
 RACK = "topology.rgpu.io/rack"
 ZONE = "topology.kubernetes.io/zone"
 
@@ -109,3 +121,124 @@ def make_settings() -> Callable[..., Settings]:
         return Settings.from_env(env, service="discovery")
 
     return make
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Discovery:
+    """A running discovery app, its HTTP client and its metrics registry."""
+
+    client: httpx.AsyncClient
+    registry: CollectorRegistry
+
+    async def fleet(self, since: int | None = None, wait: float | None = None) -> Fleet:
+        """``GET /v1/fleet`` (long-polled when ``since`` is given), decoded."""
+        return Fleet.from_dict(await self._get("/v1/fleet", since, wait))
+
+    async def topology(self, since: int | None = None, wait: float | None = None) -> Topology:
+        """``GET /v1/topology`` (long-polled when ``since`` is given), decoded."""
+        return Topology.from_dict(await self._get("/v1/topology", since, wait))
+
+    async def fleet_when(self, check: Callable[[Fleet], bool], timeout: float = 5.0) -> Fleet:
+        """Long-poll the fleet until ``check`` holds; fails the test after ``timeout`` s."""
+        with anyio.fail_after(timeout):
+            fleet = await self.fleet()
+            while not check(fleet):
+                fleet = await self.fleet(since=fleet.revision, wait=1.0)
+        return fleet
+
+    async def server_when(
+        self, name: str, check: Callable[[Server], bool], timeout: float = 5.0
+    ) -> Server:
+        """Long-poll the fleet until it lists server ``name`` and ``check`` holds for it."""
+        fleet = await self.fleet_when(
+            lambda f: any(s.name == name and check(s) for s in f.servers), timeout
+        )
+        return next(s for s in fleet.servers if s.name == name)
+
+    async def topology_when(
+        self, check: Callable[[Topology], bool], timeout: float = 5.0
+    ) -> Topology:
+        """Long-poll the topology until ``check`` holds."""
+        with anyio.fail_after(timeout):
+            topology = await self.topology()
+            while not check(topology):
+                topology = await self.topology(since=topology.revision, wait=1.0)
+        return topology
+
+    async def ready(self, timeout: float = 5.0) -> None:
+        """Wait for ``/readyz`` to answer 200."""
+        with anyio.fail_after(timeout):
+            # Polling is the point here: it is how a kubelet sees readiness.
+            while (await self.client.get("/readyz")).status_code != 200:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+    async def counted(self, name: str, minimum: float, **labels: str) -> None:
+        """Wait until counter ``name`` reaches ``minimum`` (summed over every label value when
+        no ``labels`` are given); counters have no change event, so this polls."""
+        with anyio.fail_after(5.0):
+            while self._value(name, labels) < minimum:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+    def _value(self, name: str, labels: dict[str, str]) -> float:
+        return self.sample(name, **labels) if labels else self.total(name)
+
+    def sample(self, name: str, **labels: str) -> float:
+        """A sample's value from the app's registry (0 when absent)."""
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def total(self, name: str) -> float:
+        """The sum of every sample of counter ``name`` (all label values)."""
+        return sum(
+            sample.value
+            for metric in self.registry.collect()
+            for sample in metric.samples
+            if sample.name == name
+        )
+
+    async def _get(self, path: str, since: int | None, wait: float | None) -> object:
+        params = {} if since is None else {"since": str(since)}
+        if wait is not None:
+            params["wait"] = str(wait)
+        response = await self.client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        return orjson.loads(response.content)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimApiServer]:
+    """A fresh simulated apiserver on an ephemeral loopback port."""
+    async with run_apiserver() as server:
+        yield server
+
+
+@pytest.fixture
+def start(
+    sim: SimApiServer, make_settings: Callable[..., Settings]
+) -> Callable[..., AbstractAsyncContextManager[Discovery]]:
+    """Start discovery against ``sim``: ``async with start(**RGPU_overrides) as d:``."""
+
+    @asynccontextmanager
+    async def run(
+        *,
+        probe_transport: httpx.AsyncBaseTransport | None = None,
+        wait_ready: bool = True,
+        **overrides: str,
+    ) -> AsyncIterator[Discovery]:
+        registry = CollectorRegistry()
+        settings = make_settings(RGPU_KUBE_URL=sim.url, **overrides)
+        app = create_app(
+            settings, probe_transport=probe_transport, registry=registry, watch_backoff=FAST_BACKOFF
+        )
+        async with (
+            LifespanManager(app) as manager,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=manager.app), base_url="http://discovery"
+            ) as client,
+        ):
+            discovery = Discovery(client=client, registry=registry)
+            if wait_ready:
+                await discovery.ready()
+            yield discovery
+
+    return run

@@ -45,21 +45,23 @@ def create_app(
     fleet = FleetState(default_port=settings.lupine.default_port)
     topology = TopologyState()
     instruments = Instruments.create(registry, fleet, topology)
-    outbox = EventOutbox(posted=instruments.events)
-    notices = NodeNotices(default_port=settings.lupine.default_port, emit=outbox.emit)
-    catalog = Catalog(
-        fleet=fleet,
-        topology=topology,
-        notices=notices,
-        topology_keys=settings.scheduling.topology_keys,
-    )
+    timeout = settings.lupine.probe_timeout_seconds
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
-        prober = LupineProber(
-            timeout=settings.lupine.probe_timeout_seconds, transport=probe_transport
+        outbox = EventOutbox(posted=instruments.events)
+        notices = NodeNotices(default_port=settings.lupine.default_port, emit=outbox.emit)
+        catalog = Catalog(
+            fleet=fleet,
+            topology=topology,
+            notices=notices,
+            topology_keys=settings.scheduling.topology_keys,
         )
-        async with kube_client(settings) as kube, prober, anyio.create_task_group() as tg:
+        async with (
+            kube_client(settings) as kube,
+            LupineProber(timeout=timeout, transport=probe_transport) as prober,
+            anyio.create_task_group() as tg,
+        ):
             watch = NodeWatch(
                 kube=kube,
                 catalog=catalog,

@@ -18,6 +18,7 @@ from typing import Final
 
 import anyio
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 from prometheus_client import Counter
 
 from rgpu_runtime import KubeClient, KubeError
@@ -81,30 +82,43 @@ class EventPoster:
 
 
 class EventOutbox:
-    """A bounded queue of events and the task that posts them."""
+    """A bounded queue of events and the task that posts them.
+
+    The queue exists while ``run`` runs; an event emitted outside that time is dropped.
+    """
 
     def __init__(self, *, posted: Counter, capacity: int = 256) -> None:
-        self._send, self._receive = anyio.create_memory_object_stream[NodeEvent](capacity)
         self._posted = posted
+        self._capacity = capacity
+        self._send: MemoryObjectSendStream[NodeEvent] | None = None
 
     def emit(self, event: NodeEvent) -> None:
         """Queue ``event`` without waiting; drops it (logged) when the queue is full."""
         try:
+            if self._send is None:
+                raise anyio.ClosedResourceError
             self._send.send_nowait(event)
-        except anyio.WouldBlock:
+        except (anyio.WouldBlock, anyio.ClosedResourceError):
             self._posted.labels("dropped").inc()
             logger.warning(
-                "event outbox full; dropped %s event", event.reason, extra={"node": event.node}
+                "event outbox full or closed; dropped %s event",
+                event.reason,
+                extra={"node": event.node},
             )
 
     async def run(
         self, poster: EventPoster, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Post queued events one by one until cancelled."""
-        task_status.started()
-        async with self._receive:
-            async for event in self._receive:
-                await self._post(poster, event)
+        send, receive = anyio.create_memory_object_stream[NodeEvent](self._capacity)
+        self._send = send
+        try:
+            async with send, receive:
+                task_status.started()
+                async for event in receive:
+                    await self._post(poster, event)
+        finally:
+            self._send = None
 
     async def _post(self, poster: EventPoster, event: NodeEvent) -> None:
         try:
