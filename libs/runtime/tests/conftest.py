@@ -89,7 +89,7 @@ def apiserver_app(seen: Apiserver) -> Starlette:
 
     async def all_pods(request: Request) -> Response:
         query = dict(request.query_params)
-        if query.get("watch") == "true":
+        if query.get("watch", "").lower() == "true":
             seen.watch_queries.append(query)
             return _watch_stream(query)
         seen.list_queries.append(query)

@@ -127,11 +127,20 @@ def upstream_error(exc: Exception, *, peer: str) -> Unavailable | UpstreamError:
     """Map an httpx (or underlying aiohttp/socket) failure calling ``peer`` to our errors."""
     if isinstance(exc, httpx.HTTPStatusError):
         return response_error(exc.response, peer=peer)
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+    if _timed_out(exc):
         return Unavailable(f"{peer} did not answer in time ({_describe(exc)}); retry later")
     if isinstance(exc, _TRANSPORT_ERRORS):
         return Unavailable(f"cannot reach {peer} ({_describe(exc)}); is it running?")
     return UpstreamError(f"request to {peer} failed: {_describe(exc)}")
+
+
+def _timed_out(exc: Exception) -> bool:
+    # httpx_aiohttp reports every aiohttp connection failure, a refused connect included, as
+    # httpx.ConnectTimeout; the aiohttp exception it chains tells what really happened.
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientError):
+        return isinstance(cause, TimeoutError)
+    return isinstance(exc, httpx.TimeoutException | TimeoutError)
 
 
 def response_error(response: httpx.Response, *, peer: str) -> Unavailable | UpstreamError:

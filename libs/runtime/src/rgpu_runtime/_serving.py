@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 import ssl
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -68,10 +68,21 @@ async def serve(
     await serve_listeners(app, [listener])
 
 
-async def serve_listeners(app: ASGIApp, listeners: Sequence[Listener]) -> None:
-    """Serve ``app`` on every listener, lifespan once, until SIGTERM or SIGINT."""
+async def serve_listeners(
+    app: ASGIApp,
+    listeners: Sequence[Listener],
+    *,
+    ready: Callable[[tuple[str, ...]], object] | None = None,
+) -> None:
+    """Serve ``app`` on every listener, lifespan once, until SIGTERM or SIGINT.
+
+    ``ready`` is called with the listeners' base URLs once they accept connections (useful
+    with port 0, e.g. for a demo that starts services and then talks to them).
+    """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with running(app, *listeners):
+        async with running(app, *listeners) as urls:
+            if ready is not None:
+                ready(urls)
             async for signum in signals:
                 logger.info("received %s; stopping", signal.Signals(signum).name)
                 return
@@ -88,25 +99,23 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
     sockets = [_bind(listener) for listener in listeners]
     try:
         servers = [_server(app, listener) for listener in listeners]
-    except BaseException:
+        with lone_errors():
+            async with app_lifespan(app) as state, anyio.create_task_group() as tg:
+                for server, sock in zip(servers, sockets, strict=True):
+                    server.config.loaded_app = with_state(server.config.loaded_app, state)
+                    tg.start_soon(server.serve, [sock])
+                urls = tuple(map(_url, sockets, listeners))
+                await _started(servers)
+                logger.info("serving on %s", ", ".join(urls))
+                try:
+                    yield urls
+                finally:
+                    for server in servers:
+                        server.should_exit = True
+    finally:
+        # uvicorn closes the sockets it served; these close the ones it never got to.
         for sock in sockets:
             sock.close()
-        raise
-    with lone_errors():
-        async with app_lifespan(app) as state, anyio.create_task_group() as tg:
-            for server, sock in zip(servers, sockets, strict=True):
-                server.config.loaded_app = with_state(server.config.loaded_app, state)
-                tg.start_soon(server.serve, [sock])
-            urls = tuple(
-                _url(sock, listener) for sock, listener in zip(sockets, listeners, strict=True)
-            )
-            await _started(servers)
-            logger.info("serving on %s", ", ".join(urls))
-            try:
-                yield urls
-            finally:
-                for server in servers:
-                    server.should_exit = True
 
 
 def _server(app: ASGIApp, listener: Listener) -> _Server:

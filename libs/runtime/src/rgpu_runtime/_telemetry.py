@@ -42,12 +42,19 @@ def setup_telemetry(
     propagate.set_global_textmap(
         CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
     )
+    provider = exporting_provider(service_name, environ)
+    if provider is not None:
+        trace.set_tracer_provider(provider)
+    return provider
+
+
+def exporting_provider(service_name: str, environ: Mapping[str, str]) -> TracerProvider | None:
+    """A provider exporting over OTLP/HTTP as ``environ`` says, or ``None`` when it says not to."""
     endpoint = _traces_endpoint(environ)
-    if endpoint is None or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+    if endpoint is None or environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    trace.set_tracer_provider(provider)
     return provider
 
 

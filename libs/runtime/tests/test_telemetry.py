@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rgpu_runtime import create_service_app, instrument_app, json_response, tracer
+from rgpu_runtime._telemetry import exporting_provider
+
+pytestmark = pytest.mark.anyio
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+async def client(exporter: InMemorySpanExporter) -> AsyncIterator[httpx.AsyncClient]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def work(request: Request) -> Response:
+        return json_response({"ok": True})
+
+    app = create_service_app(service="test", routes=[Route("/work", work)])
+    transport = httpx.ASGITransport(app=instrument_app(app, provider))
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        yield client
+
+
+async def test_requests_continue_the_callers_trace(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
+    await client.get("/work", headers={"traceparent": traceparent})
+    spans = exporter.get_finished_spans()
+    server = [s for s in spans if s.parent is not None and s.parent.span_id == int(PARENT_ID, 16)]
+    assert server
+    assert all(f"{s.context.trace_id:032x}" == TRACE_ID for s in spans)
+
+
+async def test_probe_and_scrape_paths_are_not_traced(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    for path in ("/healthz", "/readyz", "/metrics"):
+        await client.get(path)
+    assert exporter.get_finished_spans() == ()
+
+
+def test_no_endpoint_means_no_exporting_provider() -> None:
+    assert exporting_provider("rgpu-test", {}) is None
+
+
+def test_sdk_disabled_means_no_exporting_provider() -> None:
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "true"}
+    assert exporting_provider("rgpu-test", environ) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "endpoint"),
+    [
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"},
+            "http://collector:4318/v1/traces",
+        ),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/t"}, "http://c:4318/t"),
+    ],
+)
+def test_endpoint_builds_a_named_provider_exporting_over_otlp_http(
+    environ: dict[str, str], endpoint: str
+) -> None:
+    provider = exporting_provider("rgpu-allocator", environ)
+    assert provider is not None
+    try:
+        assert provider.resource.attributes["service.name"] == "rgpu-allocator"
+        processor = provider._active_span_processor._span_processors[0]
+        exporter = processor.span_exporter  # type: ignore[attr-defined]
+        assert isinstance(exporter, OTLPSpanExporter)
+        assert exporter._endpoint == endpoint
+    finally:
+        provider.shutdown()
+
+
+def test_tracer_spans_continue_the_current_trace_even_without_an_exporter() -> None:
+    caller = TracerProvider().get_tracer("caller")
+    with (
+        caller.start_as_current_span("outer") as outer,
+        tracer("rgpu.test").start_as_current_span("inner") as inner,
+    ):
+        assert inner.get_span_context().trace_id == outer.get_span_context().trace_id
