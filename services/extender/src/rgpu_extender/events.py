@@ -122,9 +122,16 @@ class EventRecorder:
     async def run(self, apiserver: Apiserver, *, task_status: TaskStatus[None]) -> None:
         """Write queued events until cancelled (started by the lifespan's task group)."""
         task_status.started()
-        with self._send, self._receive:
+        try:
             async for event in self._receive:
                 await self._write(apiserver, event)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop accepting events (later ones count as dropped) and free the queue."""
+        self._send.close()
+        self._receive.close()
 
     async def _write(self, apiserver: Apiserver, event: PodEvent) -> None:
         body = event_body(event, self._component)
