@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -26,6 +28,17 @@ def fixture() -> Callable[[str], Any]:
 
     def load(name: str) -> Any:
         return json.loads((FIXTURES / name).read_text())
+
+    return load
+
+
+@pytest.fixture
+def jsonl() -> Callable[[str], list[Any]]:
+    """Load a shared newline-delimited fixture (watch streams) as a list of events."""
+
+    def load(name: str) -> list[Any]:
+        lines = (FIXTURES / name).read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     return load
 
@@ -88,3 +101,57 @@ def node() -> Manifest:
 @pytest.fixture
 def lease() -> Manifest:
     return _lease
+
+
+class WatchReader:
+    """Reads newline-delimited watch events from a streaming httpx response."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._lines = response.aiter_lines()
+
+    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        with anyio.fail_after(timeout):
+            async for line in self._lines:
+                if line:
+                    event: dict[str, Any] = json.loads(line)
+                    return event
+        raise AssertionError("the watch stream ended")
+
+    async def take(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        return [await self.next(timeout) for _ in range(count)]
+
+    async def ended(self, timeout: float = 5.0) -> bool:
+        with anyio.fail_after(timeout):
+            async for line in self._lines:
+                if line:
+                    return False
+        return True
+
+
+@pytest.fixture
+def open_watch(
+    client: httpx.AsyncClient,
+) -> Callable[[str], contextlib.AbstractAsyncContextManager[WatchReader]]:
+    """open_watch(path_with_query) -> async context manager yielding a WatchReader."""
+
+    @contextlib.asynccontextmanager
+    async def opened(path: str) -> AsyncIterator[WatchReader]:
+        async with client.stream("GET", path) as response:
+            assert response.status_code == 200
+            yield WatchReader(response)
+
+    return opened
+
+
+async def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError(f"condition still false after {timeout} s")
+
+
+@pytest.fixture
+def eventually() -> Callable[..., Awaitable[None]]:
+    """await eventually(lambda: ...): poll a condition the test cannot await directly."""
+    return _eventually

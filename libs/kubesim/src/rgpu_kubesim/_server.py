@@ -69,10 +69,23 @@ class _EmbeddedServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
+        self._stop = anyio.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    def request_stop(self) -> None:
+        self.should_exit = True
+        self._stop.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop polls every 0.1 s; waking on the stop event makes teardown prompt.
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864_000
+            with anyio.move_on_after(0.1):
+                await self._stop.wait()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:
@@ -142,7 +155,7 @@ async def run_apiserver(
                 yield SimApiServer(url=_url(sock), store=Store(storage), faults=faults)
             finally:
                 storage.hub.cut_all()
-                server.should_exit = True
+                server.request_stop()
     finally:
         sock.close()
         with anyio.CancelScope(shield=True):
