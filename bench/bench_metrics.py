@@ -6,6 +6,9 @@ Figures (medians unless said otherwise):
 
 * scrape over loopback   - ``GET /metrics`` of the real app under uvicorn (httptools, uvloop),
   read whole by an aiohttp client, while nothing changed; also with OpenMetrics negotiated
+* scrape, fleet changing 10x/s - the same while discovery answers every poll at once with a
+  different fleet, so a 10,000-card fleet is decoded ten times a second beside the scrapes
+  (the fastest the follower's minimum interval allows: the worst case)
 * render, one claim moved - ``expose()`` (what the route does) right after the allocator
   published a claim set in which one claim changed state: the scrape under scheduling churn
 * render, equal fleet re-sent - a freshly decoded fleet equal to the last (every quiet long-poll)
@@ -115,32 +118,43 @@ def claims_dict(fleet: dict[str, object], revision: int = 1, moved: int = -1) ->
 
 
 class _Peers:
-    """The two sources as ``MockTransport`` handlers that answer at once (no long-poll hold)."""
+    """The two sources as ``MockTransport`` handlers that answer at once (no long-poll hold).
 
-    def __init__(self, fleet: dict[str, object], claims: dict[str, object]) -> None:
-        self.fleet = orjson.dumps(fleet)
+    With ``alternate``, discovery answers two fleets (revisions 1 and 2) in turn, so every
+    answer is a change the exporter must decode.
+    """
+
+    def __init__(
+        self, fleet: dict[str, object], claims: dict[str, object], *, alternate: bool = False
+    ) -> None:
+        self.fleets = [
+            orjson.dumps({**fleet, "revision": r}) for r in ((1, 2) if alternate else (1,))
+        ]
         self.claims = orjson.dumps(claims)
+        self.answered = 0
 
     def discovery(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=self.fleet)
+        self.answered += 1
+        return httpx.Response(200, content=self.fleets[self.answered % len(self.fleets)])
 
     def allocator(self, request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=self.claims)
 
 
 @asynccontextmanager
-async def running_app(peers: _Peers) -> AsyncIterator[str]:
+async def running_app(peers: _Peers, *, churn: bool = False) -> AsyncIterator[str]:
     """The real app under uvicorn (httptools) on an ephemeral loopback port; yields its URL."""
     settings = Settings.from_env(
         {"RGPU_DISCOVERY_URL": "http://discovery", "RGPU_ALLOCATOR_URL": "http://allocator"},
         service="metrics",
     )
-    # The fake peers answer at once; a long minimum interval keeps their polls off the clock.
+    # The fake peers answer at once: a long minimum interval keeps their polls off the clock;
+    # with ``churn`` the default policy polls as fast as it allows (ten times a second).
     app = create_app(
         settings,
         discovery_transport=httpx.MockTransport(peers.discovery),
         allocator_transport=httpx.MockTransport(peers.allocator),
-        policy=FollowPolicy(min_interval_seconds=3600.0),
+        policy=FollowPolicy() if churn else FollowPolicy(min_interval_seconds=3600.0),
     )
     async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
         async with aiohttp.ClientSession() as session:
@@ -228,6 +242,11 @@ async def bench_scrapes(cards: int, rounds: int) -> None:
         report(
             "scrape, OpenMetrics", (await time_scrapes(url, rounds, accept))[0], SCRAPE_TARGET_MS
         )
+    peers = _Peers(fleet, claims, alternate=True)
+    async with running_app(peers, churn=True) as url:
+        times, _ = await time_scrapes(url, rounds)
+        report("scrape, fleet changing 10x/s", times, SCRAPE_TARGET_MS)
+        print(f"{'':<34} ({peers.answered} fleets of {cards} cards decoded meanwhile)")
     board = Board()
     board.set_fleet(Fleet.from_dict(fleet))
     board.set_claims(ClaimSet.from_dict(claims))

@@ -126,3 +126,24 @@ async def test_the_call_carries_the_current_trace_as_traceparent(make):
         await fetch(answering(200, orjson.dumps(make.fleet().to_dict()), seen))
     trace_id = f"{span.get_span_context().trace_id:032x}"
     assert trace_id in seen[0].headers["traceparent"]
+
+
+async def test_a_body_equal_to_the_last_decoded_one_is_reported_unchanged(make):
+    fleet = make.fleet(make.server("gpu-a"), revision=3)
+    http, source = fleet_client(answering(200, orjson.dumps(fleet.to_dict())))
+    async with http:
+        assert await source.fetch(None, 1.0) == fleet
+        assert await source.fetch(3, 1.0) is None
+        assert await source.fetch(None, 1.0) is None
+
+
+async def test_a_changed_body_is_decoded_again(make):
+    bodies = [orjson.dumps(make.fleet(revision=r).to_dict()) for r in (1, 2)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=bodies.pop(0))
+
+    http, source = fleet_client(handler)
+    async with http:
+        first, second = await source.fetch(None, 1.0), await source.fetch(1, 1.0)
+    assert (first.revision, second.revision) == (1, 2)
