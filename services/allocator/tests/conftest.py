@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
+import anyio
+import httpx
+import orjson
 import pytest
+from asgi_lifespan import LifespanManager
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from rgpu_allocator import create_app
+from rgpu_allocator.leases import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
 from rgpu_contracts import (
     AllocationRequest,
     Card,
@@ -22,6 +36,8 @@ from rgpu_contracts import (
     Topology,
     card_id,
 )
+from rgpu_kubesim import ApiError, ApiOptions, SimApiServer, run_apiserver
+from rgpu_runtime import Settings
 
 
 class Build:
@@ -127,3 +143,245 @@ class Build:
 @pytest.fixture
 def build() -> Build:
     return Build()
+
+
+# --- the running service: kubesim over real HTTP, a fake discovery at the transport -------
+
+
+class FakeDiscovery:
+    """Serves ``Fleet`` and ``Topology`` JSON with discovery's long-poll rules.
+
+    Use ``handler`` with ``httpx.MockTransport`` (in-process apps) or ``asgi()`` behind a
+    loopback server (subprocess allocators).
+    """
+
+    def __init__(self, fleet: Fleet, topology: Topology | None = None) -> None:
+        self.fleet = fleet
+        self.topology = topology or Topology(revision=1, nodes=())
+        self.available = True
+        self._changed: anyio.Event | None = None
+
+    def publish(self, *servers: Server, topology: Topology | None = None) -> None:
+        """Replace the servers (and/or topology) and wake long-polls."""
+        if servers:
+            self.fleet = Fleet(
+                revision=self.fleet.revision + 1, observed_at=time.time(), servers=servers
+            )
+        if topology is not None:
+            self.topology = dataclasses.replace(topology, revision=self.topology.revision + 1)
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def answer(self, path: str, since: str | None, wait: str | None) -> tuple[int, bytes]:
+        if not self.available:
+            return 503, b'{"code": "down", "message": "discovery is down", "retryable": true}'
+        current = self.fleet if path.endswith("fleet") else self.topology
+        if since is not None and int(since) == current.revision:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            with anyio.move_on_after(float(wait or 30)):
+                await self._changed.wait()
+            current = self.fleet if path.endswith("fleet") else self.topology
+        return 200, orjson.dumps(current.to_dict())
+
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        params = request.url.params
+        status, body = await self.answer(request.url.path, params.get("since"), params.get("wait"))
+        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+
+    def asgi(self) -> Starlette:
+        async def endpoint(request: Request) -> Response:
+            q = request.query_params
+            status, body = await self.answer(request.url.path, q.get("since"), q.get("wait"))
+            return Response(body, status, media_type="application/json")
+
+        routes = [Route("/v1/fleet", endpoint), Route("/v1/topology", endpoint)]
+        return Starlette(routes=routes)
+
+
+def allocator_env(sim_url: str, **extra: str) -> dict[str, str]:
+    env = {
+        "RGPU_KUBE_URL": sim_url,
+        "RGPU_DISCOVERY_URL": "http://discovery.test",
+        "RGPU_LISTEN": "127.0.0.1:0",
+        "RGPU_LOG_LEVEL": "WARNING",
+    }
+    env.update(extra)
+    return env
+
+
+def settings_for(sim_url: str, **extra: str) -> Settings:
+    return Settings.from_env(allocator_env(sim_url, **extra), service="allocator")
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Poll ``check`` until it is true; fails the test after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while True:
+            if await check():
+                return
+            # The state lives in another server (kubesim, the allocator's tasks): poll it.
+            await anyio.sleep(0.02)
+
+
+async def wait_fleet(client: httpx.AsyncClient) -> None:
+    async def known() -> bool:
+        status = (await client.get("/v1/status")).json()
+        return status["fleetRevision"] is not None and status["synced"]
+
+    await wait_for(known)
+
+
+@contextlib.asynccontextmanager
+async def running_allocator(
+    sim_url: str,
+    discovery: FakeDiscovery,
+    registry: CollectorRegistry | None = None,
+    *,
+    wait: bool = True,
+    **env: str,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process allocator (lifespan run) on kubesim, answering over ASGI; with ``wait``,
+    yields once it holds the fleet."""
+    app = create_app(
+        settings_for(sim_url, **env),
+        discovery_transport=httpx.MockTransport(discovery.handler),
+        registry=registry,
+    )
+    async with (
+        LifespanManager(app, startup_timeout=20, shutdown_timeout=20) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator"
+        ) as client,
+    ):
+        if wait:
+            await wait_fleet(client)
+        yield client
+
+
+class Cluster:
+    """Pods in kubesim, made the way kube-apiserver would hold them."""
+
+    def __init__(self, sim: SimApiServer) -> None:
+        self.sim = sim
+        for namespace in ("ml", "rgpu-system"):
+            self.sim.store.create("namespaces", {"metadata": {"name": namespace}})
+
+    def pod(
+        self,
+        name: str,
+        *,
+        namespace: str = "ml",
+        scheduler: str = "rgpu-scheduler",
+        annotations: Mapping[str, str] | None = None,
+        containers: Sequence[str] = ("main",),
+        init: Sequence[str] = (),
+    ) -> PodRef:
+        spec: dict[str, object] = {
+            "schedulerName": scheduler,
+            "containers": [{"name": c, "image": "busybox:1.36"} for c in containers],
+        }
+        if init:
+            spec["initContainers"] = [{"name": c, "image": "busybox:1.36"} for c in init]
+        made = self.sim.store.create(
+            "pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": dict(annotations or {}),
+                },
+                "spec": spec,
+            },
+        )
+        return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace=namespace, name=name)
+
+    def bind(self, pod: PodRef, node: str = "client-1", *, phase: str | None = "Running") -> None:
+        self.sim.store.bind(pod.name, node, namespace=pod.namespace, uid=pod.uid)
+        if phase is not None:
+            self.phase(pod, phase)
+
+    def phase(self, pod: PodRef, phase: str) -> None:
+        self.sim.store.patch(
+            "pods",
+            pod.name,
+            {"status": {"phase": phase}},
+            namespace=pod.namespace,
+            subresource="status",
+        )
+
+    def delete(self, pod: PodRef) -> None:
+        self.sim.store.delete("pods", pod.name, namespace=pod.namespace)
+
+    def annotations(self, pod: PodRef) -> dict[str, str]:
+        got = self.sim.store.get("pods", pod.name, namespace=pod.namespace)
+        return dict(got["metadata"].get("annotations") or {})
+
+    def lease(self, server: str) -> dict[str, object] | None:
+        try:
+            return self.sim.store.get("leases", lease_name(server), namespace="rgpu-system")
+        except ApiError:
+            return None
+
+    def claims(self, server: str) -> list[dict[str, object]]:
+        lease = self.lease(server)
+        if lease is None:
+            return []
+        text = lease["metadata"].get("annotations", {}).get(ANNOTATION_CLAIMS, "[]")
+        return orjson.loads(text)
+
+    def holders(self) -> dict[str, list[str]]:
+        """Pod names holding claims, per server, straight from the stored Leases."""
+        out: dict[str, list[str]] = {}
+        for lease in self.sim.store.list("leases", namespace="rgpu-system"):
+            server = lease["metadata"]["annotations"].get(ANNOTATION_SERVER)
+            text = lease["metadata"]["annotations"].get(ANNOTATION_CLAIMS, "[]")
+            out[server] = sorted(c["pod"]["name"] for c in orjson.loads(text))
+        return out
+
+
+def ask(
+    pod: PodRef,
+    *containers: ContainerRequest,
+    candidates: Sequence[str] = (),
+    dry_run: bool = False,
+) -> dict[str, object]:
+    """An ``AllocationRequest`` body for ``pod``."""
+    request = AllocationRequest(
+        pod=pod,
+        containers=containers or (ContainerRequest(name="main", kind=ContainerKind.APP, count=1),),
+        candidate_nodes=tuple(NodeName(n) for n in candidates),
+        dry_run=dry_run,
+    )
+    return dict(request.to_dict())
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimApiServer]:
+    async with run_apiserver(options=ApiOptions(bookmark_interval_seconds=0.2)) as server:
+        yield server
+
+
+@pytest.fixture
+def cluster(sim: SimApiServer) -> Cluster:
+    return Cluster(sim)
+
+
+class Kit:
+    """The helpers above, for test modules (importlib mode cannot import conftest)."""
+
+    FakeDiscovery = FakeDiscovery
+    ask = staticmethod(ask)
+    allocator_env = staticmethod(allocator_env)
+    running_allocator = staticmethod(running_allocator)
+    settings_for = staticmethod(settings_for)
+    wait_for = staticmethod(wait_for)
+    wait_fleet = staticmethod(wait_fleet)
+
+
+@pytest.fixture
+def kit() -> Kit:
+    return Kit()

@@ -41,12 +41,23 @@ def test_pod_without_uid_is_skipped_and_missing_fields_default():
     assert info.node_name is None
 
 
-def test_replace_all_reports_vanished_pods():
+def test_replace_all_reports_changes_and_buries_vanished_pods():
     index = PodIndex()
     a = pod_info({"metadata": {"uid": "a"}})
     b = pod_info({"metadata": {"uid": "b"}})
+    c = pod_info({"metadata": {"uid": "c"}})
     index.put(a)
     index.put(b)
-    gone = index.replace_all({PodUID("b"): b})
-    assert gone == (a,)
-    assert len(index) == 1
+    changes = index.replace_all({PodUID("b"): b, PodUID("c"): c})
+    assert changes == [(a, None), (None, c)]
+    assert len(index) == 2
+    assert index.synced
+    assert index.gone("a")
+    assert not index.gone("b")
+
+
+def test_tombstones_are_bounded_oldest_first():
+    index = PodIndex(tombstones=2)
+    for uid in ("a", "b", "c"):
+        index.remove(uid)
+    assert [index.gone(u) for u in ("a", "b", "c")] == [False, True, True]

@@ -1,1 +1,10 @@
-"""Package placeholder; the issue that builds it fills it in."""
+"""rgpu allocator: chooses a lupine server for a pod and books it durably in Leases.
+
+``create_app(settings)`` builds the ASGI app; ``python -m rgpu_allocator`` serves it.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+
+__all__ = ["create_app"]

@@ -9,7 +9,8 @@ Hierarchy (bases from ``rgpu_runtime.errors``)::
      ├── Conflict
      │    ├── BookingExpired       409  the booking lapsed before commit; filter again
      │    ├── ServerTaken          409  another pod holds the server the claim is on
-     │    └── CardsGone            409  the claimed cards left the fleet before commit
+     │    ├── CardsGone            409  the claimed cards left the fleet before commit
+     │    └── LeaseUnreadable      409  a claim Lease holds claims we cannot read; fix it
      └── Unavailable                    (retryable)
           ├── FleetUnknown         503  discovery has not delivered a fleet yet
           ├── NotSynced            503  the pod or Lease cache has not been listed yet
@@ -30,6 +31,7 @@ __all__ = [
     "Contended",
     "DiscoveryUnavailable",
     "FleetUnknown",
+    "LeaseUnreadable",
     "NotSynced",
     "ServerTaken",
 ]
@@ -57,6 +59,13 @@ class CardsGone(Conflict):
     """Raised by commit when a claimed card is no longer in discovery's fleet."""
 
     default_code = "cards_gone"
+
+
+class LeaseUnreadable(Conflict):
+    """Raised by a Lease write when the Lease's claims cannot be read; it is never
+    overwritten blindly (that could erase a real holder): fix or delete it by hand."""
+
+    default_code = "lease_unreadable"
 
 
 class FleetUnknown(Unavailable):

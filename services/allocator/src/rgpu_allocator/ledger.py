@@ -45,7 +45,7 @@ def _freed(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
 class Ledger:
     """The claim Leases as last seen, with a revision that moves on every change."""
 
-    __slots__ = ("_by_pod", "_changed", "_leases", "_revision")
+    __slots__ = ("_by_pod", "_changed", "_leases", "_revision", "synced")
 
     def __init__(self) -> None:
         self._leases: dict[ServerName, LeaseRecord] = {}
@@ -53,6 +53,8 @@ class Ledger:
         self._revision = 0
         # Created on first wait: decisions and benchmarks use the ledger outside any event loop.
         self._changed: anyio.Event | None = None
+        self.synced = False
+        """Whether a complete list has been loaded."""
 
     @property
     def revision(self) -> int:
@@ -72,6 +74,10 @@ class Ledger:
         servers = sorted(self._by_pod.get(PodUID(uid), ()))
         found = (self._leases[s].claim_of(uid) for s in servers)
         return tuple(c for c in found if c is not None)
+
+    def servers_of(self, uid: str) -> int:
+        """On how many servers ``uid`` holds claims."""
+        return len(self._by_pod.get(PodUID(uid), ()))
 
     def duplicated_pods(self) -> tuple[PodUID, ...]:
         """Pods holding claims on more than one server (replicas raced on the same pod)."""
@@ -116,13 +122,18 @@ class Ledger:
         self._by_pod = {}
         for record in self._leases.values():
             self._index(record)
+        self.synced = True
         self._bump()
         return Change(applied=True, freed=freed)
 
     async def wait_newer(self, since: int, timeout: float) -> int:
-        """Wait until the revision exceeds ``since`` or ``timeout`` passes; returns the revision."""
+        """Wait until the revision differs from ``since`` or ``timeout`` passes.
+
+        "Differs" rather than "exceeds": a reader holding a revision from before this
+        process started gets the current state at once instead of sleeping out its wait.
+        """
         with anyio.move_on_after(timeout):
-            while self._revision <= since:
+            while self._revision == since:
                 if self._changed is None:
                     self._changed = anyio.Event()
                 await self._changed.wait()

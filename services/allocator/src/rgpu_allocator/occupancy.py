@@ -1,33 +1,44 @@
 """Why this module exists: while choosing a server for one pod, "which cards are held by
-someone else?" is asked of many servers; this answers it from the ledger and the pod cache,
+someone else?" is asked of many servers; this answers it from the Leases and the pod cache,
 judging each claim's validity once per decision.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rgpu_contracts import CardId, Claim, PodUID
 
-from .ledger import Ledger
+from .leases import LeaseRecord
 from .pods import PodIndex
-from .validity import judge
+from .validity import Validity, judge
 
-__all__ = ["Occupancy"]
+__all__ = ["LeaseLookup", "Occupancy"]
+
+LeaseLookup = Callable[[str], LeaseRecord | None]
+"""Where a server's Lease is read from: the ledger, or a fresher copy during a write."""
 
 
 class Occupancy:
     """Claims of pods other than ``uid`` that still hold cards, per server, at time ``now``."""
 
-    __slots__ = ("_cache", "_ledger", "_now", "_pods", "_ttl", "uid")
+    __slots__ = ("_cache", "_leases", "_now", "_pods", "_ttl", "uid")
 
     def __init__(
-        self, ledger: Ledger, pods: PodIndex, *, uid: PodUID, now: float, ttl: float
+        self, leases: LeaseLookup, pods: PodIndex, *, uid: PodUID, now: float, ttl: float
     ) -> None:
-        self._ledger = ledger
+        self._leases = leases
         self._pods = pods
         self._now = now
         self._ttl = ttl
         self.uid = uid
         self._cache: dict[str, tuple[Claim, ...]] = {}
+
+    def validity(self, claim: Claim) -> Validity:
+        """The verdict on any claim, from the pod cache at this decision's time."""
+        uid = claim.pod.uid
+        pod = self._pods.get(uid)
+        return judge(claim, pod, now=self._now, ttl=self._ttl, gone=self._pods.gone(uid))
 
     def blocking(self, server: str) -> tuple[Claim, ...]:
         """Claims of other pods on ``server`` that are valid or not yet known to be invalid."""
@@ -39,7 +50,7 @@ class Occupancy:
 
     def problem(self, server: str) -> str | None:
         """Why the server's Lease cannot be trusted (it then counts as fully held)."""
-        record = self._ledger.lease(server)
+        record = self._leases(server)
         return record.problem if record is not None else None
 
     def taken(self, server: str) -> frozenset[CardId]:
@@ -47,12 +58,7 @@ class Occupancy:
         return frozenset(card for claim in self.blocking(server) for card in claim.cards)
 
     def _judge(self, server: str) -> tuple[Claim, ...]:
-        record = self._ledger.lease(server)
+        record = self._leases(server)
         if record is None:
             return ()
-        return tuple(
-            c
-            for c in record.claims
-            if c.pod.uid != self.uid
-            and judge(c, self._pods.get(c.pod.uid), now=self._now, ttl=self._ttl).blocks
-        )
+        return tuple(c for c in record.claims if c.pod.uid != self.uid and self.validity(c).blocks)

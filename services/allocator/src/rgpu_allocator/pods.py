@@ -9,14 +9,19 @@ scheduler names) are interned so thousands of pods share one copy.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rgpu_contracts import ANNOTATION_ALLOCATED, PodRef, PodUID
 
-__all__ = ["FINISHED_PHASES", "PodIndex", "PodInfo", "pod_info"]
+__all__ = ["FINISHED_PHASES", "TOMBSTONES", "PodIndex", "PodInfo", "pod_info"]
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+TOMBSTONES = 50_000
+"""Deleted pod uids remembered: enough for any burst of deletions between two sweeps, at
+about 100 bytes each."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,12 +80,21 @@ def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
 
 
 class PodIndex:
-    """Every pod the watch has delivered, by uid; replaced wholesale on relist."""
+    """Every pod the watch has delivered, by uid, plus the uids known to be deleted.
 
-    __slots__ = ("_pods",)
+    A pod missing from the cache may just not have been delivered yet; a pod whose deletion
+    was seen (or that vanished between two lists) is gone for good, since uids are never
+    reused. Claims of gone pods are invalid at once, without waiting for the booking TTL.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_gone", "_limit", "_pods", "synced")
+
+    def __init__(self, *, tombstones: int = TOMBSTONES) -> None:
         self._pods: dict[PodUID, PodInfo] = {}
+        self._gone: OrderedDict[PodUID, None] = OrderedDict()
+        self._limit = tombstones
+        self.synced = False
+        """Whether a complete list has been loaded (before that, absence means nothing)."""
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -98,10 +112,31 @@ class PodIndex:
         return before
 
     def remove(self, uid: str) -> PodInfo | None:
+        """Forget a deleted pod and remember that it is gone."""
+        self._bury((PodUID(uid),))
         return self._pods.pop(PodUID(uid), None)
 
-    def replace_all(self, pods: Mapping[PodUID, PodInfo]) -> tuple[PodInfo, ...]:
-        """Swap in a fresh list's content; returns the pods that vanished in between."""
-        gone = tuple(p for uid, p in self._pods.items() if uid not in pods)
+    def gone(self, uid: str) -> bool:
+        """Whether the pod is known to be deleted."""
+        return PodUID(uid) in self._gone
+
+    def replace_all(
+        self, pods: Mapping[PodUID, PodInfo]
+    ) -> list[tuple[PodInfo | None, PodInfo | None]]:
+        """Swap in a fresh list's content; returns every change as ``(before, after)``
+        (``after`` is ``None`` for pods that vanished, which are buried)."""
+        old = self._pods
+        gone = [p for uid, p in old.items() if uid not in pods]
+        changes: list[tuple[PodInfo | None, PodInfo | None]] = [(p, None) for p in gone]
+        changes.extend((old.get(uid), p) for uid, p in pods.items() if old.get(uid) != p)
         self._pods = dict(pods)
-        return gone
+        self._bury(p.uid for p in gone)
+        self.synced = True
+        return changes
+
+    def _bury(self, uids: Iterable[PodUID]) -> None:
+        for uid in uids:
+            self._gone[uid] = None
+            self._gone.move_to_end(uid)
+        while len(self._gone) > self._limit:
+            self._gone.popitem(last=False)

@@ -43,9 +43,17 @@ def expires_at(claim: Claim, pod: PodInfo | None, ttl: float) -> float | None:
     return claim_stamp(claim) + ttl
 
 
-def judge(claim: Claim, pod: PodInfo | None, *, now: float, ttl: float) -> Validity:
-    """Apply the validity rule to ``claim`` given the cached ``pod`` (``None`` if not cached)."""
+def judge(
+    claim: Claim, pod: PodInfo | None, *, now: float, ttl: float, gone: bool = False
+) -> Validity:
+    """Apply the validity rule to ``claim`` given the cached ``pod`` (``None`` if not cached).
+
+    ``gone`` says the pod is known to be deleted (its deletion was seen, or a fresh read
+    found nothing), which makes a missing pod's claim invalid rather than unknown.
+    """
     fresh = now - claim_stamp(claim) < ttl
+    if pod is None and gone:
+        return Validity.INVALID
     if pod is None:
         return Validity.VALID if fresh and claim.state is not ClaimState.BOUND else Validity.UNKNOWN
     if pod.uid != claim.pod.uid or pod.finished:

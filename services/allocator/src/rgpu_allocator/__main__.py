@@ -1,0 +1,16 @@
+"""Why this module exists: ``python -m rgpu_allocator`` runs the allocator for real."""
+
+from __future__ import annotations
+
+from rgpu_runtime import run_service
+
+from .app import create_app
+
+
+def main() -> None:
+    """Serve the allocator under uvicorn until SIGTERM; exits 2 on a bad setting."""
+    raise SystemExit(run_service("allocator", create_app))
+
+
+if __name__ == "__main__":
+    main()

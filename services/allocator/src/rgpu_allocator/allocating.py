@@ -1,0 +1,191 @@
+"""Why this module exists: ``POST /v1/allocations`` — choose a server for a pod and book it
+durably — is the heart of rgpu, and its rules are subtle enough to deserve their own module:
+
+* idempotent per pod uid: a pod holding a valid claim gets that claim back;
+* the choice is made on the cached state, the booking is a compare-and-swap on the chosen
+  server's Lease that re-checks the fit on the Lease as the apiserver holds it; losing the
+  race means deciding again (another server, or the same one if still free);
+* no stale refusal: a refusal caused by claims first re-validates the blockers;
+* replicas racing on the same pod settle on one server (``settle``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from opentelemetry import trace
+
+from rgpu_contracts import Allocation, AllocationRequest, Claim, ClaimState, NoFit, Reason
+
+from .assigning import assign
+from .choosing import Choice, Refusal, choose
+from .core import Core, winner
+from .demand import Demand, demand_of
+from .errors import Contended
+from .fitting import fit
+from .leases import LeaseRecord
+from .revalidating import Revalidator
+from .settling import settle
+
+__all__ = ["ROUNDS", "allocate"]
+
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+ROUNDS = 6
+"""Decide-and-book rounds per request: each lost round means another replica just took the
+server, so a few rounds cover any realistic burst before answering "retry"."""
+
+
+class _Lost(Exception):
+    """The chosen server stopped fitting between the decision and the write."""
+
+
+class _Again:
+    """Decide once more: a blocked server was re-validated, or the booking race was lost."""
+
+    __slots__ = ("revalidated",)
+
+    def __init__(self, *, revalidated: bool) -> None:
+        self.revalidated = revalidated
+
+
+def _decide(core: Core, request: AllocationRequest, demand: Demand) -> Choice | Refusal:
+    view = core.require_view()
+    started = time.perf_counter()
+    with tracer.start_as_current_span("choose"):
+        outcome = choose(
+            view,
+            demand,
+            core.occupancy(request.pod.uid),
+            candidates=request.candidate_nodes,
+            granularity=core.policy.granularity,
+        )
+    core.instruments.decision_seconds.observe(time.perf_counter() - started)
+    return outcome
+
+
+def _claim(core: Core, request: AllocationRequest, choice: Choice, now: float) -> Claim:
+    facts = choice.fit.facts
+    return Claim(
+        pod=request.pod,
+        server=facts.name,
+        cards=tuple(c.id for c in sorted(choice.fit.cards, key=lambda c: (c.index, c.id))),
+        containers=assign(request.containers, choice.fit.cards, core.policy.granularity),
+        state=ClaimState.BOOKED,
+        booked_at=now,
+    )
+
+
+async def _book(
+    core: Core, request: AllocationRequest, demand: Demand, choice: Choice
+) -> Claim | None:
+    """Write the booking, re-checking the fit on the Lease as read; ``None`` if it was lost."""
+    uid = request.pod.uid
+    server = choice.fit.facts.name
+    now = core.clock()
+    booked: list[Claim] = []
+
+    def change(record: LeaseRecord | None) -> tuple[Claim, ...] | None:
+        held = core.occupancy(uid, leases=lambda s: record if s == server else core.ledger.lease(s))
+        found = fit(choice.fit.facts, demand, held, core.policy.granularity)
+        if found is None:
+            raise _Lost
+        claim = _claim(core, request, Choice(fit=found, tier=choice.tier), now)
+        booked[:] = [claim]
+        others = record.claims if record is not None else ()
+        keep = tuple(c for c in others if c.pod.uid != uid and held.validity(c).blocks)
+        return (*keep, claim)
+
+    with tracer.start_as_current_span("book", attributes={"server": server, "pod.uid": uid}):
+        try:
+            await core.writer.edit(server, change, op="book")
+        except _Lost:
+            return None
+    return booked[0]
+
+
+def _main_reason(nofit: NoFit) -> str:
+    if not nofit.reasons:
+        return Reason.NO_SERVERS.value
+    return max(nofit.reasons, key=lambda r: (r.count, r.reason.value)).reason.value
+
+
+def _refuse(core: Core, request: AllocationRequest, refusal: Refusal) -> NoFit:
+    nofit = refusal.nofit
+    outcome = "dry_run" if request.dry_run else "refused"
+    core.instruments.decisions.labels(outcome, _main_reason(nofit)).inc()
+    if not request.dry_run:
+        core.refused.remember(request.pod)
+        logger.info("no server for pod %s: %s", request.pod.key, nofit.message)
+    return nofit
+
+
+def _preview(core: Core, request: AllocationRequest, choice: Choice) -> Allocation:
+    core.instruments.decisions.labels("dry_run", "").inc()
+    return core.allocation_of(_claim(core, request, choice, core.clock()))
+
+
+async def _held(core: Core, request: AllocationRequest) -> Allocation | None:
+    claim = winner(core.live(request.pod.uid))
+    if claim is None:
+        return None
+    if not request.dry_run and core.ledger.servers_of(request.pod.uid) > 1:
+        claim = await settle(core, request.pod.uid) or claim
+    core.instruments.decisions.labels("reused", "").inc()
+    core.refused.forget(request.pod.uid)
+    return core.allocation_of(claim)
+
+
+async def _round(
+    core: Core, request: AllocationRequest, demand: Demand, revalidator: Revalidator | None
+) -> Allocation | NoFit | _Again:
+    outcome = _decide(core, request, demand)
+    if isinstance(outcome, Refusal):
+        blocked = outcome.blocked_by_claims
+        if revalidator is not None and blocked and await revalidator.revalidate(blocked):
+            return _Again(revalidated=True)
+        return _refuse(core, request, outcome)
+    if request.dry_run:
+        return _preview(core, request, outcome)
+    booked = await _book(core, request, demand, outcome)
+    if booked is None:
+        return _Again(revalidated=False)
+    kept = await settle(core, request.pod.uid) or booked
+    core.instruments.decisions.labels("allocated", "").inc()
+    core.refused.forget(request.pod.uid)
+    logger.info("booked %s for pod %s", kept.server, request.pod.key)
+    return core.allocation_of(kept)
+
+
+async def allocate(
+    core: Core, request: AllocationRequest, revalidator: Revalidator
+) -> Allocation | NoFit:
+    """Choose and (unless ``dry_run``) book a server for ``request.pod``.
+
+    Returns the ``Allocation`` or, when nothing fits, a ``NoFit`` with HAMi's reasons. Raises
+    ``FleetUnknown``/``NotSynced`` before the inputs are in, ``Contended`` after ``ROUNDS``
+    lost races, and ``KubeUnavailable`` when the apiserver is away.
+    """
+    core.require_view()
+    core.require_synced()
+    attributes: dict[str, str | bool] = {
+        "pod": request.pod.key,
+        "pod.uid": request.pod.uid,
+        "dry_run": request.dry_run,
+    }
+    with tracer.start_as_current_span("allocate", attributes=attributes):
+        held = await _held(core, request)
+        if held is not None:
+            return held
+        demand = demand_of(request.containers)
+        # Fresh reads happen at most once per request; later rounds decide on what they found.
+        checker: Revalidator | None = revalidator
+        for _ in range(ROUNDS):
+            answer = await _round(core, request, demand, checker)
+            if not isinstance(answer, _Again):
+                return answer
+            if answer.revalidated:
+                checker = None
+    raise Contended(f"could not book a server for {request.pod.key}: every choice was taken")

@@ -1,0 +1,133 @@
+"""Why this module exists: allocating, committing, sweeping and repairing all work on the same
+state (the ledger of Leases, the pod cache, the fleet) under the same policy; this is that
+shared core, plus the rules every one of them applies the same way: which of a pod's claims
+wins, and what an ``Allocation`` looks like.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from rgpu_contracts import Allocation, Claim, ClaimState, PodUID
+from rgpu_runtime import Settings
+
+from .errors import FleetUnknown, NotSynced
+from .fitting import Granularity
+from .fleetview import FleetView
+from .inputs import Inputs
+from .instruments import Instruments
+from .kube_api import KubeApi
+from .ledger import Ledger
+from .occupancy import LeaseLookup, Occupancy
+from .pods import PodIndex
+from .validity import Validity, expires_at
+from .wakeup import Refused
+from .writing import LeaseWriter
+
+__all__ = ["Core", "Policy", "precedence", "winner"]
+
+_RANK = {ClaimState.BOUND: 0, ClaimState.COMMITTED: 1, ClaimState.BOOKED: 2}
+
+
+def precedence(claim: Claim) -> tuple[int, str]:
+    """Sort key among one pod's claims: the most advanced state first, then server name."""
+    return _RANK[claim.state], claim.server
+
+
+def winner(claims: Iterable[Claim]) -> Claim | None:
+    """The claim a pod keeps when it holds several (replicas raced on it). Every replica
+    computes the same from the same data, so racing replicas converge."""
+    return min(claims, key=precedence, default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """The settings allocation decisions depend on."""
+
+    granularity: Granularity
+    ttl: float
+    """Seconds an unbound booking (or commit) stays valid."""
+    scheduler_name: str
+    """Only pods of this scheduler are ever repaired from their annotations."""
+    namespace: str
+    """Where the claim Leases live."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Policy:
+        s = settings.scheduling
+        return cls(
+            granularity=s.granularity,
+            ttl=s.booking_ttl_seconds,
+            scheduler_name=s.scheduler_name,
+            namespace=s.namespace,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Core:
+    """Everything decisions read and write, shared by the allocator's activities."""
+
+    policy: Policy
+    ledger: Ledger
+    pods: PodIndex
+    inputs: Inputs
+    api: KubeApi
+    writer: LeaseWriter
+    instruments: Instruments
+    refused: Refused
+    on_capacity: Callable[[], None]
+    """Called when cards were freed, so refused pods get nudged."""
+    clock: Callable[[], float] = field(default=time.time)
+    """Wall-clock seconds: claim times are compared across replicas."""
+
+    def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
+        """Who else holds what, for a decision about ``uid`` now."""
+        return Occupancy(
+            leases or self.ledger.lease,
+            self.pods,
+            uid=PodUID(uid),
+            now=self.clock(),
+            ttl=self.policy.ttl,
+        )
+
+    def validity(self, claim: Claim) -> Validity:
+        return self.occupancy(claim.pod.uid).validity(claim)
+
+    def live(self, uid: str) -> tuple[Claim, ...]:
+        """``uid``'s claims that still hold their cards."""
+        return tuple(c for c in self.ledger.claims_of(uid) if self.validity(c).blocks)
+
+    def require_view(self) -> FleetView:
+        """The fleet to decide on; raises ``FleetUnknown`` before discovery delivered one."""
+        view = self.inputs.view
+        if view is None:
+            reason = self.inputs.discovery_error or "no answer yet"
+            raise FleetUnknown(f"no fleet from discovery yet ({reason}); retry shortly")
+        return view
+
+    def require_synced(self) -> None:
+        """Raises ``NotSynced`` until pods and Leases have been listed once."""
+        if not (self.pods.synced and self.ledger.synced):
+            raise NotSynced("pods and claim Leases are still being listed; retry shortly")
+
+    def allocation_of(
+        self, claim: Claim, annotations: tuple[tuple[str, str], ...] = ()
+    ) -> Allocation:
+        """The API view of ``claim``."""
+        view = self.inputs.view
+        facts = view.facts.get(claim.server) if view is not None else None
+        endpoint = facts.server.endpoint if facts is not None else None
+        pod = self.pods.get(claim.pod.uid)
+        return Allocation(
+            pod=claim.pod,
+            server=claim.server,
+            endpoint=endpoint or "",
+            cards=claim.cards,
+            containers=claim.containers,
+            state=claim.state,
+            booked_at=claim.booked_at,
+            expires_at=expires_at(claim, pod, self.policy.ttl),
+            annotations=annotations,
+        )

@@ -1,0 +1,106 @@
+"""Why this module exists: an operator must see how the allocator decides and where it
+struggles (refusals by reason, compare-and-swap contention, sweeps, repairs, latency) from
+its own ``/metrics``, on the app's registry, never the process-global one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rgpu_contracts import ClaimState
+
+from .inputs import Inputs
+from .ledger import Ledger
+from .pods import PodIndex
+
+__all__ = ["Instruments"]
+
+_DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class _StateCollector(Collector):
+    """Gauges read at scrape time from the live state (no bookkeeping on the hot path)."""
+
+    def __init__(self, ledger: Ledger, pods: PodIndex, inputs: Inputs) -> None:
+        self._ledger = ledger
+        self._pods = pods
+        self._inputs = inputs
+
+    def collect(self) -> Iterator[Metric]:
+        states = Counter(c.state for r in self._ledger.leases() for c in r.claims)
+        claims = GaugeMetricFamily(
+            "rgpu_allocator_claims", "Claims stored in Leases, by state.", labels=["state"]
+        )
+        for state in ClaimState:
+            claims.add_metric([state.value], states.get(state, 0))
+        yield claims
+        yield GaugeMetricFamily("rgpu_allocator_pods", "Pods in the watch cache.", len(self._pods))
+        yield GaugeMetricFamily(
+            "rgpu_allocator_leases", "Claim Leases in the cache.", len(self._ledger)
+        )
+        age = self._inputs.fleet_age()
+        yield GaugeMetricFamily(
+            "rgpu_allocator_fleet_age_seconds",
+            "Seconds since discovery last answered with the fleet (-1 before the first).",
+            -1.0 if age is None else age,
+        )
+
+
+class Instruments:
+    """The allocator's self-metrics, registered on one ``CollectorRegistry``."""
+
+    def __init__(
+        self, registry: CollectorRegistry, *, ledger: Ledger, pods: PodIndex, inputs: Inputs
+    ) -> None:
+        registry.register(_StateCollector(ledger, pods, inputs))
+        self.decisions = PromCounter(
+            "rgpu_allocator_decisions",
+            "Allocation decisions by outcome (allocated, reused, refused, dry_run) and reason.",
+            ["outcome", "reason"],
+            registry=registry,
+        )
+        self.cas_conflicts = PromCounter(
+            "rgpu_allocator_cas_conflicts",
+            "Lease writes that lost a compare-and-swap race, by operation.",
+            ["operation"],
+            registry=registry,
+        )
+        self.sweep_removals = PromCounter(
+            "rgpu_allocator_sweep_removals",
+            "Invalid claims removed, by why (deleted, finished, expired, duplicate, gone).",
+            ["reason"],
+            registry=registry,
+        )
+        self.repairs = PromCounter(
+            "rgpu_allocator_repairs",
+            "Claims restored from a bound pod's allocated-devices annotation.",
+            registry=registry,
+        )
+        self.repair_conflicts = PromCounter(
+            "rgpu_allocator_repair_conflicts",
+            "Repairs refused because another pod holds the cards (reported as Events).",
+            registry=registry,
+        )
+        self.nudges = PromCounter(
+            "rgpu_allocator_nudges",
+            "Refused pods annotated with rgpu.io/retry-at so kube-scheduler retries them.",
+            registry=registry,
+        )
+        self.decision_seconds = Histogram(
+            "rgpu_allocator_decision_seconds",
+            "Time to choose a server, excluding apiserver writes.",
+            buckets=_DECISION_BUCKETS,
+            registry=registry,
+        )
+        self.watch_restarts = PromCounter(
+            "rgpu_allocator_watch_restarts",
+            "Relists after a watch failed or expired, by resource.",
+            ["resource"],
+            registry=registry,
+        )

@@ -1,0 +1,130 @@
+"""Why this module exists: the allocator talks to the apiserver about exactly four things —
+its claim Leases, Pods, pod annotations (the wake-up nudge) and Events — and every call must
+be bounded in time and fail with our ``KubeError`` family, never a library exception.
+
+Everything here works on plain dicts (``call_raw``): decoding 100,000 pods into
+kubernetes_asyncio models would cost seconds and gigabytes. Pods are listed page by page and
+handed over one page at a time so a full relist never holds the whole cluster in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rgpu_runtime import KubeClient, KubeNotFound, Listing, WatchEvent
+
+from .leases import MANAGED_BY_SELECTOR
+
+__all__ = ["CALL_TIMEOUT", "KubeApi", "PodPage"]
+
+CALL_TIMEOUT = 3.0
+"""Seconds for one read or write on the decision path: kube-scheduler gives the extender 5 s
+for a whole filter, which must also cover the decision and two loopback hops."""
+
+POD_PAGE_SIZE = 500
+"""Pods per list page; the apiserver's own default chunk size for informers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodPage:
+    """One page of a pod list; ``resource_version`` is set on the last page only."""
+
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+class KubeApi:
+    """The allocator's apiserver calls, on plain dicts, each bounded by ``CALL_TIMEOUT``."""
+
+    __slots__ = ("_kube", "namespace")
+
+    def __init__(self, kube: KubeClient, *, namespace: str) -> None:
+        self._kube = kube
+        self.namespace = namespace
+
+    async def get_lease(self, name: str) -> dict[str, Any] | None:
+        """The Lease ``name`` in our namespace, or ``None`` when it does not exist."""
+        api = self._kube.coordination
+        try:
+            return await self._kube.call_raw(
+                api.read_namespaced_lease, name, self.namespace, request_timeout=CALL_TIMEOUT
+            )
+        except KubeNotFound:
+            return None
+
+    async def create_lease(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a Lease; raises ``KubeConflict`` when another writer created it first."""
+        api = self._kube.coordination
+        return await self._kube.call_raw(
+            api.create_namespaced_lease, self.namespace, dict(body), request_timeout=CALL_TIMEOUT
+        )
+
+    async def replace_lease(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Compare-and-swap a Lease on the ``resourceVersion`` in ``body``.
+
+        Raises ``KubeConflict`` when someone wrote it since, ``KubeNotFound`` when deleted.
+        """
+        api = self._kube.coordination
+        return await self._kube.call_raw(
+            api.replace_namespaced_lease,
+            name,
+            self.namespace,
+            dict(body),
+            request_timeout=CALL_TIMEOUT,
+        )
+
+    async def list_leases(self) -> Listing:
+        """Every claim Lease (ours by label) with the list's resourceVersion."""
+        api = self._kube.coordination
+        return await self._kube.list_objects(
+            api.list_namespaced_lease, self.namespace, label_selector=MANAGED_BY_SELECTOR
+        )
+
+    def watch_leases(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Claim Lease events from ``resource_version`` on; raises ``KubeExpired`` on 410."""
+        api = self._kube.coordination
+        return self._kube.watch(
+            api.list_namespaced_lease,
+            self.namespace,
+            resource_version=resource_version,
+            label_selector=MANAGED_BY_SELECTOR,
+        )
+
+    async def pod_pages(self) -> AsyncIterator[PodPage]:
+        """Every pod in every namespace, one page at a time."""
+        fn = self._kube.core.list_pod_for_all_namespaces
+        token: str | None = None
+        while True:
+            page = await self._kube.call_raw(fn, limit=POD_PAGE_SIZE, _continue=token)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            version = None if token else str(metadata.get("resourceVersion", ""))
+            yield PodPage(items=page.get("items") or [], resource_version=version)
+            if token is None:
+                return
+
+    def watch_pods(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Pod events in every namespace from ``resource_version`` on."""
+        fn = self._kube.core.list_pod_for_all_namespaces
+        return self._kube.watch(fn, resource_version=resource_version)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as the apiserver has it now, or ``None`` when it does not exist."""
+        fn = self._kube.core.read_namespaced_pod
+        try:
+            return await self._kube.call_raw(fn, name, namespace, request_timeout=CALL_TIMEOUT)
+        except KubeNotFound:
+            return None
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the pod's; raises ``KubeNotFound`` when it is gone."""
+        fn = self._kube.core.patch_namespaced_pod
+        body = {"metadata": {"annotations": dict(annotations)}}
+        await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Record a core/v1 Event in ``namespace``."""
+        fn = self._kube.core.create_namespaced_event
+        await self._kube.call_raw(fn, namespace, dict(body), request_timeout=CALL_TIMEOUT)
