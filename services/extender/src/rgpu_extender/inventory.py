@@ -33,6 +33,10 @@ T = TypeVar("T")
 LONG_POLL_SECONDS = 30.0
 """Seconds discovery may hold a poll open; changes arrive at once, this only bounds idle polls."""
 
+UNCHANGED_PAUSE_SECONDS = 0.05
+"""Pause after a poll that brought nothing new, so a peer that answers at once without
+waiting cannot make the loop spin; after a held poll this delay is lost in the noise."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetView:
@@ -114,6 +118,7 @@ class Inventory:
         started = False
         while True:
             value = await _poll(what, fetch, since, quiet=failures > 0)
+            previous = since
             if value is None:
                 failures += 1
             else:
@@ -123,6 +128,8 @@ class Inventory:
                 task_status.started()
             if failures:
                 await anyio.sleep(self._backoff.delay(failures - 1))
+            elif since == previous:
+                await anyio.sleep(UNCHANGED_PAUSE_SECONDS)
 
     @staticmethod
     def _accept(
