@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import yaml
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 
@@ -24,10 +25,11 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def fixture() -> Callable[[str], Any]:
-    """Load a shared wire fixture by file name."""
+    """Load a shared wire fixture (JSON or YAML) by file name."""
 
     def load(name: str) -> Any:
-        return json.loads((FIXTURES / name).read_text())
+        text = (FIXTURES / name).read_text()
+        return yaml.safe_load(text) if name.endswith(".yaml") else json.loads(text)
 
     return load
 

@@ -14,9 +14,11 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import anyio
 import uvicorn
+from starlette.types import ASGIApp
 
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._app import create_app
@@ -94,7 +96,8 @@ class _EmbeddedServer(uvicorn.Server):
             self.ready.set()
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening, non-blocking TCP socket (port 0 picks a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -104,17 +107,42 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _url(sock: socket.socket) -> str:
+def socket_url(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{scheme}://{shown}:{port}"
 
 
-async def _wait_started(server: _EmbeddedServer) -> None:
-    with anyio.fail_after(_STARTUP_SECONDS):
-        await server.ready.wait()
-    if not server.started:
-        raise OSError(f"the simulated apiserver did not listen within {_STARTUP_SECONDS} s")
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp, sock: socket.socket, **config: Any) -> AsyncIterator[None]:
+    """Serve ``app`` on ``sock`` with uvicorn (httptools) until the block exits.
+
+    ``config`` passes extra uvicorn.Config settings (TLS files, for instance). On exit the
+    server stops accepting, finishes in-flight responses for up to two seconds, and the socket
+    is closed.
+    """
+    settings: dict[str, Any] = {
+        "http": "httptools",
+        "ws": "none",
+        "lifespan": "off",
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": _SHUTDOWN_GRACE_SECONDS,
+    }
+    server = _EmbeddedServer(uvicorn.Config(app, **(settings | config)))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(_STARTUP_SECONDS):
+                await server.ready.wait()
+            if not server.started:
+                raise OSError(f"the server on {socket_url(sock)} did not start listening")
+            try:
+                yield
+            finally:
+                server.request_stop()
+    finally:
+        sock.close()
 
 
 @contextlib.asynccontextmanager
@@ -136,27 +164,14 @@ async def run_apiserver(
         bookmark_interval=options.bookmark_interval_seconds,
         clock=time.time,
     )
-    config = uvicorn.Config(
-        create_app(deps),
-        http="httptools",
-        ws="none",
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=_SHUTDOWN_GRACE_SECONDS,
-    )
-    server = _EmbeddedServer(config)
-    sock = _listening_socket(host, port)
+    sock = listening_socket(host, port)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            await _wait_started(server)
+        async with serving(create_app(deps), sock):
             try:
-                yield SimApiServer(url=_url(sock), store=Store(storage), faults=faults)
+                yield SimApiServer(url=socket_url(sock), store=Store(storage), faults=faults)
             finally:
+                # Open watches would otherwise hold the graceful shutdown until they time out.
                 storage.hub.cut_all()
-                server.request_stop()
     finally:
-        sock.close()
         with anyio.CancelScope(shield=True):
             await admission.aclose()

@@ -1,0 +1,319 @@
+"""Mutating admission against a real TLS webhook server (trustme CA), as kube-apiserver calls it."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import trustme
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rgpu_kubesim import ApiOptions, SimApiServer
+from rgpu_kubesim._server import listening_socket, serving, socket_url
+
+pytestmark = pytest.mark.anyio
+
+Loader = Callable[[str], Any]
+Manifest = Callable[..., dict[str, Any]]
+Reply = Callable[[str, dict[str, Any]], dict[str, Any]]
+SERVICE_NAME = "remote-gpu-webhook.remote-gpu-system.svc"
+CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def allow(request: dict[str, Any], patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    if patch is not None:
+        response.update(patch=base64.b64encode(orjson.dumps(patch)).decode(), patchType="JSONPatch")
+    return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "response": response}
+
+
+@dataclass
+class Webhook:
+    """A TLS AdmissionReview endpoint whose answers the test chooses."""
+
+    url: str
+    ca_bundle: str
+    reviews: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    reply: Reply = field(default=lambda path, review: allow(review["request"]))
+
+    async def handle(self, request: Request) -> Response:
+        review = orjson.loads(await request.body())
+        self.reviews.append(review)
+        self.paths.append(request.url.path)
+        answer = self.reply(request.url.path, review)
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@contextlib.contextmanager
+def _cert_files(ca: trustme.CA) -> Iterator[tuple[str, str]]:
+    cert = ca.issue_cert("127.0.0.1", SERVICE_NAME)
+    with cert.private_key_pem.tempfile() as key, cert.cert_chain_pems[0].tempfile() as chain:
+        yield chain, key
+
+
+@pytest.fixture
+async def webhook(ca: trustme.CA) -> AsyncIterator[Webhook]:
+    sock = listening_socket("127.0.0.1", 0)
+    hook = Webhook(
+        url=socket_url(sock, "https"), ca_bundle=base64.b64encode(ca.cert_pem.bytes()).decode()
+    )
+    app = Starlette(routes=[Route("/{path:path}", hook.handle, methods=["POST"])])
+    with _cert_files(ca) as (chain, key):
+        async with serving(app, sock, ssl_certfile=chain, ssl_keyfile=key):
+            yield hook
+
+
+@pytest.fixture
+def options(webhook: Webhook) -> ApiOptions:
+    address = webhook.url.removeprefix("https://")
+    return ApiOptions(service_address_map={"remote-gpu-system/remote-gpu-webhook:443": address})
+
+
+def _configuration(
+    webhook: Webhook, *, url: str | None = None, name: str = "w", **overrides: Any
+) -> dict[str, Any]:
+    hook = {
+        "name": "pods.remote-gpu.hami.io",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "clientConfig": {"url": url or f"{webhook.url}/mutate", "caBundle": webhook.ca_bundle},
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+            }
+        ],
+        **overrides,
+    }
+    return {"metadata": {"name": name}, "webhooks": [hook]}
+
+
+async def _configure(client: httpx.AsyncClient, config: dict[str, Any]) -> None:
+    response = await client.post(CONFIGS, json=config)
+    assert response.status_code == 201, response.text
+
+
+async def test_webhook_patch_is_applied_and_request_has_kubes_shape(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
+) -> None:
+    patch = fixture("admission-response-patch.decoded.json")
+    webhook.reply = lambda path, review: allow(review["request"], patch)
+    await _configure(client, _configuration(webhook))
+    created = await client.post(PODS, json=pod("trainer-0"))
+    assert created.status_code == 201
+    stored = created.json()
+    assert stored["metadata"]["annotations"] == {"hami.io/webhook-mutated": "true"}
+    assert stored["spec"]["schedulerName"] == "rgpu-scheduler"
+    request = webhook.reviews[0]["request"]
+    reference = fixture("admission-review-pod-create.json")["request"]
+    assert request.keys() == reference.keys()
+    assert request["kind"] == reference["kind"] and request["resource"] == reference["resource"]
+    assert (request["operation"], request["name"], request["namespace"]) == (
+        "CREATE",
+        "trainer-0",
+        "default",
+    )
+    assert request["userInfo"]["username"] == "kubernetes-admin"
+    assert request["object"]["spec"]["schedulerName"] == "default-scheduler"
+    assert request["oldObject"] is None and request["dryRun"] is False
+
+
+async def test_denial_surfaces_the_webhooks_message_and_code(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
+) -> None:
+    deny = fixture("admission-review-response-deny.json")
+
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        deny["response"]["uid"] = review["request"]["uid"]
+        return deny
+
+    webhook.reply = reply
+    await _configure(client, _configuration(webhook))
+    response = await client.post(PODS, json=pod("trainer-0"))
+    assert response.status_code == 403
+    assert response.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'admission webhook "pods.remote-gpu.hami.io" denied the request: '
+        "nvidia.com/remote-gpu must be an integer between 1 and 8",
+        "code": 403,
+    }
+    assert (await client.get(f"{PODS}/trainer-0")).status_code == 404
+
+
+@pytest.mark.parametrize(("policy", "code"), [("Ignore", 201), ("Fail", 500)])
+async def test_unreachable_webhook_follows_failure_policy(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, policy: str, code: int
+) -> None:
+    closed = listening_socket("127.0.0.1", 0)
+    url = socket_url(closed, "https") + "/mutate"
+    closed.close()
+    await _configure(client, _configuration(webhook, url=url, failurePolicy=policy))
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == code
+    if code == 500:
+        assert response.json()["reason"] == "InternalError"
+        assert 'failed calling webhook "pods.remote-gpu.hami.io"' in response.json()["message"]
+
+
+async def test_certificate_from_another_ca_is_a_call_failure(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    config = _configuration(webhook)
+    other = base64.b64encode(trustme.CA().cert_pem.bytes()).decode()
+    config["webhooks"][0]["clientConfig"]["caBundle"] = other
+    await _configure(client, config)
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == 500 and "CERTIFICATE_VERIFY_FAILED" in response.json()["message"]
+    assert webhook.reviews == []
+
+
+async def test_service_reference_is_dialled_through_the_address_map(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
+) -> None:
+    config = fixture("mutating-webhook-configuration.yaml")
+    config["webhooks"][0]["clientConfig"]["caBundle"] = webhook.ca_bundle
+    await _configure(client, config)
+    assert (await client.post(PODS, json=pod("a"))).status_code == 201
+    assert len(webhook.reviews) == 1
+
+
+async def test_unmapped_service_fails_closed_with_a_clear_message(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    config = _configuration(webhook)
+    config["webhooks"][0]["clientConfig"] = {"service": {"namespace": "x", "name": "y"}}
+    await _configure(client, config)
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == 500
+    assert "service x/y:443 is not in ApiOptions.service_address_map" in response.json()["message"]
+
+
+async def test_namespace_and_object_selectors_choose_what_is_sent(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
+) -> None:
+    config = fixture("mutating-webhook-configuration.yaml")
+    config["webhooks"][0]["clientConfig"]["caBundle"] = webhook.ca_bundle
+    await _configure(client, config)
+    await client.post(
+        "/api/v1/namespaces/kube-system/pods", json=pod("system", namespace="kube-system")
+    )
+    await client.post(
+        PODS, json=pod("opted-out", metadata={"labels": {"hami.io/webhook": "ignore"}})
+    )
+    await client.post(PODS, json=pod("sent"))
+    assert [r["request"]["name"] for r in webhook.reviews] == ["sent"]
+
+
+async def test_username_comes_from_the_sim_user_header(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    await _configure(client, _configuration(webhook))
+    await client.post(
+        PODS, json=pod("a"), headers={"X-Sim-User": "system:serviceaccount:rgpu-system:allocator"}
+    )
+    assert (
+        webhook.reviews[0]["request"]["userInfo"]["username"]
+        == "system:serviceaccount:rgpu-system:allocator"
+    )
+
+
+async def test_update_operations_carry_the_old_object(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    config = _configuration(webhook)
+    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
+    await _configure(client, config)
+    body = orjson.dumps({"metadata": {"annotations": {"x": "y"}}})
+    headers = {"Content-Type": "application/merge-patch+json"}
+    assert (await client.patch(f"{PODS}/a", content=body, headers=headers)).status_code == 200
+    request = webhook.reviews[0]["request"]
+    assert request["operation"] == "UPDATE"
+    assert request["oldObject"]["metadata"].get("annotations") is None
+    assert request["object"]["metadata"]["annotations"] == {"x": "y"}
+    assert request["options"]["kind"] == "UpdateOptions"
+
+
+async def test_response_with_the_wrong_uid_is_a_call_failure(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    webhook.reply = lambda path, review: allow({"uid": "not-the-request"})
+    await _configure(client, _configuration(webhook))
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == 500 and "expected response.uid" in response.json()["message"]
+
+
+async def test_pods_rule_excludes_subresources_and_pods_star_includes_binding(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    config = _configuration(webhook)
+    config["webhooks"][0]["rules"][0]["resources"] = ["pods/*"]
+    await _configure(client, config)
+    await client.post(PODS, json=pod("b"))
+    binding = {"metadata": {"name": "a"}, "target": {"kind": "Node", "name": "n"}}
+    assert (await client.post(f"{PODS}/a/binding", json=binding)).status_code == 201
+    assert [
+        (r["request"]["kind"]["kind"], r["request"]["subResource"]) for r in webhook.reviews
+    ] == [("Binding", "binding")]
+
+
+async def test_reinvocation_if_needed_runs_an_earlier_webhook_again(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        request = review["request"]
+        if path != "/second":
+            return allow(request)
+        labelled = [{"op": "add", "path": "/metadata/labels", "value": {"second": "ran"}}]
+        return allow(request, labelled)
+
+    webhook.reply = reply
+    first = _configuration(
+        webhook, name="a-first", url=f"{webhook.url}/first", reinvocationPolicy="IfNeeded"
+    )
+    second = _configuration(webhook, name="b-second", url=f"{webhook.url}/second")
+    second["webhooks"][0]["name"] = "second.remote-gpu.hami.io"
+    await _configure(client, first)
+    await _configure(client, second)
+    created = await client.post(PODS, json=pod("a"))
+    assert created.json()["metadata"]["labels"] == {"second": "ran"}
+    assert webhook.paths == ["/first", "/second", "/first"]
+    assert webhook.reviews[2]["request"]["object"]["metadata"]["labels"] == {"second": "ran"}
+
+
+async def test_webhook_without_reinvocation_runs_once(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    webhook.reply = lambda path, review: allow(
+        review["request"],
+        [{"op": "add", "path": "/metadata/labels", "value": {"p": path.strip("/")}}],
+    )
+    await _configure(client, _configuration(webhook, name="a", url=f"{webhook.url}/one"))
+    second = _configuration(webhook, name="b", url=f"{webhook.url}/two")
+    second["webhooks"][0]["name"] = "two.remote-gpu.hami.io"
+    await _configure(client, second)
+    created = await client.post(PODS, json=pod("a"))
+    assert webhook.paths == ["/one", "/two"]
+    assert created.json()["metadata"]["labels"] == {"p": "two"}
