@@ -210,3 +210,17 @@ async def test_a_slow_peer_over_aiohttp_is_unavailable_as_a_timeout(echo_url: st
     async with http_client(base_url=echo_url, timeout=0.05) as client:
         with pytest.raises(Unavailable, match="did not answer in time"):
             await request_json(client, "GET", "/slow", decode=ErrorBody.from_dict)
+
+
+async def test_a_long_poll_timeout_waits_long_for_answers_but_not_for_connects() -> None:
+    seen: list[dict[str, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json=_body("ok"))
+
+    async with client_with(handler) as client:
+        await request_json(client, "GET", "/v1/fleet", decode=ErrorBody.from_dict, timeout=35.0)
+        await request_json(client, "GET", "/v1/fleet", decode=ErrorBody.from_dict)
+    assert seen[0] == {"connect": 2.0, "read": 35.0, "write": 35.0, "pool": 35.0}
+    assert seen[1] == {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}

@@ -60,7 +60,7 @@ def http_client(
     inner = transport if transport is not None else AiohttpTransport(limits=LIMITS, trust_env=False)
     return httpx.AsyncClient(
         base_url=base_url,
-        timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+        timeout=_timeouts(timeout),
         transport=AsyncOpenTelemetryTransport(inner),
         trust_env=False,
         headers={"accept": "application/json"},
@@ -79,14 +79,15 @@ async def request_json(
 ) -> T:
     """Send ``body`` as JSON and decode the JSON object answer with ``decode``.
 
-    ``timeout`` overrides the client's (long-polls wait longer than ordinary calls). Raises
+    ``timeout`` overrides the client's read, write and pool timeouts (long-polls wait longer
+    than ordinary calls); connects stay capped at ``CONNECT_TIMEOUT``. Raises
     ``Unavailable`` when the peer cannot be reached, times out or answers 429/5xx, and
     ``UpstreamError`` when it answers another error or a body ``decode`` rejects.
     """
     peer = _peer(client, url)
     content = None if body is None else orjson.dumps(body)
     headers = {"content-type": "application/json"} if content is not None else None
-    request_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+    request_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else _timeouts(timeout)
     try:
         response = await client.request(
             method, url, content=content, params=params, headers=headers, timeout=request_timeout
@@ -96,6 +97,11 @@ async def request_json(
     if response.is_error:
         raise response_error(response, peer=peer)
     return _decode(response, decode, peer)
+
+
+def _timeouts(seconds: float) -> httpx.Timeout:
+    # A long-poll may wait long for an answer, never for a connection to a dead peer.
+    return httpx.Timeout(seconds, connect=min(seconds, CONNECT_TIMEOUT))
 
 
 def _peer(client: httpx.AsyncClient, url: str) -> str:

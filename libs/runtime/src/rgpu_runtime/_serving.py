@@ -96,8 +96,10 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
     runs the app's shutdown. Raises ``SettingsError`` when an address cannot be bound or
     a certificate cannot be loaded.
     """
-    sockets = [_bind(listener) for listener in listeners]
+    sockets: list[socket.socket] = []
     try:
+        for listener in listeners:
+            sockets.append(_bind(listener))
         servers = [_server(app, listener) for listener in listeners]
         with lone_errors():
             async with app_lifespan(app) as state, anyio.create_task_group() as tg:
@@ -122,6 +124,7 @@ def _server(app: ASGIApp, listener: Listener) -> _Server:
     config = uvicorn.Config(
         app,
         http="httptools",
+        ws="none",
         lifespan="off",
         log_config=None,
         access_log=False,
