@@ -138,3 +138,21 @@ async def test_metrics_expose_fleet_size_and_probe_series(sim, start, build) -> 
     assert 'rgpu_discovery_watch_restarts_total{cause="expired"} 0.0' in text
     assert 'rgpu_discovery_probes_total{result="timeout"} 0.0' in text
     assert "rgpu_discovery_probe_duration_seconds_bucket" in text
+
+
+async def test_large_fleet_is_gzipped_for_clients_that_accept_it(sim, start, build) -> None:
+    cards = build.register(*(build.card(f"GPU-{i}", i) for i in range(8)))
+    for i in range(20):
+        sim.store.create(
+            "nodes",
+            server_node(build, f"gpu-{i:02d}", annotation=cards, ip="127.0.0.1", server="1"),
+        )
+    async with start(RGPU_PROBE_INTERVAL_SECONDS="30") as discovery:
+        await discovery.fleet_when(lambda f: len(f.servers) == 20)
+        zipped = await discovery.client.get("/v1/fleet", headers={"Accept-Encoding": "gzip"})
+        plain = await discovery.client.get("/v1/fleet", headers={"Accept-Encoding": "identity"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert int(zipped.headers["content-length"]) * 5 < int(plain.headers["content-length"])
+    assert "content-encoding" not in plain.headers
+    assert zipped.json() == plain.json()
+    assert zipped.headers["vary"] == "Accept-Encoding"

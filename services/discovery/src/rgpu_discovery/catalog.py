@@ -6,8 +6,10 @@ lets ``NodeNotices`` report what is wrong with server Nodes.
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from rgpu_contracts.ids import ServerName
 
@@ -40,6 +42,10 @@ class Catalog:
 
     def relist(self, objects: Iterable[Mapping[str, object]]) -> None:
         """Replace everything with the Nodes of a complete list."""
+        with _collector_paused():
+            self._relist(objects)
+
+    def _relist(self, objects: Iterable[Mapping[str, object]]) -> None:
         views = [view for view in map(self._view, objects) if view is not None]
         servers = [view for view in views if view.is_server]
         registers = self.fleet.replace_all(servers)
@@ -80,3 +86,21 @@ class Catalog:
         except MalformedNode as exc:
             logger.warning("%s", exc)
             return None
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector while a whole Node list is applied.
+
+    Building a fleet allocates ~100,000 objects, which triggers dozens of collections, and
+    each older-generation one walks the entire Node list just decoded: measured, that is two
+    thirds of a 5,000-server relist (0.9 s against 0.3 s). Nothing built here forms reference
+    cycles, so the pause frees nothing late; the collector resumes right after.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()

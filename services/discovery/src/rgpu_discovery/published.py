@@ -6,13 +6,18 @@ moment the entry was built, and joins them once per revision, however many reade
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import orjson
 
-__all__ = ["Item", "Published"]
+__all__ = ["GZIP_LEVEL", "Item", "Published"]
+
+GZIP_LEVEL = 3
+"""As fast as level 1 on this repetitive JSON (about 13 ms for a 10 MB fleet) and a quarter
+smaller; higher levels cost twice the time for a few percent."""
 
 V = TypeVar("V")
 
@@ -39,7 +44,7 @@ class Published(Generic[V]):
     then reused (the content never changes, so the memo is safe).
     """
 
-    __slots__ = ("_body", "_fields", "_items", "_key", "_values", "listed", "revision")
+    __slots__ = ("_body", "_fields", "_gzipped", "_items", "_key", "_values", "listed", "revision")
 
     def __init__(
         self,
@@ -57,6 +62,7 @@ class Published(Generic[V]):
         self._items = tuple(items)
         self._values: tuple[V, ...] | None = None
         self._body: bytes | None = None
+        self._gzipped: bytes | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -80,6 +86,13 @@ class Published(Generic[V]):
             entries = b",".join(item.json for item in self._sorted())
             self._body = b'%s,"%s":[%s]}' % (head, self._key.encode(), entries)
         return self._body
+
+    def gzipped(self) -> bytes:
+        """``body()`` gzip-compressed, once: fleet JSON shrinks about 20x, and every waiter
+        woken by a change downloads it, so the bytes on the wire are what fan-out costs."""
+        if self._gzipped is None:
+            self._gzipped = gzip.compress(self.body(), compresslevel=GZIP_LEVEL, mtime=0)
+        return self._gzipped
 
     def _sorted(self) -> list[Item[V]]:
         return sorted(self._items, key=_name)

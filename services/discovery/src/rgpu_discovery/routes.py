@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from rgpu_runtime import state_value
 
+from .encoding import accepts_gzip
 from .fleetstate import FleetState
 from .polling import Poll, answer
 from .published import Published
@@ -24,6 +25,8 @@ from .topologystate import TopologyState
 __all__ = ["ROUTES", "Deps", "State", "deps"]
 
 REVISION_HEADER = "X-Rgpu-Revision"
+GZIP_MIN_BYTES = 4096
+"""Below this, compressing saves less than its header and CPU cost."""
 V = TypeVar("V")
 
 
@@ -50,19 +53,27 @@ async def get_fleet(request: Request) -> Response:
     """``GET /v1/fleet[?since=R&wait=S]``: the fleet (``Fleet`` contract)."""
     poll = Poll.from_query(request.query_params)
     snapshot = await answer(deps(request).fleet.published, poll, "fleet")
-    return _json(snapshot)
+    return _json(request, snapshot)
 
 
 async def get_topology(request: Request) -> Response:
     """``GET /v1/topology[?since=R&wait=S]``: client nodes' topology (``Topology`` contract)."""
     poll = Poll.from_query(request.query_params)
     snapshot = await answer(deps(request).topology.published, poll, "topology")
-    return _json(snapshot)
+    return _json(request, snapshot)
 
 
-def _json(snapshot: Published[V]) -> Response:
-    headers = {REVISION_HEADER: str(snapshot.revision), "Cache-Control": "no-store"}
-    return Response(snapshot.body(), headers=headers, media_type="application/json")
+def _json(request: Request, snapshot: Published[V]) -> Response:
+    headers = {
+        REVISION_HEADER: str(snapshot.revision),
+        "Cache-Control": "no-store",
+        "Vary": "Accept-Encoding",
+    }
+    body = snapshot.body()
+    if len(body) >= GZIP_MIN_BYTES and accepts_gzip(request.headers.get("accept-encoding")):
+        body = snapshot.gzipped()
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, headers=headers, media_type="application/json")
 
 
 ROUTES: list[BaseRoute] = [

@@ -1,0 +1,316 @@
+"""Discovery service: fleet build, one node event, and long-poll fan-out, beside the targets.
+
+Run: ``python3 -m uv run --no-sync python bench/bench_discovery.py [--servers 5000] [--cards 8]``
+
+Figures (medians over rounds unless said otherwise):
+
+* fleet build               - a full Node list of N servers x C cards plus the client nodes
+  (raw dicts, as the watch gets them) applied to a fresh catalog: views, register decode,
+  ``Server`` build, per-server JSON, topology; then the first ``GET /v1/fleet`` body
+* node event, relevant      - one MODIFIED server Node that flips Ready, on the full fleet:
+  view, rebuild of that server, compare, publish (what the watch does per event)
+* node event, irrelevant    - one MODIFIED server Node whose change is not allocation-relevant
+  (a heartbeat-like label); compared and dropped, no publish
+* node event, client node   - one MODIFIED client Node (topology side), relevant change
+* long-poll fan-out         - W waiters parked on ``GET /v1/fleet?since=R&wait=30`` against the
+  real app under uvicorn (httptools, uvloop), with the simulated apiserver in the same process;
+  one Node is patched in the apiserver and the time from the patch to each complete answer is
+  measured (median and slowest), once with gzip (what httpx and aiohttp clients ask for by
+  default) and once with ``identity``. Bodies are read as sent: decompressing is the
+  clients' CPU, not discovery's. Apiserver, app and waiters share one event loop here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import anyio
+import httpx
+
+from rgpu_discovery import create_app
+from rgpu_discovery.catalog import Catalog
+from rgpu_discovery.fleetstate import FleetState
+from rgpu_discovery.notices import NodeNotices
+from rgpu_discovery.topologystate import TopologyState
+from rgpu_kubesim import run_apiserver
+from rgpu_runtime import Listener, Settings, running
+
+BUILD_TARGET_S = 1.0
+EVENT_TARGET_MS = 1.0
+FANOUT_TARGET_MS = 100.0
+"""The long-poll rule: a waiter is answered within 100 ms of a change."""
+
+KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
+
+
+def server_node(index: int, cards: int, ready: str = "True", extra: str = "") -> dict[str, Any]:
+    """A server Node as a kubelet and HAMi's device plugin leave it (register annotation)."""
+    name = f"gpu-{index:05d}"
+    register = [
+        {
+            "id": f"GPU-{index:05d}-{c:02d}-7f2c1a9e-0b1d-4e55-9a77",
+            "index": c,
+            "count": 10,
+            "devmem": 81920,
+            "devcore": 100,
+            "type": "NVIDIA-A100-SXM4-80GB",
+            "numa": c // 4,
+            "mode": "remote",
+            "health": True,
+        }
+        for c in range(cards)
+    ]
+    labels = {
+        "hami.io/lupine-server": "",
+        "kubernetes.io/hostname": name,
+        KEYS[0]: f"rack-{index % 40}",
+        KEYS[1]: f"zone-{index % 4}",
+        KEYS[2]: "sim-1",
+        "heartbeat": extra,
+    }
+    return node(
+        name,
+        labels,
+        {"hami.io/node-nvidia-register": json.dumps(register)},
+        f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}",
+        ready,
+    )
+
+
+def client_node(index: int, zone: str = "") -> dict[str, Any]:
+    name = f"node-{index:05d}"
+    labels = {
+        "kubernetes.io/hostname": name,
+        KEYS[0]: f"rack-{index % 40}",
+        KEYS[1]: zone or f"zone-{index % 4}",
+        KEYS[2]: "sim-1",
+    }
+    return node(name, labels, {}, f"10.200.{index // 256 % 256}.{index % 256}", "True")
+
+
+def node(
+    name: str, labels: dict[str, str], annotations: dict[str, str], ip: str, ready: str
+) -> dict[str, Any]:
+    conditions = [{"type": t, "status": "False"} for t in ("MemoryPressure", "DiskPressure")]
+    conditions.append({"type": "Ready", "status": ready, "reason": "KubeletReady"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+            ],
+            "conditions": conditions,
+        },
+    }
+
+
+def fresh_catalog() -> Catalog:
+    notices = NodeNotices(default_port=14833, emit=lambda event: None)
+    return Catalog(
+        fleet=FleetState(default_port=14833),
+        topology=TopologyState(),
+        notices=notices,
+        topology_keys=KEYS,
+    )
+
+
+def bench_build(nodes: Sequence[dict[str, Any]], rounds: int) -> tuple[float, float]:
+    builds, bodies = [], []
+    for _ in range(rounds):
+        catalog = fresh_catalog()
+        started = time.perf_counter()
+        catalog.relist(nodes)
+        built = time.perf_counter()
+        catalog.fleet.snapshot().body()
+        builds.append(built - started)
+        bodies.append(time.perf_counter() - built)
+    return statistics.median(builds), statistics.median(bodies)
+
+
+def bench_events(catalog: Catalog, make: Callable[[int], dict[str, Any]], count: int) -> float:
+    events = [make(i) for i in range(count)]
+    times = []
+    for event in events:
+        started = time.perf_counter()
+        catalog.observe("MODIFIED", event)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+async def bench_fanout(servers: int, cards: int, waiters: int) -> list[FanOut]:
+    """Fan-out with gzip (what clients get by default) and without, on one running app."""
+    async with run_apiserver() as sim:
+        for i in range(servers):
+            sim.store.create("nodes", server_node(i, cards))
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_PROBE_INTERVAL_SECONDS": "3600"}
+        settings = Settings.from_env(
+            env | {"RGPU_TOPOLOGY_KEYS": ",".join(KEYS)}, service="discovery"
+        )
+        # Probes answer at once with an empty usage report: the fan-out is what is measured.
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, text=""))
+        app = create_app(settings, probe_transport=transport)
+        async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
+            return [
+                await _fanout(sim, url, waiters, encoding, ready)
+                for encoding, ready in (("gzip", "False"), ("identity", "True"))
+            ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FanOut:
+    encoding: str
+    median_ms: float
+    slowest_ms: float
+    wire_bytes: int
+
+
+async def _fanout(sim: Any, url: str, waiters: int, encoding: str, ready: str) -> FanOut:
+    # Clients are other processes in production; decompressing here would bill their CPU to
+    # discovery, so bodies are read as sent.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        revision = await _settled_revision(session, url)
+        done: list[tuple[float, int]] = []
+
+        async def wait() -> None:
+            params = {"since": str(revision), "wait": "30"}
+            headers = {"Accept-Encoding": encoding}
+            async with session.get(f"{url}/v1/fleet", params=params, headers=headers) as answer:
+                body = await answer.read()
+            done.append((time.perf_counter(), len(body)))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(waiters):
+                tg.start_soon(wait)
+            await anyio.sleep(1.0)
+            changed = time.perf_counter()
+            condition = {"type": "Ready", "status": ready, "reason": "Bench"}
+            patch = {"status": {"conditions": [condition]}}
+            sim.store.patch("nodes", "gpu-00000", patch, subresource="status")
+    latencies = sorted((at - changed) * 1000 for at, _ in done)
+    return FanOut(
+        encoding=encoding,
+        median_ms=statistics.median(latencies),
+        slowest_ms=latencies[-1],
+        wire_bytes=done[0][1],
+    )
+
+
+async def _settled_revision(session: aiohttp.ClientSession, url: str) -> int:
+    """The fleet's revision once the first list and the first probe round are in."""
+    revision = -1
+    while True:
+        try:
+            async with session.get(f"{url}/v1/fleet", params=_poll(revision)) as response:
+                if response.status == 503:
+                    await anyio.sleep(0.1)
+                    continue
+                latest = int(response.headers["X-Rgpu-Revision"])
+        except aiohttp.ClientError:
+            await anyio.sleep(0.1)
+            continue
+        if latest == revision:
+            return revision
+        revision = latest
+
+
+def _poll(revision: int) -> dict[str, str]:
+    return {} if revision < 0 else {"since": str(revision), "wait": "2"}
+
+
+def row(label: str, value: str, target: str) -> None:
+    print(f"  {label:<46} {value:>9}   target {target}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=5000)
+    parser.add_argument("--cards", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--waiters", type=int, default=50)
+    parser.add_argument("--fanout-servers", type=int, default=5000)
+    args = parser.parse_args()
+    # The app logs each 503 it answers while the first list is pending; not a bench figure.
+    logging.basicConfig(level=logging.ERROR)
+
+    servers = [server_node(i, args.cards) for i in range(args.servers)]
+    clients = [client_node(i) for i in range(args.clients)]
+    print(f"discovery: {args.servers} servers x {args.cards} cards, {args.clients} client nodes")
+    build, body = bench_build(servers + clients, args.rounds)
+    row(
+        "fleet build (list applied)", f"{build * 1000:.0f} ms", f"<= {BUILD_TARGET_S * 1000:.0f} ms"
+    )
+    row("first fleet body (sort + join)", f"{body * 1000:.0f} ms", "(part of the first GET)")
+
+    catalog = fresh_catalog()
+    catalog.relist(servers + clients)
+    n = args.servers
+    flip = bench_events(
+        catalog,
+        lambda i: server_node(i % n, args.cards, ("False", "True")[i // n % 2]),
+        args.events,
+    )
+    same = bench_events(
+        catalog, lambda i: server_node(i % n, args.cards, extra=str(i)), args.events
+    )
+    client = bench_events(
+        catalog, lambda i: client_node(i % args.clients, zone=f"z{i}"), args.events
+    )
+    row(
+        "node event, relevant (Ready flip)",
+        f"{flip * 1e6:.0f} us",
+        f"<= {EVENT_TARGET_MS * 1000:.0f} us",
+    )
+    row(
+        "node event, irrelevant label",
+        f"{same * 1e6:.0f} us",
+        f"<= {EVENT_TARGET_MS * 1000:.0f} us",
+    )
+    row(
+        "node event, client topology",
+        f"{client * 1e6:.0f} us",
+        f"<= {EVENT_TARGET_MS * 1000:.0f} us",
+    )
+    results = anyio.run(
+        bench_fanout,
+        args.fanout_servers,
+        args.cards,
+        args.waiters,
+        backend_options={"use_uvloop": True},
+    )
+    print(f"long-poll fan-out: {args.waiters} waiters, {args.fanout_servers} servers")
+    for result in results:
+        size = f"{result.encoding} {result.wire_bytes / 1e6:.2f} MB"
+        row(
+            f"answer after change, median ({size})",
+            f"{result.median_ms:.0f} ms",
+            f"<= {FANOUT_TARGET_MS:.0f} ms",
+        )
+        row(
+            "answer after change, slowest",
+            f"{result.slowest_ms:.0f} ms",
+            f"<= {FANOUT_TARGET_MS:.0f} ms",
+        )
+
+
+if __name__ == "__main__":
+    main()
