@@ -1,0 +1,142 @@
+"""Unmodified kubectl against the simulated apiserver (isolated from any real kubeconfig)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+
+from rgpu_kubesim import SimApiServer
+
+pytestmark = pytest.mark.anyio
+
+Kubectl = Callable[..., Awaitable[str]]
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  containers:
+  - name: main
+    image: nginx:1.25
+"""
+LEASE = """
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: holder, namespace: kube-system}
+spec: {holderIdentity: me}
+"""
+
+WEBHOOKS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: rgpu}
+webhooks:
+- name: pods.rgpu.example.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  clientConfig: {url: "https://127.0.0.1:9/mutate"}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+"""
+
+
+@pytest.fixture
+def kubectl(sim: SimApiServer, tmp_path: Path) -> Kubectl:
+    """Run kubectl with a throwaway kubeconfig, cache and HOME; returns stdout, fails on error."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.fail("kubectl is not on PATH; `make tools` installs it (apt-get install kubectl)")
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\n")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "KUBECONFIG": str(config)}
+    base = [
+        binary,
+        f"--server={sim.url}",
+        f"--kubeconfig={config}",
+        f"--cache-dir={tmp_path}/cache",
+    ]
+
+    async def run(*args: str, stdin: str | None = None) -> str:
+        result = await anyio.run_process(
+            [*base, *args], input=stdin.encode() if stdin else None, env=env, check=False
+        )
+        output, errors = result.stdout.decode(), result.stderr.decode()
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {errors}"
+        return output
+
+    return run
+
+
+async def test_create_from_manifest_then_get_as_table(kubectl: Kubectl, sim: SimApiServer) -> None:
+    assert "pod/web created" in await kubectl("create", "-f", "-", stdin=POD)
+    lines = (await kubectl("get", "pods")).splitlines()
+    assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert lines[1].split()[:4] == ["web", "0/1", "Pending", "0"]
+    assert sim.store.get("pods", "web")["metadata"]["labels"] == {"app": "web"}
+
+
+async def test_get_as_json_and_yaml(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    sim.store.create("pods", pod("a"))
+    as_json = json.loads(await kubectl("get", "pod", "a", "-o", "json"))
+    as_yaml = yaml.safe_load(await kubectl("get", "pods", "-o", "yaml"))
+    assert as_json["metadata"]["uid"] == sim.store.get("pods", "a")["metadata"]["uid"]
+    assert as_yaml["kind"] == "List" and as_yaml["items"][0]["metadata"]["name"] == "a"
+
+
+async def test_label_and_annotate_change_the_stored_pod(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    sim.store.create("pods", pod("a"))
+    assert "pod/a labeled" in await kubectl("label", "pod", "a", "tier=gpu")
+    assert "pod/a annotated" in await kubectl("annotate", "pod", "a", "note=hello")
+    stored = sim.store.get("pods", "a")
+    assert stored["metadata"]["labels"] == {"tier": "gpu"}
+    assert stored["metadata"]["annotations"] == {"note": "hello"}
+    assert "pod/a unlabeled" in await kubectl("label", "pod", "a", "tier-")
+    assert not sim.store.get("pods", "a")["metadata"].get("labels")
+
+
+async def test_delete_removes_the_pod(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    sim.store.create("pods", pod("a"))
+    assert 'pod "a" deleted' in await kubectl("delete", "pod", "a")
+    assert sim.store.list("pods") == []
+
+
+async def test_nodes_table_shows_readiness_and_roles(
+    kubectl: Kubectl, sim: SimApiServer, node: Callable[..., Any]
+) -> None:
+    ready = {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "nodeInfo": {"kubeletVersion": "v1.32.0"},
+    }
+    sim.store.create(
+        "nodes", {**node("gpu-a", **{"node-role.kubernetes.io/gpu": ""}), "status": ready}
+    )
+    lines = (await kubectl("get", "nodes", "-o", "wide")).splitlines()
+    assert lines[0].split()[:5] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert lines[1].split()[:3] == ["gpu-a", "Ready", "gpu"]
+
+
+async def test_group_resources_are_discovered(kubectl: Kubectl, sim: SimApiServer) -> None:
+    assert "lease.coordination.k8s.io/holder created" in await kubectl(
+        "create", "-f", "-", stdin=LEASE
+    )
+    listing = await kubectl("get", "leases", "-n", "kube-system")
+    assert listing.splitlines()[1].split()[:2] == ["holder", "me"]
+    assert "created" in await kubectl("create", "-f", "-", stdin=WEBHOOKS)
+    configs = (await kubectl("get", "mutatingwebhookconfigurations")).splitlines()
+    assert configs[0].split() == ["NAME", "WEBHOOKS", "AGE"]
+    assert configs[1].split()[:2] == ["rgpu", "1"]
