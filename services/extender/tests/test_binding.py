@@ -206,3 +206,12 @@ async def wait_event(sim, reason: str) -> dict[str, Any]:
             if found:
                 return dict(found[0])
             await anyio.sleep(0.01)
+
+
+async def test_pod_asking_for_no_cards_is_bound_plainly(extender, sim, build, allocator) -> None:
+    created = build.seed_pod(sim, build.pod(build.container("web"), name="web-0"))
+    assert await post_bind(extender, bind_args(created)) == ""
+    bound = stored(sim, "web-0")
+    assert bound["spec"]["nodeName"] == NODE
+    assert ANNOTATION_ENDPOINT not in (bound["metadata"].get("annotations") or {})
+    assert allocator.released == []

@@ -233,3 +233,21 @@ async def test_outcomes_are_counted_by_reason(extender, build) -> None:
         "rgpu_extender_verb_duration_seconds_count", {"verb": "filter", "outcome": "fit"}
     )
     assert count == 1
+
+
+async def test_no_fit_is_explained_once_on_the_pod_as_a_warning_event(
+    extender, allocator, sim, build, make
+) -> None:
+    allocator.no_fit = make.no_fit()
+    for _ in range(3):
+        await post_filter(extender, build.filter_args(build.pod(), NODES))
+    with anyio.fail_after(5):
+        while not (events := sim.store.list("events", namespace="ml-team")):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    await anyio.sleep(0.1)
+    (event,) = sim.store.list("events", namespace="ml-team")
+    assert event["reason"] == "RemoteGPUUnavailable"
+    assert event["type"] == "Warning"
+    assert event["message"] == "2/4 CardInsufficientMemory, 2/4 ExclusiveDeviceAllocateConflict"
+    assert event["involvedObject"]["name"] == "trainer-0"
+    assert events[0]["source"]["component"] == "rgpu-scheduler"

@@ -56,7 +56,10 @@ class AllocatorClient:
             return _decode(response, Allocation.from_dict)
         if response.status_code in (404, 409):
             error = response_error(response, peer=_peer(response))
-            raise ClaimNotHeld(f"pod uid {uid} holds no claim to commit: {error.message}")
+            raise ClaimNotHeld(
+                f"pod uid {uid} holds no claim to commit: {error.message}",
+                absent=response.status_code == 404,
+            )
         raise _failure(response)
 
     async def release(self, uid: str) -> None:

@@ -30,8 +30,9 @@ from rgpu_contracts import (
 )
 from rgpu_runtime import KubeConflict, KubeError, KubeUnavailable
 
+from .demand import read_demand
 from .deps import Deps
-from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid
+from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid, PodNotServable
 from .events import ALLOCATED, BIND_FAILED, PodEvent
 from .pods import mapping
 
@@ -97,6 +98,8 @@ async def _commit_and_bind(args: ExtenderBindingArgs, deps: Deps, label: str) ->
     try:
         allocation = _checked(await deps.allocator.commit(args.pod_uid, args.node), args)
     except ClaimNotHeld as exc:
+        if exc.absent and await _asks_nothing(args, deps):
+            return await _bind_plain(args, deps, label)
         # Not our claim to release: another pod (or nobody) holds it.
         return _told(deps, args, _failed("claim_not_held", exc.message, label))
     except (AllocatorUnavailable, PeerReplyInvalid) as exc:
@@ -113,6 +116,32 @@ async def _commit_and_bind(args: ExtenderBindingArgs, deps: Deps, label: str) ->
     except KubeError as exc:
         return await _binding_failed(args, deps, exc, label)
     return _bound(deps, args, allocation, label)
+
+
+async def _asks_nothing(args: ExtenderBindingArgs, deps: Deps) -> bool:
+    """Whether the pod asks for no cards (kube-scheduler delegates every bind to the binder
+    extender when ``managedResources`` is empty, GPU pods or not)."""
+    resources = deps.settings.resources
+    try:
+        pod = await deps.apiserver.read_pod(
+            args.pod_namespace, args.pod_name, timeout=_cleanup_seconds(deps)
+        )
+        demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
+    except (KubeError, PodNotServable):
+        return False
+    return not demand.asks
+
+
+async def _bind_plain(args: ExtenderBindingArgs, deps: Deps, label: str) -> BindOutcome:
+    try:
+        await deps.apiserver.bind(
+            args.pod_namespace, args.pod_name, uid=args.pod_uid, node=args.node, annotations={}
+        )
+    except KubeError as exc:
+        if isinstance(exc, KubeConflict) and bound_node(exc.kube_message) == args.node:
+            return _already(label)
+        return _failed("bind_failed", f"binding pod {label} to {args.node}: {exc.message}", label)
+    return BindOutcome(result=ExtenderBindingResult(), outcome="bound_without_gpu", pod=label)
 
 
 def _checked(allocation: Allocation, args: ExtenderBindingArgs) -> Allocation:

@@ -92,9 +92,15 @@ class ClaimNotHeld(Conflict):
     """Raised when the allocator refuses a commit: the pod uid holds no (or another's) claim.
 
     Binding such a pod would hand it a server someone else may hold, so bind stops here.
+    ``absent`` is true when the allocator knows no claim for the uid at all (404), as for a
+    pod that asks for no cards, rather than a claim it cannot commit (409).
     """
 
     default_code = "claim_not_held"
+
+    def __init__(self, message: str, *, absent: bool = False) -> None:
+        super().__init__(message)
+        self.absent = absent
 
 
 class AllocatorUnavailable(Unavailable):

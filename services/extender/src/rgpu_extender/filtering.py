@@ -7,6 +7,7 @@ servers free of client pods, and tell "no GPU fits now" (``FailedNodes``: the po
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from .wiring import check_wired
 
 __all__ = ["SERVER_NODE_REASON", "FilterOutcome", "filter_pod", "unreadable"]
 
+logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
 SERVER_NODE_REASON = (
@@ -113,8 +115,10 @@ async def _place(args: ExtenderArgs, demand: PodDemand, deps: Deps, label: str) 
             answer = await deps.allocator.allocate(request)
     except TimeoutError:
         message = f"allocator did not answer within {deps.budget:g}s; retrying"
+        logger.warning("filter of pod %s: %s", label, message)
         return _error("timeout", message, label)
     except (AllocatorUnavailable, PeerReplyInvalid) as exc:
+        logger.warning("filter of pod %s: %s", label, exc.message)
         return _error("allocator_error", exc.message, label)
     if isinstance(answer, NoFit):
         _tell(deps, ref, answer.message)
