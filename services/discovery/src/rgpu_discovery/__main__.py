@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from rgpu_runtime import run_service
 
 from .app import create_app
@@ -9,6 +11,9 @@ from .app import create_app
 
 def main() -> None:
     """Read the settings, serve discovery until SIGTERM, exit with the service's status."""
+    # httpx logs every request at INFO; the probe loop makes one per server per interval,
+    # which would bury everything else. Probe outcomes are in the metrics and in our own logs.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     raise SystemExit(run_service("discovery", create_app))
 
 

@@ -9,13 +9,15 @@ from what ``GET /v1/fleet`` serves.
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from rgpu_contracts.fleet import Server
 
 from .fleetstate import FleetState
 from .lupine import ProbeOutcome, ProbeResult
@@ -47,35 +49,28 @@ class Instruments:
         """Register every series on ``registry``; fleet sizes are read from the states."""
         registry.register(_StateCollector(fleet, topology))
         instruments = cls(
-            probes=Counter(
-                "rgpu_discovery_probes_total",
-                "Lupine probes by result.",
-                ("result",),
-                registry=registry,
-            ),
+            probes=_counter(registry, "probes_total", "Lupine probes by result.", "result"),
             probe_seconds=Histogram(
                 "rgpu_discovery_probe_duration_seconds",
                 "Time one lupine probe took, fallback included.",
                 registry=registry,
                 buckets=_PROBE_BUCKETS,
             ),
-            watch_restarts=Counter(
-                "rgpu_discovery_watch_restarts_total",
-                "Node list+watch restarts by cause.",
-                ("cause",),
-                registry=registry,
+            watch_restarts=_counter(
+                registry, "watch_restarts_total", "Node list+watch restarts by cause.", "cause"
             ),
-            apiserver_errors=Counter(
-                "rgpu_discovery_apiserver_errors_total",
+            apiserver_errors=_counter(
+                registry,
+                "apiserver_errors_total",
                 "Failed Kubernetes API calls by operation and error code.",
-                ("operation", "code"),
-                registry=registry,
+                "operation",
+                "code",
             ),
-            events=Counter(
-                "rgpu_discovery_node_events_total",
+            events=_counter(
+                registry,
+                "node_events_total",
                 "Kubernetes Events about server Nodes by outcome.",
-                ("outcome",),
-                registry=registry,
+                "outcome",
             ),
         )
         instruments._preset()
@@ -106,11 +101,7 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snapshot = self._fleet.snapshot()
         servers = Tally((_flag(s.ready), _flag(s.reachable)) for s in snapshot.values)
-        cards = Tally(
-            (_flag(card.healthy), _flag(card.uuid in s.busy))
-            for s in snapshot.values
-            for card in s.cards
-        )
+        cards = Tally(_card_states(snapshot.values))
         yield _family(
             "rgpu_discovery_servers",
             "Listed servers by Ready condition and reachability.",
@@ -134,6 +125,16 @@ class _StateCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())
+
+
+def _counter(registry: CollectorRegistry, name: str, doc: str, *labels: str) -> Counter:
+    return Counter(f"rgpu_discovery_{name}", doc, labels, registry=registry)
+
+
+def _card_states(servers: Iterable[Server]) -> Iterator[tuple[str, str]]:
+    for server in servers:
+        for card in server.cards:
+            yield _flag(card.healthy), _flag(card.uuid in server.busy)
 
 
 def _flag(value: bool) -> str:

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from rgpu_contracts.errors import ContractError
 from rgpu_contracts.fleet import Card, Server
-from rgpu_contracts.hami import ANNOTATION_REGISTER, card_id, decode_register, join_endpoint
+from rgpu_contracts.hami import (
+    ANNOTATION_REGISTER,
+    RegisteredCard,
+    card_id,
+    decode_register,
+    join_endpoint,
+)
 from rgpu_contracts.hami import port_from_label as _port_rule
 from rgpu_contracts.ids import ServerName
 
@@ -47,21 +53,22 @@ def decode_cards(server: ServerName, text: str | None) -> Register:
     except ContractError as exc:
         error = f"annotation {ANNOTATION_REGISTER} is unusable ({exc}); no cards until it is fixed"
         return Register(text=text, cards=(), error=error, undecodable=True)
-    cards = tuple(
-        Card(
-            id=card_id(server, entry.uuid),
-            server=server,
-            uuid=entry.uuid,
-            index=entry.index,
-            memory_mib=entry.memory_mib,
-            cores=entry.cores,
-            model=entry.model,
-            numa=entry.numa,
-            healthy=entry.healthy,
-        )
-        for entry in registered
-    )
+    cards = tuple(_card(server, entry) for entry in registered)
     return Register(text=text, cards=cards, error=None)
+
+
+def _card(server: ServerName, entry: RegisteredCard) -> Card:
+    return Card(
+        id=card_id(server, entry.uuid),
+        server=server,
+        uuid=entry.uuid,
+        index=entry.index,
+        memory_mib=entry.memory_mib,
+        cores=entry.cores,
+        model=entry.model,
+        numa=entry.numa,
+        healthy=entry.healthy,
+    )
 
 
 def port_problem(view: NodeView, default_port: int) -> str | None:
