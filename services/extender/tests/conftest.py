@@ -389,8 +389,12 @@ class FakeDiscovery:
             body = ErrorBody(code="unavailable", message="not listed yet", retryable=True)
             return _json(503, body.to_dict())
         store: Versioned[Any] = self.fleet if request.url.path == "/v1/fleet" else self.topology
-        since = int(request.url.params.get("since", "-1"))
-        wait = float(request.url.params.get("wait", "0"))
+        params = request.url.params
+        if "wait" in params and "since" not in params:
+            body = ErrorBody(code="bad_poll_parameter", message="wait needs since")
+            return _json(400, body.to_dict())
+        since = int(params.get("since", "-1"))
+        wait = float(params.get("wait", "0"))
         _, value = await store.wait_newer(since, wait)
         return _json(200, value.to_dict())
 

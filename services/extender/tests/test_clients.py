@@ -176,7 +176,7 @@ async def test_discovery_polls_carry_since_and_wait(make) -> None:
         assert await client.fleet(3, 30.0) == fleet
         await client.fleet(None, 0.0)
     assert dict(seen[0].url.params) == {"since": "3", "wait": "30.0"}
-    assert dict(seen[1].url.params) == {"wait": "0.0"}
+    assert dict(seen[1].url.params) == {}
 
 
 async def test_discovery_failures_are_typed() -> None:

@@ -32,7 +32,8 @@ class DiscoveryClient:
         self._http = http
 
     async def fleet(self, since: int | None, wait: float) -> Fleet:
-        """The fleet once its revision differs from ``since`` (or after ``wait`` seconds).
+        """The fleet once its revision differs from ``since`` (or after ``wait`` seconds);
+        at once when ``since`` is ``None``.
 
         Raises ``DiscoveryUnavailable`` or ``PeerReplyInvalid``.
         """
@@ -45,9 +46,11 @@ class DiscoveryClient:
     async def _poll(
         self, url: str, decode: Callable[[Mapping[str, object]], T], since: int | None, wait: float
     ) -> T:
-        params: dict[str, str | int | float | bool] = {"wait": wait}
+        # Discovery refuses ``wait`` without ``since``: with no revision held there is nothing
+        # to wait for, and the answer comes at once.
+        params: dict[str, str | int | float | bool] = {}
         if since is not None:
-            params["since"] = since
+            params = {"since": since, "wait": wait}
         try:
             return await request_json(
                 self._http, "GET", url, decode=decode, params=params, timeout=wait + SLACK_SECONDS
