@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import httpx
 import pytest
 
 from rgpu_kubesim.lupine import run_lupine
@@ -197,3 +198,22 @@ async def test_apiserver_down_later_keeps_the_last_fleet(sim, start, build) -> N
         sim.faults.clear()
         sim.store.create("nodes", server_node(build, "gpu-b"))
         await discovery.fleet_when(lambda f: len(f.servers) == 2)
+
+
+async def test_refused_event_is_counted_and_changes_nothing_else(sim, start, build) -> None:
+    sim.faults.set_error(verb="create", resource="events", rate=1.0, code=500)
+    sim.store.create("nodes", server_node(build, "gpu-g", annotation="{not json"))
+    async with start() as discovery:
+        await discovery.counted("rgpu_discovery_node_events_total", 1, outcome="failed")
+        fleet = await discovery.fleet()
+    assert [s.name for s in fleet.servers] == ["gpu-g"]
+    assert sim.store.list("events", namespace="default") == []
+
+
+async def test_404_metrics_means_reachable_without_usage(sim, start, build) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(404))
+    sim.store.create("nodes", server_node(build, "gpu-a"))
+    async with start(probe_transport=transport) as discovery:
+        await discovery.counted("rgpu_discovery_probes_total", 1, result="no_usage")
+        server = (await discovery.fleet()).servers[0]
+    assert (server.reachable, server.usage_reported, server.busy) == (True, False, frozenset())

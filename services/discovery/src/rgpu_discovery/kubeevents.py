@@ -9,7 +9,6 @@ once and forgotten — the problem stays visible in the fleet's ``error`` field 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import uuid
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ COMPONENT: Final = "rgpu-discovery"
 EVENT_NAMESPACE: Final = "default"
 """Nodes are cluster-scoped; the kubelet files their events in ``default``, so do we."""
 _MAX_MESSAGE: Final = 1024
+_MAX_NAME_PREFIX: Final = 253 - 17
+"""Object names are at most 253 characters; the suffix takes 17."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +50,8 @@ class EventPoster:
 
     def __init__(self, kube: KubeClient, *, instance: str | None = None) -> None:
         self._kube = kube
-        self._instance = instance or os.environ.get("HOSTNAME") or socket.gethostname()
+        # In a pod the hostname is the pod's name, which is what reportingInstance means.
+        self._instance = instance or socket.gethostname()
 
     async def post(self, event: NodeEvent) -> None:
         """Create the Event; raises ``KubeError`` when the apiserver refuses or fails."""
@@ -62,7 +64,7 @@ class EventPoster:
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{event.node}.{uuid.uuid4().hex[:16]}"},
+            "metadata": {"name": f"{event.node[:_MAX_NAME_PREFIX]}.{uuid.uuid4().hex[:16]}"},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Node",
