@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import kubernetes_validate
 import pytest
 
 from rgpu_extender.admission import AdmissionPolicy, decide
@@ -143,6 +144,7 @@ def test_hami_core_is_delivered_when_memory_is_requested(build) -> None:
     assert copier["image"] == LIB_IMAGE
     assert copier["command"] == ["cp", "-f", LIB_SOURCE, LIB_FILE]
     assert copier["volumeMounts"] == [{"name": LIB_VOLUME, "mountPath": "/hami-remote-gpu"}]
+    assert copier["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
     assert {"name": LIB_VOLUME, "emptyDir": {}} in spec["volumes"]
     main = env_of(spec["containers"][0])
     assert main["LD_PRELOAD"]["value"] == f"{LIB_FILE}:/x.so"
@@ -208,3 +210,18 @@ def test_mutating_a_mutated_pod_changes_nothing(build, env: dict[str, str]) -> N
     response, twice = mutate(build, once, **env)
     assert "patch" not in response
     assert twice == once
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"RGPU_LIB_IMAGE": LIB_IMAGE}, {"RGPU_GRANULARITY": "card"}], ids=str
+)
+def test_mutated_pods_are_valid_kubernetes_pods(build, load_fixture, env: dict[str, str]) -> None:
+    review = load_fixture("k8s/admission-review-pod-create.json")
+    the_pod = review["request"]["object"]
+    the_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/remote-gpu-memory"] = "4000"
+    the_pod["spec"]["initContainers"] = [
+        build.container("warm", count="1", memory="1000", wired=False, env=None)
+    ]
+    decision = decide(build.review(the_pod), policy(build, **env))
+    patched = build.patched(decision.review, the_pod)
+    kubernetes_validate.validate(patched, kubernetes_validate.latest_version(), strict=True)

@@ -134,4 +134,7 @@ def listeners(settings: Settings) -> Sequence[Listener]:
 
 def main() -> None:
     """Run the extender until SIGTERM (``python -m rgpu_extender``)."""
+    # httpx logs every request at INFO: one line per filter and bind, which would drown the
+    # decisions the extender logs itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     raise SystemExit(run_service("extender", create_app, listeners=listeners))

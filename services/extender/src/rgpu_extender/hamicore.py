@@ -51,6 +51,12 @@ def copy_container(image: str) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["cp", "-f", LIB_SOURCE, LIB_FILE],
         "volumeMounts": [lib_mount()],
+        # Namespaces with a ResourceQuota on limits refuse containers without them; copying a
+        # few MiB needs next to nothing.
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
+        },
     }
 
 
