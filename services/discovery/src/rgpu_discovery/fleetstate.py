@@ -22,23 +22,14 @@ from rgpu_runtime import Versioned
 from .lupine import ProbeOutcome
 from .nodes import NodeView
 from .probestate import ProbeState
-from .published import Item, Published
+from .published import Item, Published, initial_revision
 from .servers import Register, build_server, decode_cards
 
-__all__ = ["FleetSnapshot", "FleetState", "ProbeReport", "initial_revision"]
+__all__ = ["FleetSnapshot", "FleetState", "ProbeReport"]
 
 logger = logging.getLogger(__name__)
 
 FleetSnapshot = Published[Server]
-
-
-def initial_revision() -> int:
-    """A starting revision above any this replica published before it restarted.
-
-    Milliseconds since the epoch: a restarted replica never reuses a revision its clients
-    already hold, so a long-poll never mistakes a new fleet for one it has seen.
-    """
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,9 +13,8 @@ from rgpu_contracts.ids import NodeName
 from rgpu_contracts.topology import NodeTopology, Topology
 from rgpu_runtime import Versioned
 
-from .fleetstate import initial_revision
 from .nodes import NodeView
-from .published import Item, Published
+from .published import Item, Published, initial_revision
 
 __all__ = ["TopologySnapshot", "TopologyState"]
 
