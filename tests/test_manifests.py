@@ -1,0 +1,1212 @@
+"""Why this module exists: the Kustomize tree in k8s/ and docker/Dockerfile are code nobody runs
+in CI against a real cluster, so their mistakes would only show at deploy time. These tests
+render every overlay with ``kubectl kustomize``, validate each object against the Kubernetes
+1.31 and 1.34 schemas, and check what the schemas cannot: that names, ports, URLs, resource
+names and service accounts agree across objects and with the settings the services parse,
+that every RBAC rule is used by the service's code (and every API call the code makes is
+granted), that every container is locked down, and that each image holds one service only.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api, EventsV1Api
+
+from rgpu_kubesim.certs import write_certs
+from rgpu_runtime import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+K8S = ROOT / "k8s"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+DOCKERIGNORE = ROOT / "docker" / "Dockerfile.dockerignore"
+
+NAMESPACE = "rgpu-system"
+SERVICES = ("discovery", "allocator", "extender", "metrics")
+API_CLIENTS = ["discovery", "allocator", "extender"]
+"""The services that call the Kubernetes API (metrics never does)."""
+OVERLAYS = ("dev", "production")
+ALL_COMPONENTS = "all-components"
+"""A throwaway overlay (base + every component) so components no overlay uses are checked too."""
+RENDERS = (*OVERLAYS, ALL_COMPONENTS)
+KUBERNETES_VERSIONS = ("1.31.0", "1.34.0")
+"""kubernetes-validate ships x.y.0 schemas; these are the nearest to 1.31 and 1.34."""
+
+CRD_KINDS = frozenset(
+    {
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("cert-manager.io/v1", "Issuer"),
+        ("cert-manager.io/v1", "Certificate"),
+    }
+)
+"""Kinds from CRDs, which the core schemas cannot know; nothing else may skip validation."""
+
+DEV_TOOLS = (
+    "pytest",
+    "pytest-timeout",
+    "hypothesis",
+    "mypy",
+    "ruff",
+    "import-linter",
+    "kubernetes-validate",
+    "asgi-lifespan",
+    "jsonpatch",
+    "types-pyyaml",
+)
+
+Obj = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+@pytest.fixture(scope="session")
+def k8s_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """k8s/ copied aside, with the dev certificate the README's command writes, and the
+    all-components overlay; the work tree itself is never written to."""
+    tree = tmp_path_factory.mktemp("k8s") / "k8s"
+    shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns("certs"))
+    write_certs(
+        tree / "overlays" / "dev" / "certs",
+        hosts=(),
+        dns_names=("rgpu-extender.rgpu-system.svc",),
+    )
+    _write_all_components_overlay(tree / "overlays" / ALL_COMPONENTS)
+    return tree
+
+
+def _write_all_components_overlay(directory: Path) -> None:
+    components = sorted(p.name for p in (K8S / "components").iterdir() if p.is_dir())
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["../../base"],
+        "components": [f"../../components/{name}" for name in components],
+        "images": [
+            {"name": f"ghcr.io/rgpu/{name}", "newTag": "test"}
+            for name in (*(f"rgpu-{s}" for s in SERVICES), "lupine-server")
+        ],
+    }
+    directory.mkdir(parents=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+
+
+@pytest.fixture(scope="session")
+def rendered(k8s_copy: Path) -> Mapping[str, list[Obj]]:
+    return {name: _kustomize(k8s_copy / "overlays" / name) for name in RENDERS}
+
+
+def _kustomize(directory: Path) -> list[Obj]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not on PATH: run `make setup` (it installs kubectl)")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {directory.name} failed:\n{result.stderr}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@dataclass(frozen=True, slots=True)
+class Render:
+    """One overlay's objects with the lookups the checks need."""
+
+    objects: list[Obj]
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def get(self, kind: str, name: str) -> Obj:
+        found = [o for o in self.of_kind(kind) if o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name!r}, found {len(found)}"
+        return found[0]
+
+    def has(self, kind: str, name: str) -> bool:
+        return any(o["metadata"]["name"] == name for o in self.of_kind(kind))
+
+    def deployment(self, service: str) -> Obj:
+        return self.get("Deployment", f"rgpu-{service}")
+
+    def container(self, service: str) -> Obj:
+        containers: list[Obj] = self.deployment(service)["spec"]["template"]["spec"]["containers"]
+        assert len(containers) == 1, f"rgpu-{service} should run one container"
+        return containers[0]
+
+    def settings(self) -> dict[str, str]:
+        maps = [o for o in self.of_kind("ConfigMap") if _is_settings(o)]
+        assert len(maps) == 1, "expected exactly one rgpu-settings ConfigMap"
+        return dict(maps[0].get("data") or {})
+
+    def settings_name(self) -> str:
+        return str(
+            next(o for o in self.of_kind("ConfigMap") if _is_settings(o))["metadata"]["name"]
+        )
+
+    def scheduler_config(self) -> Obj:
+        volumes = self.deployment("scheduler")["spec"]["template"]["spec"]["volumes"]
+        name = next(v["configMap"]["name"] for v in volumes if "configMap" in v)
+        loaded: Obj = yaml.safe_load(self.get("ConfigMap", name)["data"]["config.yaml"])
+        return loaded
+
+    def webhook(self) -> Obj:
+        configuration = self.get("MutatingWebhookConfiguration", "rgpu-extender")
+        webhooks: list[Obj] = configuration["webhooks"]
+        assert len(webhooks) == 1, "rgpu-extender should declare exactly one webhook"
+        return webhooks[0]
+
+
+def _is_settings(obj: Obj) -> bool:
+    return re.fullmatch(r"rgpu-settings(-[a-z0-9]{10})?", obj["metadata"]["name"]) is not None
+
+
+@pytest.fixture(scope="session", params=RENDERS)
+def render(request: pytest.FixtureRequest, rendered: Mapping[str, list[Obj]]) -> Render:
+    return Render(rendered[request.param])
+
+
+@pytest.fixture(scope="session", params=OVERLAYS)
+def overlay(request: pytest.FixtureRequest, rendered: Mapping[str, list[Obj]]) -> Render:
+    return Render(rendered[request.param])
+
+
+@pytest.fixture(scope="session")
+def dev(rendered: Mapping[str, list[Obj]]) -> Render:
+    return Render(rendered["dev"])
+
+
+@pytest.fixture(scope="session")
+def production(rendered: Mapping[str, list[Obj]]) -> Render:
+    return Render(rendered["production"])
+
+
+@pytest.fixture(scope="session")
+def everything(rendered: Mapping[str, list[Obj]]) -> Render:
+    return Render(rendered[ALL_COMPONENTS])
+
+
+def pod_specs(render: Render) -> Iterator[tuple[str, Obj]]:
+    for obj in render.objects:
+        if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+            yield f"{obj['kind']}/{obj['metadata']['name']}", obj["spec"]["template"]["spec"]
+
+
+def containers(spec: Obj) -> Iterator[Obj]:
+    yield from spec.get("initContainers") or ()
+    yield from spec["containers"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates_strictly_against_the_kubernetes_schema(
+    render: Render, version: str
+) -> None:
+    failures = []
+    for obj in render.objects:
+        if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            continue
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            failures.append(f"{where}: {path}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError:
+            failures.append(f"{where}: no {version} schema for {obj['apiVersion']}; a CRD kind?")
+    assert not failures, "\n".join(failures)
+
+
+def test_strict_validation_refuses_an_unknown_field() -> None:
+    deployment = _base_object("discovery/deployment.yaml")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize(("api_version", "kind"), sorted(CRD_KINDS))
+def test_skipped_crd_kinds_have_no_core_schema_and_are_rendered(
+    rendered: Mapping[str, list[Obj]], api_version: str, kind: str
+) -> None:
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
+    assert any(
+        (o["apiVersion"], o["kind"]) == (api_version, kind)
+        for objs in rendered.values()
+        for o in objs
+    ), f"{kind} is skipped but rendered nowhere: drop it from CRD_KINDS"
+
+
+def _base_object(relative: str) -> Obj:
+    loaded: Obj = yaml.safe_load((K8S / "base" / relative).read_text())
+    return loaded
+
+
+# ---------------------------------------------------------------------------------------------
+# Namespaces and names
+
+
+def test_namespaced_objects_live_in_rgpu_system_unless_they_must_live_elsewhere(
+    render: Render,
+) -> None:
+    elsewhere = {
+        (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+        for o in render.objects
+        if o["metadata"].get("namespace") not in (None, NAMESPACE)
+    }
+    allowed = {
+        ("RoleBinding", "rgpu-scheduler-authentication-reader", "kube-system"),
+        ("DaemonSet", "lupine-server", "rgpu-lupine"),
+    }
+    assert elsewhere <= allowed
+
+
+def test_rgpu_namespace_enforces_the_restricted_pod_security_level(render: Render) -> None:
+    labels = render.get("Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Containers
+
+
+def test_every_container_has_probes_resources_and_a_locked_down_security_context(
+    render: Render,
+) -> None:
+    problems = [
+        f"{where} {c['name']}: {problem}"
+        for where, spec in pod_specs(render)
+        for c in containers(spec)
+        for problem in _container_problems(spec, c)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def _container_problems(spec: Obj, container: Obj) -> Iterator[str]:
+    pod = spec.get("securityContext") or {}
+    ctx = container.get("securityContext") or {}
+    for probe in ("livenessProbe", "readinessProbe"):
+        if probe not in container:
+            yield f"no {probe}"
+    resources = container.get("resources") or {}
+    for kind, key in (("requests", "cpu"), ("requests", "memory"), ("limits", "memory")):
+        if key not in (resources.get(kind) or {}):
+            yield f"no resources.{kind}.{key}"
+    if ctx.get("runAsNonRoot", pod.get("runAsNonRoot")) is not True:
+        yield "runAsNonRoot is not true"
+    if ctx.get("runAsUser", pod.get("runAsUser", 0)) == 0:
+        yield "runs as uid 0 (set a non-zero runAsUser)"
+    if ctx.get("readOnlyRootFilesystem") is not True:
+        yield "readOnlyRootFilesystem is not true"
+    if ctx.get("allowPrivilegeEscalation") is not False:
+        yield "allowPrivilegeEscalation is not false"
+    if ctx.get("privileged"):
+        yield "privileged"
+    if (ctx.get("capabilities") or {}).get("drop") != ["ALL"]:
+        yield "capabilities.drop is not [ALL]"
+    if (ctx.get("capabilities") or {}).get("add"):
+        yield "capabilities.add is not empty"
+    seccomp = ctx.get("seccompProfile") or pod.get("seccompProfile") or {}
+    if seccomp.get("type") != "RuntimeDefault":
+        yield "seccompProfile is not RuntimeDefault"
+
+
+def test_every_rendered_image_is_pinned_to_a_tag_or_digest(render: Render) -> None:
+    untagged = [
+        c["image"]
+        for _, spec in pod_specs(render)
+        for c in containers(spec)
+        if not re.search(r"(:[\w][\w.-]*|@sha256:[0-9a-f]{64})$", c["image"].split("/")[-1])
+    ]
+    assert not untagged
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_probes_healthz_for_liveness_and_readyz_for_readiness(
+    render: Render, service: str
+) -> None:
+    container = render.container(service)
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert _container_port(container, container[probe]["httpGet"]["port"]) == _port_of(
+            container, "http"
+        )
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_reads_the_settings_configmap_and_its_namespace_from_the_downward_api(
+    render: Render, service: str
+) -> None:
+    container = render.container(service)
+    sources = [e["configMapRef"]["name"] for e in container.get("envFrom") or ()]
+    assert sources == [render.settings_name()]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_runs_its_own_image_under_its_own_service_account(
+    render: Render, service: str
+) -> None:
+    spec = render.deployment(service)["spec"]["template"]["spec"]
+    image = render.container(service)["image"]
+    assert image.rpartition(":")[0] == f"ghcr.io/rgpu/rgpu-{service}"
+    assert spec["serviceAccountName"] == f"rgpu-{service}"
+    assert render.has("ServiceAccount", f"rgpu-{service}")
+
+
+def _port_of(container: Obj, name: str) -> int:
+    ports = [p["containerPort"] for p in container.get("ports") or () if p.get("name") == name]
+    assert len(ports) == 1, f"container {container['name']} has no single port named {name!r}"
+    return int(ports[0])
+
+
+def _container_port(container: Obj, port: int | str) -> int:
+    return _port_of(container, port) if isinstance(port, str) else port
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings: what the services will parse at start
+
+
+def _environment(render: Render, service: str) -> dict[str, str]:
+    environ = dict(render.settings())
+    for entry in render.container(service)["env"]:
+        if "value" in entry:
+            environ[entry["name"]] = entry["value"]
+        elif entry["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace":
+            environ[entry["name"]] = render.deployment(service)["metadata"]["namespace"]
+    return environ
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_settings_parse_and_listen_on_the_container_port(
+    render: Render, service: str
+) -> None:
+    settings = Settings.from_env(_environment(render, service), service=service)
+    assert settings.http.listen.host == "0.0.0.0"
+    assert settings.http.listen.port == _port_of(render.container(service), "http")
+
+
+def test_extender_webhook_listens_with_tls_from_the_mounted_secret(render: Render) -> None:
+    settings = Settings.from_env(_environment(render, "extender"), service="extender")
+    container = render.container("extender")
+    assert settings.http.webhook_listen.port == _port_of(container, "webhook")
+    mount = _secret_mount(render, "rgpu-extender-webhook-tls")
+    assert settings.http.tls_cert_file == f"{mount}/tls.crt"
+    assert settings.http.tls_key_file == f"{mount}/tls.key"
+
+
+def _secret_mount(render: Render, secret_prefix: str) -> str:
+    spec = render.deployment("extender")["spec"]["template"]["spec"]
+    volume = next(
+        v["name"]
+        for v in spec["volumes"]
+        if v.get("secret", {}).get("secretName", "").startswith(secret_prefix)
+    )
+    mounts = render.container("extender")["volumeMounts"]
+    return str(next(m["mountPath"] for m in mounts if m["name"] == volume))
+
+
+def test_webhook_secret_is_supplied_by_the_overlay(overlay: Render) -> None:
+    spec = overlay.deployment("extender")["spec"]["template"]["spec"]
+    names = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    issued = {c["spec"]["secretName"] for c in overlay.objects if c["kind"] == "Certificate"}
+    generated = {s["metadata"]["name"] for s in overlay.of_kind("Secret")}
+    assert names <= issued | generated
+
+
+@pytest.mark.parametrize(
+    ("key", "service"), [("RGPU_DISCOVERY_URL", "discovery"), ("RGPU_ALLOCATOR_URL", "allocator")]
+)
+def test_peer_urls_point_at_the_service_port_of_the_peer(
+    render: Render, key: str, service: str
+) -> None:
+    _assert_url_reaches(render, render.settings()[key], service, "http")
+
+
+def _assert_url_reaches(render: Render, url: str, service: str, port_name: str) -> None:
+    parts = urlsplit(url)
+    assert parts.hostname in (
+        f"rgpu-{service}.{NAMESPACE}.svc",
+        f"rgpu-{service}.{NAMESPACE}.svc.cluster.local",
+    ), f"{url} does not name the rgpu-{service} Service"
+    port = _service_port(render, f"rgpu-{service}", parts.port)
+    assert _container_port(render.container(service), port["targetPort"]) == _port_of(
+        render.container(service), port_name
+    )
+
+
+def _service_port(render: Render, service_name: str, port: int | None) -> Obj:
+    svc = render.get("Service", service_name)
+    matches = [p for p in svc["spec"]["ports"] if p["port"] == port]
+    assert matches, f"Service {service_name} has no port {port}"
+    return dict(matches[0])
+
+
+def test_trusted_users_are_the_allocator_and_extender_service_accounts(render: Render) -> None:
+    users = {u.strip() for u in render.settings()["RGPU_TRUSTED_USERS"].split(",")}
+    expected = {f"system:serviceaccount:{NAMESPACE}:rgpu-{s}" for s in ("allocator", "extender")}
+    assert users == expected
+    for service in ("allocator", "extender"):
+        spec = render.deployment(service)["spec"]["template"]["spec"]
+        assert f"system:serviceaccount:{NAMESPACE}:{spec['serviceAccountName']}" in users
+
+
+# ---------------------------------------------------------------------------------------------
+# The second scheduler
+
+
+def test_scheduler_managed_resources_are_the_configmap_resource_names_ignored_by_the_scheduler(
+    render: Render,
+) -> None:
+    (extender,) = render.scheduler_config()["extenders"]
+    settings = render.settings()
+    names = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
+    managed = extender["managedResources"]
+    assert {m["name"] for m in managed} == names
+    assert all(m["ignoredByScheduler"] is True for m in managed)
+
+
+def test_scheduler_extender_url_reaches_the_extender_port(render: Render) -> None:
+    (extender,) = render.scheduler_config()["extenders"]
+    assert extender["enableHTTPS"] is False
+    _assert_url_reaches(render, extender["urlPrefix"], "extender", "http")
+
+
+def test_scheduler_extender_calls_filter_prioritize_and_bind_with_node_names(
+    render: Render,
+) -> None:
+    (extender,) = render.scheduler_config()["extenders"]
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "bind",
+    )
+    assert extender["weight"] > 0
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False
+
+
+def test_scheduler_http_timeout_exceeds_the_extender_budget(render: Render) -> None:
+    (extender,) = render.scheduler_config()["extenders"]
+    timeout = _duration_seconds(extender["httpTimeout"])
+    assert timeout > float(render.settings()["RGPU_EXTENDER_BUDGET_SECONDS"])
+
+
+def _duration_seconds(text: str) -> float:
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", text)
+    assert match, f"httpTimeout {text!r} is not a Go duration like 5s"
+    return float(match[1]) * units[match[2]]
+
+
+def test_scheduler_profile_is_the_scheduler_name_the_webhook_sets(render: Render) -> None:
+    config = render.scheduler_config()
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert [p["schedulerName"] for p in config["profiles"]] == [
+        render.settings()["RGPU_SCHEDULER_NAME"]
+    ]
+
+
+def test_scheduler_retries_refused_pods_within_two_seconds(render: Render) -> None:
+    assert render.scheduler_config()["podMaxBackoffSeconds"] <= 2
+
+
+def test_scheduler_leader_election_uses_its_own_lease_granted_by_its_role(
+    render: Render,
+) -> None:
+    election = render.scheduler_config()["leaderElection"]
+    assert election["leaderElect"] is True
+    assert election["resourceLock"] == "leases"
+    assert (election["resourceNamespace"], election["resourceName"]) == (
+        NAMESPACE,
+        "rgpu-scheduler",
+    )
+    granted = _granted(render, "rgpu-scheduler", election["resourceNamespace"])
+    for verb in ("get", "update", "create"):
+        assert any(
+            g.group == "coordination.k8s.io"
+            and g.resource == "leases"
+            and g.verb == verb
+            and g.name in ("", election["resourceName"])
+            for g in granted
+        ), f"rgpu-scheduler cannot {verb} its Lease"
+
+
+def test_scheduler_is_bound_to_the_upstream_scheduler_roles(render: Render) -> None:
+    refs = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"]) for b in _bindings_of(render, "rgpu-scheduler")
+    }
+    assert {
+        ("ClusterRole", "system:kube-scheduler"),
+        ("ClusterRole", "system:volume-scheduler"),
+        ("Role", "extension-apiserver-authentication-reader"),
+        ("Role", "rgpu-scheduler-leader-election"),
+    } == refs
+
+
+def test_scheduler_image_is_a_pinned_upstream_kube_scheduler(render: Render) -> None:
+    (container,) = render.deployment("scheduler")["spec"]["template"]["spec"]["containers"]
+    assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.3[1-4]\.\d+", container["image"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The webhook
+
+
+def test_webhook_calls_the_extender_webhook_port_at_mutate(render: Render) -> None:
+    service = render.webhook()["clientConfig"]["service"]
+    assert (service["namespace"], service["name"], service["path"]) == (
+        NAMESPACE,
+        "rgpu-extender",
+        "/mutate",
+    )
+    port = _service_port(render, "rgpu-extender", service["port"])
+    container = render.container("extender")
+    assert _container_port(container, port["targetPort"]) == _port_of(container, "webhook")
+
+
+def test_webhook_fails_closed_quickly_on_pod_create_and_update(render: Render) -> None:
+    webhook = render.webhook()
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["timeoutSeconds"] <= 5
+    assert webhook["reinvocationPolicy"] == "IfNeeded"
+    (rule,) = webhook["rules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([""], ["pods"])
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+
+
+def test_webhook_leaves_out_system_namespaces_and_opted_out_ones(render: Render) -> None:
+    expressions = render.webhook()["namespaceSelector"]["matchExpressions"]
+    by_key = {e["key"]: e for e in expressions}
+    names = by_key["kubernetes.io/metadata.name"]
+    assert names["operator"] == "NotIn"
+    assert {"kube-system", NAMESPACE} <= set(names["values"])
+    assert (by_key["rgpu.io/webhook"]["operator"], by_key["rgpu.io/webhook"]["values"]) == (
+        "NotIn",
+        ["ignore"],
+    )
+
+
+def test_webhook_match_condition_names_exactly_the_configmap_resources(render: Render) -> None:
+    (condition,) = render.webhook()["matchConditions"]
+    quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
+    settings = render.settings()
+    assert quoted == {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
+
+
+def test_dev_webhook_trusts_the_ca_of_the_generated_certificate(
+    dev: Render, k8s_copy: Path
+) -> None:
+    bundle = dev.webhook()["clientConfig"]["caBundle"]
+    ca = (k8s_copy / "overlays" / "dev" / "certs" / "ca.pem").read_bytes()
+    assert base64.b64decode(bundle) == ca
+
+
+def test_production_webhook_ca_is_injected_from_the_certificate_the_extender_mounts(
+    production: Render,
+) -> None:
+    annotation = production.get("MutatingWebhookConfiguration", "rgpu-extender")["metadata"][
+        "annotations"
+    ]["cert-manager.io/inject-ca-from"]
+    namespace, _, name = annotation.partition("/")
+    certificate = production.get("Certificate", name)
+    assert certificate["metadata"]["namespace"] == namespace
+    assert "rgpu-extender.rgpu-system.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["secretName"] == "rgpu-extender-webhook-tls"
+    assert "caBundle" not in production.webhook()["clientConfig"]
+
+
+# ---------------------------------------------------------------------------------------------
+# RBAC: least privilege, justified by the code
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One (apiGroup, resource, verb) a role allows, optionally for one object name."""
+
+    group: str
+    resource: str
+    verb: str
+    name: str = ""
+
+
+def _bindings_of(render: Render, account: str) -> list[Obj]:
+    return [
+        b
+        for b in render.objects
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for s in b.get("subjects") or ()
+        if s["kind"] == "ServiceAccount" and (s["name"], s.get("namespace")) == (account, NAMESPACE)
+    ]
+
+
+def _granted(render: Render, account: str, namespace: str | None = None) -> set[Grant]:
+    grants: set[Grant] = set()
+    for binding in _bindings_of(render, account):
+        ref = binding["roleRef"]
+        if binding["kind"] == "RoleBinding" and namespace not in (
+            None,
+            binding["metadata"]["namespace"],
+        ):
+            continue
+        role_ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        roles = [
+            r
+            for r in render.of_kind(ref["kind"])
+            if r["metadata"]["name"] == ref["name"] and r["metadata"].get("namespace") == role_ns
+        ]
+        for role in roles:
+            grants |= set(_expand(role["rules"]))
+    return grants
+
+
+def _expand(rules: Iterable[Obj]) -> Iterator[Grant]:
+    for rule in rules:
+        names = rule.get("resourceNames") or [""]
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in names:
+                        yield Grant(group, resource, verb, name)
+
+
+def test_no_rgpu_role_uses_a_wildcard(render: Render) -> None:
+    wildcards = [
+        f"{role['kind']}/{role['metadata']['name']}"
+        for role in render.of_kind("Role") + render.of_kind("ClusterRole")
+        for rule in role["rules"]
+        if "*" in rule.get("verbs", []) + rule.get("resources", []) + rule.get("apiGroups", [])
+    ]
+    assert not wildcards
+
+
+@pytest.mark.parametrize("service", API_CLIENTS)
+def test_service_binds_only_roles_defined_in_the_manifests(render: Render, service: str) -> None:
+    for binding in _bindings_of(render, f"rgpu-{service}"):
+        ref = binding["roleRef"]
+        assert render.has(ref["kind"], ref["name"]), f"rgpu-{service} binds {ref['name']}"
+
+
+def test_metrics_has_no_api_token_and_no_role(render: Render) -> None:
+    account = render.get("ServiceAccount", "rgpu-metrics")
+    assert account["automountServiceAccountToken"] is False
+    spec = render.deployment("metrics")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert _bindings_of(render, "rgpu-metrics") == []
+
+
+def test_allocator_leases_are_granted_only_in_the_rgpu_namespace(render: Render) -> None:
+    cluster_wide = _granted(render, "rgpu-allocator", namespace="not-rgpu-system")
+    assert not {g for g in cluster_wide if g.resource == "leases"}
+    assert render.settings()["RGPU_NAMESPACE"] == NAMESPACE
+
+
+_API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
+    ("", "nodes", "get"): ("read_node",),
+    ("", "nodes", "list"): ("list_node",),
+    ("", "pods", "get"): ("read_namespaced_pod",),
+    ("", "pods", "list"): ("list_pod_for_all_namespaces", "list_namespaced_pod"),
+    ("", "pods", "patch"): ("patch_namespaced_pod",),
+    ("", "pods", "update"): ("replace_namespaced_pod",),
+    ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
+    ("", "events", "create"): ("create_namespaced_event",),
+    ("", "events", "patch"): ("patch_namespaced_event",),
+    ("coordination.k8s.io", "leases", "get"): ("read_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "list"): ("list_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "create"): ("create_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "update"): ("replace_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "patch"): ("patch_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "delete"): ("delete_namespaced_lease",),
+    ("coordination.k8s.io", "leases", "deletecollection"): ("delete_collection_namespaced_lease",),
+}
+"""Which kubernetes_asyncio methods need which (apiGroup, resource, verb). ``watch`` is the
+list method passed to a watch (``KubeClient.watch(core.list_node, ...)`` or ``watch=True``)."""
+
+_API_CLASSES = (CoreV1Api, CoordinationV1Api, EventsV1Api)
+_API_NAME = re.compile(r"(read|list|create|patch|replace|delete|delete_collection)_[a-z_]+")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Code:
+    """What a service's Python (its modules and the runtime helpers it calls) asks of the API."""
+
+    api_methods: frozenset[str]
+    """kubernetes_asyncio API methods the code refers to (``core.list_node``)."""
+    watched: frozenset[str]
+    """List methods used for a watch: passed to ``.watch(...)`` (directly or through a local
+    variable) or called with ``watch=True``."""
+
+
+def _analyse(files: Iterable[tuple[Path, str, ast.Module]]) -> Code:
+    trees = [tree for _, _, tree in files]
+    nodes = [node for tree in trees for node in ast.walk(tree)]
+    functions = [n for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return Code(
+        api_methods=frozenset(
+            n.attr for n in nodes if isinstance(n, ast.Attribute) and _is_api_method(n.attr)
+        ),
+        watched=frozenset(m for f in functions for m in _watched_in(f)),
+    )
+
+
+def _is_api_method(name: str) -> bool:
+    return _API_NAME.fullmatch(name) is not None and any(hasattr(c, name) for c in _API_CLASSES)
+
+
+def _watched_in(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    aliases = {
+        node.targets[0].id: node.value.attr
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Attribute)
+    }
+    calls = (n for n in ast.walk(function) if isinstance(n, ast.Call))
+    return {m for call in calls for m in _watched_by(call, aliases) if _is_api_method(m)}
+
+
+def _watched_by(call: ast.Call, aliases: Mapping[str, str]) -> set[str]:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "watch" and call.args:
+        first = call.args[0]
+        if isinstance(first, ast.Attribute):
+            return {first.attr}
+        return {aliases[first.id]} if isinstance(first, ast.Name) and first.id in aliases else set()
+    if any(k.arg == "watch" and getattr(k.value, "value", None) is True for k in call.keywords):
+        return {func.attr} if isinstance(func, ast.Attribute) else set()
+    return set()
+
+
+@cache
+def _modules(directory: Path) -> tuple[tuple[Path, str, ast.Module], ...]:
+    paths = sorted(directory.rglob("*.py"))
+    return tuple((p, text, ast.parse(text)) for p in paths for text in (p.read_text(),))
+
+
+@cache
+def _service_code(service: str) -> Code:
+    own = _modules(ROOT / "services" / service / "src")
+    names = {n for _, text, _ in own for n in re.findall(r"\b[a-z_][a-z0-9_]*\b", text)}
+    runtime = _modules(ROOT / "libs" / "runtime" / "src")
+    helpers = tuple(h for module in runtime for h in _helpers_used(module, names))
+    return _analyse(own + helpers)
+
+
+def _helpers_used(
+    module: tuple[Path, str, ast.Module], names: set[str]
+) -> Iterator[tuple[Path, str, ast.Module]]:
+    """The runtime functions (as one-function modules) whose names the service mentions."""
+    path, text, tree = module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            yield path, text, ast.Module(body=[node], type_ignores=[])
+
+
+def _services_ready(service: str) -> Code:
+    modules = _modules(ROOT / "services" / service / "src")
+    if all(path.name == "__init__.py" for path, _, _ in modules):
+        pytest.fail(f"services/{service}/src has no modules yet; rerun once the service lands")
+    return _service_code(service)
+
+
+def _needed(code: Code, grant: Grant) -> bool:
+    if grant.verb == "watch":
+        lists = _API_METHODS.get((grant.group, grant.resource, "list"), ())
+        return bool(code.watched & set(lists))
+    methods = _API_METHODS.get((grant.group, grant.resource, grant.verb), ())
+    return bool(code.api_methods & set(methods))
+
+
+@pytest.mark.parametrize("service", API_CLIENTS)
+def test_every_rbac_rule_of_a_service_is_used_by_its_code(render: Render, service: str) -> None:
+    code = _services_ready(service)
+    unused = sorted(
+        f"{g.group or 'core'}/{g.resource} {g.verb}"
+        for g in _granted(render, f"rgpu-{service}")
+        if not _needed(code, g)
+    )
+    assert not unused, f"rgpu-{service} is granted what its code never calls: {unused}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_api_call_of_a_service_is_granted(render: Render, service: str) -> None:
+    code = _services_ready(service)
+    by_method = {m: key for key, methods in _API_METHODS.items() for m in methods}
+    unknown = sorted(code.api_methods - set(by_method))
+    assert not unknown, f"add {unknown} to _API_METHODS with the RBAC they need"
+    granted = {(g.group, g.resource, g.verb) for g in _granted(render, f"rgpu-{service}")}
+    needed = {by_method[m] for m in code.api_methods}
+    needed |= {(*by_method[m][:2], "watch") for m in code.watched if m in by_method}
+    assert needed <= granted, f"rgpu-{service} lacks {sorted(needed - granted)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Network policies
+
+
+def _ingress_rules(render: Render, service: str) -> list[tuple[Obj, int]]:
+    labels = render.deployment(service)["spec"]["template"]["metadata"]["labels"]
+    found = []
+    for policy in render.of_kind("NetworkPolicy"):
+        if (
+            _selects(policy["spec"]["podSelector"], labels)
+            and "Ingress" in policy["spec"]["policyTypes"]
+        ):
+            for rule in policy["spec"].get("ingress") or ():
+                found += [(rule, p["port"]) for p in rule.get("ports") or ()]
+    return found
+
+
+def _selects(selector: Obj, labels: Mapping[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or ():
+        value, values = labels.get(expression["key"]), expression.get("values") or ()
+        ok = {
+            "In": value in values,
+            "NotIn": value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[expression["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_network_policies_admit_only_ports_the_service_listens_on(
+    render: Render, service: str
+) -> None:
+    container = render.container(service)
+    ports = {p["containerPort"] for p in container["ports"]}
+    opened = {port for _, port in _ingress_rules(render, service)}
+    assert opened == ports
+
+
+def test_only_the_scheduler_and_prometheus_reach_the_extender_port(render: Render) -> None:
+    port = _port_of(render.container("extender"), "http")
+    sources = [
+        peer for rule, p in _ingress_rules(render, "extender") if p == port for peer in rule["from"]
+    ]
+    assert sources == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "rgpu-scheduler"}}},
+        {"namespaceSelector": {"matchLabels": {"rgpu.io/monitoring": "enabled"}}},
+    ]
+
+
+def test_the_webhook_port_is_open_to_the_apiserver_whatever_its_address(render: Render) -> None:
+    port = _port_of(render.container("extender"), "webhook")
+    (rule,) = [rule for rule, p in _ingress_rules(render, "extender") if p == port]
+    assert {peer["ipBlock"]["cidr"] for peer in rule["from"]} == {"0.0.0.0/0", "::/0"}
+
+
+def test_every_pod_may_resolve_dns_and_api_clients_may_reach_the_apiserver(
+    render: Render,
+) -> None:
+    for service in (*SERVICES, "scheduler"):
+        labels = render.deployment(service)["spec"]["template"]["metadata"]["labels"]
+        egress = [
+            port
+            for policy in render.of_kind("NetworkPolicy")
+            if _selects(policy["spec"]["podSelector"], labels)
+            for rule in policy["spec"].get("egress") or ()
+            for port in rule.get("ports") or ()
+        ]
+        assert {"protocol": "UDP", "port": 53} in egress, service
+        if service != "metrics":
+            assert {"protocol": "TCP", "port": 443} in egress, service
+
+
+# ---------------------------------------------------------------------------------------------
+# Overlays
+
+
+def test_dev_runs_one_replica_of_everything(dev: Render) -> None:
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in dev.of_kind("Deployment")} == {
+        f"rgpu-{s}": 1 for s in (*SERVICES, "scheduler")
+    }
+
+
+def test_production_runs_two_or_more_replicas_of_every_deployment(production: Render) -> None:
+    autoscaled = {
+        h["spec"]["scaleTargetRef"]["name"]: h["spec"]["minReplicas"]
+        for h in production.of_kind("HorizontalPodAutoscaler")
+    }
+    for deployment in production.of_kind("Deployment"):
+        name = deployment["metadata"]["name"]
+        replicas = autoscaled.get(name, deployment["spec"].get("replicas", 1))
+        assert replicas >= 2, name
+        assert name not in autoscaled or "replicas" not in deployment["spec"], name
+
+
+def test_production_autoscales_the_stateless_services_only(production: Render) -> None:
+    hpas = production.of_kind("HorizontalPodAutoscaler")
+    assert {h["spec"]["scaleTargetRef"]["name"] for h in hpas} == {
+        "rgpu-discovery",
+        "rgpu-extender",
+        "rgpu-metrics",
+    }
+    assert all(h["apiVersion"] == "autoscaling/v2" for h in hpas)
+
+
+def test_production_budgets_disruptions_of_every_deployment(production: Render) -> None:
+    budgets = production.of_kind("PodDisruptionBudget")
+    for deployment in production.of_kind("Deployment"):
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        matching = [b for b in budgets if _selects(b["spec"]["selector"], labels)]
+        assert len(matching) == 1, deployment["metadata"]["name"]
+
+
+def test_production_spreads_replicas_over_nodes_and_zones(production: Render) -> None:
+    for deployment in production.of_kind("Deployment"):
+        spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        keys = {c["topologyKey"]: c for c in spread}
+        assert set(keys) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+        for constraint in spread:
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            assert _selects(constraint["labelSelector"], labels)
+            assert "app.kubernetes.io/name" in constraint["matchLabelKeys"]
+
+
+def test_allocator_runs_active_active_without_leader_election(production: Render) -> None:
+    assert production.deployment("allocator")["spec"]["replicas"] >= 2
+    assert not production.has("HorizontalPodAutoscaler", "rgpu-allocator")
+    granted = _granted(production, "rgpu-allocator")
+    assert {g.name for g in granted if g.resource == "leases"} == {""}, "no named leader Lease"
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_overlay_tags_each_service_image_on_its_own(name: str) -> None:
+    kustomization = yaml.safe_load((K8S / "overlays" / name / "kustomization.yaml").read_text())
+    images = [i["name"] for i in kustomization["images"]]
+    assert sorted(images) == sorted(f"ghcr.io/rgpu/rgpu-{s}" for s in SERVICES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Components
+
+
+def test_observability_points_every_service_at_the_collector(production: Render) -> None:
+    endpoint = production.settings()["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    parts = urlsplit(endpoint)
+    assert parts.hostname == f"rgpu-otel-collector.{NAMESPACE}.svc"
+    port = _service_port(production, "rgpu-otel-collector", parts.port)
+    (collector,) = production.get("Deployment", "rgpu-otel-collector")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert _container_port(collector, port["targetPort"]) == _port_of(collector, "otlp-http")
+
+
+def test_service_monitor_scrapes_the_http_port_of_every_service(production: Render) -> None:
+    (monitor,) = production.of_kind("ServiceMonitor")
+    selected = [
+        s["metadata"]["name"]
+        for s in production.of_kind("Service")
+        if _selects(monitor["spec"]["selector"], s["metadata"]["labels"])
+    ]
+    assert sorted(selected) == sorted(f"rgpu-{s}" for s in SERVICES)
+    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [("http", "/metrics")]
+    for name in selected:
+        assert "http" in {p["name"] for p in production.get("Service", name)["spec"]["ports"]}
+
+
+def _dashboard(render: Render) -> Obj:
+    (board,) = [
+        o
+        for o in render.of_kind("ConfigMap")
+        if o["metadata"].get("labels", {}).get("grafana_dashboard")
+    ]
+    loaded: Obj = json.loads(board["data"]["rgpu.json"])
+    return loaded
+
+
+def _queries(dashboard: Obj) -> list[str]:
+    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_dashboard_shows_pool_use_holders_latency_and_refusals(production: Render) -> None:
+    text = "\n".join(_queries(_dashboard(production)))
+    for metric in (
+        "hami_remote_gpu_allocated",
+        "hami_remote_gpu_overview",
+        "rgpu_card_state",
+        "rgpu_card_holder_info",
+        "rgpu_http_request_duration_seconds_bucket",
+    ):
+        assert metric in text, metric
+    assert re.search(r'route=~"[^"]*/filter', text)
+    assert re.search(r'route=~"[^"]*/bind', text)
+    assert "by (reason)" in text
+
+
+def test_dashboard_queries_only_metrics_the_code_exports(production: Render) -> None:
+    sources = "\n".join(
+        text
+        for directory in (
+            *(ROOT / "services" / s / "src" for s in SERVICES),
+            ROOT / "libs" / "runtime" / "src",
+        )
+        for _, text, _ in _modules(directory)
+    )
+    names = {
+        m
+        for expr in _queries(_dashboard(production))
+        for m in re.findall(r"\b((?:hami|rgpu)_[a-z_]+)\b", expr)
+    }
+    missing = sorted(n for n in names if not re.search(rf"\b{_family(n)}\b", sources))
+    assert not missing, f"the dashboard queries metrics no code exports: {missing}"
+
+
+def _family(sample: str) -> str:
+    return re.sub(r"_(bucket|count|sum|total)$", "", sample)
+
+
+def test_lupine_server_listens_probes_and_advertises_one_port(everything: Render) -> None:
+    daemonset = everything.get("DaemonSet", "lupine-server")
+    spec = daemonset["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    port = _port_of(container, "lupine")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LUPINE_PORT"] == str(port)
+    assert next(p["hostPort"] for p in container["ports"] if p["name"] == "lupine") == port
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert _container_port(container, container[probe]["tcpSocket"]["port"]) == port
+    assert spec["hostNetwork"] is True
+
+
+def test_lupine_server_runs_only_on_labelled_server_nodes(everything: Render) -> None:
+    spec = everything.get("DaemonSet", "lupine-server")["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "hami.io/lupine-server", "operator": "Exists"}]}
+    ]
+
+
+def test_lupine_namespace_is_left_out_of_the_webhook(everything: Render) -> None:
+    labels = everything.get("Namespace", "rgpu-lupine")["metadata"]["labels"]
+    assert labels["rgpu.io/webhook"] == "ignore"
+
+
+# ---------------------------------------------------------------------------------------------
+# Docker image
+
+
+def _stages() -> list[list[str]]:
+    """Dockerfile instructions (continuations joined) grouped by FROM stage."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    stages: list[list[str]] = [[]]
+    for line in lines:
+        if line.upper().startswith("FROM "):
+            stages.append([])
+        stages[-1].append(line)
+    return stages[1:]
+
+
+def test_dockerfile_installs_one_service_chosen_by_build_arg() -> None:
+    build = " ".join(_stages()[0])
+    assert "ARG SERVICE" in build
+    syncs = [m for line in _stages()[0] for m in re.findall(r"uv sync (.+)", line)]
+    assert len(syncs) == 2
+    for sync in syncs:
+        for flag in ("--frozen", "--no-dev", '--package "rgpu-${SERVICE}"'):
+            assert flag in sync, f"{flag} missing from `uv sync {sync}`"
+    assert "--no-editable" in syncs[-1]
+    assert "COPY services/${SERVICE}/ services/${SERVICE}/" in build
+
+
+def test_dockerfile_pins_the_uv_the_makefile_uses() -> None:
+    make = re.search(r"UV_VERSION\s*:=\s*(\S+)", (ROOT / "Makefile").read_text())
+    assert make
+    assert f"uv=={make[1]}" in " ".join(_stages()[0])
+
+
+def test_dockerfile_final_stage_runs_the_service_module_as_the_manifests_uid(
+    render: Render,
+) -> None:
+    final = _stages()[-1]
+    users = [line.split()[1] for line in final if line.upper().startswith("USER ")]
+    assert users
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0
+    for service in SERVICES:
+        pod = render.deployment(service)["spec"]["template"]["spec"]["securityContext"]
+        assert pod["runAsUser"] == int(uid)
+    text = " ".join(final)
+    assert "SERVICE_MODULE=rgpu_${SERVICE}" in text
+    cmd = json.loads(next(line[4:] for line in final if line.startswith("CMD ")))
+    assert cmd[-1].startswith("exec python -m") and "$SERVICE_MODULE" in cmd[-1]
+    assert not any("uv sync" in line or "pip install" in line for line in final)
+
+
+def test_dockerignore_admits_only_sources_pyprojects_and_the_lock() -> None:
+    lines = [
+        line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")
+    ]
+    assert lines[0] == "**"
+    admitted = [line[1:] for line in lines if line.startswith("!")]
+    assert all(
+        a in ("pyproject.toml", "uv.lock")
+        or re.fullmatch(r"(libs|services)/\*/(pyproject\.toml|src/\*\*)", a)
+        for a in admitted
+    ), admitted
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_image_dependencies_exclude_dev_tools_and_other_services(service: str) -> None:
+    command = ["export", "--frozen", "--no-dev", "--no-hashes", "--package", f"rgpu-{service}"]
+    result = subprocess.run(
+        [_uv(), *command], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    names = {
+        _requirement_name(line)
+        for line in result.stdout.splitlines()
+        if line and not line.startswith(("#", " "))
+    }
+    assert service in names
+    forbidden = {*DEV_TOOLS, "kubesim", *(s for s in SERVICES if s != service)}
+    assert not names & forbidden, sorted(names & forbidden)
+
+
+def _requirement_name(line: str) -> str:
+    """``pytest==8.3 ; ...`` gives ``pytest``; a member ``-e ./libs/kubesim`` gives ``kubesim``."""
+    if line.startswith("-e "):
+        return line.rstrip("/").rsplit("/", 1)[-1]
+    return re.split(r"[=<>;\s\[]", line, maxsplit=1)[0].lower()
+
+
+def _uv() -> str:
+    # `uv run` exports its own path as UV; the venv's python has no uv module.
+    found = os.environ.get("UV") or shutil.which("uv")
+    if not found:
+        pytest.fail("uv not found: run the tests with `python3 -m uv run` (make test does)")
+    return found
