@@ -236,7 +236,7 @@ def _poll(revision: int) -> dict[str, str]:
 
 
 def row(label: str, value: str, target: str) -> None:
-    print(f"  {label:<46} {value:>9}   target {target}")
+    print(f"  {label:<52} {value:>9}   target {target}")
 
 
 def main() -> None:
@@ -299,14 +299,14 @@ def main() -> None:
     )
     print(f"long-poll fan-out: {args.waiters} waiters, {args.fanout_servers} servers")
     for result in results:
-        size = f"{result.encoding} {result.wire_bytes / 1e6:.2f} MB"
+        size = f"{result.encoding}, {result.wire_bytes / 1e6:.2f} MB each"
         row(
             f"answer after change, median ({size})",
             f"{result.median_ms:.0f} ms",
             f"<= {FANOUT_TARGET_MS:.0f} ms",
         )
         row(
-            "answer after change, slowest",
+            f"answer after change, slowest ({result.encoding})",
             f"{result.slowest_ms:.0f} ms",
             f"<= {FANOUT_TARGET_MS:.0f} ms",
         )
