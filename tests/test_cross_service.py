@@ -1,0 +1,161 @@
+"""Extender ↔ allocator ↔ discovery in one process: the real apps wired through ASGITransport
+(no sockets between them), the real kubernetes_asyncio client against kubesim over HTTP."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+import rgpu_allocator
+import rgpu_discovery
+import rgpu_extender
+from rgpu_kubesim import SimApiServer, run_apiserver
+from rgpu_runtime import Settings
+
+pytestmark = pytest.mark.anyio
+
+Load = Callable[[str], Any]
+
+
+def _node(name: str, *, server: bool, rack: str = "r1") -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": name, "topology.rgpu.io/rack": rack}
+    annotations = {}
+    if server:
+        labels["hami.io/lupine-server"] = "14833"
+        cards = [
+            {
+                "id": f"GPU-{name}-{i}",
+                "index": i,
+                "count": 10,
+                "devmem": 40960,
+                "devcore": 100,
+                "type": "NVIDIA-A100-SXM4-40GB",
+                "mode": "remote",
+                "health": True,
+            }
+            for i in range(2)
+        ]
+        annotations["hami.io/node-nvidia-register"] = json.dumps(cards)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+@dataclass
+class Wired:
+    sim: SimApiServer
+    extender: httpx.AsyncClient
+    allocator: httpx.AsyncClient
+
+
+@pytest.fixture
+async def wired() -> AsyncIterator[Wired]:
+    async with run_apiserver() as sim:
+        for namespace in ("ml-team", "rgpu-system"):
+            sim.store.create("namespaces", {"metadata": {"name": namespace}})
+        for name, server in (("gpu-node-1", False), ("gpu-node-2", True), ("cpu-node-1", False)):
+            sim.store.create("nodes", _node(name, server=server))
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text"}
+        discovery = rgpu_discovery.create_app(Settings.from_env(env, service="discovery"))
+        async with LifespanManager(discovery) as d:
+            to_discovery = httpx.ASGITransport(app=d.app)
+            allocator = rgpu_allocator.create_app(
+                Settings.from_env(env, service="allocator"), discovery_transport=to_discovery
+            )
+            async with LifespanManager(allocator) as a:
+                to_allocator = httpx.ASGITransport(app=a.app)
+                extender = rgpu_extender.create_app(
+                    Settings.from_env(env, service="extender"),
+                    allocator_transport=to_allocator,
+                    discovery_transport=to_discovery,
+                )
+                async with (
+                    LifespanManager(extender) as e,
+                    httpx.AsyncClient(
+                        transport=httpx.ASGITransport(app=e.app), base_url="http://ext"
+                    ) as ext,
+                    httpx.AsyncClient(transport=to_allocator, base_url="http://alloc") as alloc,
+                ):
+                    yield Wired(sim=sim, extender=ext, allocator=alloc)
+
+
+def _create_fixture_pod(wired: Wired, args: dict[str, Any], name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(args["Pod"])
+    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in ("labels", "annotations")}
+    pod["metadata"]["name"] = name
+    pod.pop("status")
+    return wired.sim.store.create("pods", pod, namespace="ml-team")
+
+
+async def _filter(wired: Wired, args: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """Filter like kube-scheduler: an ``Error`` (inventory still syncing at start) means retry."""
+    body = {**args, "Pod": pod}
+    with anyio.fail_after(10):
+        for _ in range(1000):
+            reply = (await wired.extender.post("/filter", json=body)).json()
+            if not reply["Error"]:
+                break
+            await anyio.sleep(0.05)
+    return dict(reply)
+
+
+async def test_filter_then_bind_puts_endpoint_on_pod_in_the_binding(
+    wired: Wired, load_fixture: Load
+) -> None:
+    args = load_fixture("k8s/extender-filter-args.json")
+    pod = _create_fixture_pod(wired, args, "trainer-0")
+
+    result = await _filter(wired, args, pod)
+    assert result["Error"] == ""
+    assert result["NodeNames"] == ["gpu-node-1", "cpu-node-1"]
+    assert result["FailedAndUnresolvableNodes"] == {
+        "gpu-node-2": pytest.approx(result["FailedAndUnresolvableNodes"]["gpu-node-2"])
+    }
+
+    bind = {**load_fixture("k8s/extender-bind-args.json"), "PodUID": pod["metadata"]["uid"]}
+    assert (await wired.extender.post("/bind", json=bind)).json() == {"Error": ""}
+
+    bound = wired.sim.store.get("pods", "trainer-0", namespace="ml-team")
+    annotations = bound["metadata"]["annotations"]
+    assert bound["spec"]["nodeName"] == "gpu-node-1"
+    assert annotations["hami.io/lupine-endpoint"] == "127.0.0.2:14833"
+    devices = (
+        "gpu-node-2/GPU-gpu-node-2-0,RemoteGPU,40960,100:"
+        "gpu-node-2/GPU-gpu-node-2-1,RemoteGPU,40960,100:;"
+    )
+    assert annotations["hami.io/remote-gpu-devices-allocated"] == devices
+    assert annotations["hami.io/remote-gpu-devices-to-allocate"] == devices
+
+
+async def test_second_pod_is_refused_with_hami_reason_while_the_server_is_held(
+    wired: Wired, load_fixture: Load
+) -> None:
+    args = load_fixture("k8s/extender-filter-args.json")
+    first = _create_fixture_pod(wired, args, "trainer-0")
+    second = _create_fixture_pod(wired, args, "trainer-1")
+    assert (await _filter(wired, args, first))["Error"] == ""
+
+    refused = await _filter(wired, args, second)
+    assert refused["Error"] == ""
+    assert refused["NodeNames"] is None or refused["NodeNames"] == []
+    assert set(refused["FailedNodes"]) == {"gpu-node-1", "cpu-node-1"}
+    assert "2/2 ExclusiveDeviceAllocateConflict" in refused["FailedNodes"]["gpu-node-1"]
+
+    assert (
+        await wired.allocator.delete(f"/v1/allocations/{first['metadata']['uid']}")
+    ).status_code == 204
+    assert (await _filter(wired, args, second))["NodeNames"] == ["gpu-node-1", "cpu-node-1"]
