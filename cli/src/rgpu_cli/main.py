@@ -4,15 +4,20 @@ argument parsing and printing; each command's work lives in its own module."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import anyio
+import httpx
 import typer
 from rich.console import Console
 
+from rgpu_contracts import ContractError
+
 from .demo import DemoOptions, print_report, run_demo
 from .stack import StackOptions, run_stack
+from .status import fetch_snapshot, status_table
 
 __all__ = ["app", "main"]
 
@@ -95,6 +100,29 @@ def up(
         anyio.run(_up, options, Console())
     except KeyboardInterrupt:
         pass
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+@app.command()
+def status(
+    discovery_url: str = typer.Option(
+        lambda: _env("RGPU_DISCOVERY_URL", "http://127.0.0.1:8081"), help="discovery base URL"
+    ),
+    allocator_url: str = typer.Option(
+        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"), help="allocator base URL"
+    ),
+) -> None:
+    """Servers, cards, states and holders (from discovery and the allocator)."""
+    console = Console()
+    try:
+        snapshot = anyio.run(fetch_snapshot, discovery_url, allocator_url)
+    except (httpx.HTTPError, ContractError) as exc:
+        console.print(f"[red]cannot read the fleet and claims:[/] {exc}")
+        raise typer.Exit(code=2) from None
+    console.print(status_table(snapshot))
 
 
 def main() -> None:
