@@ -27,15 +27,18 @@ def parse_quantity(text: object) -> Fraction:
     match = _PATTERN.match(str(text).strip())
     if match is None:
         raise ValueError(FORMAT_ERROR)
-    number, suffix = Fraction(match.group(1)), match.group(2) or ""
+    digits, suffix = match.group(1), match.group(2) or ""
+    # Whole numbers (nearly every quantity in a pod) stay in int arithmetic: Fraction(str) is slow.
+    whole = "." not in digits
+    number = Fraction(int(digits)) if whole else Fraction(digits)
     if suffix in _BINARY:
         return number * (1 << _BINARY[suffix])
     exponent = int(suffix[1:]) if suffix[:1] in {"e", "E"} else _DECIMAL[suffix]
-    return number * _power_of_ten(exponent)
-
-
-def _power_of_ten(exponent: int) -> Fraction:
-    return Fraction(10**exponent) if exponent >= 0 else Fraction(1, 10**-exponent)
+    if exponent == 0:
+        return number
+    if whole and exponent > 0:
+        return Fraction(int(digits) * 10**exponent)
+    return number * (Fraction(10**exponent) if exponent > 0 else Fraction(1, 10**-exponent))
 
 
 def is_integer(value: Fraction) -> bool:

@@ -257,6 +257,6 @@ def field_values(resource: Resource, obj: Mapping[str, Any]) -> dict[str, str]:
     for label in resource.selectable_fields():
         node: Any = obj
         for part in _field_path(label):
-            node = node.get(part) if isinstance(node, Mapping) else None
+            node = node.get(part) if isinstance(node, dict) else None
         values[label] = _render(node)
     return values
