@@ -6,16 +6,22 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import httpx
 import typer
+import yaml
 from rich.console import Console
+from rich.table import Table
 
 from rgpu_contracts import ContractError
+from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, print_report, run_demo
+from .explain import explain, render_explanation
+from .simulate import SimResult, SpecError, load_spec, simulate
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
 
@@ -123,6 +129,60 @@ def status(
         console.print(f"[red]cannot read the fleet and claims:[/] {exc}")
         raise typer.Exit(code=2) from None
     console.print(status_table(snapshot))
+
+
+@app.command("explain")
+def explain_command(
+    pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
+) -> None:
+    """Why a pod is waiting: the allocator's dry-run decision with per-server reasons.
+
+    Reads RGPU_KUBE_URL (else in-cluster, else KUBECONFIG), RGPU_ALLOCATOR_URL and the
+    resource names from the environment, like the services do.
+    """
+    namespace, sep, name = pod.partition("/")
+    if not (sep and namespace and name):
+        raise typer.BadParameter("expected NAMESPACE/NAME, e.g. ml-team/trainer-0")
+    console = Console()
+    try:
+        settings = Settings.from_env(os.environ, service="extender")
+        explanation = anyio.run(explain, settings, namespace, name)
+    except (RgpuError, httpx.HTTPError, ContractError) as exc:
+        console.print(f"[red]cannot explain {pod}:[/] {exc}")
+        raise typer.Exit(code=2) from None
+    console.print(render_explanation(explanation))
+
+
+@app.command("simulate")
+def simulate_command(
+    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
+) -> None:
+    """What-if: replay a described fleet and workload in both granularities, side by side."""
+    console = Console()
+    try:
+        parsed = load_spec(yaml.safe_load(spec.read_text()))
+    except (yaml.YAMLError, SpecError) as exc:
+        console.print(f"[red]{spec}:[/] {exc}")
+        raise typer.Exit(code=2) from None
+    results = [simulate(parsed, "server"), simulate(parsed, "card")]
+    table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
+    table.add_column("")
+    for result in results:
+        table.add_column(f"granularity {result.granularity}", justify="right")
+    rows: dict[str, Callable[[SimResult], str]] = {
+        "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
+        "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
+        "wait p50": lambda r: f"{r.wait(50):.0f}s",
+        "wait p95": lambda r: f"{r.wait(95):.0f}s",
+        "makespan": lambda r: f"{r.makespan:.0f}s",
+        "pods never placed": lambda r: str(r.never_placed),
+        "pods refused at least once, by reason": lambda r: (
+            ", ".join(f"{k} {v}" for k, v in r.refusals.most_common()) or "none"
+        ),
+    }
+    for label, cell in rows.items():
+        table.add_row(label, *(cell(r) for r in results))
+    console.print(table)
 
 
 def main() -> None:
