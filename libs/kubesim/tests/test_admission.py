@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
@@ -47,7 +48,10 @@ class Webhook:
     paths: list[str] = field(default_factory=list)
     reply: Reply = field(default=lambda path, review: allow(review["request"]))
 
+    delay: float = 0.0
+
     async def handle(self, request: Request) -> Response:
+        await anyio.sleep(self.delay)
         review = orjson.loads(await request.body())
         self.reviews.append(review)
         self.paths.append(request.url.path)
@@ -174,6 +178,19 @@ async def test_unreachable_webhook_follows_failure_policy(
     if code == 500:
         assert response.json()["reason"] == "InternalError"
         assert 'failed calling webhook "pods.remote-gpu.hami.io"' in response.json()["message"]
+
+
+@pytest.mark.parametrize(("policy", "code"), [("Ignore", 201), ("Fail", 500)])
+async def test_webhook_slower_than_its_timeout_follows_failure_policy(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, policy: str, code: int
+) -> None:
+    webhook.delay = 1.5
+    await _configure(client, _configuration(webhook, timeoutSeconds=1, failurePolicy=policy))
+    started = anyio.current_time()
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == code and anyio.current_time() - started < 1.4
+    if code == 500:
+        assert "context deadline exceeded" in response.json()["message"]
 
 
 async def test_certificate_from_another_ca_is_a_call_failure(

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim._resources import VERBS, Resource, group_versions, in_group_version
+from rgpu_kubesim._resources import (
+    SUBRESOURCE_KINDS,
+    VERBS,
+    Resource,
+    group_versions,
+    in_group_version,
+)
 
 JsonObj = dict[str, Any]
 
@@ -74,7 +80,7 @@ def _resource_entry(resource: Resource) -> JsonObj:
 
 
 def _subresource_entry(resource: Resource, sub: str) -> JsonObj:
-    kind = "Binding" if sub == "binding" else resource.kind
+    kind = SUBRESOURCE_KINDS[sub] or resource.kind
     return {
         "name": f"{resource.plural}/{sub}",
         "singularName": "",

@@ -21,11 +21,11 @@ from rgpu_kubesim import _requests, _status, _tables
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._objects import Entry, full_object
-from rgpu_kubesim._resources import require
+from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
 from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
 from rgpu_kubesim._routing import Target, parse_target, verb_for
-from rgpu_kubesim._selectors import parse_field_selector, parse_label_selector
-from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._selectors import Filter, parse_filter
+from rgpu_kubesim._storage import ListPage, Storage
 from rgpu_kubesim._watching import event_line
 from rgpu_kubesim._webhooks import Attributes
 from rgpu_kubesim.errors import ApiError
@@ -91,9 +91,7 @@ class ResourceHandlers:
         query = request.query_params
         page = self.deps.storage.list_entries(
             target.resource,
-            target.namespace,
-            parse_label_selector(query.get("labelSelector", "")),
-            parse_field_selector(query.get("fieldSelector", ""), target.resource),
+            _filter(target, request),
             limit=_requests.integer(query, "limit", 0),
             continue_token=query.get("continue", ""),
             resource_version=query.get("resourceVersion", ""),
@@ -103,16 +101,12 @@ class ResourceHandlers:
 
     async def watch(self, target: Target, request: Request) -> Response:
         query = request.query_params
-        labels = parse_label_selector(query.get("labelSelector", ""))
-        fields = parse_field_selector(query.get("fieldSelector", ""), target.resource)
         send_initial = _requests.flag(query, "sendInitialEvents")
         bookmarks = _requests.flag(query, "allowWatchBookmarks")
         try:
             start = self.deps.storage.open_watch(
                 target.resource,
-                target.namespace,
-                labels,
-                fields,
+                _filter(target, request),
                 resource_version=query.get("resourceVersion", ""),
                 send_initial=send_initial,
             )
@@ -202,15 +196,9 @@ class ResourceHandlers:
         )
 
     async def delete_collection(self, target: Target, request: Request) -> Response:
-        query = request.query_params
-        page = self.deps.storage.list_entries(
-            target.resource,
-            target.namespace,
-            parse_label_selector(query.get("labelSelector", "")),
-            parse_field_selector(query.get("fieldSelector", ""), target.resource),
-        )
+        page = self.deps.storage.list_entries(target.resource, _filter(target, request))
         deleted = [await self._delete_one(request, target, entry, {}) for entry in page.entries]
-        result = type(page)(entries=tuple(deleted), rv=self.deps.storage.resource_version)
+        result = ListPage(entries=tuple(deleted), rv=self.deps.storage.resource_version)
         return list_response(request, target.resource, result, self.deps.clock())
 
     async def bind(self, target: Target, request: Request) -> Response:
@@ -242,7 +230,7 @@ class ResourceHandlers:
         if not admission.needed():
             return obj
         resource, namespace = target.resource, target.namespace or ""
-        kind = "Binding" if target.subresource == "binding" else resource.kind
+        kind = SUBRESOURCE_KINDS.get(target.subresource) or resource.kind
         attrs = Attributes(
             resource=resource,
             subresource=target.subresource,
@@ -285,6 +273,12 @@ class _RetryablePatchConflict(Exception):
     def __init__(self, error: ApiError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _filter(target: Target, request: Request) -> Filter:
+    query = request.query_params
+    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    return parse_filter(target.resource, target.namespace, labels, fields)
 
 
 def _binding_name(target: Target, binding: JsonObj) -> str:

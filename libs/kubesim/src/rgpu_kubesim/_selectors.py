@@ -67,6 +67,29 @@ def _compare(op: str, value: str | None, bounds: frozenset[str]) -> bool:
     return int(value) > bound if op == "gt" else int(value) < bound
 
 
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """What a list or watch asks for: a namespace (None is every one), labels and fields."""
+
+    namespace: str | None = None
+    labels: LabelSelector = ()
+    fields: FieldSelector = ()
+
+    def admits(self, namespace: str, labels: Mapping[str, str], fields: Mapping[str, str]) -> bool:
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        return labels_match(self.labels, labels) and fields_match(self.fields, fields)
+
+
+def parse_filter(resource: Resource, namespace: str | None, labels: str, fields: str) -> Filter:
+    """A Filter from query text; the namespace is dropped for cluster-scoped resources."""
+    return Filter(
+        namespace if resource.namespaced else None,
+        parse_label_selector(labels),
+        parse_field_selector(fields, resource),
+    )
+
+
 def labels_match(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
     return all(req.matches(labels) for req in selector)
 

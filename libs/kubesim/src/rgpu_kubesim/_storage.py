@@ -32,7 +32,7 @@ from rgpu_kubesim._patching import (
     strategic_merge_patch,
 )
 from rgpu_kubesim._resources import RESOURCES, Resource, require
-from rgpu_kubesim._selectors import FieldSelector, LabelSelector, fields_match, labels_match
+from rgpu_kubesim._selectors import Filter
 from rgpu_kubesim._validation import invalid_value
 from rgpu_kubesim._watching import (
     ADDED,
@@ -70,6 +70,7 @@ _PATCHERS: Mapping[str, Callable[[Any, Any], Any]] = {
     STRATEGIC_PATCH: strategic_merge_patch,
     JSON_PATCH: json_patch,
 }
+_EVERYTHING = Filter()
 _NAMESPACES = require("namespaces")
 _PODS = require("pods")
 
@@ -131,9 +132,7 @@ class Storage:
     def list_entries(
         self,
         resource: Resource,
-        namespace: str | None,
-        labels: LabelSelector = (),
-        fields: FieldSelector = (),
+        wanted: Filter = _EVERYTHING,
         *,
         limit: int = 0,
         continue_token: str = "",
@@ -142,15 +141,15 @@ class Storage:
     ) -> ListPage:
         """Entries in key order; ``limit``/``continue_token`` page through them."""
         rv, start = self._list_start(resource, continue_token, resource_version, match)
-        keys = self._keys_in(resource, namespace, start)
+        keys = self._keys_in(resource, wanted.namespace, start)
         table = self._objects[resource.plural]
         chosen: list[Entry] = []
         for index, key in enumerate(keys):
             entry = table[key]
-            if labels_match(labels, entry.labels) and fields_match(fields, entry.fields):
+            if wanted.admits(entry.namespace, entry.labels, entry.fields):
                 if limit and len(chosen) == limit:
                     token = _encode_continue(rv, chosen[-1].key)
-                    remaining = None if labels or fields else len(keys) - index
+                    remaining = None if wanted.labels or wanted.fields else len(keys) - index
                     return ListPage(
                         entries=tuple(chosen), rv=rv, continue_token=token, remaining=remaining
                     )
@@ -196,17 +195,13 @@ class Storage:
     def open_watch(
         self,
         resource: Resource,
-        namespace: str | None,
-        labels: LabelSelector = (),
-        fields: FieldSelector = (),
+        wanted: Filter = _EVERYTHING,
         *,
         resource_version: str = "",
         send_initial: bool = False,
     ) -> WatchStart:
         """Register a watcher; the caller must `close_watch` it when the stream ends."""
-        watcher = Watcher(
-            resource, namespace=namespace, labels=labels, fields=fields, capacity=self._capacity
-        )
+        watcher = Watcher(resource, wanted, capacity=self._capacity)
         if send_initial or resource_version in ("", "0"):
             initial = self._state_lines(resource, watcher)
         else:
@@ -219,7 +214,7 @@ class Storage:
 
     def _state_lines(self, resource: Resource, watcher: Watcher) -> Iterator[bytes]:
         table = self._objects[resource.plural]
-        snapshot = [table[k] for k in self._keys_in(resource, watcher.namespace, None)]
+        snapshot = [table[k] for k in self._keys_in(resource, watcher.wanted.namespace, None)]
         return (event_line(ADDED, full_bytes(resource, e)) for e in snapshot if watcher.matches(e))
 
     def close_watch(self, watcher: Watcher) -> None:

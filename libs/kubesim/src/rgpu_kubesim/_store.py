@@ -19,7 +19,7 @@ from rgpu_kubesim import _status
 from rgpu_kubesim._objects import full_object
 from rgpu_kubesim._patching import PATCH_TYPES
 from rgpu_kubesim._resources import Resource, by_plural
-from rgpu_kubesim._selectors import parse_field_selector, parse_label_selector
+from rgpu_kubesim._selectors import parse_filter
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._watching import Watcher
 
@@ -67,13 +67,8 @@ class Store:
     ) -> list[JsonObj]:
         """Matching objects in key order; ``namespace=None`` lists every namespace."""
         kind = _resource(resource)
-        page = self._storage.list_entries(
-            kind,
-            namespace if kind.namespaced else None,
-            parse_label_selector(label_selector),
-            parse_field_selector(field_selector, kind),
-        )
-        return [full_object(kind, e) for e in page.entries]
+        wanted = parse_filter(kind, namespace, label_selector, field_selector)
+        return [full_object(kind, e) for e in self._storage.list_entries(kind, wanted).entries]
 
     def replace(
         self,
@@ -166,13 +161,8 @@ class Store:
         version, the retained changes after it (410 ApiError when it is too old).
         """
         kind = _resource(resource)
-        start = self._storage.open_watch(
-            kind,
-            namespace if kind.namespaced else None,
-            parse_label_selector(label_selector),
-            parse_field_selector(field_selector, kind),
-            resource_version=resource_version,
-        )
+        wanted = parse_filter(kind, namespace, label_selector, field_selector)
+        start = self._storage.open_watch(kind, wanted, resource_version=resource_version)
         try:
             yield _events(start.initial, start.watcher)
         finally:

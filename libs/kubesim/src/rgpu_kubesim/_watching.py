@@ -17,7 +17,7 @@ import anyio
 from rgpu_kubesim import _status
 from rgpu_kubesim._objects import Entry, full_bytes, with_resource_version
 from rgpu_kubesim._resources import Resource
-from rgpu_kubesim._selectors import FieldSelector, LabelSelector, fields_match, labels_match
+from rgpu_kubesim._selectors import Filter
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -93,28 +93,16 @@ class EventLog:
 class Watcher:
     """One open watch: its filter, its pending lines and whether it has been cut."""
 
-    def __init__(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-        capacity: int,
-    ) -> None:
+    def __init__(self, resource: Resource, wanted: Filter, *, capacity: int) -> None:
         self.resource = resource
-        self.namespace = namespace
-        self.labels = labels
-        self.fields = fields
+        self.wanted = wanted
         self.capacity = capacity
         self.closed = False
         self._pending: deque[bytes] = deque()
         self._wake = anyio.Event()
 
     def matches(self, entry: Entry | None) -> bool:
-        if entry is None or (self.namespace is not None and entry.namespace != self.namespace):
-            return False
-        return labels_match(self.labels, entry.labels) and fields_match(self.fields, entry.fields)
+        return entry is not None and self.wanted.admits(entry.namespace, entry.labels, entry.fields)
 
     def kind_for(self, change: Change) -> str | None:
         """How this watcher sees ``change``: kube turns filter transitions into ADDED/DELETED."""
