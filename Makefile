@@ -30,6 +30,9 @@ lint: setup
 test: lint
 	$(RUN) pytest -q
 
+demo: setup
+	$(RUN) rgpu demo
+
 format: setup
 	$(RUN) ruff check --fix .
 	$(RUN) ruff format .

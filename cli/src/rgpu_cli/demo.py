@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rgpu_contracts import Reason
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
@@ -21,7 +22,7 @@ from .stack import Stack, StackOptions, run_stack
 
 __all__ = ["DemoOptions", "DemoReport", "run_demo"]
 
-_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
+_REASON = re.compile(r"\d+/\d+ (" + "|".join(r.value for r in Reason) + r")\b")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,6 +49,8 @@ class StackOptions:
     """Fast probes so busy cards show up within a second in the demo."""
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     unschedulable_flush_seconds: float = 300.0
+    max_backoff_seconds: float = 2.0
+    """kube-scheduler's ``podMaxBackoffSeconds``; k8s/base deploys 2 so wake-ups are fast."""
     work_dir: Path | None = None
     apiserver_port: int = 0
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -228,6 +230,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             SchedulerConfig(
                 extender_url=services["extender"].url,
                 unschedulable_flush_seconds=options.unschedulable_flush_seconds,
+                max_backoff_seconds=options.max_backoff_seconds,
                 seed=options.seed,
             ),
             emulated,
