@@ -3,120 +3,270 @@
 starts bound pods, resolves their downward-API env *at start time* from the pod's annotations,
 fails pods whose endpoint resolves empty (the bug we must see), connects them as clients of their
 fake lupine server (so the server reports the cards busy) and finishes them after their run time.
+
+Like a real kubelet it keeps retrying its status writes while the apiserver fails, and a pod
+deleted while it runs stops at once and leaves its lupine server.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 import anyio
 import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._informer import Informer, KubeHttp
+from ._informer import DELETED, Informer, KubeHttp
+from ._lupine_errors import SimOptionError
+from ._lupine_state import LupineGpu
+from ._quantity import parse_quantity
 
 __all__ = [
     "ENV_ANNOTATION",
     "RUN_SECONDS_ANNOTATION",
     "KubeletConfig",
     "KubeletEmulator",
+    "LupineClientSink",
     "RunRecord",
+    "resolve_env",
 ]
 
 logger = logging.getLogger(__name__)
 
-ENV_ANNOTATION = "sim.rgpu.io/env"
-RUN_SECONDS_ANNOTATION = "sim.rgpu.io/run-seconds"
+ENV_ANNOTATION: Final = "sim.rgpu.io/env"
+"""Where the kubelet records every container's env as resolved at start (JSON)."""
+RUN_SECONDS_ANNOTATION: Final = "sim.rgpu.io/run-seconds"
+"""How long the pod runs before it succeeds (seconds, a decimal number)."""
+BOUND_PODS: Final = "spec.nodeName!="
+"""The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
 _FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
+_REFERENCE = re.compile(r"\$\$|\$\(([^)]*)\)")
+_DEFAULT_MEMORY_BYTES: Final = 1 << 30
+_MIB: Final = 1 << 20
 
 
 class LupineClientSink(Protocol):
-    """The part of a fake lupine server the kubelet uses."""
+    """The part of a fake lupine server the kubelet uses (``FakeLupine`` has it)."""
 
     @property
-    def gpus(self) -> tuple[Any, ...]: ...
+    def gpus(self) -> tuple[LupineGpu, ...]: ...
 
-    def add_client(self, client_id: str, gpu_uuids: list[str]) -> object: ...
+    @property
+    def fault(self) -> str | None: ...
+
+    def add_client(
+        self,
+        client_id: str,
+        gpu_uuids: Sequence[str],
+        *,
+        memory_bytes: int = ...,
+        hostname: str | None = ...,
+    ) -> object: ...
 
     def remove_client(self, client_id: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KubeletConfig:
-    """Timing and names the emulated kubelet uses."""
+    """Names and timings the emulated kubelet uses."""
 
     count_resource: str = "nvidia.com/remote-gpu"
+    """A container naming this resource needs its lupine server to start."""
+    memory_resource: str = "nvidia.com/remote-gpu-memory"
+    """MiB per card; the client holds this much on each GPU it uses (1 GiB when absent)."""
     start_delay_seconds: float = 0.2
     """Image pull and container start, compressed."""
     default_run_seconds: float = 5.0
+    """Run time of pods without a valid ``sim.rgpu.io/run-seconds`` annotation."""
     endpoint_env: str = "LUPINE_SERVER"
-    visible_devices_annotation: str = "rgpu.io/visible-devices"
+    visible_devices_env: str = "CUDA_VISIBLE_DEVICES"
+    """Limits the GPUs a container uses (UUIDs or indices); unset means every GPU of the server."""
+    retry_initial_seconds: float = 0.1
+    """First wait before retrying a failed apiserver call; doubles per failure."""
+    retry_max_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("start_delay_seconds", "default_run_seconds"):
+            if not getattr(self, name) >= 0:
+                raise SimOptionError(name, f"must be >= 0 seconds, got {getattr(self, name)!r}")
+        for name in ("retry_initial_seconds", "retry_max_seconds"):
+            if not getattr(self, name) > 0:
+                raise SimOptionError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
+        for name in ("count_resource", "endpoint_env"):
+            if not getattr(self, name):
+                raise SimOptionError(name, "must not be empty")
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
     """One pod's run: where it ran, what its env resolved to, which GPUs it used and when."""
 
     uid: str
     key: str
+    """``namespace/name``."""
     node: str
-    env: dict[str, dict[str, str]]
+    env: Mapping[str, Mapping[str, str]]
+    """Container name -> env as resolved when the containers started."""
     endpoint: str
+    """The lupine server the pod talked to (``""`` when ``LUPINE_SERVER`` resolved empty)."""
     gpus: tuple[str, ...]
-    annotations: dict[str, str]
+    """GPU UUIDs the pod held on that server; empty for pods without remote GPUs."""
+    annotations: Mapping[str, str]
+    """The pod's annotations at start."""
     started_at: float
+    """``time.monotonic()`` when the containers started."""
     finished_at: float | None = None
     phase: str = "Running"
+    """The phase the kubelet last gave the pod: ``Running``, ``Succeeded`` or ``Failed``."""
     message: str = ""
+    deleted: bool = False
+    """The pod was deleted before it finished."""
 
 
 def resolve_env(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """Resolve every container's env the way the kubelet does, from the pod as it is now."""
+    """Resolve every container's env the way the kubelet does, from the pod as it is now.
+
+    Downward-API ``fieldRef``s read the pod (a missing annotation resolves to ``""``, as in
+    Kubernetes); literal values expand ``$(NAME)`` from earlier entries and ``$$`` to ``$``.
+    """
     spec = pod.get("spec", {})
     containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
-    return {c["name"]: {e["name"]: _value(pod, e) for e in c.get("env") or []} for c in containers}
+    return {str(c["name"]): _container_env(pod, c) for c in containers}
 
 
-def _value(pod: Mapping[str, Any], env: Mapping[str, Any]) -> str:
-    if "value" in env or "valueFrom" not in env:
-        return str(env.get("value", ""))
-    path = (env["valueFrom"].get("fieldRef") or {}).get("fieldPath", "")
+def _container_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        name = str(entry.get("name", ""))
+        if "valueFrom" in entry:
+            env[name] = _field_value(pod, entry["valueFrom"] or {})
+        else:
+            env[name] = _expand(str(entry.get("value", "")), env)
+    return env
+
+
+def _expand(value: str, defined: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return defined.get(match.group(1), match.group(0))
+
+    return _REFERENCE.sub(substitute, value)
+
+
+def _field_value(pod: Mapping[str, Any], value_from: Mapping[str, Any]) -> str:
+    # Only fieldRef exists here: the simulated cluster has no ConfigMaps or Secrets.
+    path = str((value_from.get("fieldRef") or {}).get("fieldPath", ""))
     meta = pod.get("metadata", {})
     match = _FIELD.match(path)
     if match:
         return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+    spec, status = pod.get("spec", {}), pod.get("status", {})
     simple = {
         "metadata.uid": meta.get("uid"),
         "metadata.name": meta.get("name"),
         "metadata.namespace": meta.get("namespace"),
-        "spec.nodeName": pod.get("spec", {}).get("nodeName"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.hostIP": status.get("hostIP"),
+        "status.podIP": status.get("podIP"),
     }
     return str(simple.get(path) or "")
 
 
-def _requesting(pod: Mapping[str, Any], resource: str) -> list[str]:
+def _requesting(pod: Mapping[str, Any], resource: str) -> list[Mapping[str, Any]]:
     spec = pod.get("spec", {})
-    names = []
-    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-        res = c.get("resources") or {}
-        if resource in (res.get("limits") or {}) or resource in (res.get("requests") or {}):
-            names.append(c["name"])
-    return names
+    found = []
+    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        resources = container.get("resources") or {}
+        if resource in (resources.get("limits") or {}) or resource in (
+            resources.get("requests") or {}
+        ):
+            found.append(container)
+    return found
 
 
-@dataclass(slots=True)
-class _Running:
-    cancel: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+def _endpoint(env: Mapping[str, Mapping[str, str]], names: list[str], variable: str) -> str:
+    """The one server every requesting container names; raises ``_StartFailure`` otherwise."""
+    values = {name: env.get(name, {}).get(variable, "") for name in names}
+    empty = [name for name, value in values.items() if not value]
+    if empty:
+        raise _StartFailure(f"{variable} resolved empty in container(s) {', '.join(empty)}")
+    distinct = sorted(set(values.values()))
+    if len(distinct) > 1:
+        raise _StartFailure(f"{variable} names different servers in one pod: {distinct}")
+    return distinct[0]
+
+
+def _visible(gpus: Sequence[LupineGpu], visible: str, variable: str) -> list[str]:
+    by_token = {g.uuid: g.uuid for g in gpus} | {str(g.index): g.uuid for g in gpus}
+    tokens = [t.strip() for t in visible.split(",") if t.strip()]
+    unknown = [t for t in tokens if t not in by_token]
+    if unknown:
+        raise _StartFailure(f"{variable}={visible} names GPUs the server does not have: {unknown}")
+    return [by_token[t] for t in tokens]
+
+
+def _devices(
+    gpus: Sequence[LupineGpu], env: Mapping[str, Mapping[str, str]], names: list[str], variable: str
+) -> list[str]:
+    chosen: list[str] = []
+    for name in names:
+        visible = env.get(name, {}).get(variable, "")
+        uuids = _visible(gpus, visible, variable) if visible else [g.uuid for g in gpus]
+        chosen.extend(u for u in uuids if u not in chosen)
+    return chosen
+
+
+def _memory_bytes(containers: list[Mapping[str, Any]], resource: str) -> int:
+    amounts = []
+    for container in containers:
+        resources = container.get("resources") or {}
+        raw = (resources.get("limits") or {}).get(resource) or (
+            resources.get("requests") or {}
+        ).get(resource)
+        try:
+            amounts.append(int(parse_quantity(raw)) * _MIB if raw is not None else 0)
+        except ValueError:
+            continue
+    return max(amounts, default=0) or _DEFAULT_MEMORY_BYTES
+
+
+def _transient(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+class _StartFailure(Exception):
+    """The containers cannot run as asked (no endpoint, server unreachable, unknown GPU)."""
+
+
+class _Gone(Exception):
+    """The pod no longer exists (or is another pod of the same name): stop quietly."""
+
+
+def _path(pod: Mapping[str, Any]) -> str:
+    meta = pod["metadata"]
+    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+
+
+def _now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class KubeletEmulator:
-    """Runs bound pods; ``records`` keeps a ``RunRecord`` per pod started."""
+    """Runs bound pods; ``records`` keeps a ``RunRecord`` per pod started, by uid.
+
+    Run with ``await tg.start(kubelet.run)``. ``lupine(endpoint)`` finds the fake server a
+    container connecting to ``endpoint`` would reach (``LupineFleet.get``), or ``None``.
+    """
 
     def __init__(
         self,
@@ -127,120 +277,180 @@ class KubeletEmulator:
         self.config = config
         self.api = KubeHttp(apiserver)
         self.lupine = lupine
-        self.records: dict[str, RunRecord] = {}
-        self._running: dict[str, _Running] = {}
+        self._records: dict[str, RunRecord] = {}
+        self._running: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
-        self._pods = Informer(self.api, "/api/v1/pods", self._on_pod)
+        self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
+
+    @property
+    def records(self) -> Mapping[str, RunRecord]:
+        """One record per pod started, by uid (a read-only view)."""
+        return MappingProxyType(self._records)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watch bound pods and run them until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(self._pods.run)
             task_status.started()
 
-    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
-        if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
-            running = self._running.pop(uid, None)
-            if running is not None:
-                running.cancel.cancel()
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        uid = str(pod["metadata"]["uid"])
+        if kind == DELETED or pod["metadata"].get("deletionTimestamp"):
+            self._stop(uid)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
-        if pod.get("spec", {}).get("nodeName") and phase == "Pending" and uid not in self._running:
-            self._running[uid] = _Running()
-            assert self._tg is not None
-            self._tg.start_soon(self._run_pod, pod)
+        # Pods already past Pending were started by an earlier kubelet: not ours to run again.
+        if phase != "Pending" or uid in self._running or uid in self._records:
+            return
+        if self._tg is None:
+            raise RuntimeError("KubeletEmulator.run() is not running")
+        scope = anyio.CancelScope()
+        self._running[uid] = scope
+        self._tg.start_soon(self._run_pod, pod, scope)
 
-    async def _run_pod(self, pod: dict[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
-        with self._running[uid].cancel:
+    def _stop(self, uid: str) -> None:
+        scope = self._running.pop(uid, None)
+        if scope is None:
+            return
+        scope.cancel()
+        self._disconnect(uid)
+        record = self._records.get(uid)
+        if record is not None and record.finished_at is None:
+            self._records[uid] = replace(record, deleted=True, finished_at=time.monotonic())
+
+    async def _run_pod(self, pod: dict[str, Any], scope: anyio.CancelScope) -> None:
+        uid = str(pod["metadata"]["uid"])
+        with scope:
             try:
                 await self._lifecycle(pod)
-            except httpx.HTTPError as exc:
-                logger.warning("kubelet: pod %s: %s", uid, exc)
+            except _Gone:
+                logger.debug("kubelet: pod %s is gone", uid)
+        if self._running.get(uid) is scope:
+            del self._running[uid]
         self._disconnect(uid)
 
     async def _lifecycle(self, pod: dict[str, Any]) -> None:
         await anyio.sleep(self.config.start_delay_seconds)
-        meta = pod["metadata"]
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-        current = await self.api.get(path)
-        record = self._start_record(current)
-        await self.api.patch(
-            path, {"metadata": {"annotations": {ENV_ANNOTATION: orjson.dumps(record.env).decode()}}}
-        )
+        path = _path(pod)
+        current = await self._read(path, str(pod["metadata"]["uid"]))
+        record = self._start(current)
+        env_json = orjson.dumps(record.env).decode()
+        await self._write(path, {"metadata": {"annotations": {ENV_ANNOTATION: env_json}}})
         if record.phase == "Failed":
-            await self._set_phase(path, record, "Failed", record.message)
+            status = {
+                "phase": "Failed",
+                "reason": "RemoteGPUUnavailable",
+                "message": record.message,
+            }
+            await self._write(f"{path}/status", {"status": status})
             return
-        await self._set_phase(path, record, "Running", "")
+        await self._write(
+            f"{path}/status", {"status": {"phase": "Running", "startTime": _now_rfc3339()}}
+        )
         await anyio.sleep(self._run_seconds(current))
-        self._disconnect(record.uid)
-        await self._set_phase(path, record, "Succeeded", "")
+        self._finish(record.uid)
+        await self._write(f"{path}/status", {"status": {"phase": "Succeeded"}})
 
-    def _start_record(self, pod: dict[str, Any]) -> RunRecord:
+    # -- starting and stopping containers ----------------------------------------------------
+
+    def _start(self, pod: dict[str, Any]) -> RunRecord:
         meta = pod["metadata"]
-        env = resolve_env(pod)
-        annotations = dict(meta.get("annotations") or {})
-        requesting = _requesting(pod, self.config.count_resource)
-        endpoints = {env.get(name, {}).get(self.config.endpoint_env, "") for name in requesting}
-        endpoint = next(iter(endpoints)) if len(endpoints) == 1 else ""
         record = RunRecord(
-            uid=meta["uid"],
+            uid=str(meta["uid"]),
             key=f"{meta['namespace']}/{meta['name']}",
-            node=pod["spec"]["nodeName"],
-            env=env,
-            endpoint=endpoint,
+            node=str(pod["spec"]["nodeName"]),
+            env=resolve_env(pod),
+            endpoint="",
             gpus=(),
-            annotations=annotations,
+            annotations=MappingProxyType(dict(meta.get("annotations") or {})),
             started_at=time.monotonic(),
         )
-        self.records[record.uid] = record
-        if requesting and not endpoint:
-            record.phase = "Failed"
-            record.message = (
-                f"{self.config.endpoint_env} resolved empty or inconsistent: {sorted(endpoints)}"
+        requesting = _requesting(pod, self.config.count_resource)
+        names = [str(c["name"]) for c in requesting]
+        try:
+            if names:
+                endpoint = _endpoint(record.env, names, self.config.endpoint_env)
+                record = replace(record, endpoint=endpoint)
+                record = self._connect(record, requesting, names, str(meta["name"]))
+        except _StartFailure as failure:
+            record = replace(
+                record, phase="Failed", message=str(failure), finished_at=record.started_at
             )
-        elif requesting:
-            self._connect(record)
+        self._records[record.uid] = record
         return record
 
-    def _connect(self, record: RunRecord) -> None:
+    def _connect(
+        self,
+        record: RunRecord,
+        requesting: list[Mapping[str, Any]],
+        names: list[str],
+        hostname: str,
+    ) -> RunRecord:
         server = self.lupine(record.endpoint)
-        if server is None:
-            record.phase, record.message = (
-                "Failed",
-                f"no lupine server answers at {record.endpoint}",
-            )
-            return
-        visible = record.annotations.get(self.config.visible_devices_annotation, "")
-        gpus = [g for g in visible.split(",") if g] or [
-            str(getattr(g, "uuid", g)) for g in server.gpus
-        ]
-        server.add_client(record.uid, gpus)
-        record.gpus = tuple(gpus)
+        if server is None or server.fault == "down":
+            raise _StartFailure(f"cannot connect to lupine at {record.endpoint}: nothing answers")
+        gpus = _devices(server.gpus, record.env, names, self.config.visible_devices_env)
+        memory = _memory_bytes(requesting, self.config.memory_resource)
+        server.add_client(record.uid, gpus, memory_bytes=memory, hostname=hostname)
+        return replace(record, gpus=tuple(gpus))
 
     def _disconnect(self, uid: str) -> None:
-        record = self.records.get(uid)
-        if record is None or not record.gpus:
-            return
-        server = self.lupine(record.endpoint)
-        if server is not None:
-            server.remove_client(uid)
-        if record.finished_at is None:
-            record.finished_at = time.monotonic()
+        record = self._records.get(uid)
+        if record is not None and record.gpus:
+            server = self.lupine(record.endpoint)
+            if server is not None:
+                server.remove_client(uid)
+
+    def _finish(self, uid: str) -> None:
+        self._disconnect(uid)
+        record = self._records[uid]
+        self._records[uid] = replace(record, phase="Succeeded", finished_at=time.monotonic())
 
     def _run_seconds(self, pod: Mapping[str, Any]) -> float:
         raw = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
-        try:
-            return float(raw) if raw is not None else self.config.default_run_seconds
-        except ValueError:
+        if raw is None:
             return self.config.default_run_seconds
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds < 0:
+            logger.warning("kubelet: %s=%r is not a number of seconds", RUN_SECONDS_ANNOTATION, raw)
+            return self.config.default_run_seconds
+        return seconds
 
-    async def _set_phase(self, path: str, record: RunRecord, phase: str, message: str) -> None:
-        record.phase = phase
-        if phase != "Running" and record.finished_at is None:
-            record.finished_at = time.monotonic()
-        status: dict[str, Any] = {"phase": phase}
-        if message:
-            status.update(reason="RemoteGPUUnavailable", message=message)
-        await self.api.patch(f"{path}/status", {"status": status})
+    # -- talking to the apiserver ------------------------------------------------------------
+
+    async def _send(self, send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+        """Send until the apiserver answers something other than 429/5xx (a kubelet retries)."""
+        delay = self.config.retry_initial_seconds
+        while True:
+            try:
+                response = await send()
+                if not _transient(response.status_code):
+                    return response
+                problem = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                problem = repr(exc)
+            logger.debug("kubelet: retrying in %.2fs after %s", delay, problem)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self.config.retry_max_seconds)
+
+    async def _read(self, path: str, uid: str) -> dict[str, Any]:
+        response = await self._send(lambda: self.api.client.get(path))
+        if response.status_code != 200:
+            raise _Gone(path)
+        pod: dict[str, Any] = orjson.loads(response.content)
+        if pod["metadata"].get("uid") != uid:
+            raise _Gone(path)
+        return pod
+
+    async def _write(self, path: str, patch: Mapping[str, Any]) -> None:
+        response = await self._send(lambda: self.api.patch(path, patch))
+        if response.status_code == 404:
+            raise _Gone(path)
+        if response.status_code >= 400:
+            logger.warning(
+                "kubelet: PATCH %s refused: %s %s", path, response.status_code, response.text[:300]
+            )

@@ -2,6 +2,16 @@
 wake-ups, retries) only shows when something calls the extender the way kube-scheduler does and
 queues pods the way it does. This emulator is that something: a client of the apiserver over HTTP
 and of the extender over HTTP, with kube-scheduler's activeQ / backoffQ / unschedulable pods.
+
+What it reproduces, and from where in kube-scheduler:
+* one scheduling cycle at a time (filter, then prioritize when more than one node is left), the
+  binding cycle running concurrently, as ``scheduleOne`` does with its binding goroutine;
+* its pod informer only holds non-terminal pods, so a pod finishing reaches it as a deletion
+  (``AssignedPodDelete``), which moves every unschedulable pod;
+* an unschedulable pod moves back on node add, on scheduling-relevant node updates, on the
+  deletion of an assigned pod and on an update of the pod itself; moved pods still serve the rest
+  of their backoff; a move that arrives while the pod is being scheduled sends it to backoffQ
+  instead of unschedulable (the ``moveRequestCycle`` rule), so no wake-up is lost.
 """
 
 from __future__ import annotations
@@ -9,21 +19,39 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Final
 
 import anyio
 import httpx
 import orjson
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
-from ._informer import Informer, KubeHttp
-from ._scheduling import extender_pod, feasible, requests_any
+from ._informer import ADDED, DELETED, Informer, KubeHttp
+from ._lupine_errors import SimOptionError
+from ._scheduling import (
+    ExtenderError,
+    extender_pod,
+    find_feasible,
+    fit_error,
+    is_interested,
+    node_changed,
+    num_nodes_to_find,
+    parse_filter,
+    parse_scores,
+    pod_updated,
+    select_host,
+)
+from ._scheduling_queue import SchedulingQueue
 
 __all__ = ["PodRecord", "SchedulerConfig", "SchedulerEmulator"]
 
 logger = logging.getLogger(__name__)
+
+NON_TERMINAL_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
+"""kube-scheduler's pod informer field selector: finished pods leave its cache."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,245 +59,303 @@ class SchedulerConfig:
     """How the emulated kube-scheduler behaves; defaults are kube-scheduler's."""
 
     extender_url: str
+    """The extender's ``urlPrefix``; verbs are appended (``<url>/filter``)."""
     scheduler_name: str = "rgpu-scheduler"
+    """Only pods whose ``spec.schedulerName`` is this are scheduled."""
     managed_resources: tuple[str, ...] = ("nvidia.com/remote-gpu", "nvidia.com/remote-gpu-memory")
+    """The extender's ``managedResources``: it is called only for pods naming one (empty = all)."""
     http_timeout_seconds: float = 5.0
-    """kube-scheduler's extender ``httpTimeout``."""
+    """The extender's ``httpTimeout``: a call taking longer is an error (pod to backoffQ)."""
     initial_backoff_seconds: float = 1.0
+    """``podInitialBackoffSeconds``: backoff after the first failed attempt."""
     max_backoff_seconds: float = 10.0
+    """``podMaxBackoffSeconds``: the backoff doubles per attempt up to this."""
     unschedulable_flush_seconds: float = 300.0
-    """Pods nothing moved back are retried after this long (kube-scheduler: 5 minutes)."""
+    """Pods nothing moved back are retried after this long
+    (``podMaxInUnschedulablePodsDuration``)."""
     prioritize_weight: int = 1
+    """The extender's ``weight``; its 0-10 scores are multiplied by it (and by 10, as kube does)."""
+    percentage_of_nodes_to_score: int = 0
+    """Stop filtering once this share of nodes fit (0 = kube's adaptive rule; small clusters
+    are always searched completely)."""
     seed: int = 0
+    """Seeds the tie-break between equally scored nodes, so a run can be replayed."""
+
+    def __post_init__(self) -> None:
+        if not self.extender_url.startswith(("http://", "https://")):
+            raise SimOptionError(
+                "extender_url",
+                f"{self.extender_url!r} is not an http(s) URL, e.g. http://127.0.0.1:8083",
+            )
+        if not self.scheduler_name:
+            raise SimOptionError(
+                "scheduler_name", "must not be empty (pods name it in spec.schedulerName)"
+            )
+        for name in (
+            "http_timeout_seconds",
+            "initial_backoff_seconds",
+            "unschedulable_flush_seconds",
+        ):
+            if not getattr(self, name) > 0:
+                raise SimOptionError(
+                    name, f"must be a positive number of seconds, got {getattr(self, name)!r}"
+                )
+        if not self.max_backoff_seconds >= self.initial_backoff_seconds:
+            raise SimOptionError(
+                "max_backoff_seconds",
+                f"{self.max_backoff_seconds!r} is below initial_backoff_seconds "
+                f"({self.initial_backoff_seconds!r})",
+            )
+        if self.prioritize_weight < 1:
+            raise SimOptionError(
+                "prioritize_weight", f"must be at least 1, got {self.prioritize_weight!r}"
+            )
+        if not 0 <= self.percentage_of_nodes_to_score <= 100:
+            raise SimOptionError(
+                "percentage_of_nodes_to_score",
+                f"must be 0 (adaptive) to 100, got {self.percentage_of_nodes_to_score!r}",
+            )
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodRecord:
-    """What happened to one pod: attempts, outcome, and the time from creation to binding."""
+    """What happened to one pod: attempts, refusals, errors, and when it was bound where."""
 
     uid: str
     key: str
+    """``namespace/name``."""
     first_seen: float
+    """``time.monotonic()`` when the emulator first saw the pod: its creation, a watch hop late."""
     attempts: int = 0
+    """Scheduling attempts started (each pop from activeQ)."""
     bound_at: float | None = None
     node: str | None = None
     last_message: str = ""
-    refusals: list[str] = field(default_factory=list)
+    refusals: tuple[str, ...] = ()
+    """The FitError text of every attempt on which no node fit (the pod went unschedulable)."""
+    errors: tuple[str, ...] = ()
+    """Every attempt that ended in an error (extender Error, non-200, timeout, bind refused)."""
 
     @property
     def wait_seconds(self) -> float | None:
+        """Seconds from creation to binding; ``None`` while unbound."""
         return None if self.bound_at is None else self.bound_at - self.first_seen
 
 
-@dataclass(slots=True)
-class _Queues:
-    active: deque[str] = field(default_factory=deque)
-    backoff: dict[str, float] = field(default_factory=dict)
-    unschedulable: dict[str, float] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
-    last_failure: dict[str, float] = field(default_factory=dict)
-
-    def queued(self, uid: str) -> bool:
-        return uid in self.active or uid in self.backoff or uid in self.unschedulable
-
-    def forget(self, uid: str) -> None:
-        if uid in self.active:
-            self.active.remove(uid)
-        for table in (self.backoff, self.unschedulable, self.attempts, self.last_failure):
-            table.pop(uid, None)
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod["metadata"]
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class SchedulerEmulator:
     """Schedules pending pods of ``config.scheduler_name`` through the extender.
 
-    Run with ``await tg.start(emulator.run)``; ``records`` keeps one ``PodRecord`` per pod seen.
+    Run with ``await tg.start(emulator.run)`` (it returns once both informers have listed);
+    ``records`` keeps one ``PodRecord`` per pod seen, by uid.
     """
 
     def __init__(self, config: SchedulerConfig, apiserver: httpx.AsyncClient) -> None:
         self.config = config
         self.api = KubeHttp(apiserver)
-        self.extender = httpx.AsyncClient(
-            base_url=config.extender_url, timeout=config.http_timeout_seconds
+        self.queue = SchedulingQueue(
+            initial_backoff=config.initial_backoff_seconds,
+            max_backoff=config.max_backoff_seconds,
+            flush_after=config.unschedulable_flush_seconds,
         )
-        self.records: dict[str, PodRecord] = {}
-        self._queues = _Queues()
-        self._wake = anyio.Event()
+        self._records: dict[str, PodRecord] = {}
         self._random = random.Random(config.seed)
-        self._pods = Informer(self.api, "/api/v1/pods", self._on_pod)
+        self._extender: httpx.AsyncClient | None = None
+        self._node_order: list[dict[str, Any]] | None = None
+        self._next_start = 0
+        self._pods = Informer(
+            self.api, "/api/v1/pods", self._on_pod, field_selector=NON_TERMINAL_PODS
+        )
         self._nodes = Informer(self.api, "/api/v1/nodes", self._on_node)
 
+    @property
+    def records(self) -> Mapping[str, PodRecord]:
+        """One record per pod seen, by uid (a read-only view)."""
+        return MappingProxyType(self._records)
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with self.extender, anyio.create_task_group() as tg:
+        """Watch nodes and pods and schedule until cancelled."""
+        timeout = httpx.Timeout(self.config.http_timeout_seconds)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        async with (
+            httpx.AsyncClient(
+                base_url=self.config.extender_url, timeout=timeout, headers=headers
+            ) as extender,
+            anyio.create_task_group() as tg,
+        ):
+            self._extender = extender
             await tg.start(self._nodes.run)
             await tg.start(self._pods.run)
-            tg.start_soon(self._timers)
             task_status.started()
-            await self._work()
+            await self._work(tg)
 
-    # -- queueing -------------------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------
 
-    def _pending(self, pod: dict[str, Any]) -> bool:
+    def _responsible(self, pod: Mapping[str, Any]) -> bool:
         spec, meta = pod.get("spec", {}), pod["metadata"]
         return bool(
             spec.get("schedulerName") == self.config.scheduler_name
             and not spec.get("nodeName")
             and not meta.get("deletionTimestamp")
-            and pod.get("status", {}).get("phase", "Pending") == "Pending"
         )
 
-    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
-        if kind == "DELETED" or not self._pending(pod):
-            self._queues.forget(uid)
-            if kind == "DELETED" or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                self._move_all("pod event")
-            return
-        self._track(uid, pod)
-        if uid in self._queues.unschedulable:
-            # An update of the pending pod itself (an annotation counts) re-queues it.
-            self._move(uid)
-        elif not self._queues.queued(uid) and kind == "ADDED":
-            self._activate(uid)
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        uid = str(pod["metadata"]["uid"])
+        if kind == DELETED:
+            self.queue.forget(uid)
+            if pod.get("spec", {}).get("nodeName"):
+                self._move_all("assigned pod deleted or finished")
+        elif not self._responsible(pod):
+            self.queue.forget(uid)
+        elif kind == ADDED or old is None:
+            self._admit(uid, pod)
+        elif pod_updated(old, pod):
+            self.queue.updated(uid)
 
-    def _track(self, uid: str, pod: dict[str, Any]) -> None:
-        if uid not in self.records:
-            meta = pod["metadata"]
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            self.records[uid] = PodRecord(uid=uid, key=key, first_seen=time.monotonic())
+    def _admit(self, uid: str, pod: dict[str, Any]) -> None:
+        if uid not in self._records:
+            self._records[uid] = PodRecord(uid=uid, key=_key(pod), first_seen=time.monotonic())
+        self.queue.add(uid, int(pod.get("spec", {}).get("priority") or 0))
 
-    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        self._move_all(f"node {kind.lower()}")
-
-    def _activate(self, uid: str) -> None:
-        self._queues.active.append(uid)
-        self._wake.set()
-
-    def _move(self, uid: str) -> None:
-        self._queues.unschedulable.pop(uid, None)
-        if self._backoff_until(uid) > time.monotonic():
-            self._queues.backoff[uid] = self._backoff_until(uid)
-        else:
-            self._activate(uid)
+    def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._node_order = None
+        if kind == ADDED or (old is not None and node_changed(old, node)):
+            self._move_all(f"node {node['metadata'].get('name')} {kind.lower()}")
 
     def _move_all(self, why: str) -> None:
-        if self._queues.unschedulable:
-            logger.debug("moving %d unschedulable pods: %s", len(self._queues.unschedulable), why)
-        for uid in list(self._queues.unschedulable):
-            self._move(uid)
+        moved = self.queue.move_all()
+        if moved:
+            logger.debug("moved %d unschedulable pods: %s", moved, why)
 
-    def _backoff_until(self, uid: str) -> float:
-        attempts = self._queues.attempts.get(uid, 0)
-        if not attempts:
-            return 0.0
-        delay = self.config.initial_backoff_seconds * 2.0 ** (attempts - 1)
-        return self._queues.last_failure.get(uid, 0.0) + min(delay, self.config.max_backoff_seconds)
+    # -- one scheduling cycle ----------------------------------------------------------------
 
-    async def _timers(self) -> None:
+    async def _work(self, tg: TaskGroup) -> None:
         while True:
-            now = time.monotonic()
-            for uid, due in list(self._queues.backoff.items()):
-                if due <= now:
-                    del self._queues.backoff[uid]
-                    self._activate(uid)
-            flush = self.config.unschedulable_flush_seconds
-            for uid, since in list(self._queues.unschedulable.items()):
-                if now - since >= flush:
-                    self._move(uid)
-            await anyio.sleep(0.05)
-
-    # -- scheduling one pod -----------------------------------------------------------------
-
-    async def _work(self) -> None:
-        while True:
-            if not self._queues.active:
-                self._wake = anyio.Event()
-                await self._wake.wait()
+            uid = self.queue.pop()
+            if uid is None:
+                await self.queue.wait()
                 continue
-            uid = self._queues.active.popleft()
             pod = self._pods.objects.get(uid)
-            if pod is not None and self._pending(pod):
-                await self._schedule(uid, pod)
+            if pod is None or not self._responsible(pod):
+                self.queue.forget(uid)
+                continue
+            await self._schedule(uid, pod, tg)
 
-    def _fail(self, uid: str, message: str, *, unschedulable: bool) -> None:
-        record = self.records[uid]
-        record.last_message = message
-        self._queues.attempts[uid] = self._queues.attempts.get(uid, 0) + 1
-        self._queues.last_failure[uid] = time.monotonic()
-        if unschedulable:
-            record.refusals.append(message)
-            self._queues.unschedulable[uid] = time.monotonic()
-        else:
-            self._queues.backoff[uid] = self._backoff_until(uid)
+    def _note(self, uid: str, **changes: Any) -> None:
+        record = self._records.get(uid)
+        if record is not None:
+            self._records[uid] = replace(record, **changes)
 
-    async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
-        record = self.records[uid]
-        record.attempts += 1
-        nodes = feasible(pod, self._nodes.objects.values())
-        if not nodes:
-            self._fail(uid, "0 nodes are available", unschedulable=True)
-            return
-        interested = requests_any(pod, self.config.managed_resources)
+    def _refuse(self, uid: str, message: str) -> None:
+        record = self._records[uid]
+        self._note(uid, last_message=message, refusals=(*record.refusals, message))
+        self.queue.failed(uid, unschedulable=True)
+
+    def _error(self, uid: str, message: str) -> None:
+        record = self._records[uid]
+        self._note(uid, last_message=message, errors=(*record.errors, message))
+        self.queue.failed(uid, unschedulable=False)
+
+    def _ordered_nodes(self) -> list[dict[str, Any]]:
+        if self._node_order is None:
+            nodes = self._nodes.objects.values()
+            self._node_order = sorted(nodes, key=lambda n: str(n["metadata"].get("name", "")))
+        return self._node_order
+
+    async def _schedule(self, uid: str, pod: dict[str, Any], tg: TaskGroup) -> None:
+        self._note(uid, attempts=self._records[uid].attempts + 1)
+        nodes = self._ordered_nodes()
+        wanted = num_nodes_to_find(len(nodes), self.config.percentage_of_nodes_to_score)
+        feasible, reasons, self._next_start = find_feasible(pod, nodes, wanted, self._next_start)
+        interested = is_interested(pod, self.config.managed_resources)
         try:
-            if interested:
-                nodes = await self._filter(uid, pod, nodes)
-                if not nodes:
-                    return
-            node = await self._choose(pod, nodes, interested)
-            error = await self._bind(pod, node, interested)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            self._fail(uid, f"extender call failed: {exc!r}", unschedulable=False)
+            if feasible and interested:
+                feasible = await self._filter(pod, feasible, reasons)
+            if not feasible:
+                self._refuse(uid, fit_error(len(nodes), reasons))
+                return
+            node = await self._choose(pod, feasible, interested)
+        except ExtenderError as exc:
+            self._error(uid, str(exc))
             return
-        if error:
-            self._fail(uid, f"binding rejected: {error}", unschedulable=False)
-            return
-        record.bound_at, record.node = time.monotonic(), node
-        self._queues.forget(uid)
+        self.queue.assume(uid)
+        tg.start_soon(self._binding_cycle, uid, pod, node, interested)
 
-    async def _filter(self, uid: str, pod: dict[str, Any], nodes: list[str]) -> list[str]:
-        args = {"Pod": extender_pod(pod), "Nodes": None, "NodeNames": nodes}
-        response = await self.extender.post("/filter", content=orjson.dumps(args))
-        response.raise_for_status()
-        result = orjson.loads(response.content)
-        if result.get("Error"):
-            self._fail(uid, f"extender error: {result['Error']}", unschedulable=False)
-            return []
-        kept = [n for n in result.get("NodeNames") or [] if n in nodes]
-        if not kept:
-            failed = {
-                **(result.get("FailedNodes") or {}),
-                **(result.get("FailedAndUnresolvableNodes") or {}),
-            }
-            reasons = sorted(set(failed.values()))
-            self._fail(
-                uid, f"0/{len(nodes)} nodes are available: {'; '.join(reasons)}", unschedulable=True
+    async def _call(self, verb: str, body: object) -> Any:
+        if self._extender is None:
+            raise RuntimeError("SchedulerEmulator.run() is not running")
+        try:
+            with anyio.fail_after(self.config.http_timeout_seconds):
+                response = await self._extender.post(verb, content=orjson.dumps(body))
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise ExtenderError(f"{verb} call to the extender failed: {exc!r}") from exc
+        if response.status_code != 200:
+            raise ExtenderError(
+                f"failed {verb} with extender at URL {response.url}, code {response.status_code}"
             )
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise ExtenderError(f"{verb} answered something that is not JSON: {exc}") from exc
+
+    async def _filter(
+        self, pod: dict[str, Any], nodes: list[str], reasons: dict[str, str]
+    ) -> list[str]:
+        args = {"Pod": extender_pod(pod), "Nodes": None, "NodeNames": nodes}
+        kept, failed = parse_filter(await self._call("filter", args), nodes)
+        reasons.update(failed)
         return kept
 
     async def _choose(self, pod: dict[str, Any], nodes: list[str], interested: bool) -> str:
-        if len(nodes) == 1 or not interested:
-            return self._random.choice(nodes)
-        args = {"Pod": extender_pod(pod), "Nodes": None, "NodeNames": nodes}
-        response = await self.extender.post("/prioritize", content=orjson.dumps(args))
-        response.raise_for_status()
-        scores = {
-            p["Host"]: int(p["Score"]) * self.config.prioritize_weight
-            for p in orjson.loads(response.content)
-        }
-        best = max(scores.get(n, 0) for n in nodes)
-        return self._random.choice([n for n in nodes if scores.get(n, 0) == best])
-
-    async def _bind(self, pod: dict[str, Any], node: str, interested: bool) -> str:
-        meta = pod["metadata"]
+        if len(nodes) == 1:
+            return nodes[0]
+        scores: dict[str, int] = {}
         if interested:
-            args = {
-                "PodName": meta["name"],
-                "PodNamespace": meta["namespace"],
-                "PodUID": meta["uid"],
-                "Node": node,
-            }
-            response = await self.extender.post("/bind", content=orjson.dumps(args))
-            response.raise_for_status()
-            return str(orjson.loads(response.content).get("Error") or "")
+            args = {"Pod": extender_pod(pod), "Nodes": None, "NodeNames": nodes}
+            try:
+                scores = parse_scores(
+                    await self._call("prioritize", args), self.config.prioritize_weight
+                )
+            except ExtenderError as exc:
+                # kube-scheduler ignores prioritize errors and lets the other scores decide.
+                logger.info("prioritize ignored for %s: %s", _key(pod), exc)
+        return select_host(nodes, scores, self._random)
+
+    # -- the binding cycle -------------------------------------------------------------------
+
+    async def _binding_cycle(
+        self, uid: str, pod: dict[str, Any], node: str, interested: bool
+    ) -> None:
+        try:
+            error = await (self._bind_by_extender if interested else self._bind_directly)(pod, node)
+        except ExtenderError as exc:
+            error = str(exc)
+        if error:
+            self._error(uid, f"binding rejected: {error}")
+            # The assumed pod no longer holds its place: others may fit now (kube does the same).
+            self._move_all("binding failed")
+            return
+        self._note(uid, bound_at=time.monotonic(), node=node, last_message="")
+
+    async def _bind_by_extender(self, pod: dict[str, Any], node: str) -> str:
+        meta = pod["metadata"]
+        args = {
+            "PodName": meta["name"],
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+        result = await self._call("bind", args)
+        if not isinstance(result, dict):
+            return f"bind answered {type(result).__name__}, not an ExtenderBindingResult"
+        return str(result.get("Error") or "")
+
+    async def _bind_directly(self, pod: dict[str, Any], node: str) -> str:
+        meta = pod["metadata"]
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -277,5 +363,10 @@ class SchedulerEmulator:
             "target": {"kind": "Node", "name": node},
         }
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding"
-        response = await self.api.post(path, binding)
-        return "" if response.status_code == 201 else response.text
+        try:
+            response = await self.api.post(path, binding)
+        except httpx.HTTPError as exc:
+            return f"binding request failed: {exc!r}"
+        return (
+            "" if response.status_code == 201 else f"{response.status_code} {response.text[:300]}"
+        )
