@@ -21,11 +21,12 @@ from rgpu_kubesim import _requests, _status, _tables
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._objects import Entry, full_object
+from rgpu_kubesim._paging import ListPage
 from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
 from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
 from rgpu_kubesim._routing import Target, parse_target, verb_for
 from rgpu_kubesim._selectors import Filter, parse_filter
-from rgpu_kubesim._storage import ListPage, Storage
+from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._watching import event_line
 from rgpu_kubesim._webhooks import Attributes
 from rgpu_kubesim.errors import ApiError

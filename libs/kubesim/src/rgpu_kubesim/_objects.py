@@ -16,11 +16,29 @@ from typing import Any
 
 import orjson
 
+from rgpu_kubesim import _status
 from rgpu_kubesim._resources import Resource
 from rgpu_kubesim._selectors import field_values
 
+JsonObj = dict[str, Any]
 Key = tuple[str, str]
 """(namespace, name); namespace is "" for cluster-scoped objects."""
+
+_META_ORDER = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +108,29 @@ def timestamp(seconds: float) -> str:
     """RFC 3339 in UTC with second precision, as metav1.Time serialises."""
     moment = datetime.datetime.fromtimestamp(int(seconds), tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def copy_object(resource: Resource, obj: object) -> JsonObj:
+    """A deep copy of a request body, checked to be an object of the resource's kind."""
+    if not isinstance(obj, dict):
+        raise _status.undecodable(resource, "expected a JSON object")
+    for field, expected in (("kind", resource.kind), ("apiVersion", resource.api_version)):
+        given = obj.get(field)
+        if given not in (None, "", expected):
+            why = f"{field} {given!r} does not match the resource ({expected})"
+            raise _status.undecodable(resource, why)
+    try:
+        copied: JsonObj = orjson.loads(orjson.dumps(obj))
+    except TypeError as exc:
+        raise _status.bad_request(f"the object is not valid JSON: {exc}") from exc
+    copied.pop("kind", None)
+    copied.pop("apiVersion", None)
+    return copied
+
+
+def ordered(obj: JsonObj) -> JsonObj:
+    """The object with metadata first and its fields in ObjectMeta's order (as kube prints)."""
+    meta = obj["metadata"]
+    ordered_meta = {k: meta[k] for k in _META_ORDER if k in meta}
+    ordered_meta.update((k, v) for k, v in meta.items() if k not in ordered_meta)
+    return {"metadata": ordered_meta, **{k: v for k, v in obj.items() if k != "metadata"}}

@@ -18,9 +18,10 @@ from starlette.types import Receive, Scope, Send
 
 from rgpu_kubesim import _tables
 from rgpu_kubesim._objects import Entry, full_bytes
+from rgpu_kubesim._paging import ListPage
 from rgpu_kubesim._requests import wants_table
 from rgpu_kubesim._resources import Resource
-from rgpu_kubesim._storage import ListPage, Storage, WatchStart
+from rgpu_kubesim._storage import Storage, WatchStart
 from rgpu_kubesim._watching import INITIAL_EVENTS_END, event_line
 from rgpu_kubesim.errors import ApiError
 

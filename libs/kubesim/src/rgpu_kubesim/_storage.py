@@ -9,7 +9,6 @@ HTTP requests and direct `Store` calls behave identically.
 
 from __future__ import annotations
 
-import base64
 import bisect
 import random
 import time
@@ -18,10 +17,24 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from rgpu_kubesim import _status, _strategies
-from rgpu_kubesim._objects import Entry, Key, full_bytes, full_object, make_entry, timestamp
+from rgpu_kubesim._objects import (
+    Entry,
+    Key,
+    copy_object,
+    full_bytes,
+    full_object,
+    make_entry,
+    ordered,
+    timestamp,
+)
+from rgpu_kubesim._paging import (
+    CONTINUE_EXPIRED,
+    ListPage,
+    decode_continue,
+    encode_continue,
+    parse_resource_version,
+)
 from rgpu_kubesim._patching import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -50,21 +63,6 @@ JsonObj = dict[str, Any]
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _UNDELETABLE_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_META_ORDER = (
-    "name",
-    "generateName",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-)
 _PATCHERS: Mapping[str, Callable[[Any, Any], Any]] = {
     MERGE_PATCH: merge_patch,
     STRATEGIC_PATCH: strategic_merge_patch,
@@ -73,16 +71,6 @@ _PATCHERS: Mapping[str, Callable[[Any, Any], Any]] = {
 _EVERYTHING = Filter()
 _NAMESPACES = require("namespaces")
 _PODS = require("pods")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ListPage:
-    """One page of a list: matching entries, the list's resourceVersion and paging state."""
-
-    entries: tuple[Entry, ...]
-    rv: int
-    continue_token: str = ""
-    remaining: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,7 +136,7 @@ class Storage:
             entry = table[key]
             if wanted.admits(entry.namespace, entry.labels, entry.fields):
                 if limit and len(chosen) == limit:
-                    token = _encode_continue(rv, chosen[-1].key)
+                    token = encode_continue(rv, chosen[-1].key)
                     remaining = None if wanted.labels or wanted.fields else len(keys) - index
                     return ListPage(
                         entries=tuple(chosen), rv=rv, continue_token=token, remaining=remaining
@@ -164,9 +152,9 @@ class Storage:
                 raise _status.bad_request(
                     "specifying resource version is not allowed when using continue"
                 )
-            rv, start = _decode_continue(token)
+            rv, start = decode_continue(token)
             if rv < self._logs[resource.plural].oldest_resumable():
-                raise _status.expired(_CONTINUE_EXPIRED)
+                raise _status.expired(CONTINUE_EXPIRED)
             return rv, start
         self._check_list_version(resource, resource_version, match)
         return self._rv, None
@@ -227,7 +215,7 @@ class Storage:
         self, resource: Resource, namespace: str, obj: object, *, name: str | None = None
     ) -> JsonObj:
         """Deep-copy a request body, check kind/name/namespace against the request, default it."""
-        body = _copy_object(resource, obj)
+        body = copy_object(resource, obj)
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise _status.bad_request(f"{resource.kind}.metadata: expected an object")
@@ -364,7 +352,7 @@ class Storage:
     def _commit(self, resource: Resource, kind: str, obj: JsonObj, prev: Entry | None) -> Entry:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
-        entry = make_entry(resource, _ordered(obj))
+        entry = make_entry(resource, ordered(obj))
         table = self._objects[resource.plural]
         if kind == DELETED:
             del table[entry.key]
@@ -388,52 +376,6 @@ class Storage:
 
     def entries(self, resource: Resource) -> Iterable[Entry]:
         return self._objects[resource.plural].values()
-
-
-_CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted "
-    "between the time the first chunk was returned and now may show up in the list."
-)
-
-
-def parse_resource_version(text: str) -> int:
-    if not text.isdigit():
-        raise _status.bad_request(f'invalid resource version "{text}"')
-    return int(text)
-
-
-def _encode_continue(rv: int, key: Key) -> str:
-    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)})
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_continue(token: str) -> tuple[int, Key]:
-    try:
-        raw = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        namespace, name = raw["start"]
-        return int(raw["rv"]), (str(namespace), str(name))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _status.bad_request(f"continue key is not valid: {exc}") from exc
-
-
-def _copy_object(resource: Resource, obj: object) -> JsonObj:
-    if not isinstance(obj, dict):
-        raise _status.undecodable(resource, "expected a JSON object")
-    for field, expected in (("kind", resource.kind), ("apiVersion", resource.api_version)):
-        given = obj.get(field)
-        if given not in (None, "", expected):
-            why = f"{field} {given!r} does not match the resource ({expected})"
-            raise _status.undecodable(resource, why)
-    try:
-        copied: JsonObj = orjson.loads(orjson.dumps(obj))
-    except TypeError as exc:
-        raise _status.bad_request(f"the object is not valid JSON: {exc}") from exc
-    copied.pop("kind", None)
-    copied.pop("apiVersion", None)
-    return copied
 
 
 def _check_namespace(resource: Resource, namespace: str, meta: JsonObj) -> None:
@@ -464,10 +406,3 @@ def _set_condition(status: JsonObj, kind: str, now: str) -> None:
     condition = {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
     others = [c for c in status.get("conditions") or () if c.get("type") != kind]
     status["conditions"] = [*others, condition]
-
-
-def _ordered(obj: JsonObj) -> JsonObj:
-    meta = obj["metadata"]
-    ordered_meta = {k: meta[k] for k in _META_ORDER if k in meta}
-    ordered_meta.update((k, v) for k, v in meta.items() if k not in ordered_meta)
-    return {"metadata": ordered_meta, **{k: v for k, v in obj.items() if k != "metadata"}}

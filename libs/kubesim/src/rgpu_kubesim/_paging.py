@@ -1,0 +1,56 @@
+"""Paged lists: continue tokens and the list's resourceVersion semantics.
+
+A client paging through 100,000 pods gets ``limit`` items and an opaque continue token per
+page; every page reports the first page's resourceVersion, so a watch started from it replays
+whatever changed while the client paged. Tokens older than the retained window are 410, like
+kube's after compaction.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import orjson
+
+from rgpu_kubesim import _status
+from rgpu_kubesim._objects import Entry, Key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPage:
+    """One page of a list: matching entries, the list's resourceVersion and paging state."""
+
+    entries: tuple[Entry, ...]
+    rv: int
+    continue_token: str = ""
+    remaining: int | None = None
+
+
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def parse_resource_version(text: str) -> int:
+    if not text.isdigit():
+        raise _status.bad_request(f'invalid resource version "{text}"')
+    return int(text)
+
+
+def encode_continue(rv: int, key: Key) -> str:
+    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, Key]:
+    try:
+        raw = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        namespace, name = raw["start"]
+        return int(raw["rv"]), (str(namespace), str(name))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _status.bad_request(f"continue key is not valid: {exc}") from exc
