@@ -29,7 +29,9 @@ from rgpu_kubesim.fleet import (
     plan_workload,
     seed_fleet,
 )
+from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator, RunRecord
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
+from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator
 
 __all__ = [
     "AddressUnavailable",
@@ -41,11 +43,17 @@ __all__ = [
     "Faults",
     "FleetPlan",
     "FleetSpec",
+    "KubeletConfig",
+    "KubeletEmulator",
     "KubesimError",
     "LupineFleet",
     "LupineNotFound",
     "LupineSpec",
     "PodPlan",
+    "PodRecord",
+    "RunRecord",
+    "SchedulerConfig",
+    "SchedulerEmulator",
     "SeededFleet",
     "SimApiServer",
     "SimOptionError",
