@@ -174,7 +174,8 @@ class SchedulingQueue:
                 self._to_active(pod)
         while self._unschedulable:
             pod = self._pods[next(iter(self._unschedulable))]
-            if now - pod.since < self.flush_after:
+            # The same sum as next_due, so a wake-up at that time always finds the pod due.
+            if pod.since + self.flush_after > now:
                 break
             self._requeue(pod, now)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
+from ._container_env import resolve_env
 from ._informer import DELETED, Informer, KubeHttp
 from ._lupine_errors import SimOptionError
 from ._lupine_state import LupineGpu
@@ -47,8 +47,6 @@ RUN_SECONDS_ANNOTATION: Final = "sim.rgpu.io/run-seconds"
 """How long the pod runs before it succeeds (seconds, a decimal number)."""
 BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
-_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
-_REFERENCE = re.compile(r"\$\$|\$\(([^)]*)\)")
 _DEFAULT_MEMORY_BYTES: Final = 1 << 30
 _MIB: Final = 1 << 20
 
@@ -129,57 +127,6 @@ class RunRecord:
     message: str = ""
     deleted: bool = False
     """The pod was deleted before it finished."""
-
-
-def resolve_env(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """Resolve every container's env the way the kubelet does, from the pod as it is now.
-
-    Downward-API ``fieldRef``s read the pod (a missing annotation resolves to ``""``, as in
-    Kubernetes); literal values expand ``$(NAME)`` from earlier entries and ``$$`` to ``$``.
-    """
-    spec = pod.get("spec", {})
-    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
-    return {str(c["name"]): _container_env(pod, c) for c in containers}
-
-
-def _container_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for entry in container.get("env") or []:
-        name = str(entry.get("name", ""))
-        if "valueFrom" in entry:
-            env[name] = _field_value(pod, entry["valueFrom"] or {})
-        else:
-            env[name] = _expand(str(entry.get("value", "")), env)
-    return env
-
-
-def _expand(value: str, defined: Mapping[str, str]) -> str:
-    def substitute(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        return defined.get(match.group(1), match.group(0))
-
-    return _REFERENCE.sub(substitute, value)
-
-
-def _field_value(pod: Mapping[str, Any], value_from: Mapping[str, Any]) -> str:
-    # Only fieldRef exists here: the simulated cluster has no ConfigMaps or Secrets.
-    path = str((value_from.get("fieldRef") or {}).get("fieldPath", ""))
-    meta = pod.get("metadata", {})
-    match = _FIELD.match(path)
-    if match:
-        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
-    spec, status = pod.get("spec", {}), pod.get("status", {})
-    simple = {
-        "metadata.uid": meta.get("uid"),
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName"),
-        "status.hostIP": status.get("hostIP"),
-        "status.podIP": status.get("podIP"),
-    }
-    return str(simple.get(path) or "")
 
 
 def _requesting(pod: Mapping[str, Any], resource: str) -> list[Mapping[str, Any]]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import anyio
 import httpx
@@ -83,38 +83,36 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if not self.extender_url.startswith(("http://", "https://")):
-            raise SimOptionError(
+            _invalid(
                 "extender_url",
                 f"{self.extender_url!r} is not an http(s) URL, e.g. http://127.0.0.1:8083",
             )
         if not self.scheduler_name:
-            raise SimOptionError(
-                "scheduler_name", "must not be empty (pods name it in spec.schedulerName)"
-            )
+            _invalid("scheduler_name", "must not be empty (pods name it in spec.schedulerName)")
         for name in (
             "http_timeout_seconds",
             "initial_backoff_seconds",
             "unschedulable_flush_seconds",
         ):
             if not getattr(self, name) > 0:
-                raise SimOptionError(
-                    name, f"must be a positive number of seconds, got {getattr(self, name)!r}"
-                )
+                _invalid(name, f"must be a positive number of seconds, got {getattr(self, name)!r}")
         if not self.max_backoff_seconds >= self.initial_backoff_seconds:
-            raise SimOptionError(
+            _invalid(
                 "max_backoff_seconds",
                 f"{self.max_backoff_seconds!r} is below initial_backoff_seconds "
-                f"({self.initial_backoff_seconds!r})",
+                f"{self.initial_backoff_seconds!r}",
             )
         if self.prioritize_weight < 1:
-            raise SimOptionError(
-                "prioritize_weight", f"must be at least 1, got {self.prioritize_weight!r}"
-            )
+            _invalid("prioritize_weight", f"must be at least 1, got {self.prioritize_weight!r}")
         if not 0 <= self.percentage_of_nodes_to_score <= 100:
-            raise SimOptionError(
+            _invalid(
                 "percentage_of_nodes_to_score",
                 f"must be 0 (adaptive) to 100, got {self.percentage_of_nodes_to_score!r}",
             )
+
+
+def _invalid(field: str, reason: str) -> NoReturn:
+    raise SimOptionError(field, reason)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
