@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
 import anyio
+import anyio.abc
 import httpx
 import orjson
 import pytest
@@ -37,7 +42,7 @@ from rgpu_contracts import (
     card_id,
 )
 from rgpu_kubesim import ApiError, ApiOptions, SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime import Listener, Settings, running
 
 
 class Build:
@@ -159,7 +164,14 @@ class FakeDiscovery:
         self.fleet = fleet
         self.topology = topology or Topology(revision=1, nodes=())
         self.available = True
+        self.closed = False
         self._changed: anyio.Event | None = None
+
+    def close(self) -> None:
+        """Answer every held long-poll now (so a server in front of it stops promptly)."""
+        self.closed = True
+        if self._changed is not None:
+            self._changed.set()
 
     def publish(self, *servers: Server, topology: Topology | None = None) -> None:
         """Replace the servers (and/or topology) and wake long-polls."""
@@ -177,7 +189,7 @@ class FakeDiscovery:
         if not self.available:
             return 503, b'{"code": "down", "message": "discovery is down", "retryable": true}'
         current = self.fleet if path.endswith("fleet") else self.topology
-        if since is not None and int(since) == current.revision:
+        if since is not None and int(since) == current.revision and not self.closed:
             if self._changed is None:
                 self._changed = anyio.Event()
             with anyio.move_on_after(float(wait or 30)):
@@ -370,11 +382,76 @@ def cluster(sim: SimApiServer) -> Cluster:
     return Cluster(sim)
 
 
+_SERVING = re.compile(rb"serving on (http://127\.0\.0\.1:\d+)")
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream, found: list[str], ready: anyio.Event) -> None:
+    """Read the child's log (so it never blocks on a full pipe) and spot its URL."""
+    buffer = b""
+    async for chunk in stream:
+        buffer = (buffer + chunk)[-65536:]
+        match = _SERVING.search(buffer)
+        if match and not found:
+            found.append(match.group(1).decode())
+            ready.set()
+    ready.set()
+
+
+@contextlib.asynccontextmanager
+async def allocator_process(env: Mapping[str, str]) -> AsyncIterator[AllocatorProcess]:
+    """``python -m rgpu_allocator`` as a child process; yields once it serves."""
+    full = {**os.environ, **env, "RGPU_LOG_LEVEL": "INFO", "RGPU_LOG_FORMAT": "text"}
+    process = await anyio.open_process(
+        [sys.executable, "-m", "rgpu_allocator"], env=full, stdout=subprocess.DEVNULL
+    )
+    found: list[str] = []
+    ready = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            assert process.stderr is not None
+            tg.start_soon(_drain, process.stderr, found, ready)
+            with anyio.fail_after(30):
+                await ready.wait()
+            assert found, f"the allocator exited ({process.returncode}) before serving"
+            async with httpx.AsyncClient(base_url=found[0], timeout=30) as client:
+                await wait_fleet(client)
+                yield AllocatorProcess(process=process, client=client)
+            tg.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorProcess:
+    """A running allocator child process and a client for it."""
+
+    process: anyio.abc.Process
+    client: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def discovery_server(discovery: FakeDiscovery) -> AsyncIterator[str]:
+    """Serve ``discovery`` on an ephemeral loopback port; yields its base URL."""
+    try:
+        async with running(discovery.asgi(), Listener(listen="127.0.0.1:0")) as urls:
+            try:
+                yield urls[0]
+            finally:
+                discovery.close()
+    finally:
+        discovery.closed = False
+
+
 class Kit:
     """The helpers above, for test modules (importlib mode cannot import conftest)."""
 
     FakeDiscovery = FakeDiscovery
+    allocator_process = staticmethod(allocator_process)
     ask = staticmethod(ask)
+    discovery_server = staticmethod(discovery_server)
     allocator_env = staticmethod(allocator_env)
     running_allocator = staticmethod(running_allocator)
     settings_for = staticmethod(settings_for)

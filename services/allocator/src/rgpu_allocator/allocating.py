@@ -33,7 +33,7 @@ __all__ = ["ROUNDS", "allocate"]
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
-ROUNDS = 6
+ROUNDS = 10
 """Decide-and-book rounds per request: each lost round means another replica just took the
 server, so a few rounds cover any realistic burst before answering "retry"."""
 
@@ -98,7 +98,10 @@ async def _book(
         keep = tuple(c for c in others if c.pod.uid != uid and held.validity(c).blocks)
         return (*keep, claim)
 
-    with tracer.start_as_current_span("book", attributes={"server": server, "pod.uid": uid}):
+    # Registered before the first await: concurrent decisions in this replica see it at once.
+    tentative = _claim(core, request, choice, now)
+    attributes = {"server": server, "pod.uid": uid}
+    with tracer.start_as_current_span("book", attributes=attributes), core.pending.hold(tentative):
         try:
             await core.writer.edit(server, change, op="book")
         except _Lost:
@@ -176,16 +179,23 @@ async def allocate(
         "dry_run": request.dry_run,
     }
     with tracer.start_as_current_span("allocate", attributes=attributes):
-        held = await _held(core, request)
-        if held is not None:
-            return held
-        demand = demand_of(request.containers)
-        # Fresh reads happen at most once per request; later rounds decide on what they found.
-        checker: Revalidator | None = revalidator
-        for _ in range(ROUNDS):
-            answer = await _round(core, request, demand, checker)
-            if not isinstance(answer, _Again):
-                return answer
-            if answer.revalidated:
-                checker = None
+        async with core.pod_locks.hold(request.pod.uid):
+            return await _allocate(core, request, revalidator)
+
+
+async def _allocate(
+    core: Core, request: AllocationRequest, revalidator: Revalidator
+) -> Allocation | NoFit:
+    held = await _held(core, request)
+    if held is not None:
+        return held
+    demand = demand_of(request.containers)
+    # Fresh reads happen at most once per request; later rounds decide on what they found.
+    checker: Revalidator | None = revalidator
+    for _ in range(ROUNDS):
+        answer = await _round(core, request, demand, checker)
+        if not isinstance(answer, _Again):
+            return answer
+        if answer.revalidated:
+            checker = None
     raise Contended(f"could not book a server for {request.pod.key}: every choice was taken")

@@ -16,6 +16,7 @@ from rgpu_runtime import Settings
 from .errors import FleetUnknown, NotSynced
 from .fitting import Granularity
 from .fleetview import FleetView
+from .inflight import KeyedLocks, Pending
 from .inputs import Inputs
 from .instruments import Instruments
 from .kube_api import KubeApi
@@ -81,6 +82,10 @@ class Core:
     """Called when cards were freed, so refused pods get nudged."""
     clock: Callable[[], float] = field(default=time.time)
     """Wall-clock seconds: claim times are compared across replicas."""
+    pending: Pending = field(default_factory=Pending)
+    """Bookings this replica is writing right now; they count as held meanwhile."""
+    pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
+    """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
     def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now."""
@@ -90,6 +95,7 @@ class Core:
             uid=PodUID(uid),
             now=self.clock(),
             ttl=self.policy.ttl,
+            pending=self.pending.claims,
         )
 
     def validity(self, claim: Claim) -> Validity:

@@ -30,6 +30,10 @@ T = TypeVar("T")
 BACKOFF = Backoff(initial=0.2, maximum=5.0)
 """Retry quickly after a blip, but at most every 5 s while discovery is away."""
 
+QUICK_POLL_SECONDS = 1.0
+"""A long-poll that returns nothing new sooner than this is spaced out to this, so a peer
+that answers at once (restarting, misbehaving) is not polled in a tight loop."""
+
 
 def _usable(f: ServerFacts) -> bool:
     return f.problem is None and bool(f.healthy)
@@ -98,6 +102,7 @@ async def _follow(
     since: int | None = None
     failures = 0
     while True:
+        started = time.monotonic()
         try:
             value = await fetch(since)
         except DiscoveryUnavailable as exc:
@@ -111,6 +116,8 @@ async def _follow(
         inputs.discovery_error = None
         if revision(value) != since:
             apply(value)
+        elif (spent := time.monotonic() - started) < QUICK_POLL_SECONDS:
+            await anyio.sleep(QUICK_POLL_SECONDS - spent)
         since = revision(value)
 
 

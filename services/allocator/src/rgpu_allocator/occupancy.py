@@ -13,21 +13,36 @@ from .leases import LeaseRecord
 from .pods import PodIndex
 from .validity import Validity, judge
 
-__all__ = ["LeaseLookup", "Occupancy"]
+__all__ = ["LeaseLookup", "Occupancy", "PendingLookup"]
 
 LeaseLookup = Callable[[str], LeaseRecord | None]
 """Where a server's Lease is read from: the ledger, or a fresher copy during a write."""
+
+PendingLookup = Callable[[str], tuple[Claim, ...]]
+"""This replica's bookings still being written, per server (see ``inflight.Pending``)."""
+
+
+def _nothing_pending(server: str) -> tuple[Claim, ...]:
+    return ()
 
 
 class Occupancy:
     """Claims of pods other than ``uid`` that still hold cards, per server, at time ``now``."""
 
-    __slots__ = ("_cache", "_leases", "_now", "_pods", "_ttl", "uid")
+    __slots__ = ("_cache", "_leases", "_now", "_pending", "_pods", "_ttl", "uid")
 
     def __init__(
-        self, leases: LeaseLookup, pods: PodIndex, *, uid: PodUID, now: float, ttl: float
+        self,
+        leases: LeaseLookup,
+        pods: PodIndex,
+        *,
+        uid: PodUID,
+        now: float,
+        ttl: float,
+        pending: PendingLookup = _nothing_pending,
     ) -> None:
         self._leases = leases
+        self._pending = pending
         self._pods = pods
         self._now = now
         self._ttl = ttl
@@ -59,6 +74,8 @@ class Occupancy:
 
     def _judge(self, server: str) -> tuple[Claim, ...]:
         record = self._leases(server)
-        if record is None:
-            return ()
-        return tuple(c for c in record.claims if c.pod.uid != self.uid and self.validity(c).blocks)
+        stored = record.claims if record is not None else ()
+        held = [c for c in stored if c.pod.uid != self.uid and self.validity(c).blocks]
+        seen = {c.pod.uid for c in stored} | {self.uid}
+        held.extend(c for c in self._pending(server) if c.pod.uid not in seen)
+        return tuple(held)

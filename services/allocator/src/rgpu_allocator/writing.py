@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import Claim, ServerName
 from rgpu_runtime import KubeConflict, KubeNotFound
 
 from .errors import Contended, LeaseUnreadable
+from .inflight import KeyedLocks
 from .instruments import Instruments
 from .kube_api import KubeApi
 from .leases import LeaseRecord, decode_lease, encode_lease, lease_name
@@ -69,7 +69,7 @@ class LeaseWriter:
         self._ledger = ledger
         self._instruments = instruments
         self._on_freed = on_freed
-        self._locks: dict[str, anyio.Lock] = {}
+        self._locks = KeyedLocks()
 
     async def reread(self, server: str) -> LeaseRecord | None:
         """Read ``server``'s Lease from the apiserver and bring the ledger up to date."""
@@ -90,8 +90,7 @@ class LeaseWriter:
         whatever ``change`` raises.
         """
         # Writes of one replica to one Lease go one at a time: racing ourselves only adds 409s.
-        lock = self._locks.setdefault(server, anyio.Lock())
-        async with lock:
+        async with self._locks.hold(server):
             with tracer.start_as_current_span(
                 "lease.write", attributes={"op": op, "server": server}
             ):
