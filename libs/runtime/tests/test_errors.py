@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rgpu_contracts._errorbody import ErrorBody
+from rgpu_contracts import ErrorBody
 from rgpu_runtime import errors
 from rgpu_runtime.errors import (
     BadRequest,

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_contracts._errorbody import ErrorBody
+from rgpu_contracts import ErrorBody
 from rgpu_runtime import (
     Listener,
     Unavailable,

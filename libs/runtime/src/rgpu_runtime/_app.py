@@ -45,7 +45,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rgpu_contracts.errors import ContractError
+from rgpu_contracts import ContractError
 
 from ._bodylimit import BodyLimitMiddleware
 from ._edge import (

@@ -22,8 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_contracts._errorbody import ErrorBody
-from rgpu_contracts.errors import ContractError
+from rgpu_contracts import ContractError, ErrorBody
 
 from .errors import BadRequest, RgpuError
 

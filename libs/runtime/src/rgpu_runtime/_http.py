@@ -24,8 +24,7 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
 
-from rgpu_contracts._errorbody import ErrorBody
-from rgpu_contracts.errors import ContractError
+from rgpu_contracts import ContractError, ErrorBody
 
 from .errors import Unavailable, UpstreamError
 

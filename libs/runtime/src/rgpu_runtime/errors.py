@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rgpu_contracts._errorbody import ErrorBody
+from rgpu_contracts import ErrorBody
 
 __all__ = [
     "BadRequest",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rgpu_contracts.errors import ContractError
+from rgpu_contracts import ContractError
 from rgpu_contracts.fleet import Card, Server
 from rgpu_contracts.hami import (
     ANNOTATION_REGISTER,
