@@ -3,8 +3,10 @@ answer, on every replica) and fast, and when nothing fits it must say why in HAM
 
 Order (DESIGN §4): locality tier first (finest topology domain shared with a candidate node),
 then best fit (fewest cards that still satisfy the request), then server name. Server
-granularity's best-fit key does not depend on claims, so servers are tried in a precomputed
-order and the first fit wins; card granularity compares every fit within a tier.
+granularity's best-fit key (healthy cards, name) does not depend on claims, so servers are
+tried in a precomputed order and the first fit wins; card granularity's key is (free cards that
+satisfy, healthy cards, name), found by scanning the tier in that same order and stopping at
+the first server with exactly the cards needed, which nothing can beat.
 """
 
 from __future__ import annotations
@@ -44,8 +46,22 @@ def _best(
 ) -> Fit | None:
     if granularity == "server":
         return next((f for s in servers if (f := fit(s, demand, held, "server"))), None)
-    fits = (f for s in servers if (f := fit(s, demand, held, "card")))
-    return min(fits, key=lambda f: (f.weight, f.facts.name), default=None)
+    best: Fit | None = None
+    for server in servers:
+        found = fit(server, demand, held, "card")
+        if found is not None and (best is None or _tighter(found, best)):
+            best = found
+            if best.weight == demand.effective_count:
+                break  # nothing can fit tighter than exactly the cards needed
+    return best
+
+
+def _tighter(a: Fit, b: Fit) -> bool:
+    return _card_key(a) < _card_key(b)
+
+
+def _card_key(f: Fit) -> tuple[int, int, str]:
+    return f.weight, len(f.facts.healthy), f.facts.name
 
 
 def _by_tier(view: FleetView, ranked: dict[ServerName, int]) -> list[list[ServerFacts]]:
