@@ -283,3 +283,12 @@ async def test_status_and_metrics_report_state(build, kit, sim, cluster):
         in metrics
     )
     assert "rgpu_allocator_decision_seconds_count" in metrics
+
+
+async def test_missing_claim_namespace_is_a_503_naming_the_setting(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery, RGPU_NAMESPACE="nowhere") as client:
+        answer = await client.post("/v1/allocations", json=kit.ask(cluster.pod("p")))
+    assert answer.status_code == 503
+    assert answer.json()["code"] == "namespace_missing"
+    assert "RGPU_NAMESPACE" in answer.json()["message"]

@@ -15,6 +15,7 @@ Hierarchy (bases from ``rgpu_runtime.errors``)::
           ├── FleetUnknown         503  discovery has not delivered a fleet yet
           ├── NotSynced            503  the pod or Lease cache has not been listed yet
           ├── Contended            503  compare-and-swap kept losing; retry shortly
+          ├── NamespaceMissing     503  RGPU_NAMESPACE does not exist; create it (not retryable)
           └── DiscoveryUnavailable 503  discovery did not answer (client boundary)
 
 A "nothing fits" answer is not an error: it is a ``NoFit`` value served with status 409.
@@ -32,6 +33,7 @@ __all__ = [
     "DiscoveryUnavailable",
     "FleetUnknown",
     "LeaseUnreadable",
+    "NamespaceMissing",
     "NotSynced",
     "ServerTaken",
 ]
@@ -84,6 +86,13 @@ class Contended(Unavailable):
     """Raised when a Lease write lost the compare-and-swap race more times than allowed."""
 
     default_code = "contended"
+
+
+class NamespaceMissing(Unavailable):
+    """Raised when a claim Lease cannot be created because its namespace does not exist."""
+
+    default_code = "namespace_missing"
+    default_retryable = False
 
 
 class DiscoveryUnavailable(Unavailable):

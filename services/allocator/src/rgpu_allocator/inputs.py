@@ -57,7 +57,7 @@ def capacity_grew(old: FleetView | None, new: FleetView) -> bool:
 class Inputs:
     """The latest fleet (indexed) and topology, and how old the fleet is."""
 
-    __slots__ = ("_clock", "_keys", "_received", "_topology", "discovery_error", "view")
+    __slots__ = ("_clock", "_keys", "_live", "_received", "_topology", "discovery_error", "view")
 
     def __init__(
         self, topology_keys: Sequence[str], *, clock: Callable[[], float] = time.monotonic
@@ -65,6 +65,7 @@ class Inputs:
         self._keys = tuple(topology_keys)
         self._clock = clock
         self._received: float | None = None
+        self._live = False
         self._topology: Topology | None = None
         self.view: FleetView | None = None
         self.discovery_error: str | None = None
@@ -83,13 +84,18 @@ class Inputs:
             self.view = self.view.with_topology(topology)
 
     def fleet_age(self) -> float | None:
-        """Seconds since discovery last delivered the fleet (``None`` before the first)."""
-        return None if self._received is None else self._clock() - self._received
+        """Seconds the fleet may be out of date: 0 while discovery holds our long-poll (it
+        answers the moment anything changes), else the time since it last answered;
+        ``None`` before the first fleet."""
+        if self._received is None:
+            return None
+        return 0.0 if self._live else self._clock() - self._received
 
-    def touch(self) -> None:
-        """Discovery answered (a long-poll ended with nothing new): the fleet is current."""
-        if self._received is not None:
+    def fleet_polled(self, answered: bool) -> None:
+        """Discovery answered a fleet poll (``True``) or failed one (``False``)."""
+        if answered and self._received is not None:
             self._received = self._clock()
+        self._live = answered
 
 
 async def _follow(
@@ -98,6 +104,7 @@ async def _follow(
     revision: Callable[[T], int],
     apply: Callable[[T], None],
     inputs: Inputs,
+    polled: Callable[[bool], None],
 ) -> None:
     since: int | None = None
     failures = 0
@@ -106,6 +113,7 @@ async def _follow(
         try:
             value = await fetch(since)
         except DiscoveryUnavailable as exc:
+            polled(False)
             if failures == 0:
                 logger.warning("discovery %s unavailable, keeping the last one: %s", what, exc)
             inputs.discovery_error = exc.message
@@ -114,6 +122,7 @@ async def _follow(
             continue
         failures = 0
         inputs.discovery_error = None
+        polled(True)
         if revision(value) != since:
             apply(value)
         elif (spent := time.monotonic() - started) < QUICK_POLL_SECONDS:
@@ -134,12 +143,8 @@ async def follow_fleet(
         if inputs.set_fleet(fleet):
             on_capacity()
 
-    def seen(fleet: Fleet) -> int:
-        inputs.touch()
-        return fleet.revision
-
     task_status.started()
-    await _follow("fleet", client.fleet, seen, apply, inputs)
+    await _follow("fleet", client.fleet, lambda f: f.revision, apply, inputs, inputs.fleet_polled)
 
 
 async def follow_topology(
@@ -150,4 +155,10 @@ async def follow_topology(
 ) -> None:
     """Long-poll client nodes' topology forever."""
     task_status.started()
-    await _follow("topology", client.topology, lambda t: t.revision, inputs.set_topology, inputs)
+    await _follow(
+        "topology", client.topology, lambda t: t.revision, inputs.set_topology, inputs, _ignore
+    )
+
+
+def _ignore(answered: bool) -> None:
+    """The topology's freshness is not reported (the fleet's is)."""

@@ -20,7 +20,7 @@ from opentelemetry import trace
 from rgpu_contracts import Claim, ServerName
 from rgpu_runtime import KubeConflict, KubeNotFound
 
-from .errors import Contended, LeaseUnreadable
+from .errors import Contended, LeaseUnreadable, NamespaceMissing
 from .inflight import KeyedLocks
 from .instruments import Instruments
 from .kube_api import KubeApi
@@ -121,7 +121,13 @@ class LeaseWriter:
             server=server, namespace=self._api.namespace, claims=claims, resource_version=version
         )
         if record is None:
-            return await self._api.create_lease(body)
+            try:
+                return await self._api.create_lease(body)
+            except KubeNotFound as exc:
+                raise NamespaceMissing(
+                    f"cannot store claims: namespace {self._api.namespace!r} does not exist; "
+                    "create it or point RGPU_NAMESPACE at rgpu's namespace"
+                ) from exc
         return await self._api.replace_lease(record.name, body)
 
     def _took(self, raw: dict[str, Any]) -> LeaseRecord | None:
