@@ -24,6 +24,7 @@ from .discovery_client import DiscoveryClient
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .kube_api import KubeApi
+from .leases import MANAGED_BY_SELECTOR
 from .ledger import Ledger
 from .pods import PodIndex
 from .reconciling import Reconciler
@@ -66,7 +67,7 @@ def create_app(
                 transport=discovery_transport,
             ) as http,
         ):
-            api = KubeApi(kube, namespace=policy.namespace)
+            api = KubeApi(kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR)
             refused = Refused()
             nudger = Nudger(api, refused, clock=time.time, count=instruments.nudges.inc)
             core = Core(

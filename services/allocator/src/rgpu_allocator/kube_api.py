@@ -15,8 +15,6 @@ from typing import Any
 
 from rgpu_runtime import KubeClient, KubeNotFound, Listing, WatchEvent
 
-from .leases import MANAGED_BY_SELECTOR
-
 __all__ = ["CALL_TIMEOUT", "KubeApi", "PodPage"]
 
 CALL_TIMEOUT = 3.0
@@ -36,12 +34,16 @@ class PodPage:
 
 
 class KubeApi:
-    """The allocator's apiserver calls, on plain dicts, each bounded by ``CALL_TIMEOUT``."""
+    """The allocator's apiserver calls, on plain dicts, each bounded by ``CALL_TIMEOUT``.
 
-    __slots__ = ("_kube", "namespace")
+    Leases are those in ``namespace`` matching ``lease_selector`` (the claim Leases).
+    """
 
-    def __init__(self, kube: KubeClient, *, namespace: str) -> None:
+    __slots__ = ("_kube", "_selector", "namespace")
+
+    def __init__(self, kube: KubeClient, *, namespace: str, lease_selector: str) -> None:
         self._kube = kube
+        self._selector = lease_selector
         self.namespace = namespace
 
     async def get_lease(self, name: str) -> dict[str, Any] | None:
@@ -79,7 +81,7 @@ class KubeApi:
         """Every claim Lease (ours by label) with the list's resourceVersion."""
         api = self._kube.coordination
         return await self._kube.list_objects(
-            api.list_namespaced_lease, self.namespace, label_selector=MANAGED_BY_SELECTOR
+            api.list_namespaced_lease, self.namespace, label_selector=self._selector
         )
 
     def watch_leases(self, resource_version: str) -> AsyncIterator[WatchEvent]:
@@ -89,7 +91,7 @@ class KubeApi:
             api.list_namespaced_lease,
             self.namespace,
             resource_version=resource_version,
-            label_selector=MANAGED_BY_SELECTOR,
+            label_selector=self._selector,
         )
 
     async def pod_pages(self) -> AsyncIterator[PodPage]:

@@ -1,12 +1,16 @@
 """Why this module exists: kube-scheduler retries a refused pod when the holder pod is
-deleted — often before the allocator's own watch has delivered that deletion. Refusing then
-would send the pod back to wait for minutes. So before answering "no fit" because of claims,
-the blocking Leases are read fresh and every holder is checked against a fresh read of its
-pod; a holder that is gone or finished loses its claim on the spot (DESIGN §4, "validate
-before refusing").
+deleted or finishes — usually before the allocator's own watch has delivered that change.
+Refusing then would park the pod for a whole backoff (or minutes). So before answering
+"no fit" because of claims, the blocking holders are checked against a fresh read of their
+pods; a holder that is gone or finished loses its claim on the spot, and the server is used
+(DESIGN §4, "validate before refusing").
 
-Fresh reads cost apiserver calls, so each Lease is re-checked at most once per second and
-only the few best-placed blocked servers are looked at per decision.
+Fresh reads cost apiserver calls, so they are bounded three ways: each blocked Lease is
+re-read at most once per second (between re-reads the cached copy is used), only the few
+best-placed blocked servers are looked at per refusal, and fresh pod reads come from a
+per-replica budget. The holder check itself is deliberately not limited per Lease: the
+retry that follows a holder's deletion must see the deletion even if that Lease was checked
+a moment before.
 """
 
 from __future__ import annotations
@@ -23,50 +27,83 @@ from .pods import pod_info
 from .settling import drop_invalid
 from .validity import Validity, judge
 
-__all__ = ["Revalidator", "confirmed_invalid"]
+__all__ = ["Budget", "Revalidator", "confirmed_invalid"]
 
 tracer = trace.get_tracer(__name__)
 
-MIN_INTERVAL = 1.0
-"""Seconds between two fresh checks of the same Lease (DESIGN §4: at most once per second)."""
+LEASE_INTERVAL = 1.0
+"""Seconds between two fresh reads of the same Lease (DESIGN §4: at most once per second)."""
 MAX_LEASES = 4
 """Blocked servers checked per refusal: the best-placed few; a pod needs only one."""
+POD_READS_PER_SECOND = 50.0
+"""Fresh holder reads per second per replica, sustained; refusals beyond that trust the cache.
+kube-scheduler attempts each pending pod at most once per backoff (1-10 s), so this covers
+hundreds of pending pods."""
+
+
+class Budget:
+    """A token bucket: ``rate`` tokens per second, at most ``rate`` saved up."""
+
+    __slots__ = ("_at", "_monotonic", "_rate", "_tokens")
+
+    def __init__(self, rate: float, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._rate = rate
+        self._monotonic = monotonic
+        self._tokens = rate
+        self._at = monotonic()
+
+    def take(self) -> bool:
+        """Spend one token if there is one."""
+        now = self._monotonic()
+        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 class Revalidator:
-    """Re-checks the holders of blocked servers with fresh reads, rate-limited per Lease."""
+    """Re-checks the holders of blocked servers with fresh reads, within bounds."""
 
-    __slots__ = ("_checked", "_core", "_monotonic")
+    __slots__ = ("_budget", "_core", "_monotonic", "_reread")
 
     def __init__(self, core: Core, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._core = core
         self._monotonic = monotonic
-        self._checked: dict[str, float] = {}
+        self._reread: dict[str, float] = {}
+        self._budget = Budget(POD_READS_PER_SECOND, monotonic=monotonic)
 
     async def revalidate(self, servers: Sequence[str]) -> bool:
         """Check up to ``MAX_LEASES`` of ``servers``; returns whether any of them changed."""
-        due = [s for s in servers if self._due(s)][:MAX_LEASES]
+        checked = servers[:MAX_LEASES]
         changed = False
-        with tracer.start_as_current_span("revalidate", attributes={"servers": len(due)}):
-            for server in due:
+        with tracer.start_as_current_span("revalidate", attributes={"servers": len(checked)}):
+            for server in checked:
                 changed = await self._check(server) or changed
         return changed
 
-    def _due(self, server: str) -> bool:
+    def _lease_due(self, server: str) -> bool:
         now = self._monotonic()
-        if now - self._checked.get(server, -MIN_INTERVAL) < MIN_INTERVAL:
+        if now - self._reread.get(server, -LEASE_INTERVAL) < LEASE_INTERVAL:
             return False
-        self._checked[server] = now
+        self._reread[server] = now
         return True
 
     async def _check(self, server: str) -> bool:
-        before = self._core.ledger.lease(server)
-        record = await self._core.writer.reread(server)
+        core = self._core
+        before = core.ledger.lease(server)
+        record = await core.writer.reread(server) if self._lease_due(server) else before
         if record is None:
             return before is not None
-        confirmed = [c.pod.uid for c in record.claims if await confirmed_invalid(self._core, c)]
-        removed = await drop_invalid(self._core, server, confirmed) if confirmed else 0
+        confirmed = [c.pod.uid for c in record.claims if await self._invalid(c)]
+        removed = await drop_invalid(core, server, confirmed) if confirmed else 0
         return removed > 0 or record != before
+
+    async def _invalid(self, claim: Claim) -> bool:
+        if self._core.validity(claim) is Validity.INVALID:
+            return True
+        return self._budget.take() and await confirmed_invalid(self._core, claim)
 
 
 async def confirmed_invalid(core: Core, claim: Claim) -> bool:
