@@ -33,7 +33,8 @@ class Store:
     ``namespaces`` or ``mutatingwebhookconfigurations``. ``namespace`` defaults to the
     object's own ``metadata.namespace``, then ``default``; it is ignored for cluster-scoped
     kinds. Every method raises `rgpu_kubesim.errors.ApiError` exactly where the HTTP API
-    would answer with that Status.
+    would answer with that Status. Call it from the event loop that runs the server: the
+    storage is not locked, its atomicity comes from never awaiting inside a write.
     """
 
     def __init__(self, storage: Storage) -> None:
