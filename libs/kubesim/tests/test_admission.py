@@ -334,3 +334,48 @@ async def test_webhook_without_reinvocation_runs_once(
     created = await client.post(PODS, json=pod("a"))
     assert webhook.paths == ["/one", "/two"]
     assert created.json()["metadata"]["labels"] == {"p": "two"}
+
+
+def _racing(sim: SimApiServer) -> Reply:
+    """A webhook that, the first time it is called, lets another writer change pod "a"."""
+    raced: list[bool] = []
+
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        if not raced:
+            raced.append(True)
+            sim.store.patch("pods", "a", {"metadata": {"labels": {"racer": "won"}}})
+        return allow(review["request"])
+
+    return reply
+
+
+async def test_patch_is_reapplied_when_a_write_lands_while_webhooks_run(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    config = _configuration(webhook)
+    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
+    await _configure(client, config)
+    webhook.reply = _racing(sim)
+    body = orjson.dumps({"metadata": {"annotations": {"mine": "1"}}})
+    headers = {"Content-Type": "application/merge-patch+json"}
+    response = await client.patch(f"{PODS}/a", content=body, headers=headers)
+    assert response.status_code == 200
+    assert response.json()["metadata"]["labels"] == {"racer": "won"}
+    assert response.json()["metadata"]["annotations"] == {"mine": "1"}
+    assert len(webhook.reviews) == 2
+
+
+async def test_patch_with_explicit_version_loses_to_a_write_during_admission(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    version = sim.store.create("pods", pod("a"))["metadata"]["resourceVersion"]
+    config = _configuration(webhook)
+    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
+    await _configure(client, config)
+    webhook.reply = _racing(sim)
+    body = orjson.dumps({"metadata": {"resourceVersion": version, "annotations": {"mine": "1"}}})
+    headers = {"Content-Type": "application/merge-patch+json"}
+    response = await client.patch(f"{PODS}/a", content=body, headers=headers)
+    assert response.status_code == 409 and response.json()["reason"] == "Conflict"
+    assert "annotations" not in sim.store.get("pods", "a")["metadata"]

@@ -7,6 +7,7 @@ applied first so that an injected error costs nothing and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -149,13 +150,13 @@ class ResourceHandlers:
 
     async def patch(self, target: Target, request: Request) -> Response:
         content_type, patch = await _requests.read_patch(request)
-        for attempt in range(_PATCH_ATTEMPTS):
-            try:
+        for _ in range(_PATCH_ATTEMPTS - 1):
+            with contextlib.suppress(_RetryablePatchConflict):
                 return await self._patch_once(target, request, content_type, patch)
-            except _RetryablePatchConflict as conflict:
-                if attempt == _PATCH_ATTEMPTS - 1:
-                    raise conflict.error from conflict
-        raise AssertionError("unreachable: the last attempt raises")
+        try:
+            return await self._patch_once(target, request, content_type, patch)
+        except _RetryablePatchConflict as conflict:
+            raise conflict.error from conflict
 
     async def _patch_once(
         self, target: Target, request: Request, content_type: str, patch: Any
