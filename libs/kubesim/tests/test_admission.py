@@ -90,7 +90,12 @@ def options(webhook: Webhook) -> ApiOptions:
 
 
 def _configuration(
-    webhook: Webhook, *, url: str | None = None, name: str = "w", **overrides: Any
+    webhook: Webhook,
+    *,
+    url: str | None = None,
+    name: str = "w",
+    operations: tuple[str, ...] = ("CREATE",),
+    **overrides: Any,
 ) -> dict[str, Any]:
     hook = {
         "name": "pods.remote-gpu.hami.io",
@@ -99,7 +104,7 @@ def _configuration(
         "clientConfig": {"url": url or f"{webhook.url}/mutate", "caBundle": webhook.ca_bundle},
         "rules": [
             {
-                "operations": ["CREATE"],
+                "operations": list(operations),
                 "apiGroups": [""],
                 "apiVersions": ["v1"],
                 "resources": ["pods"],
@@ -259,9 +264,7 @@ async def test_update_operations_carry_the_old_object(
     client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
 ) -> None:
     sim.store.create("pods", pod("a"))
-    config = _configuration(webhook)
-    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
-    await _configure(client, config)
+    await _configure(client, _configuration(webhook, operations=("UPDATE",)))
     body = orjson.dumps({"metadata": {"annotations": {"x": "y"}}})
     headers = {"Content-Type": "application/merge-patch+json"}
     assert (await client.patch(f"{PODS}/a", content=body, headers=headers)).status_code == 200
@@ -353,9 +356,7 @@ async def test_patch_is_reapplied_when_a_write_lands_while_webhooks_run(
     client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
 ) -> None:
     sim.store.create("pods", pod("a"))
-    config = _configuration(webhook)
-    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
-    await _configure(client, config)
+    await _configure(client, _configuration(webhook, operations=("UPDATE",)))
     webhook.reply = _racing(sim)
     body = orjson.dumps({"metadata": {"annotations": {"mine": "1"}}})
     headers = {"Content-Type": "application/merge-patch+json"}
@@ -370,9 +371,7 @@ async def test_patch_with_explicit_version_loses_to_a_write_during_admission(
     client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
 ) -> None:
     version = sim.store.create("pods", pod("a"))["metadata"]["resourceVersion"]
-    config = _configuration(webhook)
-    config["webhooks"][0]["rules"][0]["operations"] = ["UPDATE"]
-    await _configure(client, config)
+    await _configure(client, _configuration(webhook, operations=("UPDATE",)))
     webhook.reply = _racing(sim)
     body = orjson.dumps({"metadata": {"resourceVersion": version, "annotations": {"mine": "1"}}})
     headers = {"Content-Type": "application/merge-patch+json"}
