@@ -169,14 +169,14 @@ class Discovery:
         """Wait for ``/readyz`` to answer 200."""
         with anyio.fail_after(timeout):
             # Polling is the point here: it is how a kubelet sees readiness.
-            while (await self.client.get("/readyz")).status_code != 200:  # noqa: ASYNC110
+            while (await self.client.get("/readyz")).status_code != 200:
                 await anyio.sleep(0.02)
 
     async def counted(self, name: str, minimum: float, **labels: str) -> None:
         """Wait until counter ``name`` reaches ``minimum`` (summed over every label value when
         no ``labels`` are given); counters have no change event, so this polls."""
         with anyio.fail_after(5.0):
-            while self._value(name, labels) < minimum:  # noqa: ASYNC110
+            while self._value(name, labels) < minimum:
                 await anyio.sleep(0.02)
 
     def _value(self, name: str, labels: dict[str, str]) -> float:

@@ -91,7 +91,7 @@ async def test_python_m_serves_the_extender_and_stops_on_sigterm(sim) -> None:
     process = await anyio.open_process([sys.executable, "-m", "rgpu_extender"], env=env)
     async with process, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         with anyio.fail_after(20):
-            while not await _healthy(client):  # noqa: ASYNC110
+            while not await _healthy(client):
                 await anyio.sleep(0.05)
         reply = (await client.post("/filter", json={"Pod": {}, "NodeNames": ["a"]})).json()
         assert reply["Error"] == "" and reply["NodeNames"] == ["a"]

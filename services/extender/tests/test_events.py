@@ -60,7 +60,7 @@ async def apiserver(sim, build) -> AsyncIterator[Apiserver]:
 
 async def written(sim, count: int) -> list[dict[str, Any]]:
     with anyio.fail_after(5):
-        while len(found := sim.store.list("events", namespace="ml-team")) < count:  # noqa: ASYNC110
+        while len(found := sim.store.list("events", namespace="ml-team")) < count:
             await anyio.sleep(0.01)
     return list(found)
 
@@ -132,7 +132,7 @@ async def test_a_failed_write_is_counted_and_the_writer_carries_on(sim, apiserve
         await tg.start(recorded.recorder.run, apiserver)
         recorded.recorder.record(event("first"))
         with anyio.fail_after(5):
-            while not recorded.count("failed"):  # noqa: ASYNC110
+            while not recorded.count("failed"):
                 await anyio.sleep(0.01)
         sim.faults.clear()
         recorded.recorder.record(event("second"))

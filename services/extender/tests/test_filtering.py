@@ -211,7 +211,7 @@ async def test_a_server_added_later_is_dropped_once_discovery_publishes_it(
     discovery.publish_fleet(make.fleet(*fleet.servers, make.server("cpu-node-1"), revision=7))
     with anyio.fail_after(5):
         await discovery.fleet.wait_newer(fleet.revision, 5)
-        while "cpu-node-1" not in await _servers(extender, build):  # noqa: ASYNC110
+        while "cpu-node-1" not in await _servers(extender, build):
             await anyio.sleep(0.01)
     assert allocator.requests[-1].candidate_nodes == ("gpu-node-1",)
 
@@ -242,7 +242,7 @@ async def test_no_fit_is_explained_once_on_the_pod_as_a_warning_event(
     for _ in range(3):
         await post_filter(extender, build.filter_args(build.pod(), NODES))
     with anyio.fail_after(5):
-        while not (events := sim.store.list("events", namespace="ml-team")):  # noqa: ASYNC110
+        while not (events := sim.store.list("events", namespace="ml-team")):
             await anyio.sleep(0.01)
     await anyio.sleep(0.1)
     (event,) = sim.store.list("events", namespace="ml-team")

@@ -23,7 +23,7 @@ async def client(discovery) -> AsyncIterator[DiscoveryClient]:
 
 async def until(check) -> None:  # type: ignore[no-untyped-def]
     with anyio.fail_after(5):
-        while not check():  # noqa: ASYNC110
+        while not check():
             await anyio.sleep(0.01)
 
 

@@ -238,7 +238,7 @@ async def client(open_client: OpenClient) -> AsyncIterator[httpx.AsyncClient]:
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
     """Wait until ``check()`` is true; fail the test after ``timeout`` seconds."""
     with anyio.fail_after(timeout):
-        while not await check():  # noqa: ASYNC110 (the state lives behind an HTTP API)
+        while not await check():
             await anyio.sleep(0.005)
 
 

@@ -51,7 +51,7 @@ async def following(
 
 async def wait_for(check: Callable[[], bool]) -> None:
     with anyio.fail_after(5):
-        while not check():  # noqa: ASYNC110 (the follower signals nothing per request)
+        while not check():
             await anyio.sleep(0.005)
 
 

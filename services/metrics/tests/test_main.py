@@ -81,7 +81,7 @@ async def test_the_module_serves_every_card_and_stops_cleanly_on_sigterm(make):
 async def scrape_when_ready(url: str) -> str:
     async with httpx.AsyncClient(base_url=url, timeout=2.0) as http:
         with anyio.fail_after(30):
-            while not await _ready(http):  # noqa: ASYNC110 (another process)
+            while not await _ready(http):
                 await anyio.sleep(0.05)
         response = await http.get("/metrics")
         assert response.status_code == 200
