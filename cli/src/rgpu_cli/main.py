@@ -68,13 +68,18 @@ async def _up(options: StackOptions, console: Console) -> None:
         console.print(f"[bold]apiserver[/]  {stack.sim.url}")
         for name, process in stack.services.items():
             console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
-        console.print(f"[bold]webhook[/]    {stack.webhook_url}")
-        console.print(f"\nkubectl --server {stack.sim.url} get nodes,pods -A")
-        console.print(f"kubectl --server {stack.sim.url} get leases -n rgpu-system")
-        console.print(
+        console.print(f"[bold]webhook[/]    {stack.webhook_url}\n")
+        lines = (
+            f"kubectl --server {stack.sim.url} get nodes,pods -A",
+            f"kubectl --server {stack.sim.url} get leases -n rgpu-system",
             f"RGPU_DISCOVERY_URL={stack.url('discovery')} "
-            f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status"
+            f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status",
+            f"RGPU_KUBE_URL={stack.sim.url} RGPU_ALLOCATOR_URL={stack.url('allocator')} "
+            "rgpu explain NAMESPACE/POD",
         )
+        for line in lines:
+            # Ready to paste: never wrapped by the console width.
+            console.print(line, soft_wrap=True, highlight=False)
         console.print("\nCtrl-C stops everything.")
         await anyio.sleep_forever()
 
