@@ -8,10 +8,15 @@ from rgpu_allocator.choosing import Choice, Refusal, choose
 from rgpu_allocator.demand import demand_of
 from rgpu_allocator.fitting import Unclaimed
 from rgpu_allocator.fleetview import FleetView
+from rgpu_allocator.leases import LeaseRecord
+from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.occupancy import Occupancy
+from rgpu_allocator.pods import PodIndex, PodInfo
 from rgpu_contracts import (
     CardId,
     Claim,
     ClaimState,
+    PodUID,
     ServerName,
     render_reasons,
 )
@@ -19,33 +24,44 @@ from rgpu_contracts import (
 KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 
 
-class Held:
-    """Holdings where given servers' cards are claimed by another pod."""
-
-    def __init__(self, build, held: dict[str, tuple[int, ...]], problem: str | None = None):
-        self._claims = {
-            server: (
+def Held(build, held: dict[str, tuple[int, ...]], problem: str | None = None) -> Occupancy:
+    """Real holdings where the given servers' cards are claimed by a running pod."""
+    holder = build.pod("holder")
+    records = [
+        LeaseRecord(
+            name=f"rgpu-{server}",
+            server=ServerName(server),
+            resource_version="1",
+            claims=()
+            if problem
+            else (
                 Claim(
-                    pod=build.pod("holder"),
+                    pod=holder,
                     server=ServerName(server),
                     cards=tuple(CardId(f"{server}/{build.uuid(server, i)}") for i in idx),
                     containers=(),
                     state=ClaimState.BOUND,
                     booked_at=0.0,
                 ),
-            )
-            for server, idx in held.items()
-        }
-        self._problem = problem
-
-    def blocking(self, server):
-        return self._claims.get(server, ())
-
-    def problem(self, server):
-        return self._problem if server in self._claims and self._problem else None
-
-    def taken(self, server):
-        return frozenset(c for claim in self.blocking(server) for c in claim.cards)
+            ),
+            problem=problem,
+        )
+        for server, idx in held.items()
+    ]
+    ledger, pods = Ledger(), PodIndex()
+    ledger.replace_all(records)
+    pods.put(
+        PodInfo(
+            uid=holder.uid,
+            namespace=holder.namespace,
+            name=holder.name,
+            node_name="client-1",
+            phase="Running",
+            scheduler_name="rgpu-scheduler",
+            has_allocated=True,
+        )
+    )
+    return Occupancy(ledger.lease, pods, uid=PodUID("uid-p"), now=1.0, ttl=30.0)
 
 
 def decide(build, servers, *containers, held=None, granularity="server", candidates=(), topo=None):
@@ -246,7 +262,7 @@ def test_choice_is_deterministic_whatever_the_fleet_order(build):
 
 
 def test_unreadable_lease_counts_as_fully_held(build):
-    held = Held(build, {"a": ()}, problem="not JSON")
+    held = Held(build, {"a": ()}, problem="not JSON")  # an unreadable Lease has no claims
     result = decide(build, [build.server("a", cards=2)], held=held, granularity="card")
     assert refused(result) == "2/2 ExclusiveDeviceAllocateConflict"
     assert "not JSON" in result.nofit.servers[0].detail

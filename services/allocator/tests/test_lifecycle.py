@@ -300,3 +300,30 @@ async def test_unreadable_lease_is_never_overwritten(build, kit, sim, cluster):
     stored = sim.store.get("leases", "rgpu-gpu-a", namespace="rgpu-system")
     assert stored["metadata"]["annotations"]["rgpu.io/claims"] == "{broken"
     assert orjson.loads(cluster.lease("gpu-b")["metadata"]["annotations"]["rgpu.io/claims"])
+
+
+async def test_finished_holder_frees_a_server_lupine_still_reports_busy(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    holder, waiter = cluster.pod("holder"), cluster.pod("waiter")
+    async with kit.running_allocator(sim.url, discovery) as client:
+        booked = await client.post("/v1/allocations", json=kit.ask(holder))
+        await client.post(f"/v1/allocations/{holder.uid}/commit", json={"node": "client-1"})
+        cluster.bind(holder)
+        # The holder runs: lupine reports a client on its card.
+        discovery.publish(build.server("gpu-a", busy=(0,)))
+        await anyio.sleep(0.1)
+        refused = await client.post("/v1/allocations", json=kit.ask(waiter))
+        # kube-scheduler retries the moment the holder finishes: before the allocator's
+        # watch has seen it, and before discovery probed lupine again.
+        for verb in ("watch", "list"):
+            sim.faults.set_error(verb=verb, resource="pods", rate=1.0, code=500)
+        sim.faults.cut_watches()
+        await anyio.sleep(0.1)
+        cluster.phase(holder, "Succeeded")
+        got = await client.post("/v1/allocations", json=kit.ask(waiter))
+        sim.faults.clear()
+    assert booked.status_code == 200
+    assert refused.status_code == 409
+    assert refused.json()["message"] == "4/4 ExclusiveDeviceAllocateConflict"
+    assert got.status_code == 200, got.text
+    assert cluster.holders() == {"gpu-a": ["waiter"]}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
 
 from .demand import Demand
-from .fitting import Fit, Granularity, Holdings, Unclaimed, fit, verdict
+from .fitting import Fit, Granularity, Holdings, fit, verdict
 from .fleetview import FleetView, ServerFacts
 from .locality import tiers
 
@@ -113,7 +113,7 @@ def _refuse(
     verdicts = [verdict(f, demand, held, granularity) for f in view.order]
     verdicts.sort(key=lambda v: v.server)
     ranked = tiers(view, candidates)
-    free = Unclaimed()
+    free = held.without_claims()
     blocked = [
         f
         for f in view.order

@@ -89,6 +89,7 @@ class Core:
 
     def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now."""
+        view = self.inputs.view
         return Occupancy(
             leases or self.ledger.lease,
             self.pods,
@@ -96,6 +97,8 @@ class Core:
             now=self.clock(),
             ttl=self.policy.ttl,
             pending=self.pending.claims,
+            released=self.ledger.released_after,
+            observed_at=view.fleet.observed_at if view is not None else float("inf"),
         )
 
     def validity(self, claim: Claim) -> Validity:

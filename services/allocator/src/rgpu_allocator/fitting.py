@@ -30,9 +30,13 @@ class Holdings(Protocol):
 
     def taken(self, server: str) -> frozenset[CardId]: ...
 
+    def busy(self, facts: ServerFacts) -> frozenset[str]: ...
+
+    def without_claims(self) -> Holdings: ...
+
 
 class Unclaimed:
-    """Holdings of a cluster with no claims: "would this server fit if its holders were gone?"."""
+    """Holdings of a cluster with no claims at all; every busy report counts."""
 
     def blocking(self, server: str) -> tuple[Claim, ...]:
         return ()
@@ -42,6 +46,12 @@ class Unclaimed:
 
     def taken(self, server: str) -> frozenset[CardId]:
         return frozenset()
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        return facts.busy
+
+    def without_claims(self) -> Unclaimed:
+        return self
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +65,9 @@ class Fit:
 
 
 def _fit_server(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
-    if f.problem or not f.healthy or f.busy or held.problem(f.name) or held.blocking(f.name):
+    if f.problem or not f.healthy or held.problem(f.name) or held.blocking(f.name):
+        return None
+    if held.busy(f):
         return None
     if any(f.capable(ask.memory_mib) < ask.count for ask in demand.asks):
         return None
@@ -65,7 +77,8 @@ def _fit_server(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
 def _free_capable(f: ServerFacts, demand: Demand, held: Holdings) -> list[Card]:
     start = len(f.memories) - f.capable(demand.max_memory_mib)
     taken = held.taken(f.name)
-    return [c for c in f.healthy[start:] if c.id not in taken and c.uuid not in f.busy]
+    busy = held.busy(f)
+    return [c for c in f.healthy[start:] if c.id not in taken and c.uuid not in busy]
 
 
 def _fit_card(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
@@ -96,8 +109,9 @@ def _blocked(f: ServerFacts, held: Holdings) -> tuple[Reason, str] | None:
     blockers = held.blocking(f.name)
     if blockers:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"held by {_holders(blockers)}"
-    if f.busy:
-        return Reason.CARD_BUSY_ON_SERVER, f"lupine reports clients on {', '.join(sorted(f.busy))}"
+    busy = held.busy(f)
+    if busy:
+        return Reason.CARD_BUSY_ON_SERVER, f"lupine reports clients on {', '.join(sorted(busy))}"
     return None
 
 
@@ -127,12 +141,14 @@ def _server_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Cou
     return counts, detail or "no healthy card"
 
 
-def _card_reason(card: Card, f: ServerFacts, need: int, taken: frozenset[CardId]) -> Reason | None:
+def _card_reason(
+    card: Card, busy: frozenset[str], need: int, taken: frozenset[CardId]
+) -> Reason | None:
     if not card.healthy:
         return Reason.CARD_NOT_HEALTH
     if card.id in taken:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    if card.uuid in f.busy:
+    if card.uuid in busy:
         return Reason.CARD_BUSY_ON_SERVER
     if card.memory_mib < need:
         return Reason.CARD_INSUFFICIENT_MEMORY
@@ -145,7 +161,8 @@ def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Count
         counts = Counter({Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: len(f.server.cards)})
         return counts, f"claims unreadable: {problem}"
     taken = held.taken(f.name)
-    found = (_card_reason(c, f, demand.max_memory_mib, taken) for c in f.server.cards)
+    busy = held.busy(f)
+    found = (_card_reason(c, busy, demand.max_memory_mib, taken) for c in f.server.cards)
     counts = Counter(r for r in found if r is not None)
     usable = len(f.server.cards) - sum(counts.values())
     counts[Reason.NODE_INSUFFICIENT_DEVICE] += 1

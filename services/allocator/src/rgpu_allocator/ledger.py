@@ -4,20 +4,25 @@ Leases are mirrored in memory, indexed by server and by pod, and versioned for l
 The ledger is fed by the Lease watch and by the replies to our own writes, which can arrive in
 either order; a record older than the one held (by ``resourceVersion``) is ignored so the view
 never steps back in time.
+
+It also remembers when cards of committed or bound claims were released: lupine keeps
+reporting a finished pod's card as busy until discovery probes again, and a busy report
+older than the release is stale (see ``Occupancy.busy``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import anyio
 
-from rgpu_contracts import Claim, ClaimSet, PodUID, ServerName
+from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, PodUID, ServerName
 
 from .leases import LeaseRecord
 
-__all__ = ["Change", "Ledger", "newer_or_equal"]
+__all__ = ["Change", "Ledger", "newer_or_equal", "placed"]
 
 
 def newer_or_equal(candidate: str, held: str) -> bool:
@@ -35,6 +40,10 @@ class Change:
     freed: bool = False
 
 
+RELEASES_KEPT = 100_000
+"""Released cards remembered (the oldest are forgotten first); far more than any fleet has."""
+
+
 def _freed(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     if before is None:
         return False
@@ -42,12 +51,26 @@ def _freed(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     return any(card not in kept for claim in before.claims for card in claim.cards)
 
 
+def placed(claim: Claim) -> bool:
+    """Whether the claim's pod may have run on lupine (its annotations were issued)."""
+    return claim.state is not ClaimState.BOOKED or claim.node is not None
+
+
+def _released(before: LeaseRecord | None, after: LeaseRecord | None) -> list[CardId]:
+    if before is None:
+        return []
+    kept = {c for claim in after.claims for c in claim.cards} if after else set()
+    return [c for claim in before.claims if placed(claim) for c in claim.cards if c not in kept]
+
+
 class Ledger:
     """The claim Leases as last seen, with a revision that moves on every change."""
 
-    __slots__ = ("_by_pod", "_changed", "_leases", "_revision", "synced")
+    __slots__ = ("_by_pod", "_changed", "_clock", "_leases", "_released", "_revision", "synced")
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._released: dict[CardId, float] = {}
         self._leases: dict[ServerName, LeaseRecord] = {}
         self._by_pod: dict[PodUID, set[ServerName]] = {}
         self._revision = 0
@@ -83,6 +106,10 @@ class Ledger:
         """Pods holding claims on more than one server (replicas raced on the same pod)."""
         return tuple(uid for uid, servers in self._by_pod.items() if len(servers) > 1)
 
+    def released_after(self, card: str, moment: float) -> bool:
+        """Whether ``card`` left a committed or bound claim after ``moment`` (wall clock)."""
+        return self._released.get(CardId(card), float("-inf")) > moment
+
     def claim_set(self) -> ClaimSet:
         claims = (c for s in sorted(self._leases) for c in self._leases[s].claims)
         return ClaimSet(revision=self._revision, claims=tuple(claims))
@@ -99,6 +126,7 @@ class Ledger:
         self._unindex(before)
         self._leases[record.server] = record
         self._index(record)
+        self._remember(_released(before, record))
         self._bump()
         return Change(applied=True, freed=_freed(before, record))
 
@@ -111,6 +139,7 @@ class Ledger:
             return Change(applied=False)
         self._unindex(before)
         del self._leases[before.server]
+        self._remember(_released(before, None))
         self._bump()
         return Change(applied=True, freed=_freed(before, None))
 
@@ -118,6 +147,8 @@ class Ledger:
         """Swap in a fresh list; freed when any card held before is not held now."""
         fresh: Mapping[ServerName, LeaseRecord] = {r.server: r for r in records}
         freed = any(_freed(old, fresh.get(s)) for s, old in self._leases.items())
+        for server, old in self._leases.items():
+            self._remember(_released(old, fresh.get(server)))
         self._leases = dict(fresh)
         self._by_pod = {}
         for record in self._leases.values():
@@ -138,6 +169,14 @@ class Ledger:
                     self._changed = anyio.Event()
                 await self._changed.wait()
         return self._revision
+
+    def _remember(self, cards: list[CardId]) -> None:
+        now = self._clock()
+        for card in cards:
+            self._released.pop(card, None)
+            self._released[card] = now
+        while len(self._released) > RELEASES_KEPT:
+            del self._released[next(iter(self._released))]
 
     def _bump(self) -> None:
         self._revision += 1

@@ -1,0 +1,124 @@
+"""Which claims block, and which of lupine's busy reports still count."""
+
+from __future__ import annotations
+
+from rgpu_allocator.choosing import Choice, Refusal, choose
+from rgpu_allocator.demand import demand_of
+from rgpu_allocator.fleetview import FleetView
+from rgpu_allocator.leases import LeaseRecord
+from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.occupancy import Occupancy
+from rgpu_allocator.pods import PodIndex, PodInfo
+from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
+
+KEYS = ("rack",)
+
+
+def holder_claim(build, state=ClaimState.BOUND, node="client-1") -> Claim:
+    return Claim(
+        pod=build.pod("holder"),
+        server=ServerName("a"),
+        cards=(CardId(f"a/{build.uuid('a', 0)}"),),
+        containers=(),
+        state=state,
+        booked_at=100.0,
+        node=node,
+    )
+
+
+def lease(version: str, claims: tuple[Claim, ...]) -> LeaseRecord:
+    return LeaseRecord(
+        name="rgpu-a", server=ServerName("a"), resource_version=version, claims=claims
+    )
+
+
+def setup(build, claim: Claim | None, phase: str = "Running", observed_at: float = 50.0):
+    """One server whose card 0 lupine reports busy, optionally claimed by ``holder``."""
+    clock = [200.0]
+    ledger, pods = Ledger(clock=lambda: clock[0]), PodIndex()
+    claims = (claim,) if claim is not None else ()
+    ledger.replace_all(
+        [LeaseRecord(name="rgpu-a", server=ServerName("a"), resource_version="1", claims=claims)]
+    )
+    pods.put(
+        PodInfo(
+            uid=PodUID("uid-holder"),
+            namespace="ml",
+            name="holder",
+            node_name="client-1",
+            phase=phase,
+            scheduler_name="rgpu-scheduler",
+            has_allocated=True,
+        )
+    )
+    fleet = build.fleet(build.server("a", cards=2, busy=(0,)))
+    fleet = type(fleet)(revision=1, observed_at=observed_at, servers=fleet.servers)
+    view = FleetView.build(fleet, None, KEYS)
+
+    def occupancy() -> Occupancy:
+        return Occupancy(
+            ledger.lease,
+            pods,
+            uid=PodUID("uid-new"),
+            now=clock[0],
+            ttl=30.0,
+            released=ledger.released_after,
+            observed_at=observed_at,
+        )
+
+    return ledger, view, occupancy
+
+
+def decide(build, view, held):
+    return choose(view, demand_of((build.container(),)), held, granularity="server")
+
+
+def test_busy_card_no_claim_explains_keeps_the_server_refused(build):
+    _, view, occupancy = setup(build, None)
+    result = decide(build, view, occupancy())
+    assert isinstance(result, Refusal)
+    assert result.nofit.message == "2/2 CardBusyOnServer"
+    assert result.blocked_by_claims == ()
+
+
+def test_busy_card_of_a_running_holder_blocks_and_counts_as_blocked_by_claims(build):
+    _, view, occupancy = setup(build, holder_claim(build))
+    result = decide(build, view, occupancy())
+    assert isinstance(result, Refusal)
+    assert result.nofit.message == "2/2 ExclusiveDeviceAllocateConflict"
+    assert result.blocked_by_claims == ("a",)
+
+
+def test_busy_report_of_a_finished_holder_is_stale(build):
+    _, view, occupancy = setup(build, holder_claim(build), phase="Succeeded")
+    assert isinstance(decide(build, view, occupancy()), Choice)
+
+
+def test_busy_report_older_than_the_release_is_stale(build):
+    ledger, view, occupancy = setup(build, holder_claim(build), observed_at=50.0)
+    ledger.apply(
+        LeaseRecord(name="rgpu-a", server=ServerName("a"), resource_version="2", claims=())
+    )
+    assert isinstance(decide(build, view, occupancy()), Choice)
+
+
+def test_busy_report_newer_than_the_release_counts(build):
+    ledger, view, occupancy = setup(build, holder_claim(build), observed_at=500.0)
+    ledger.apply(
+        LeaseRecord(name="rgpu-a", server=ServerName("a"), resource_version="2", claims=())
+    )
+    result = decide(build, view, occupancy())
+    assert isinstance(result, Refusal)
+    assert result.nofit.message == "2/2 CardBusyOnServer"
+
+
+def test_an_expired_booking_never_explains_a_busy_card(build):
+    # The booked pod never ran, so whoever lupine reports on its card is someone else.
+    booked = holder_claim(build, state=ClaimState.BOOKED, node=None)
+    ledger, view, occupancy = setup(build, booked, phase="Pending")
+    ledger.apply(
+        LeaseRecord(name="rgpu-a", server=ServerName("a"), resource_version="2", claims=())
+    )
+    result = decide(build, view, occupancy())
+    assert isinstance(result, Refusal)
+    assert result.nofit.message == "2/2 CardBusyOnServer"
