@@ -16,8 +16,8 @@ from typing import Any
 
 from rgpu_allocator.choosing import Choice, choose
 from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fitting import Granularity
-from rgpu_allocator.fleetview import FleetView
+from rgpu_allocator.fitting import Granularity, Unclaimed
+from rgpu_allocator.fleetview import FleetView, ServerFacts
 from rgpu_contracts import (
     Card,
     CardId,
@@ -169,6 +169,13 @@ class _Held:
 
     def taken(self, server: str) -> frozenset[CardId]:
         return frozenset(c for claim in self.blocking(server) for c in claim.cards)
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        # Simulated servers report no lupine clients beyond the claims.
+        return frozenset()
+
+    def without_claims(self) -> Unclaimed:
+        return Unclaimed()
 
 
 @dataclass(slots=True, kw_only=True)
