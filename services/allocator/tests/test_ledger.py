@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import pytest
 
@@ -96,3 +98,28 @@ async def test_wait_newer_returns_when_the_revision_moves():
 async def test_wait_newer_times_out_with_the_same_revision():
     ledger = Ledger()
     assert await ledger.wait_newer(0, timeout=0.01) == 0
+
+
+def test_claim_set_is_built_once_per_revision():
+    ledger = Ledger()
+    ledger.apply(record("a", "1", claim("p", "a")))
+    first = ledger.claim_set()
+    assert ledger.claim_set() is first
+    ledger.apply(record("a", "2"))
+    assert ledger.claim_set().revision == first.revision + 1
+    assert ledger.claim_set().claims == ()
+
+
+def test_released_cards_of_placed_claims_are_remembered_with_their_time():
+    now = [10.0]
+    ledger = Ledger(clock=lambda: now[0])
+    placed = dataclasses.replace(claim("p", "a"), state=ClaimState.BOUND)
+    booked = claim("q", "b")
+    ledger.apply(record("a", "1", placed))
+    ledger.apply(record("b", "1", booked))
+    now[0] = 20.0
+    ledger.apply(record("a", "2"))
+    ledger.apply(record("b", "2"))
+    assert ledger.released_after("a/c0", 15.0)
+    assert not ledger.released_after("a/c0", 25.0)
+    assert not ledger.released_after("b/c0", 0.0)

@@ -66,11 +66,23 @@ def _released(before: LeaseRecord | None, after: LeaseRecord | None) -> list[Car
 class Ledger:
     """The claim Leases as last seen, with a revision that moves on every change."""
 
-    __slots__ = ("_by_pod", "_changed", "_clock", "_leases", "_released", "_revision", "synced")
+    __slots__ = (
+        "_by_pod",
+        "_changed",
+        "_clock",
+        "_leases",
+        "_released",
+        "_revision",
+        "_snapshot",
+        "synced",
+    )
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._released: dict[CardId, float] = {}
+        # Built on demand and kept until the next change: every long-poll waiter woken by one
+        # change gets the same snapshot.
+        self._snapshot: ClaimSet | None = None
         self._leases: dict[ServerName, LeaseRecord] = {}
         self._by_pod: dict[PodUID, set[ServerName]] = {}
         self._revision = 0
@@ -111,8 +123,11 @@ class Ledger:
         return self._released.get(CardId(card), float("-inf")) > moment
 
     def claim_set(self) -> ClaimSet:
-        claims = (c for s in sorted(self._leases) for c in self._leases[s].claims)
-        return ClaimSet(revision=self._revision, claims=tuple(claims))
+        """Every stored claim, ordered by server, at the current revision."""
+        if self._snapshot is None or self._snapshot.revision != self._revision:
+            claims = (c for s in sorted(self._leases) for c in self._leases[s].claims)
+            self._snapshot = ClaimSet(revision=self._revision, claims=tuple(claims))
+        return self._snapshot
 
     def apply(self, record: LeaseRecord) -> Change:
         """Take a Lease read from the apiserver (watch event or write reply)."""
