@@ -20,6 +20,7 @@ from rgpu_contracts import Fleet, Server, Topology
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
 from rgpu_discovery import create_app
 from rgpu_discovery.nodes import NodeView, node_view
+from rgpu_discovery.reprobing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Backoff, Settings
 
@@ -165,6 +166,10 @@ class Discovery:
                 topology = await self.topology(since=topology.revision, wait=1.0)
         return topology
 
+    async def reprobe(self, name: str) -> httpx.Response:
+        """``POST /v1/servers/{name}/probe``, the raw response (status, headers, body)."""
+        return await self.client.post(f"/v1/servers/{name}/probe")
+
     async def ready(self, timeout: float = 5.0) -> None:
         """Wait for ``/readyz`` to answer 200."""
         with anyio.fail_after(timeout):
@@ -223,12 +228,17 @@ def start(
         *,
         probe_transport: httpx.AsyncBaseTransport | None = None,
         wait_ready: bool = True,
+        reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
         **overrides: str,
     ) -> AsyncIterator[Discovery]:
         registry = CollectorRegistry()
         settings = make_settings(RGPU_KUBE_URL=sim.url, **overrides)
         app = create_app(
-            settings, probe_transport=probe_transport, registry=registry, watch_backoff=FAST_BACKOFF
+            settings,
+            probe_transport=probe_transport,
+            registry=registry,
+            watch_backoff=FAST_BACKOFF,
+            reprobe_min_interval=reprobe_min_interval,
         )
         async with (
             LifespanManager(app) as manager,

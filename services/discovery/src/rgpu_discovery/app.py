@@ -1,6 +1,7 @@
 """Why this module exists: the composition root — it builds discovery's states, opens its
-clients (apiserver, lupine probes), starts its background tasks (Node watch, probe loop,
-event outbox) in one task group the lifespan owns, and hands the states to the routes.
+clients (apiserver, lupine probes), starts its background tasks (Node watch, shared probes,
+probe loop, event outbox) in one task group the lifespan owns, and hands the states to the
+routes.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from rgpu_runtime import Backoff, Readiness, Settings, create_service_app, kube_
 
 from .catalog import Catalog
 from .fleetstate import FleetState
+from .flights import ProbeFlights
 from .instruments import Instruments
 from .kubeevents import EventOutbox, EventPoster
 from .lupine import LupineProber
 from .notices import NodeNotices
 from .probing import ProbeLoop
+from .reprobing import REPROBE_MIN_INTERVAL, Reprober
 from .routes import ROUTES, Deps, State
 from .topologystate import TopologyState
 from .watching import NodeWatch
@@ -38,14 +41,22 @@ def create_app(
     probe_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
     watch_backoff: Backoff = WATCH_BACKOFF,
+    reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
 ) -> Starlette:
-    """Discovery's ASGI app; ``probe_transport`` replaces the network under the lupine probes."""
+    """Discovery's ASGI app; ``probe_transport`` replaces the network under the lupine probes.
+
+    ``reprobe_min_interval`` (seconds): an on-demand probe of a server probed more recently
+    than this answers with the current state instead of probing. Raises ``ValueError`` when
+    it is negative.
+    """
     registry = CollectorRegistry() if registry is None else registry
     readiness = Readiness()
     fleet = FleetState(default_port=settings.lupine.default_port)
     topology = TopologyState()
     instruments = Instruments.create(registry, fleet, topology)
     timeout = settings.lupine.probe_timeout_seconds
+    if not reprobe_min_interval >= 0:
+        raise ValueError(f"reprobe_min_interval must be >= 0 seconds, got {reprobe_min_interval!r}")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
@@ -69,16 +80,21 @@ def create_app(
                 instruments=instruments,
                 backoff=watch_backoff,
             )
+            flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
             probes = ProbeLoop(
+                fleet=fleet, flights=flights, interval=settings.lupine.probe_interval_seconds
+            )
+            reprober = Reprober(
                 fleet=fleet,
-                prober=prober,
+                flights=flights,
                 instruments=instruments,
-                interval=settings.lupine.probe_interval_seconds,
+                min_interval=reprobe_min_interval,
             )
             await tg.start(outbox.run, EventPoster(kube))
+            await tg.start(flights.run)
             await tg.start(watch.run)
             await tg.start(probes.run)
-            yield {"deps": Deps(fleet=fleet, topology=topology)}
+            yield {"deps": Deps(fleet=fleet, topology=topology, reprober=reprober)}
             tg.cancel_scope.cancel()
 
     return create_service_app(

@@ -10,6 +10,10 @@ Hierarchy::
     RgpuError                          (rgpu_runtime.errors)
      ├── BadRequest
      │    └── BadPollParameter     400  ``since``/``wait`` of a long-poll is unusable
+     ├── NotFound
+     │    └── UnknownServer        404  an on-demand probe names no server of the fleet
+     ├── Conflict
+     │    └── NoEndpoint           409  an on-demand probe names a server without an endpoint
      ├── Unavailable
      │    └── NotListedYet         503  no successful Node list yet, so no fleet to serve
      └── MalformedNode             --   a Node object without the fields every Node has
@@ -17,9 +21,9 @@ Hierarchy::
 
 from __future__ import annotations
 
-from rgpu_runtime.errors import BadRequest, RgpuError, Unavailable
+from rgpu_runtime.errors import BadRequest, Conflict, NotFound, RgpuError, Unavailable
 
-__all__ = ["BadPollParameter", "MalformedNode", "NotListedYet"]
+__all__ = ["BadPollParameter", "MalformedNode", "NoEndpoint", "NotListedYet", "UnknownServer"]
 
 
 class BadPollParameter(BadRequest):
@@ -49,6 +53,36 @@ class NotListedYet(Unavailable):
         )
 
 
+class UnknownServer(NotFound):
+    """Raised when an on-demand probe names a server the fleet does not list.
+
+    ``server`` is the name asked for. The Node may be unlabelled, deleted, or not seen yet.
+    """
+
+    def __init__(self, server: str) -> None:
+        super().__init__(
+            f"no server named {_trim(server)!r} in the fleet: the Node does not exist or lacks "
+            "the hami.io/lupine-server label; check the name against GET /v1/fleet",
+            code="unknown_server",
+        )
+        self.server = server
+
+
+class NoEndpoint(Conflict):
+    """Raised when an on-demand probe names a server that has no lupine endpoint to probe.
+
+    ``server`` is the name; the message carries the fleet's reason (usually no InternalIP).
+    """
+
+    def __init__(self, server: str, reason: str | None) -> None:
+        super().__init__(
+            f"server {server!r} has no lupine endpoint to probe "
+            f"({reason or 'no address known'}); fix the Node's addresses",
+            code="no_endpoint",
+        )
+        self.server = server
+
+
 class MalformedNode(RgpuError):
     """Raised when an apiserver object lacks what every Node has (``metadata.name``).
 
@@ -56,3 +90,8 @@ class MalformedNode(RgpuError):
     """
 
     default_code = "malformed_node"
+
+
+def _trim(text: str) -> str:
+    """A caller-supplied name cut short enough for a message (names are at most 253 chars)."""
+    return text if len(text) <= 253 else text[:250] + "..."

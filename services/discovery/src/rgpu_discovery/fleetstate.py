@@ -80,6 +80,11 @@ class FleetState:
         snap = self.published.value
         return Fleet(revision=snap.revision, observed_at=_observed(snap), servers=snap.values)
 
+    def item(self, name: ServerName) -> Item[Server] | None:
+        """Server ``name`` as last published (value and JSON), or ``None`` when not listed."""
+        entry = self._entries.get(name)
+        return None if entry is None else entry.item
+
     def targets(self) -> dict[ServerName, str]:
         """Every server with an endpoint, to probe."""
         return {name: e.server.endpoint for name, e in self._entries.items() if e.server.endpoint}

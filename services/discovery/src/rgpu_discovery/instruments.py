@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import get_args
+from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -23,10 +23,14 @@ from .fleetstate import FleetState
 from .lupine import ProbeOutcome, ProbeResult
 from .topologystate import TopologyState
 
-__all__ = ["RESTART_CAUSES", "Instruments"]
+__all__ = ["RESTART_CAUSES", "Instruments", "OnDemandOutcome"]
 
 RESTART_CAUSES = ("expired", "error")
 """Why the Node watch started over: ``expired`` (410, relist) or ``error`` (backoff)."""
+OnDemandOutcome = Literal["probed", "coalesced", "rate_limited"]
+"""How an on-demand probe request was served: ``probed`` (it started a probe), ``coalesced``
+(it shared a probe already in flight), ``rate_limited`` (the server was probed moments ago,
+so the current state was the answer)."""
 _EVENT_OUTCOMES = ("posted", "failed", "dropped")
 _PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
 """Seconds; a healthy lupine answers within milliseconds, a hung one at the probe timeout."""
@@ -38,6 +42,7 @@ class Instruments:
 
     probes: Counter
     probe_seconds: Histogram
+    on_demand: Counter
     watch_restarts: Counter
     apiserver_errors: Counter
     events: Counter
@@ -55,6 +60,12 @@ class Instruments:
                 "Time one lupine probe took, fallback included.",
                 registry=registry,
                 buckets=_PROBE_BUCKETS,
+            ),
+            on_demand=_counter(
+                registry,
+                "on_demand_probes_total",
+                "On-demand probe requests (POST /v1/servers/{name}/probe) by outcome.",
+                "outcome",
             ),
             watch_restarts=_counter(
                 registry, "watch_restarts_total", "Node list+watch restarts by cause.", "cause"
@@ -81,10 +92,16 @@ class Instruments:
         self.probes.labels(outcome.result).inc()
         self.probe_seconds.observe(outcome.seconds)
 
+    def requested(self, outcome: OnDemandOutcome) -> None:
+        """Count one on-demand probe request by how it was served."""
+        self.on_demand.labels(outcome).inc()
+
     def _preset(self) -> None:
         # Zero-valued series from the start, so rate() and absence alerts work at once.
         for result in get_args(ProbeResult):
             self.probes.labels(result)
+        for outcome in get_args(OnDemandOutcome):
+            self.on_demand.labels(outcome)
         for cause in RESTART_CAUSES:
             self.watch_restarts.labels(cause)
         for outcome in _EVENT_OUTCOMES:

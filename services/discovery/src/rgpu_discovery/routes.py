@@ -1,8 +1,24 @@
 """Why this module exists: discovery's HTTP surface — the fleet and the topology, each readable
-at once or by long-poll — kept apart from how the state behind it is built.
+at once or by long-poll, and an on-demand re-probe of one server — kept apart from how the
+state behind it is built.
 
-Bodies are the published snapshots' cached JSON (see ``published``), so fifty waiters woken
-by one change cost one serialisation, not fifty.
+* ``GET /v1/fleet[?since=R&wait=S]`` and ``GET /v1/topology[?since=R&wait=S]``: the ``Fleet``
+  and ``Topology`` contracts; with ``since`` the request is held until the revision differs
+  from ``R`` or ``S`` seconds passed (see ``polling``).
+* ``POST /v1/servers/{name}/probe``: probe lupine server ``name`` now, with the periodic
+  probe's code and rules, and answer ``200`` with the ``Server`` contract as now published.
+  The allocator calls it right before refusing a pod because of busy cards (DESIGN §4, "no
+  stale refusals"). A server probed less than a moment ago (0.25 s by default) is not probed
+  again, and concurrent requests share the probe in flight; the ``X-Rgpu-Probe`` header says
+  which happened (``probed``, ``coalesced``, ``rate_limited``). ``404`` for a server the fleet
+  does not list, ``409`` for one without an endpoint, ``503`` (retryable) before the first
+  Node list.
+
+Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
+after a re-probe, the fleet revision once the probe's result was applied, so a caller can
+long-poll ``/v1/fleet`` from it. Fleet and topology bodies are the published snapshots'
+cached JSON (see ``published``), so fifty waiters woken by one change cost one
+serialisation, not fifty.
 """
 
 from __future__ import annotations
@@ -20,11 +36,13 @@ from .encoding import accepts_gzip
 from .fleetstate import FleetState
 from .polling import Poll, answer
 from .published import Published
+from .reprobing import Reprober
 from .topologystate import TopologyState
 
 __all__ = ["ROUTES", "Deps", "State", "deps"]
 
 REVISION_HEADER = "X-Rgpu-Revision"
+PROBE_HEADER = "X-Rgpu-Probe"
 GZIP_MIN_BYTES = 4096
 """Below this, compressing saves less than its header and CPU cost."""
 V = TypeVar("V")
@@ -36,6 +54,7 @@ class Deps:
 
     fleet: FleetState
     topology: TopologyState
+    reprober: Reprober
 
 
 class State(TypedDict):
@@ -63,6 +82,17 @@ async def get_topology(request: Request) -> Response:
     return _json(request, snapshot)
 
 
+async def post_probe(request: Request) -> Response:
+    """``POST /v1/servers/{name}/probe``: probe server ``name`` now; its ``Server`` after."""
+    reprobed = await deps(request).reprober.reprobe(request.path_params["name"])
+    headers = {
+        REVISION_HEADER: str(reprobed.revision),
+        PROBE_HEADER: reprobed.outcome,
+        "Cache-Control": "no-store",
+    }
+    return Response(reprobed.server.json, headers=headers, media_type="application/json")
+
+
 def _json(request: Request, snapshot: Published[V]) -> Response:
     headers = {
         REVISION_HEADER: str(snapshot.revision),
@@ -79,4 +109,5 @@ def _json(request: Request, snapshot: Published[V]) -> Response:
 ROUTES: list[BaseRoute] = [
     Route("/v1/fleet", get_fleet, methods=["GET"]),
     Route("/v1/topology", get_topology, methods=["GET"]),
+    Route("/v1/servers/{name}/probe", post_probe, methods=["POST"]),
 ]

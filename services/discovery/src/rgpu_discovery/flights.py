@@ -1,0 +1,183 @@
+"""Why this module exists: a server is probed for two reasons — the periodic round, and an
+on-demand re-probe the allocator asks for right before it refuses a pod because of busy
+cards — and one probe must never count twice (two counted failures make a server
+unreachable). Every probe goes through here: while a probe of a server is in flight, any
+other caller for that server waits for it instead of probing again, and its result is folded
+into the fleet exactly once, whoever asked.
+
+Probes run in this module's own task group, which the lifespan owns, not in the caller's
+task: a caller that gives up (an HTTP client hanging up) never strands those sharing its
+probe, nor leaves a half-counted result. Results are applied in batches — whatever finished
+together is applied together — so a round over thousands of servers publishes a handful of
+revisions, not thousands.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from opentelemetry import trace
+
+from rgpu_contracts.ids import ServerName
+
+from .fleetstate import FleetState, ProbeReport
+from .instruments import Instruments, OnDemandOutcome
+from .lupine import LupineProber, ProbeOutcome
+
+__all__ = ["ProbeFlights"]
+
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+_NOTEWORTHY = frozenset({"http_error", "bad_body", "timeout", "refused", "unreachable"})
+
+
+class _Flight:
+    """One probe of one endpoint, from launch until its result is in the fleet."""
+
+    __slots__ = ("applied", "endpoint", "landed_at")
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.applied = anyio.Event()
+        self.landed_at: float | None = None
+
+    def in_flight_to(self, endpoint: str) -> bool:
+        """Whether this probe of ``endpoint`` is still running or not yet applied."""
+        return self.endpoint == endpoint and not self.applied.is_set()
+
+    def landed_within(self, endpoint: str, seconds: float, now: float) -> bool:
+        """Whether this probe of ``endpoint`` was applied less than ``seconds`` before ``now``."""
+        landed = self.landed_at
+        return self.endpoint == endpoint and landed is not None and now - landed < seconds
+
+
+Landed = tuple[_Flight, ProbeReport]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Running:
+    tg: TaskGroup
+    send: MemoryObjectSendStream[Landed]
+
+
+class ProbeFlights:
+    """Probes servers for every caller, one probe per server at a time; ``run`` must be running.
+
+    ``clock`` (seconds, monotonic) dates each applied result, for ``reprobe``'s rate limit.
+    """
+
+    def __init__(
+        self,
+        *,
+        fleet: FleetState,
+        prober: LupineProber,
+        instruments: Instruments,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self._fleet = fleet
+        self._prober = prober
+        self._instruments = instruments
+        self._clock = clock
+        # The latest probe of each server, in flight or landed: whom to join, when last probed.
+        self._flights: dict[ServerName, _Flight] = {}
+        self._running: _Running | None = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host the probes and fold their results into the fleet, until cancelled."""
+        send, receive = anyio.create_memory_object_stream[Landed](math.inf)
+        try:
+            # Streams outermost: they must stay open while the task group waits on its tasks.
+            async with send, receive, anyio.create_task_group() as tg:
+                self._running = _Running(tg=tg, send=send)
+                tg.start_soon(self._apply, receive)
+                task_status.started()
+        finally:
+            self._running = None
+            self._release_waiters()
+
+    async def probe(self, server: ServerName, endpoint: str) -> OnDemandOutcome:
+        """Probe ``server`` at ``endpoint``, or share the probe of it already in flight.
+
+        Returns once the result is in the fleet: ``probed`` when this call started the probe,
+        ``coalesced`` when it shared one. Raises ``RuntimeError`` when ``run`` is not running.
+        """
+        flight = self._flights.get(server)
+        outcome: OnDemandOutcome = "coalesced"
+        if flight is None or not flight.in_flight_to(endpoint):
+            flight = self._launch(server, endpoint)
+            outcome = "probed"
+        await flight.applied.wait()
+        return outcome
+
+    async def reprobe(
+        self, server: ServerName, endpoint: str, min_interval: float
+    ) -> OnDemandOutcome:
+        """Like ``probe``, but answers ``rate_limited`` at once, without probing, when a probe
+        of ``endpoint`` was applied less than ``min_interval`` seconds ago."""
+        flight = self._flights.get(server)
+        if flight is not None and flight.landed_within(endpoint, min_interval, self._clock()):
+            return "rate_limited"
+        return await self.probe(server, endpoint)
+
+    def retain(self, servers: Iterable[ServerName]) -> None:
+        """Forget the probe history of every server not in ``servers`` (gone from the fleet)."""
+        for name in self._flights.keys() - set(servers):
+            del self._flights[name]
+
+    def _launch(self, server: ServerName, endpoint: str) -> _Flight:
+        if self._running is None:
+            raise RuntimeError("ProbeFlights.run is not running: start it in the lifespan first")
+        flight = _Flight(endpoint)
+        self._flights[server] = flight
+        self._running.tg.start_soon(self._fly, server, flight, self._running.send)
+        return flight
+
+    async def _fly(
+        self, server: ServerName, flight: _Flight, send: MemoryObjectSendStream[Landed]
+    ) -> None:
+        with tracer.start_as_current_span("discovery.lupine.probe") as span:
+            span.set_attribute("rgpu.server", server)
+            span.set_attribute("rgpu.endpoint", flight.endpoint)
+            outcome = await self._prober.probe(flight.endpoint)
+            span.set_attribute("rgpu.probe.result", outcome.result)
+        self._instruments.probed(outcome)
+        _log(server, flight.endpoint, outcome)
+        send.send_nowait(
+            (flight, ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome))
+        )
+
+    async def _apply(self, receive: MemoryObjectReceiveStream[Landed]) -> None:
+        async for first in receive:
+            batch = [first, *_drain(receive)]
+            self._fleet.apply_probes(report for _, report in batch)
+            now = self._clock()
+            for flight, _ in batch:
+                flight.landed_at = now
+                flight.applied.set()
+
+    def _release_waiters(self) -> None:
+        # At shutdown a probe may never land; its waiters answer with the state as it is.
+        for flight in self._flights.values():
+            flight.applied.set()
+
+
+def _drain(receive: MemoryObjectReceiveStream[Landed]) -> Iterator[Landed]:
+    while True:
+        try:
+            yield receive.receive_nowait()
+        except anyio.WouldBlock:
+            return
+
+
+def _log(server: ServerName, endpoint: str, outcome: ProbeOutcome) -> None:
+    if outcome.result in _NOTEWORTHY:
+        logger.debug(
+            "probe of %s: %s (%s)", endpoint, outcome.result, outcome.detail, extra={"node": server}
+        )

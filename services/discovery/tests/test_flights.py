@@ -1,0 +1,202 @@
+"""Shared probes: one probe per server at a time, counted once, rate-limited for on-demand
+callers only; lupine is a MockTransport whose answers the test releases when it wants."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from rgpu_contracts.ids import ServerName
+from rgpu_discovery.fleetstate import FleetState
+from rgpu_discovery.flights import ProbeFlights
+from rgpu_discovery.instruments import Instruments
+from rgpu_discovery.lupine import LupineProber
+from rgpu_discovery.topologystate import TopologyState
+
+pytestmark = pytest.mark.anyio
+
+GPU_A = ServerName("gpu-a")
+ENDPOINT = "10.0.0.1:14833"
+MOVED = "10.0.0.2:14833"
+USAGE = 'lupine_client_device_memory_used_bytes{device_uuid="GPU-1"} 1024\n'
+
+
+@dataclass(kw_only=True)
+class Lupine:
+    """A MockTransport handler: counts requests, holds each until ``gate`` is set, then
+    answers with ``USAGE`` (or refuses the connection when ``down``)."""
+
+    gate: anyio.Event = field(default_factory=anyio.Event)
+    down: bool = False
+    requests: int = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        await self.gate.wait()
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, text=USAGE)
+
+
+@dataclass(kw_only=True)
+class Clock:
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rig:
+    fleet: FleetState
+    flights: ProbeFlights
+    lupine: Lupine
+    clock: Clock
+
+    def server(self):
+        item = self.fleet.item(GPU_A)
+        assert item is not None
+        return item.value
+
+
+@pytest.fixture
+async def rig(build) -> AsyncIterator[Rig]:
+    fleet = FleetState(default_port=14833)
+    node = build.node("gpu-a", annotation=build.register(build.card("GPU-1")))
+    fleet.replace_all([build.view(node)])
+    instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
+    lupine, clock = Lupine(), Clock()
+    transport = httpx.MockTransport(lupine)
+    async with (
+        LupineProber(timeout=5.0, transport=transport) as prober,
+        anyio.create_task_group() as tg,
+    ):
+        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments, clock=clock)
+        await tg.start(flights.run)
+        yield Rig(fleet=fleet, flights=flights, lupine=lupine, clock=clock)
+        tg.cancel_scope.cancel()
+
+
+async def shared(rig: Rig, second_is_reprobe: bool) -> list[str]:
+    """A periodic probe, then a second caller while it is in flight; then release lupine."""
+    outcomes: list[str] = []
+
+    async def periodic() -> None:
+        outcomes.append(await rig.flights.probe(GPU_A, ENDPOINT))
+
+    async def second() -> None:
+        if second_is_reprobe:
+            outcomes.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
+        else:
+            outcomes.append(await rig.flights.probe(GPU_A, ENDPOINT))
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(periodic)
+            await anyio.sleep(0.02)
+            tg.start_soon(second)
+            await anyio.sleep(0.02)
+            rig.lupine.gate.set()
+    return outcomes
+
+
+@pytest.mark.parametrize("second_is_reprobe", [True, False])
+async def test_a_failure_shared_by_two_callers_counts_once(rig: Rig, second_is_reprobe) -> None:
+    rig.lupine.down = True
+    outcomes = await shared(rig, second_is_reprobe)
+    assert (outcomes, rig.lupine.requests) == (["probed", "coalesced"], 1)
+    assert rig.server().reachable
+    assert await rig.flights.probe(GPU_A, ENDPOINT) == "probed"
+    assert not rig.server().reachable
+
+
+async def test_shared_success_replaces_the_busy_set_for_both_callers(rig: Rig) -> None:
+    revision = rig.fleet.snapshot().revision
+    outcomes = await shared(rig, second_is_reprobe=True)
+    assert outcomes == ["probed", "coalesced"]
+    assert (rig.server().busy, rig.fleet.snapshot().revision) == ({"GPU-1"}, revision + 1)
+
+
+async def test_reprobe_within_min_interval_is_rate_limited_until_it_passes(rig: Rig) -> None:
+    rig.lupine.gate.set()
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25) == "probed"
+    rig.clock.now += 0.2
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25) == "rate_limited"
+    assert rig.lupine.requests == 1
+    rig.clock.now += 0.05
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25) == "probed"
+    assert rig.lupine.requests == 2
+
+
+async def test_periodic_probe_is_never_rate_limited(rig: Rig) -> None:
+    rig.lupine.gate.set()
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "probed"
+    assert await rig.flights.probe(GPU_A, ENDPOINT) == "probed"
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "rate_limited"
+    assert rig.lupine.requests == 2
+
+
+async def test_moved_endpoint_is_probed_again_at_once(rig: Rig) -> None:
+    rig.lupine.gate.set()
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "probed"
+    assert await rig.flights.reprobe(GPU_A, MOVED, 60) == "probed"
+    assert rig.lupine.requests == 2
+
+
+async def test_forgotten_server_is_no_longer_rate_limited(rig: Rig) -> None:
+    rig.lupine.gate.set()
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "probed"
+    rig.flights.retain([ServerName("gpu-b")])
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "probed"
+    rig.flights.retain([GPU_A])
+    assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "rate_limited"
+
+
+async def test_caller_giving_up_does_not_strand_the_callers_sharing_its_probe(rig: Rig) -> None:
+    joined: list[str] = []
+
+    async def join() -> None:
+        joined.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            with anyio.move_on_after(0.05):
+                tg.start_soon(join)
+                await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25)
+            rig.lupine.gate.set()
+    assert joined == ["coalesced"]
+    assert rig.server().busy == {"GPU-1"}
+
+
+async def test_probe_before_run_is_a_clear_error() -> None:
+    fleet = FleetState(default_port=14833)
+    instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
+    async with LupineProber(timeout=1.0) as prober:
+        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
+        with pytest.raises(RuntimeError, match=r"ProbeFlights\.run is not running"):
+            await flights.probe(GPU_A, ENDPOINT)
+
+
+async def test_waiters_are_released_when_run_stops() -> None:
+    fleet = FleetState(default_port=14833)
+    instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
+    lupine = Lupine()
+    async with LupineProber(timeout=5.0, transport=httpx.MockTransport(lupine)) as prober:
+        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
+        outcomes: list[str] = []
+
+        async def wait() -> None:
+            outcomes.append(await flights.probe(GPU_A, ENDPOINT))
+
+        with anyio.fail_after(2):
+            async with anyio.create_task_group() as outer, anyio.create_task_group() as inner:
+                await inner.start(flights.run)
+                outer.start_soon(wait)
+                await anyio.sleep(0.02)
+                inner.cancel_scope.cancel()
+    assert (outcomes, lupine.requests) == (["probed"], 1)
