@@ -87,6 +87,8 @@ class ProbeFlights:
         self._clock = clock
         # The latest probe of each server, in flight or landed: whom to join, when last probed.
         self._flights: dict[ServerName, _Flight] = {}
+        # Every probe not yet applied, including any whose server moved or left since.
+        self._airborne: set[_Flight] = set()
         self._running: _Running | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -105,8 +107,9 @@ class ProbeFlights:
     async def probe(self, server: ServerName, endpoint: str) -> OnDemandOutcome:
         """Probe ``server`` at ``endpoint``, or share the probe of it already in flight.
 
-        Returns once the result is in the fleet: ``probed`` when this call started the probe,
-        ``coalesced`` when it shared one. Raises ``RuntimeError`` when ``run`` is not running.
+        Returns once the result is in the fleet (or ``run`` stopped): ``probed`` when this
+        call started the probe, ``coalesced`` when it shared one. Raises ``RuntimeError`` when
+        ``run`` is not running.
         """
         flight = self._flights.get(server)
         outcome: OnDemandOutcome = "coalesced"
@@ -136,6 +139,7 @@ class ProbeFlights:
             raise RuntimeError("ProbeFlights.run is not running: start it in the lifespan first")
         flight = _Flight(endpoint)
         self._flights[server] = flight
+        self._airborne.add(flight)
         self._running.tg.start_soon(self._fly, server, flight, self._running.send)
         return flight
 
@@ -161,11 +165,13 @@ class ProbeFlights:
             for flight, _ in batch:
                 flight.landed_at = now
                 flight.applied.set()
+                self._airborne.discard(flight)
 
     def _release_waiters(self) -> None:
         # At shutdown a probe may never land; its waiters answer with the state as it is.
-        for flight in self._flights.values():
+        for flight in self._airborne:
             flight.applied.set()
+        self._airborne.clear()
 
 
 def _drain(receive: MemoryObjectReceiveStream[Landed]) -> Iterator[Landed]:
