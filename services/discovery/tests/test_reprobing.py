@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from rgpu_contracts import Server
+from rgpu_discovery import create_app
 from rgpu_kubesim.lupine import run_lupine
 
 pytestmark = pytest.mark.anyio
@@ -238,3 +239,8 @@ async def test_get_is_not_allowed_on_the_probe_route(sim, start, build) -> None:
     async with start() as discovery:
         response = await discovery.client.get("/v1/servers/gpu-a/probe")
     assert (response.status_code, response.json()["code"]) == (405, "method_not_allowed")
+
+
+def test_negative_min_interval_is_refused_naming_it(make_settings) -> None:
+    with pytest.raises(ValueError, match="reprobe_min_interval must be >= 0"):
+        create_app(make_settings(), reprobe_min_interval=-0.1)
