@@ -1,0 +1,229 @@
+"""End to end: the whole stack as processes on loopback — kubesim with its scheduler and kubelet
+emulators in this process, the four services as separate processes, pods admitted through the TLS
+webhook. Verdicts come from what the emulated kubelet saw, not from rgpu's own bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import uvicorn
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rgpu_cli.checks import check_endpoints, check_no_sharing
+from rgpu_cli.stack import Stack, StackOptions, run_stack
+from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
+from rgpu_kubesim.kubelet import KubeletConfig
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+def _pods(
+    count: int, *, seed: int, run: tuple[float, float], max_cards: int = 1
+) -> tuple[PodPlan, ...]:
+    spec = WorkloadSpec(
+        pods=count,
+        seed=seed,
+        max_cards=max_cards,
+        run_seconds=run,
+        mean_gap_seconds=0.01,
+        memory_mib_choices=(8192,),
+        multi_container_share=0.0,
+    )
+    return plan_workload(spec)
+
+
+async def _submit(stack: Stack, plans: tuple[PodPlan, ...]) -> None:
+    for plan in plans:
+        response = await stack.create_pod(plan.manifest())
+        assert response.status_code == 201, response.text
+
+
+def _phases(stack: Stack) -> dict[str, str]:
+    return {r.key: r.phase for r in stack.kubelet.records.values()}
+
+
+async def _until(predicate: Any, timeout: float, what: str) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.05)
+
+
+def _assert_clean_run(stack: Stack) -> None:
+    records = list(stack.kubelet.records.values())
+    sharing = check_no_sharing(
+        records, time.monotonic(), per_card=stack.options.granularity == "card"
+    )
+    assert sharing.passed, sharing.detail
+    endpoints = check_endpoints(records, stack.fleet.endpoints())
+    assert endpoints.passed, endpoints.detail
+
+
+def _options(**changes: Any) -> StackOptions:
+    base: dict[str, Any] = {
+        "servers": 3,
+        "cards": 2,
+        "clients": 4,
+        "seed": 3,
+        "probe_interval_seconds": 0.5,
+        "kubelet": KubeletConfig(start_delay_seconds=0.1),
+        # The deployed scheduler runs with podMaxBackoffSeconds: 2 (k8s/base); so does this one.
+        "max_backoff_seconds": 2.0,
+    }
+    base.update(changes)
+    return StackOptions(**base)
+
+
+async def test_a_workload_that_saturates_the_fleet_drains_without_sharing() -> None:
+    plans = _pods(9, seed=5, run=(0.5, 1.5))
+    async with run_stack(_options()) as stack:
+        await _submit(stack, plans)
+        await _until(
+            lambda: list(_phases(stack).values()).count("Succeeded") == 9, 90, "all pods done"
+        )
+        _assert_clean_run(stack)
+
+
+def _record(stack: Stack, key: str) -> Any:
+    return next((r for r in stack.kubelet.records.values() if r.key == key), None)
+
+
+@pytest.mark.parametrize("how", ["finishes", "is deleted"])
+async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str) -> None:
+    holder, parked = _pods(2, seed=8, run=(4.0, 4.0))
+    async with run_stack(_options(servers=1)) as stack:
+        await _submit(stack, (holder,))
+        await _until(
+            lambda: (
+                (r := _record(stack, holder.namespace + "/" + holder.name)) is not None
+                and r.phase == "Running"
+            ),
+            30,
+            "holder running",
+        )
+        await _submit(stack, (parked,))
+        parked_key = f"{parked.namespace}/{parked.name}"
+        await _until(
+            lambda: any(
+                r.key == parked_key and r.refusals for r in stack.scheduler.records.values()
+            ),
+            10,
+            "parked pod refused",
+        )
+        holder_key = f"{holder.namespace}/{holder.name}"
+        if how == "is deleted":
+            await stack.apiserver.delete(
+                f"/api/v1/namespaces/{holder.namespace}/pods/{holder.name}"
+            )
+            freed = time.monotonic()
+        else:
+            await _until(
+                lambda: _record(stack, holder_key).finished_at is not None, 20, "holder finished"
+            )
+            freed = _record(stack, holder_key).finished_at
+        await _until(
+            lambda: any(
+                r.key == parked_key and r.bound_at for r in stack.scheduler.records.values()
+            ),
+            15,
+            "parked pod bound",
+        )
+        bound_at = next(r.bound_at for r in stack.scheduler.records.values() if r.key == parked_key)
+        assert bound_at - freed <= 2.0, (
+            f"parked pod bound {bound_at - freed:.2f}s after capacity freed"
+        )
+        _assert_clean_run(stack)
+
+
+class _Receiver:
+    """An OTLP/HTTP trace receiver on loopback."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, bytes, str]] = []
+
+    async def traces(self, request: Request) -> Response:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.body())
+        for resource_spans in message.resource_spans:
+            service = next(
+                (
+                    a.value.string_value
+                    for a in resource_spans.resource.attributes
+                    if a.key == "service.name"
+                ),
+                "",
+            )
+            for scope in resource_spans.scope_spans:
+                self.spans.extend((service, span.trace_id, span.name) for span in scope.spans)
+        return Response(status_code=200)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[_Receiver, str]]:
+    sink = _Receiver()
+    app = Starlette(routes=[Route("/v1/traces", sink.traces, methods=["POST"])])
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        await _until(lambda: server.started, 10, "receiver started")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield sink, f"http://127.0.0.1:{port}"
+        server.should_exit = True
+
+
+async def test_one_trace_spans_extender_and_allocator_for_a_filter(
+    receiver: tuple[_Receiver, str],
+) -> None:
+    sink, url = receiver
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    options = _options(servers=1, extra_env={"extender": otel, "allocator": otel})
+    (plan,) = _pods(1, seed=9, run=(0.5, 0.5))
+    async with run_stack(options) as stack:
+        await _submit(stack, (plan,))
+        await _until(
+            lambda: _phases(stack).get(f"{plan.namespace}/{plan.name}") == "Succeeded",
+            30,
+            "pod done",
+        )
+
+        def joined() -> bool:
+            by_trace: dict[bytes, set[str]] = {}
+            for service, trace_id, _name in sink.spans:
+                by_trace.setdefault(trace_id, set()).add(service)
+            filters = {
+                t for s, t, n in sink.spans if s == "rgpu-extender" and "filter" in n.lower()
+            }
+            return any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
+
+        await _until(joined, 15, "a filter trace with allocator spans")
+
+
+async def test_killing_allocator_and_extender_mid_run_loses_no_booking() -> None:
+    plans = _pods(12, seed=11, run=(1.0, 2.5))
+    async with run_stack(_options()) as stack:
+        await _submit(stack, plans)
+        await _until(
+            lambda: sum(r.bound_at is not None for r in stack.scheduler.records.values()) >= 3,
+            30,
+            "first pods bound",
+        )
+        await stack.restart("allocator", hard=True)
+        await _until(
+            lambda: list(_phases(stack).values()).count("Succeeded") >= 5,
+            60,
+            "progress after restart",
+        )
+        await stack.restart("extender", hard=True)
+        await _until(
+            lambda: list(_phases(stack).values()).count("Succeeded") == 12, 90, "all pods done"
+        )
+        _assert_clean_run(stack)
