@@ -84,12 +84,11 @@ def render_explanation(explanation: Explanation) -> Group:
         parts.append(Text(f"bound to {explanation.node}"))
     if explanation.allocation is not None:
         a = explanation.allocation
-        parts.append(
-            Text(
-                f"fits now: server {a.server} at {a.endpoint}, cards {', '.join(a.cards)}",
-                style="green",
-            )
-        )
+        # The allocator is idempotent per pod: a pod that already holds a claim gets it back.
+        verb = "holds" if explanation.node or a.state.value != "booked" else "fits now:"
+        cards = ", ".join(a.cards)
+        line = f"{verb} server {a.server} at {a.endpoint} ({a.state.value}), cards {cards}"
+        parts.append(Text(line, style="green"))
     if explanation.nofit is not None:
         parts.append(Text(f"no server fits: {explanation.nofit.message}", style="red"))
         table = Table("server", "reasons", "detail")
