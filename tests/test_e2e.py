@@ -12,15 +12,19 @@ import anyio
 import pytest
 import uvicorn
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from rich.console import Console
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_cli.checks import check_endpoints, check_no_sharing
+from rgpu_cli.explain import explain
 from rgpu_cli.stack import Stack, StackOptions, run_stack
+from rgpu_cli.status import fetch_snapshot, status_table
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
+from rgpu_runtime import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -227,3 +231,29 @@ async def test_killing_allocator_and_extender_mid_run_loses_no_booking() -> None
             lambda: list(_phases(stack).values()).count("Succeeded") == 12, 90, "all pods done"
         )
         _assert_clean_run(stack)
+
+
+async def test_status_and_explain_show_the_holder_and_why_the_other_pod_waits() -> None:
+    holder, waiting = _pods(2, seed=12, run=(6.0, 6.0))
+    async with run_stack(_options(servers=1)) as stack:
+        await _submit(stack, (holder,))
+        holder_key = f"{holder.namespace}/{holder.name}"
+        await _until(
+            lambda: (r := _record(stack, holder_key)) is not None and r.phase == "Running",
+            30,
+            "run",
+        )
+        await _submit(stack, (waiting,))
+
+        snapshot = await fetch_snapshot(stack.url("discovery"), stack.url("allocator"))
+        assert [c.pod.key for c in snapshot.claims.claims] == [holder_key]
+        rendered = Console(width=200, record=True)
+        rendered.print(status_table(snapshot))
+        assert "bound" in rendered.export_text()
+
+        env = {"RGPU_KUBE_URL": stack.sim.url, "RGPU_ALLOCATOR_URL": stack.url("allocator")}
+        settings = Settings.from_env(env, service="extender")
+        explanation = await explain(settings, waiting.namespace, waiting.name)
+        assert explanation.nofit is not None
+        assert "ExclusiveDeviceAllocateConflict" in explanation.nofit.message
+        assert [v.server for v in explanation.nofit.servers] == list(stack.fleet.endpoints())
