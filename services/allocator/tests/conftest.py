@@ -153,8 +153,13 @@ def build() -> Build:
 # --- the running service: kubesim over real HTTP, a fake discovery at the transport -------
 
 
+_PROBE = re.compile(r"/v1/servers/([^/]+)/probe")
+
+
 class FakeDiscovery:
-    """Serves ``Fleet`` and ``Topology`` JSON with discovery's long-poll rules.
+    """Serves ``Fleet`` and ``Topology`` JSON with discovery's long-poll rules, and answers
+    ``POST /v1/servers/{name}/probe`` with ``probed[name]`` (else the server as published)
+    or with ``probe_status`` when that is not 200; ``probes`` lists the servers asked for.
 
     Use ``handler`` with ``httpx.MockTransport`` (in-process apps) or ``asgi()`` behind a
     loopback server (subprocess allocators).
@@ -165,6 +170,9 @@ class FakeDiscovery:
         self.topology = topology or Topology(revision=1, nodes=())
         self.available = True
         self.closed = False
+        self.probed: dict[str, Server] = {}
+        self.probe_status = 200
+        self.probes: list[str] = []
         self._changed: anyio.Event | None = None
 
     def close(self) -> None:
@@ -197,9 +205,21 @@ class FakeDiscovery:
             current = self.fleet if path.endswith("fleet") else self.topology
         return 200, orjson.dumps(current.to_dict())
 
+    def probe(self, name: str) -> tuple[int, bytes]:
+        self.probes.append(name)
+        found = self.probed.get(name) or self.fleet.server(name)
+        if self.probe_status != 200 or found is None:
+            status = self.probe_status if found is not None else 404
+            return status, b'{"code": "probe", "message": "not probed", "retryable": false}'
+        return 200, orjson.dumps(found.to_dict())
+
     async def handler(self, request: httpx.Request) -> httpx.Response:
         params = request.url.params
-        status, body = await self.answer(request.url.path, params.get("since"), params.get("wait"))
+        path = request.url.path
+        if request.method == "POST" and (probe := _PROBE.fullmatch(path)) is not None:
+            status, body = self.probe(probe.group(1))
+        else:
+            status, body = await self.answer(path, params.get("since"), params.get("wait"))
         return httpx.Response(status, content=body, headers={"content-type": "application/json"})
 
     def asgi(self) -> Starlette:
@@ -208,7 +228,15 @@ class FakeDiscovery:
             status, body = await self.answer(request.url.path, q.get("since"), q.get("wait"))
             return Response(body, status, media_type="application/json")
 
-        routes = [Route("/v1/fleet", endpoint), Route("/v1/topology", endpoint)]
+        async def probe(request: Request) -> Response:
+            status, body = self.probe(request.path_params["name"])
+            return Response(body, status, media_type="application/json")
+
+        routes = [
+            Route("/v1/fleet", endpoint),
+            Route("/v1/topology", endpoint),
+            Route("/v1/servers/{name}/probe", probe, methods=["POST"]),
+        ]
         return Starlette(routes=routes)
 
 

@@ -289,3 +289,38 @@ def test_blocked_servers_are_listed_in_preference_order(build):
     servers = [build.server("a", cards=4), build.server("b", cards=2)]
     result = decide(build, servers, held=held)
     assert result.blocked_by_claims == ("b", "a")
+
+
+@pytest.mark.parametrize("granularity", ["server", "card"])
+def test_servers_only_busy_reports_block_are_listed_best_first(build, granularity):
+    servers = [build.server("big", cards=8, busy=range(8)), build.server("a", busy=range(4))]
+    result = decide(build, servers, granularity=granularity)
+    assert isinstance(result, Refusal)
+    assert result.blocked_by_busy == ("a", "big")
+    assert result.blocked_by_claims == ()
+
+
+def test_busy_server_also_held_by_a_claim_is_not_listed_as_blocked_by_busy(build):
+    servers = [build.server("a", busy=(0,)), build.server("b", cards=2, busy=(1,))]
+    result = decide(build, servers, held=Held(build, {"a": (1,)}))
+    assert isinstance(result, Refusal)
+    assert result.blocked_by_busy == ("b",)
+
+
+def test_busy_server_too_small_anyway_is_not_listed_as_blocked_by_busy(build):
+    servers = [build.server("a", cards=1, busy=(0,))]
+    result = decide(build, servers, build.container(count=2))
+    assert isinstance(result, Refusal)
+    assert result.blocked_by_busy == ()
+
+
+def test_view_with_fresh_servers_replaces_only_those_servers(build):
+    view = FleetView.build(build.fleet(build.server("a", busy=(0,)), build.server("b")), None, KEYS)
+    fresh = view.with_servers([build.server("a"), build.server("elsewhere")])
+    assert fresh.facts["a"].busy == frozenset()
+    assert (
+        fresh.facts["b"] is not view.facts["b"]
+        and fresh.facts["b"].server == view.facts["b"].server
+    )
+    assert set(fresh.facts) == {"a", "b"}
+    assert view.facts["a"].busy and fresh.fleet.revision == view.fleet.revision

@@ -5,7 +5,8 @@ durably — is the heart of rgpu, and its rules are subtle enough to deserve the
 * the choice is made on the cached state, the booking is a compare-and-swap on the chosen
   server's Lease that re-checks the fit on the Lease as the apiserver holds it; losing the
   race means deciding again (another server, or the same one if still free);
-* no stale refusal: a refusal caused by claims first re-validates the blockers;
+* no stale refusal: a refusal caused by claims first re-validates the blockers, and one
+  caused only by lupine's busy reports first has discovery probe those servers again;
 * replicas racing on the same pod settle on one server (``settle``).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, replace
 
 from opentelemetry import trace
 
@@ -24,7 +26,9 @@ from .core import Core, winner
 from .demand import Demand, demand_of
 from .errors import Contended
 from .fitting import fit
+from .fleetview import FleetView
 from .leases import LeaseRecord
+from .reprobing import Reprober
 from .revalidating import Revalidator
 from .settling import settle
 
@@ -43,16 +47,42 @@ class _Lost(Exception):
 
 
 class _Again:
-    """Decide once more: a blocked server was re-validated, or the booking race was lost."""
+    """Decide once more: a blocked server was re-validated or re-probed (``fresh``: the view
+    with its new state), or the booking race was lost."""
 
-    __slots__ = ("revalidated",)
+    __slots__ = ("fresh", "revalidated")
 
-    def __init__(self, *, revalidated: bool) -> None:
+    def __init__(self, *, revalidated: bool = False, fresh: FleetView | None = None) -> None:
         self.revalidated = revalidated
+        self.fresh = fresh
 
 
-def _decide(core: Core, request: AllocationRequest, demand: Demand) -> Choice | Refusal:
-    view = core.require_view()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Checks:
+    """The fresh looks a refusal may still take; each is taken at most once per request."""
+
+    revalidator: Revalidator | None
+    reprober: Reprober | None
+
+    def after(self, again: _Again) -> _Checks:
+        revalidator = None if again.revalidated else self.revalidator
+        reprober = None if again.fresh is not None else self.reprober
+        return replace(self, revalidator=revalidator, reprober=reprober)
+
+    async def recheck(self, view: FleetView, refusal: Refusal) -> _Again | None:
+        """Look again at what blocked the servers that nearly fit; ``None`` if nothing moved."""
+        claimed, busy = refusal.blocked_by_claims, refusal.blocked_by_busy
+        if self.revalidator is not None and claimed and await self.revalidator.revalidate(claimed):
+            return _Again(revalidated=True)
+        fresh = (
+            await self.reprober.refresh(view, busy) if self.reprober is not None and busy else None
+        )
+        return _Again(fresh=fresh) if fresh is not None else None
+
+
+def _decide(
+    core: Core, request: AllocationRequest, demand: Demand, view: FleetView
+) -> Choice | Refusal:
     started = time.perf_counter()
     with tracer.start_as_current_span("choose"):
         outcome = choose(
@@ -142,14 +172,12 @@ async def _held(core: Core, request: AllocationRequest) -> Allocation | None:
 
 
 async def _round(
-    core: Core, request: AllocationRequest, demand: Demand, revalidator: Revalidator | None
+    core: Core, request: AllocationRequest, demand: Demand, checks: _Checks, fresh: FleetView | None
 ) -> Allocation | NoFit | _Again:
-    outcome = _decide(core, request, demand)
+    view = fresh if fresh is not None else core.require_view()
+    outcome = _decide(core, request, demand, view)
     if isinstance(outcome, Refusal):
-        blocked = outcome.blocked_by_claims
-        if revalidator is not None and blocked and await revalidator.revalidate(blocked):
-            return _Again(revalidated=True)
-        return _refuse(core, request, outcome)
+        return await checks.recheck(view, outcome) or _refuse(core, request, outcome)
     if request.dry_run:
         return _preview(core, request, outcome)
     booked = await _book(core, request, demand, outcome)
@@ -163,7 +191,7 @@ async def _round(
 
 
 async def allocate(
-    core: Core, request: AllocationRequest, revalidator: Revalidator
+    core: Core, request: AllocationRequest, revalidator: Revalidator, reprober: Reprober
 ) -> Allocation | NoFit:
     """Choose and (unless ``dry_run``) book a server for ``request.pod``.
 
@@ -180,22 +208,23 @@ async def allocate(
     }
     with tracer.start_as_current_span("allocate", attributes=attributes):
         async with core.pod_locks.hold(request.pod.uid):
-            return await _allocate(core, request, revalidator)
+            return await _allocate(
+                core, request, _Checks(revalidator=revalidator, reprober=reprober)
+            )
 
 
-async def _allocate(
-    core: Core, request: AllocationRequest, revalidator: Revalidator
-) -> Allocation | NoFit:
+async def _allocate(core: Core, request: AllocationRequest, checks: _Checks) -> Allocation | NoFit:
     held = await _held(core, request)
     if held is not None:
         return held
     demand = demand_of(request.containers)
-    # Fresh reads happen at most once per request; later rounds decide on what they found.
-    checker: Revalidator | None = revalidator
+    # Fresh reads and re-probes happen at most once per request; later rounds decide on what
+    # they found (a re-probed view stays in use: it is fresher than the cached fleet for them).
+    fresh: FleetView | None = None
     for _ in range(ROUNDS):
-        answer = await _round(core, request, demand, checker)
+        answer = await _round(core, request, demand, checks, fresh)
         if not isinstance(answer, _Again):
             return answer
-        if answer.revalidated:
-            checker = None
+        checks = checks.after(answer)
+        fresh = answer.fresh if answer.fresh is not None else fresh
     raise Contended(f"could not book a server for {request.pod.key}: every choice was taken")

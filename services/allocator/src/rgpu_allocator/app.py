@@ -29,6 +29,7 @@ from .ledger import Ledger
 from .pods import PodIndex
 from .reconciling import Reconciler
 from .repairing import Repairer
+from .reprobing import Reprober
 from .revalidating import Revalidator
 from .routes import ROUTES, Deps, State
 from .service import AllocatorService
@@ -95,7 +96,10 @@ def create_app(
                 await tg.start(Sweeper(core, reconciler, repairer).run)
                 readiness.set_ready()
                 service = AllocatorService(
-                    core=core, revalidator=Revalidator(core), finder=Finder(core)
+                    core=core,
+                    revalidator=Revalidator(core),
+                    reprober=Reprober(discovery, instruments),
+                    finder=Finder(core),
                 )
                 yield {"deps": Deps(service=service)}
                 tg.cancel_scope.cancel()

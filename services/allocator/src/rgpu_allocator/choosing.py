@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
 
 from .demand import Demand
-from .fitting import Fit, Granularity, Holdings, fit, verdict
+from .fitting import BusyIgnored, Fit, Granularity, Holdings, fit, verdict
 from .fleetview import FleetView, ServerFacts
 from .locality import tiers
 
@@ -35,10 +35,13 @@ class Choice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Refusal:
-    """Nothing fits: the reasons, plus the servers only claims stand in the way of, best first."""
+    """Nothing fits: the reasons, plus the servers only claims (or only lupine's busy reports)
+    stand in the way of, best first."""
 
     nofit: NoFit
     blocked_by_claims: tuple[ServerName, ...]
+    blocked_by_busy: tuple[ServerName, ...] = ()
+    """Servers that would fit if lupine reported no client on them (claims still count)."""
 
 
 def _best(
@@ -103,6 +106,33 @@ def _nofit(verdicts: Sequence[ServerVerdict], total: int) -> NoFit:
     return NoFit(reasons=reasons, total=total, servers=tuple(verdicts))
 
 
+def _best_first(
+    servers: list[ServerFacts], view: FleetView, candidates: tuple[NodeName, ...]
+) -> tuple[ServerName, ...]:
+    ranked = tiers(view, candidates)
+    depth = len(view.topology_keys)
+    servers.sort(key=lambda f: (ranked.get(f.name, depth), len(f.healthy), f.name))
+    return tuple(f.name for f in servers)
+
+
+def _only_claims_block(
+    view: FleetView, demand: Demand, held: Holdings, granularity: Granularity
+) -> list[ServerFacts]:
+    free = held.without_claims()
+    return [
+        f
+        for f in view.order
+        if (held.blocking(f.name) or held.problem(f.name)) and fit(f, demand, free, granularity)
+    ]
+
+
+def _only_busy_blocks(
+    view: FleetView, demand: Demand, held: Holdings, granularity: Granularity
+) -> list[ServerFacts]:
+    idle = BusyIgnored(held)
+    return [f for f in view.order if held.busy(f) and fit(f, demand, idle, granularity)]
+
+
 def _refuse(
     view: FleetView,
     demand: Demand,
@@ -112,17 +142,12 @@ def _refuse(
 ) -> Refusal:
     verdicts = [verdict(f, demand, held, granularity) for f in view.order]
     verdicts.sort(key=lambda v: v.server)
-    ranked = tiers(view, candidates)
-    free = held.without_claims()
-    blocked = [
-        f
-        for f in view.order
-        if (held.blocking(f.name) or held.problem(f.name)) and fit(f, demand, free, granularity)
-    ]
-    depth = len(view.topology_keys)
-    blocked.sort(key=lambda f: (ranked.get(f.name, depth), len(f.healthy), f.name))
+    claimed = _only_claims_block(view, demand, held, granularity)
+    busy = _only_busy_blocks(view, demand, held, granularity)
     return Refusal(
-        nofit=_nofit(verdicts, view.total_cards), blocked_by_claims=tuple(f.name for f in blocked)
+        nofit=_nofit(verdicts, view.total_cards),
+        blocked_by_claims=_best_first(claimed, view, candidates),
+        blocked_by_busy=_best_first(busy, view, candidates),
     )
 
 

@@ -3,16 +3,18 @@ long-poll, and a slow or absent discovery must surface as one typed error, never
 
 ``GET /v1/fleet`` (and ``/v1/topology``) answers at once; with ``?since=R&wait=S`` it answers
 when the revision differs from ``R`` or after ``S`` seconds with the current value.
+``POST /v1/servers/{name}/probe`` probes one lupine server now and answers its fresh state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import TypeVar
+from urllib.parse import quote
 
 import httpx
 
-from rgpu_contracts import Fleet, Topology
+from rgpu_contracts import Fleet, Server, Topology
 from rgpu_runtime import Unavailable, UpstreamError, request_json
 
 from .errors import DiscoveryUnavailable
@@ -26,6 +28,9 @@ GRACE_SECONDS = 5.0
 """Extra seconds past the hold before the call counts as hung."""
 
 T = TypeVar("T")
+
+NOTHING_TO_PROBE = frozenset({404, 409})
+"""Discovery's answers for a server it cannot probe: unknown name, or no endpoint."""
 
 
 class DiscoveryClient:
@@ -47,6 +52,25 @@ class DiscoveryClient:
     async def topology(self, since: int | None, wait: float = POLL_WAIT_SECONDS) -> Topology:
         """Client nodes' topology labels, long-polled like ``fleet``."""
         return await self._poll("/v1/topology", since, wait, Topology.from_dict)
+
+    async def probe(self, server: str, timeout: float) -> Server | None:
+        """``server``'s state after discovery probed its lupine now (or a moment ago).
+
+        ``None`` when discovery has nothing to probe (unknown server, no endpoint). Raises
+        ``DiscoveryUnavailable`` when discovery cannot be reached within ``timeout``, is not
+        ready, or answers something that is not a ``Server``.
+        """
+        path = f"/v1/servers/{quote(server, safe='')}/probe"
+        try:
+            return await request_json(
+                self._http, "POST", path, decode=Server.from_dict, timeout=timeout
+            )
+        except UpstreamError as exc:
+            if exc.peer_status in NOTHING_TO_PROBE:
+                return None
+            raise DiscoveryUnavailable(f"discovery {path}: {exc.message}") from exc
+        except Unavailable as exc:
+            raise DiscoveryUnavailable(f"discovery {path}: {exc.message}") from exc
 
     async def _poll(
         self, path: str, since: int | None, wait: float, decode: Callable[[Mapping[str, object]], T]

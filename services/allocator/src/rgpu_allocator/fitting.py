@@ -16,7 +16,7 @@ from rgpu_contracts import Card, CardId, Claim, Reason, ReasonCount, ServerVerdi
 from .demand import Demand
 from .fleetview import ServerFacts
 
-__all__ = ["Fit", "Granularity", "Holdings", "Unclaimed", "fit", "verdict"]
+__all__ = ["BusyIgnored", "Fit", "Granularity", "Holdings", "Unclaimed", "fit", "verdict"]
 
 Granularity = Literal["server", "card"]
 
@@ -52,6 +52,31 @@ class Unclaimed:
 
     def without_claims(self) -> Unclaimed:
         return self
+
+
+class BusyIgnored:
+    """``held`` as if lupine reported no client anywhere: which servers only busy reports keep
+    from a pod (those are worth asking discovery to probe again)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: Holdings) -> None:
+        self._held = held
+
+    def blocking(self, server: str) -> tuple[Claim, ...]:
+        return self._held.blocking(server)
+
+    def problem(self, server: str) -> str | None:
+        return self._held.problem(server)
+
+    def taken(self, server: str) -> frozenset[CardId]:
+        return self._held.taken(server)
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        return frozenset()
+
+    def without_claims(self) -> Holdings:
+        return BusyIgnored(self._held.without_claims())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

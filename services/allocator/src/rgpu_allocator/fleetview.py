@@ -7,7 +7,8 @@ and the best-fit order servers are tried in.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rgpu_contracts import Card, CardId, Fleet, Reason, Server, ServerName, Topology
@@ -95,17 +96,34 @@ class FleetView:
         cls, fleet: Fleet, topology: Topology | None, topology_keys: Sequence[str]
     ) -> FleetView:
         """Index ``fleet`` and ``topology`` for the configured ``topology_keys`` (finest first)."""
+        labels = topology.labels_of() if topology is not None else {}
+        return cls._index(fleet, tuple(topology_keys), labels)
+
+    @classmethod
+    def _index(
+        cls, fleet: Fleet, keys: tuple[str, ...], node_labels: Mapping[str, Mapping[str, str]]
+    ) -> FleetView:
         facts = [server_facts(s) for s in fleet.servers]
         return cls(
             fleet=fleet,
-            topology_keys=tuple(topology_keys),
+            topology_keys=keys,
             facts={f.name: f for f in facts},
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
-            by_label=_label_index(facts, topology_keys),
+            by_label=_label_index(facts, keys),
             cards={c.id: c for s in fleet.servers for c in s.cards},
-            node_labels=topology.labels_of() if topology is not None else {},
+            node_labels=node_labels,
             total_cards=sum(len(s.cards) for s in fleet.servers),
         )
+
+    def with_servers(self, fresh: Iterable[Server]) -> FleetView:
+        """This view with ``fresh`` states of some of its servers (servers it does not hold
+        are ignored: the fleet's membership is discovery's long-poll to change)."""
+        newer = {s.name: s for s in fresh if s.name in self.facts}
+        if not newer:
+            return self
+        servers = tuple(newer.get(s.name, s) for s in self.fleet.servers)
+        fleet = dataclasses.replace(self.fleet, servers=servers)
+        return self._index(fleet, self.topology_keys, self.node_labels)
 
     def with_topology(self, topology: Topology) -> FleetView:
         """The same fleet with newer client-node labels."""

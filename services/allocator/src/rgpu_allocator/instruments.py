@@ -98,6 +98,13 @@ class Instruments:
             buckets=_DECISION_BUCKETS,
             registry=registry,
         )
+        self.reprobes = PromCounter(
+            "rgpu_allocator_reprobes",
+            "Busy servers re-probed through discovery before a refusal, by outcome (answered, "
+            "not_probed, unavailable, over_budget).",
+            ["outcome"],
+            registry=registry,
+        )
         self.watch_restarts = PromCounter(
             "rgpu_allocator_watch_restarts",
             "Relists after a watch failed or expired, by resource.",

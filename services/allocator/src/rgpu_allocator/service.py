@@ -13,6 +13,7 @@ from rgpu_contracts import Allocation, AllocationRequest, ClaimSet, NoFit
 from .allocating import allocate
 from .committing import Finder, commit, lookup
 from .core import Core
+from .reprobing import Reprober
 from .revalidating import Revalidator
 from .settling import release
 
@@ -25,11 +26,12 @@ class AllocatorService:
 
     core: Core
     revalidator: Revalidator
+    reprober: Reprober
     finder: Finder
 
     async def allocate(self, request: AllocationRequest) -> Allocation | NoFit:
         """Choose and book a server (see ``allocating.allocate``)."""
-        return await allocate(self.core, request, self.revalidator)
+        return await allocate(self.core, request, self.revalidator, self.reprober)
 
     async def commit(self, uid: str, node: str) -> Allocation:
         """Commit a booking for ``node`` (see ``committing.commit``)."""
