@@ -20,6 +20,7 @@ from rgpu_contracts import (
     Claim,
     ClaimSet,
     ClaimState,
+    CommitRequest,
     ContainerAssignment,
     ContainerKind,
     ContainerRequest,
@@ -178,6 +179,12 @@ def test_allocation_request_roundtrips(
     assert AllocationRequest.from_dict(_through_json(request)) == request
 
 
+@given(names)
+def test_commit_request_roundtrips(node: str) -> None:
+    request = CommitRequest(node=NodeName(node))
+    assert CommitRequest.from_dict(_through_json(request)) == request
+
+
 @given(nofits)
 def test_nofit_roundtrips(nofit: NoFit) -> None:
     assert NoFit.from_dict(_through_json(nofit)) == nofit
@@ -209,6 +216,7 @@ DECODERS: list[Callable[[object], object]] = [
     Allocation.from_dict,
     Claim.from_dict,
     ClaimSet.from_dict,
+    CommitRequest.from_dict,
     NoFit.from_dict,
     ErrorBody.from_dict,
     ExtenderArgs.from_dict,

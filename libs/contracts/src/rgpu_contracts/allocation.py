@@ -25,6 +25,8 @@ __all__ = [
     "ClaimSet",
     "ClaimSetDict",
     "ClaimState",
+    "CommitRequest",
+    "CommitRequestDict",
     "ContainerAssignment",
     "ContainerAssignmentDict",
     "ContainerKind",
@@ -321,6 +323,28 @@ class Allocation:
             expires_at=v.opt_number(m, "expiresAt", path),
             annotations=v.string_map(m, "annotations", path, {}),
         )
+
+
+class CommitRequestDict(TypedDict):
+    node: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRequest:
+    """Body of ``POST /v1/allocations/{uid}/commit``: the node kube-scheduler binds the pod to."""
+
+    node: NodeName
+
+    def to_dict(self) -> CommitRequestDict:
+        return {"node": self.node}
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> CommitRequest:
+        m = v.as_mapping(raw, path)
+        node = v.string(m, "node", path)
+        if not node:
+            raise ContractError(v.join(path, "node"), "expected the node name the pod binds to")
+        return cls(node=NodeName(node))
 
 
 class ServerVerdictDict(TypedDict):

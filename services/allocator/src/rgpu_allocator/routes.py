@@ -13,7 +13,6 @@ kept to reading requests and writing answers; every decision lives below.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -21,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_contracts import AllocationRequest, NoFit
+from rgpu_contracts import AllocationRequest, CommitRequest, NoFit
 from rgpu_runtime import BadRequest, json_response, read_json, state_value
 
 from .service import AllocatorService
@@ -61,10 +60,7 @@ async def post_allocation(request: Request) -> Response:
 
 
 def _node(body: object) -> str:
-    node = body.get("node") if isinstance(body, Mapping) else None
-    if not isinstance(node, str) or not node:
-        raise BadRequest('body field "node": expected the node name the pod binds to')
-    return node
+    return CommitRequest.from_dict(body).node
 
 
 async def post_commit(request: Request) -> Response:

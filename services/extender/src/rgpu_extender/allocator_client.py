@@ -13,7 +13,14 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from rgpu_contracts import Allocation, AllocationRequest, ContractError, NoFit
+from rgpu_contracts import (
+    Allocation,
+    AllocationRequest,
+    CommitRequest,
+    ContractError,
+    NodeName,
+    NoFit,
+)
 from rgpu_runtime import Unavailable, response_error, upstream_error
 
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid
@@ -51,7 +58,9 @@ class AllocatorClient:
         Raises ``ClaimNotHeld`` (404/409: the uid holds no claim), ``AllocatorUnavailable`` or
         ``PeerReplyInvalid``.
         """
-        response = await self._send("POST", f"{_path(uid)}/commit", {"node": node})
+        response = await self._send(
+            "POST", f"{_path(uid)}/commit", CommitRequest(node=NodeName(node)).to_dict()
+        )
         if response.status_code == 200:
             return _decode(response, Allocation.from_dict)
         if response.status_code in (404, 409):
