@@ -27,12 +27,19 @@ from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
 from .processes import ServiceProcess, free_port, wait_ready
 
-__all__ = ["SERVICES", "SERVICE_USER", "Stack", "StackOptions", "run_stack"]
+__all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
-SERVICE_USER = "system:serviceaccount:rgpu-system:rgpu"
-"""The identity the services act as on the simulated apiserver (trusted by the webhook)."""
 SYSTEM_NAMESPACE = "rgpu-system"
+
+
+def service_account(service: str) -> str:
+    """The user a service acts as, named like the service accounts k8s/base deploys."""
+    return f"system:serviceaccount:{SYSTEM_NAMESPACE}:rgpu-{service}"
+
+
+# The webhook trusts exactly the services that write scheduler-owned annotations, as k8s/base.
+TRUSTED_USERS = ",".join(service_account(s) for s in ("allocator", "extender"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,7 +169,7 @@ def _service_env(options: StackOptions, sim_url: str, ports: Mapping[str, int]) 
         "RGPU_BOOKING_TTL_SECONDS": f"{options.booking_ttl_seconds:g}",
         "RGPU_PROBE_INTERVAL_SECONDS": f"{options.probe_interval_seconds:g}",
         "RGPU_PROBE_TIMEOUT_SECONDS": "1",
-        "RGPU_TRUSTED_USERS": SERVICE_USER,
+        "RGPU_TRUSTED_USERS": TRUSTED_USERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
     }
@@ -199,7 +206,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
     async with AsyncExitStack() as stack:
         work_dir = options.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         work_dir.mkdir(parents=True, exist_ok=True)
-        api_options = ApiOptions(seed=options.seed, default_user=SERVICE_USER)
+        # Each service's kube client announces itself as rgpu-<service>; the simulated
+        # apiserver maps that to its service account, as token authentication would.
+        agents = {f"rgpu-{s}": service_account(s) for s in SERVICES}
+        api_options = ApiOptions(seed=options.seed, user_agents=agents)
         sim = await stack.enter_async_context(
             run_apiserver(port=options.apiserver_port, options=api_options)
         )

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_kubesim import ApiOptions, SimApiServer
+from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._server import listening_socket, serving, socket_url
 
 pytestmark = pytest.mark.anyio
@@ -378,3 +378,16 @@ async def test_patch_with_explicit_version_loses_to_a_write_during_admission(
     response = await client.patch(f"{PODS}/a", content=body, headers=headers)
     assert response.status_code == 409 and response.json()["reason"] == "Conflict"
     assert "annotations" not in sim.store.get("pods", "a")["metadata"]
+
+
+async def test_username_comes_from_a_mapped_user_agent_when_no_header_names_one(
+    webhook: Webhook, pod: Manifest
+) -> None:
+    service = "system:serviceaccount:rgpu-system:rgpu-allocator"
+    options = ApiOptions(user_agents={"rgpu-allocator": service})
+    async with run_apiserver(options=options) as sim, httpx.AsyncClient(base_url=sim.url) as client:
+        await _configure(client, _configuration(webhook))
+        await client.post(PODS, json=pod("a"), headers={"User-Agent": "rgpu-allocator/0.1"})
+        await client.post(PODS, json=pod("b"), headers={"User-Agent": "kubectl/v1.32"})
+    users = [r["request"]["userInfo"]["username"] for r in webhook.reviews]
+    assert users == [service, "kubernetes-admin"]

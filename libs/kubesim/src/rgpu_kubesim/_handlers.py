@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -47,6 +47,7 @@ class Deps:
     admission: Admission
     default_user: str
     bookmark_interval: float
+    user_agents: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
 
 
@@ -243,7 +244,7 @@ class ResourceHandlers:
             old=full_object(resource, old) if old is not None else None,
             kind=kind,
             api_version=resource.api_version,
-            user=_requests.user_of(request, self.deps.default_user),
+            user=_requests.user_of(request, self.deps.default_user, self.deps.user_agents),
             namespace_labels=self._namespace_labels(namespace),
         )
         return await admission.admit(attrs)

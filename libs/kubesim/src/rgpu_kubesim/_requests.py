@@ -92,5 +92,10 @@ def wants_table(request: Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
-def user_of(request: Request, default: str) -> str:
-    return request.headers.get("x-sim-user") or default
+def user_of(request: Request, default: str, agents: Mapping[str, str]) -> str:
+    """The requester: ``X-Sim-User``, else the user its User-Agent prefix maps to, else default."""
+    named = request.headers.get("x-sim-user")
+    if named:
+        return named
+    agent = request.headers.get("user-agent", "")
+    return next((user for prefix, user in agents.items() if agent.startswith(prefix)), default)

@@ -49,6 +49,10 @@ class ApiOptions:
     """
     default_user: str = "kubernetes-admin"
     """userInfo.username sent to webhooks; the ``X-Sim-User`` request header overrides it."""
+    user_agents: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """User-Agent prefix -> username, for clients that cannot send ``X-Sim-User`` (the
+    services' kubernetes_asyncio clients announce ``rgpu-<service>``), standing in for the
+    service-account tokens kube-apiserver would authenticate."""
     watch_buffer: int = 1_000
     """Events a watcher may have pending before it is cut as too slow."""
 
@@ -167,6 +171,7 @@ async def run_apiserver(
         faults=faults,
         admission=admission,
         default_user=options.default_user,
+        user_agents=options.user_agents,
         bookmark_interval=options.bookmark_interval_seconds,
         clock=time.time,
     )
