@@ -33,6 +33,11 @@ test: lint
 demo: setup
 	$(RUN) rgpu demo
 
+# Speed and memory targets live here, not in timed tests: each script prints its figures
+# (medians) beside the target. Full-size runs take several minutes on 2 cores.
+bench: setup
+	@for script in bench/bench_*.py; do echo "== $$script"; $(RUN) python $$script || exit 1; done
+
 format: setup
 	$(RUN) ruff check --fix .
 	$(RUN) ruff format .
