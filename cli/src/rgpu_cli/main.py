@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from rich.table import Table
 from rgpu_contracts import ContractError
 from rgpu_runtime import RgpuError, Settings
 
-from .demo import DemoOptions, print_report, run_demo
+from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .stack import StackOptions, run_stack
@@ -58,7 +59,10 @@ def demo(
         granularity=granularity,
         work_dir=work_dir,
     )
-    report = anyio.run(run_demo, DemoOptions(stack=stack, pods=pods), console)
+    report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
+    if report is None:
+        console.print("[red]interrupted[/]; every process was stopped")
+        raise typer.Exit(code=130)
     print_report(report, console)
     raise typer.Exit(code=0 if report.ok else 1)
 
@@ -80,8 +84,30 @@ async def _up(options: StackOptions, console: Console) -> None:
         for line in lines:
             # Ready to paste: never wrapped by the console width.
             console.print(line, soft_wrap=True, highlight=False)
-        console.print("\nCtrl-C stops everything.")
-        await anyio.sleep_forever()
+        console.print("\nCtrl-C (or SIGTERM) stops everything.")
+        await _until_signalled()
+
+
+async def _until_signalled() -> None:
+    # SIGTERM as well as Ctrl-C: the default SIGTERM action would kill this process without
+    # unwinding, leaving the service processes (their own sessions) running.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            return
+
+
+async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
+    async with anyio.create_task_group() as tg:
+        outcome: list[DemoReport] = []
+
+        async def run() -> None:
+            outcome.append(await run_demo(options, console))
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(run)
+        await _until_signalled()
+        tg.cancel_scope.cancel()
+    return outcome[0] if outcome else None
 
 
 @app.command()
