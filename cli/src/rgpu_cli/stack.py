@@ -22,7 +22,6 @@ import trustme
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
-from rgpu_kubesim.lupine import FakeLupine
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
 from .processes import ServiceProcess, free_port, wait_ready
@@ -97,17 +96,6 @@ class Stack:
         return await self.apiserver.post(
             f"/api/v1/namespaces/{namespace}/pods", json=manifest, headers={"X-Sim-User": user}
         )
-
-
-def _lupine_lookup(fleet: SeededFleet) -> Any:
-    by_endpoint: dict[str, FakeLupine] = {}
-
-    def lookup(endpoint: str) -> FakeLupine | None:
-        if not by_endpoint:
-            by_endpoint.update({server.endpoint: server for server in fleet.lupine})
-        return by_endpoint.get(endpoint)
-
-    return lookup
 
 
 def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
@@ -245,7 +233,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             ),
             emulated,
         )
-        kubelet = KubeletEmulator(options.kubelet, emulated, _lupine_lookup(fleet))
+        kubelet = KubeletEmulator(options.kubelet, emulated, fleet.lupine.get)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(tg.cancel_scope.cancel)
         await tg.start(scheduler.run)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import httpx
 from rich.table import Table
 
-from rgpu_contracts import Claim, ClaimSet, Fleet, Server
+from rgpu_contracts import ClaimSet, Fleet
+from rgpu_metrics.cards import holding_claims, view_cards
 
-__all__ = ["Snapshot", "card_state", "fetch_snapshot", "status_table"]
+__all__ = ["Snapshot", "fetch_snapshot", "status_table"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,17 +34,6 @@ async def fetch_snapshot(
     return Snapshot(fleet=Fleet.from_dict(fleet.json()), claims=ClaimSet.from_dict(claims.json()))
 
 
-def card_state(server: Server, uuid: str, healthy: bool, claim: Claim | None) -> str:
-    """One word per card, with the precedence the metrics service uses."""
-    if not (server.ready and server.reachable):
-        return "unavailable"
-    if not healthy:
-        return "unhealthy"
-    if claim is not None:
-        return claim.state.value
-    return "busy" if uuid in server.busy else "free"
-
-
 _STYLE = {
     "free": "green",
     "booked": "yellow",
@@ -55,33 +45,27 @@ _STYLE = {
 
 def status_table(snapshot: Snapshot) -> Table:
     """Servers, cards, states and holders as a table."""
-    holders = {card: claim for claim in snapshot.claims.claims for card in claim.cards}
+    # The metrics service's own card view, so `rgpu status` and the dashboards never disagree.
+    holders = holding_claims(snapshot.claims.claims)
     held = len(snapshot.claims.claims)
     table = Table(title=f"rgpu fleet (revision {snapshot.fleet.revision}, {held} claims)")
     for column in ("server", "endpoint", "card", "model", "MiB", "state", "holder"):
         table.add_column(column)
     for server in snapshot.fleet.servers:
+        endpoint = server.endpoint or "-"
         if not server.cards:
             table.add_row(
-                server.name,
-                server.endpoint or "-",
-                "-",
-                "-",
-                "-",
-                "[red]no cards[/]",
-                server.error or "",
+                server.name, endpoint, "-", "-", "-", "[red]no cards[/]", server.error or ""
             )
-        for card in server.cards:
-            claim = holders.get(card.id)
-            state = card_state(server, card.uuid, card.healthy, claim)
-            style = _STYLE.get(state, "red")
+        for view in view_cards(server, holders):
+            card, state = view.card, view.state.value
             table.add_row(
                 server.name,
-                server.endpoint or "-",
+                endpoint,
                 f"{card.index}:{card.uuid}",
                 card.model,
                 str(card.memory_mib),
-                f"[{style}]{state}[/]",
-                claim.pod.key if claim else "",
+                f"[{_STYLE.get(state, 'red')}]{state}[/]",
+                view.holder.pod.key if view.holder else "",
             )
     return table
