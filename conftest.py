@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED_FIXTURES = Path(__file__).resolve().parent.parent / "shared" / "fixtures"
+SHARED_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def clean_environ() -> Iterator[None]:
 def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.fail(
-            f"shared fixtures not found at {SHARED_FIXTURES}; shared/ must sit beside the repo"
+            f"wire fixtures not found at {SHARED_FIXTURES}; they live in the repository's fixtures/ folder"
         )
     return SHARED_FIXTURES
 

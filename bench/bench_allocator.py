@@ -88,7 +88,7 @@ RSS_TARGET_MB = 300.0
 RECOVERY_TARGET_S = 5.0
 
 KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
-FIXTURE = Path("/work/shared/fixtures/k8s/watch-pods.jsonl")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s" / "watch-pods.jsonl"
 NAMESPACE = "rgpu-system"
 
 

@@ -63,7 +63,7 @@ SERVERS = 500
 CANDIDATES = 100
 RACK = "topology.rgpu.io/rack"
 ENDPOINT_PATH = "metadata.annotations['hami.io/lupine-endpoint']"
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "k8s"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
 
 def fleet() -> dict[str, Any]:

@@ -59,7 +59,9 @@ WAKE_TARGET_MS = 10.0
 """A fleet change must reach 1,000 waiting long-polls well inside one scheduling cycle."""
 
 WATCH_LINE = (
-    Path("/work/shared/fixtures/k8s/watch-pods.jsonl").read_text().splitlines()[0]
+    (Path(__file__).resolve().parents[1] / "fixtures" / "k8s" / "watch-pods.jsonl")
+    .read_text()
+    .splitlines()[0]
 ).encode()
 
 

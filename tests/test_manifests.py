@@ -1,4 +1,4 @@
-"""Why this module exists: the Kustomize tree in k8s/ and docker/Dockerfile are code nobody runs
+"""The Kustomize tree in k8s/ and docker/Dockerfile are code nobody runs
 in CI against a real cluster, so their mistakes would only show at deploy time. These tests
 render every overlay with ``kubectl kustomize``, validate each object against the Kubernetes
 1.31 and 1.34 schemas, and check what the schemas cannot: that names, ports, URLs, resource

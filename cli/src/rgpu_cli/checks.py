@@ -1,4 +1,4 @@
-"""Why this module exists: the demo's verdict must not trust rgpu's own bookkeeping. These checks
+"""The demo's verdict must not trust rgpu's own bookkeeping. These checks
 look only at what the emulated kubelet saw — which server each running pod actually talked to,
 with which GPUs, and when — and at the pod's own annotations."""
 

@@ -1,4 +1,4 @@
-"""Why this module exists: ``make demo`` is the project's main job on a fresh machine — the
+"""``make demo`` is the project's main job on a fresh machine — the
 whole system scheduling a real workload on the embedded cluster, then an independent verdict."""
 
 from __future__ import annotations

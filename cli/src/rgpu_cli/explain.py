@@ -1,4 +1,4 @@
-"""Why this module exists: "why is my pod waiting?" is the question operators ask most. ``rgpu
+""" "why is my pod waiting?" is the question operators ask most. ``rgpu
 explain`` reads the pod, asks the allocator for a dry-run decision with per-server reasons, and
 shows the pod's recent events — the same inputs the extender uses, without booking anything."""
 

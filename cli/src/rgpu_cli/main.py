@@ -1,4 +1,4 @@
-"""Why this module exists: the composition root of the ``rgpu`` command (typer), kept to
+"""The composition root of the ``rgpu`` command (typer), kept to
 argument parsing and printing; each command's work lives in its own module."""
 
 from __future__ import annotations

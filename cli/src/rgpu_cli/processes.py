@@ -1,4 +1,4 @@
-"""Why this module exists: the demo and the end-to-end tests run the four services as real,
+"""The demo and the end-to-end tests run the four services as real,
 separate processes over real HTTP — the way they run in a cluster — and must start them, wait for
 them to be ready, kill and restart them, and always clean them up."""
 

@@ -1,4 +1,4 @@
-"""Why this module exists: "should we run `server` or `card` granularity?" is a capacity
+""" "should we run `server` or `card` granularity?" is a capacity
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
 and workload through the allocator's own decision code (the same ``choose`` the service runs)
 in simulated time, once per granularity, and compares utilisation, waits and refusals.

@@ -1,4 +1,4 @@
-"""Why this module exists: one definition of "the whole system on the embedded cluster", used by
+"""One definition of "the whole system on the embedded cluster", used by
 ``rgpu demo``, ``rgpu up --sim`` and the end-to-end tests, so what the demo proves is what the
 tests prove. The simulated apiserver, the fake lupine servers and the scheduler and kubelet
 emulators run in this process; the four services run as separate processes over real HTTP,

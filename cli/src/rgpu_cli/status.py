@@ -1,4 +1,4 @@
-"""Why this module exists: operators ask "what is held by whom" — ``rgpu status`` answers from
+"""Operators ask "what is held by whom" — ``rgpu status`` answers from
 discovery's fleet and the allocator's claims, the same two sources the metrics service uses."""
 
 from __future__ import annotations

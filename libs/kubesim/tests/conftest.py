@@ -15,7 +15,7 @@ import yaml
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 
-FIXTURES = Path("/work/shared/fixtures/k8s")
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k8s"
 
 
 @pytest.fixture

@@ -23,7 +23,9 @@ from rgpu_kubesim.fleet import FleetSpec, ServerPlan, plan_fleet, seed_fleet
 pytestmark = pytest.mark.anyio
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-REGISTER_EXAMPLES = Path("/work/shared/fixtures/hami/node-register-examples.json")
+REGISTER_EXAMPLES = (
+    Path(__file__).resolve().parents[3] / "fixtures" / "hami" / "node-register-examples.json"
+)
 TOPOLOGY = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 
 

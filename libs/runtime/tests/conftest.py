@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from rgpu_runtime import KubeClient, Listener, Settings, kube_client, running
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 K8S = FIXTURES / "k8s"
 
 

@@ -1,4 +1,4 @@
-"""Why this module exists: every service answers an error with the same small JSON body."""
+"""Every service answers an error with the same small JSON body."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Why this module exists: every ``from_dict`` reads JSON the same careful way.
+"""Every ``from_dict`` reads JSON the same careful way.
 
 Each reader takes the parent mapping, the key and the parent's path, and either returns a
 value of the promised Python type or raises one ``ContractError`` naming ``path.key``. JSON

@@ -1,4 +1,4 @@
-"""Why this module exists: the webhook speaks AdmissionReview v1, whose details (uid echo,
+"""The webhook speaks AdmissionReview v1, whose details (uid echo,
 base64 JSONPatch, JSON-pointer escaping, deny status) are easy to get subtly wrong."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator's API and its durable claim format are one vocabulary.
+"""The allocator's API and its durable claim format are one vocabulary.
 
 ``AllocationRequest`` goes in, an ``Allocation`` or a ``NoFit`` comes out; a ``Claim`` is the
 durable record stored in the per-server Lease (and served as a ``ClaimSet``).

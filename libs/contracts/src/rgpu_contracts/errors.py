@@ -1,4 +1,4 @@
-"""Why this module exists: one error type for every wire contract, so callers catch one thing.
+"""One error type for every wire contract, so callers catch one thing.
 
 Hierarchy::
 

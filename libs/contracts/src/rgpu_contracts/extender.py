@@ -1,4 +1,4 @@
-"""Why this module exists: kube-scheduler's extender types have no JSON tags in Go, so the wire
+"""Kube-scheduler's extender types have no JSON tags in Go, so the wire
 keys are the Go field names (PascalCase); decoding tolerates any case, encoding writes every
 field (``null`` allowed) because that is what kube-scheduler itself produces and expects.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet is what discovery publishes and everyone else decides on.
+"""The fleet is what discovery publishes and everyone else decides on.
 
 A ``Fleet`` is a frozen snapshot: servers with their cards, busy sets and probe results, plus a
 ``revision`` that changes exactly when something allocation-relevant changes, so long-poll

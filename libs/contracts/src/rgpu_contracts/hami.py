@@ -1,4 +1,4 @@
-"""Why this module exists: HAMi compatibility is byte-exact, so its formats live in one place.
+"""HAMi compatibility is byte-exact, so its formats live in one place.
 
 Covers the node register annotation, card ids, the lupine port label rule, endpoints, and the
 pod device codec (``<card id>,RemoteGPU,<memMiB>,<cores>:`` per card, ``;`` per container).

@@ -1,4 +1,4 @@
-"""Why this module exists: names of things that must not be mixed up, checked by mypy.
+"""Names of things that must not be mixed up, checked by mypy.
 
 A ``CardId`` is ``<server node name>/<GPU UUID>``; a ``GpuUuid`` is the bare UUID lupine reports.
 """

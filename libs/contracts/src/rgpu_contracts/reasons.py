@@ -1,4 +1,4 @@
-"""Why this module exists: refusals must read exactly like HAMi's, so operators' alerts and
+"""Refusals must read exactly like HAMi's, so operators' alerts and
 muscle memory keep working; rgpu adds a few reasons of its own for what HAMi cannot see."""
 
 from __future__ import annotations

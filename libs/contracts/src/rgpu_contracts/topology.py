@@ -1,4 +1,4 @@
-"""Why this module exists: locality needs client nodes' topology labels without every service
+"""Locality needs client nodes' topology labels without every service
 watching every Node; discovery publishes them once, as this contract."""
 
 from __future__ import annotations

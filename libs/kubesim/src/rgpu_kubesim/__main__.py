@@ -1,4 +1,4 @@
-"""Why this module exists: the demo, end-to-end tests and people poking at rgpu by hand need the
+"""The demo, end-to-end tests and people poking at rgpu by hand need the
 simulated cluster as a process — ``python -m rgpu_kubesim serve`` runs the apiserver with a
 seeded fleet whose lupine servers really listen, ``certs`` writes the webhook's TLS files.
 """

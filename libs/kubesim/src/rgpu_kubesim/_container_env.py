@@ -1,4 +1,4 @@
-"""Why this module exists: a container's environment is decided by the kubelet at the moment
+"""A container's environment is decided by the kubelet at the moment
 the container starts, from the pod as it is *then* — which is exactly when rgpu's endpoint
 annotation must already be there. This reproduces the kubelet's resolution of downward-API
 ``fieldRef``s and of ``$(NAME)`` references, so the emulated kubelet sees what a process would.

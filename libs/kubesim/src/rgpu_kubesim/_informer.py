@@ -1,4 +1,4 @@
-"""Why this module exists: the scheduler and kubelet emulators are *clients* of the simulated
+"""The scheduler and kubelet emulators are *clients* of the simulated
 apiserver, exactly like the real components are of kube-apiserver — they list and watch over
 HTTP, never peek into the store. This is the small list+watch cache they share, with client-go's
 reflector rules: resume a watch from the last resourceVersion seen, relist only when the

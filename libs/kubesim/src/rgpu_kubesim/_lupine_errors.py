@@ -1,4 +1,4 @@
-"""Why this module exists: the fake lupine servers, the fleet generator and the certificate
+"""The fake lupine servers, the fleet generator and the certificate
 writer fail on bad input or busy addresses, and callers (tests, the demo, ``python -m
 rgpu_kubesim``) should catch one documented family instead of ``OSError``/``KeyError`` guesses.
 

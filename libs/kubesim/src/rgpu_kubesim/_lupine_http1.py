@@ -1,4 +1,4 @@
-"""Why this module exists: lupine's RPC port answers plain HTTP/1.1 probes, and the fake must
+"""Lupine's RPC port answers plain HTTP/1.1 probes, and the fake must
 speak it on a raw socket (HTTP/2 shares the port, so no ASGI server can own it). Only what a
 probe needs is here: request heads, keep-alive, pipelining, and skipping request bodies.
 """

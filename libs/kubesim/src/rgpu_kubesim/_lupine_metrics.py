@@ -1,4 +1,4 @@
-"""Why this module exists: discovery decides which cards are busy by reading lupine's
+"""Discovery decides which cards are busy by reading lupine's
 ``/metrics``, so the fake must render exactly the families, label sets and order a real server
 writes (see ``fixtures/lupine/metrics-sample.txt``), computed from the fake's current state.
 """

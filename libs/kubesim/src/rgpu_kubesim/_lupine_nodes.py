@@ -1,4 +1,4 @@
-"""Why this module exists: the simulated Nodes must look like a kubelet's (addresses, capacity,
+"""The simulated Nodes must look like a kubelet's (addresses, capacity,
 conditions, node info) so ``kubectl get nodes`` and every watcher read them like real ones; the
 shape is shared by GPU servers and client nodes and kept apart from the fleet's planning logic.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: a real lupine RPC port speaks HTTP/1.1 and HTTP/2 prior knowledge
+"""A real lupine RPC port speaks HTTP/1.1 and HTTP/2 prior knowledge
 on the same socket (newer builds sniff the client preface; older builds speak only HTTP/2), and
 discovery's probes depend on exactly that behaviour, faults included. This is the per-connection
 state machine; it is callback-driven (``asyncio.Protocol``) so a fleet of hundreds of fake

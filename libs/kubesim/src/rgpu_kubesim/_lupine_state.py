@@ -1,4 +1,4 @@
-"""Why this module exists: what a fake lupine server knows (its GPUs, its clients, its fault)
+"""What a fake lupine server knows (its GPUs, its clients, its fault)
 is shared by the HTTP/1.1 side, the HTTP/2 side and the metrics renderer, and tests change it
 while connections are open — so it lives in one small object the protocol reads on every request.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: scheduling behaviour only shows under a stream of pods that ask for
+"""Scheduling behaviour only shows under a stream of pods that ask for
 remote GPUs in the ways real users do (one card, several, with memory, in more than one
 container), arriving over time and finishing after a while. This plans that stream from a
 seed, so a run can be replayed exactly; it writes manifests, it does not submit them.

@@ -1,4 +1,4 @@
-"""Why this module exists: the scheduler emulator must judge nodes the way kube-scheduler's default
+"""The scheduler emulator must judge nodes the way kube-scheduler's default
 filter plugins do for the cases rgpu meets (readiness, cordons, taints, node selection), explain a
 refusal with kube-scheduler's own words, decide which cluster changes wake unschedulable pods,
 shape extender calls exactly like kube-scheduler and read the answers as strictly as it does.

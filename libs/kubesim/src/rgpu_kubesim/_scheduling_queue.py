@@ -1,4 +1,4 @@
-"""Why this module exists: kube-scheduler's PriorityQueue decides *when* a refused pod is tried
+"""Kube-scheduler's PriorityQueue decides *when* a refused pod is tried
 again, and rgpu's wake-up design (validate before refusing, nudge on release) only makes sense
 against those exact rules: activeQ ordered by priority then age, backoffQ with a per-pod backoff
 that doubles per attempt up to a cap, unschedulable pods that wait for a cluster event or a

@@ -1,4 +1,4 @@
-"""Why this module exists: the extender's admission webhook must serve TLS that the simulated
+"""The extender's admission webhook must serve TLS that the simulated
 apiserver (and a real one, in the demo's manifests) trusts through ``caBundle``. This writes a
 throwaway CA and a serving certificate for the given IPs and DNS names, in the file names a
 ``kubernetes.io/tls`` Secret uses, so tests and the demo need no openssl.

@@ -1,4 +1,4 @@
-"""Why this module exists: every test, benchmark and demo needs a believable cluster — GPU
+"""Every test, benchmark and demo needs a believable cluster — GPU
 servers labelled and annotated exactly as HAMi writes them, client nodes spread over the same
 racks and zones, fake lupine servers really listening where the Nodes say — and it must be the
 same cluster every time for a given seed, so a failure can be replayed.

@@ -1,4 +1,4 @@
-"""Why this module exists: a pod's remote GPU is only real once a container starts with
+"""A pod's remote GPU is only real once a container starts with
 ``LUPINE_SERVER`` resolved and talks to its server. This emulator is the kubelet for that: it
 starts bound pods, resolves their downward-API env *at start time* from the pod's annotations,
 fails pods whose endpoint resolves empty (the bug we must see), connects them as clients of their

@@ -1,4 +1,4 @@
-"""Why this module exists: discovery probes lupine servers and reads which GPUs are busy from
+"""Discovery probes lupine servers and reads which GPUs are busy from
 their ``/metrics``; tests, benchmarks and the demo need many such servers on loopback whose
 clients and failures they control from the same process. This module owns their lifecycle:
 ``run_lupine`` for one server, ``LupineFleet`` for many, both closing everything they opened.

@@ -1,4 +1,4 @@
-"""Why this module exists: kube-scheduler cannot run here, yet rgpu's behaviour (wait times,
+"""Kube-scheduler cannot run here, yet rgpu's behaviour (wait times,
 wake-ups, retries) only shows when something calls the extender the way kube-scheduler does and
 queues pods the way it does. This emulator is that something: a client of the apiserver over HTTP
 and of the extender over HTTP, with kube-scheduler's activeQ / backoffQ / unschedulable pods.

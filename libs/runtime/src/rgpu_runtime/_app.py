@@ -1,4 +1,4 @@
-"""Why this module exists: four services need the same edge, built the same way.
+"""Four services need the same edge, built the same way.
 
 ``create_service_app`` wraps a service's routes and lifespan in a Starlette app that also
 serves ``/healthz`` (the process answers), ``/readyz`` (its background tasks have started),

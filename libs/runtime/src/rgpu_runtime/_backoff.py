@@ -1,4 +1,4 @@
-"""Why this module exists: every retry loop (watches, probes, peer calls) waits the same way.
+"""Every retry loop (watches, probes, peer calls) waits the same way.
 
 Delays grow exponentially from ``initial`` by ``multiplier`` up to ``maximum``, and each is
 shortened by a random fraction up to ``jitter`` so replicas that failed together do not

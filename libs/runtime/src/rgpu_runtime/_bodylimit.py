@@ -1,4 +1,4 @@
-"""Why this module exists: a request body over the limit must be refused while it streams in.
+"""A request body over the limit must be refused while it streams in.
 
 Counting what ``receive`` delivers catches a body that is larger than its ``Content-Length``
 claims, or that has none (chunked); an honest, too-large ``Content-Length`` is refused on the

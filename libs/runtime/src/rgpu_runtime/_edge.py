@@ -1,4 +1,4 @@
-"""Why this module exists: every service speaks the same JSON at its HTTP edge.
+"""Every service speaks the same JSON at its HTTP edge.
 
 Handlers read bodies with ``read_json`` (orjson; the app-wide body limit applies while the
 body streams in), answer with ``json_response``, and reach lifespan state through

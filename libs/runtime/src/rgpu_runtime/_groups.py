@@ -1,4 +1,4 @@
-"""Why this module exists: a task group wraps what it raises in an exception group, but a
+"""A task group wraps what it raises in an exception group, but a
 caller of ``running`` or ``app_lifespan`` should catch the ``SettingsError`` it knows, not dig
 through a group that holds nothing else.
 """

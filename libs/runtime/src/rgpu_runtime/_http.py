@@ -1,4 +1,4 @@
-"""Why this module exists: services call each other the same way, fast, with typed failures.
+"""Services call each other the same way, fast, with typed failures.
 
 ``http_client`` builds an ``httpx.AsyncClient`` with explicit timeouts, keep-alive, no
 proxy-from-environment surprises, and by default the ``httpx_aiohttp`` transport (about twice

@@ -1,4 +1,4 @@
-"""Why this module exists: one way to reach the Kubernetes API, with timeouts and our errors.
+"""One way to reach the Kubernetes API, with timeouts and our errors.
 
 ``kube_client(settings)`` picks the apiserver the way operators expect (explicit
 ``RGPU_KUBE_URL``, else in-cluster service account, else kubeconfig) and yields a

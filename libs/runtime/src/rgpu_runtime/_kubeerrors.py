@@ -1,4 +1,4 @@
-"""Why this module exists: apiserver failures reach services as our errors, split by meaning.
+"""Apiserver failures reach services as our errors, split by meaning.
 
 The apiserver answers errors with a ``Status`` object (code, reason, message, details);
 ``kube_error`` reads it, whatever the transport returned it through (an ``ApiException``,

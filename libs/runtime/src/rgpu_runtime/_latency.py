@@ -1,4 +1,4 @@
-"""Why this module exists: every service reports request latency per route the same way.
+"""Every service reports request latency per route the same way.
 
 A pure ASGI middleware (no ``BaseHTTPMiddleware``: it would buffer streaming bodies and cost
 a task per request) times each HTTP request from arrival to the end of the response and

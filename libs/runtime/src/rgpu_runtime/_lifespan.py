@@ -1,4 +1,4 @@
-"""Why this module exists: one process may serve one app on several sockets (the extender's
+"""One process may serve one app on several sockets (the extender's
 plain HTTP and TLS webhook), and the app's lifespan must run exactly once for all of them.
 
 ``app_lifespan`` drives the ASGI lifespan protocol itself and yields the state the app's

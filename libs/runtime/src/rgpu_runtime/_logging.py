@@ -1,4 +1,4 @@
-"""Why this module exists: logs are read by machines first, so every service logs alike.
+"""Logs are read by machines first, so every service logs alike.
 
 ``configure_logging`` is called once, from ``main()`` only (libraries and ``create_app`` never
 touch handlers). ``json`` writes one object per line with ``time`` (RFC 3339 UTC),

@@ -1,4 +1,4 @@
-"""Why this module exists: every service's ``main()`` does the same five things in order.
+"""Every service's ``main()`` does the same five things in order.
 
 Read settings (a bad value exits with status 2 and the ``SettingsError`` message, no
 traceback), configure logging, set up telemetry, build the app with the service's

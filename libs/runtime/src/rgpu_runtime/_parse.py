@@ -1,4 +1,4 @@
-"""Why this module exists: each kind of setting value is read and refused in one place.
+"""Each kind of setting value is read and refused in one place.
 
 Every reader takes the key and its raw text and returns a typed value or raises
 ``SettingsError`` whose message is ``KEY='value': expected ...`` — the key, the value and the

@@ -1,4 +1,4 @@
-"""Why this module exists: ``/readyz`` must say "not yet" until background work has started.
+"""``/readyz`` must say "not yet" until background work has started.
 
 The service's lifespan owns a ``Readiness`` and flips it once every ``await tg.start(...)``
 has returned (each watcher called ``task_status.started()``), and may flip it back when a

@@ -1,4 +1,4 @@
-"""Why this module exists: services are served the same way, fast, and stop gracefully.
+"""Services are served the same way, fast, and stop gracefully.
 
 Each listener is a uvicorn ``Server`` with httptools (DESIGN §9: the fast combination with
 uvloop, which ``run_service`` selects). Sockets are bound here, before uvicorn starts, so a

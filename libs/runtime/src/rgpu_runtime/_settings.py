@@ -1,4 +1,4 @@
-"""Why this module exists: one ConfigMap configures every service, read once, checked at start.
+"""One ConfigMap configures every service, read once, checked at start.
 
 ``Settings.from_env(environ, service=...)`` turns the ``RGPU_*`` variables (DESIGN §6) into a
 frozen value grouped by concern. An empty value counts as unset (ConfigMaps often carry

@@ -1,4 +1,4 @@
-"""Why this module exists: every cross-service call carries one trace, set up the same way.
+"""Every cross-service call carries one trace, set up the same way.
 
 ``setup_telemetry`` runs once in ``main()``: a ``TracerProvider`` named after the service,
 an OTLP/HTTP exporter only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces-specific

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet, topology and claims are all served by long-poll.
+"""The fleet, topology and claims are all served by long-poll.
 
 A ``Versioned`` holds the latest value and a revision that ``publish`` bumps. A reader that
 already has revision ``since`` calls ``wait_newer(since, timeout)``: it returns at once when

@@ -1,4 +1,4 @@
-"""Why this module exists: list+watch is how every rgpu state follows the apiserver.
+"""List+watch is how every rgpu state follows the apiserver.
 
 ``watch_events`` reads a Kubernetes watch stream line by line and decodes each event with
 orjson into a ``WatchEvent`` holding the object as a plain dict (building kubernetes_asyncio

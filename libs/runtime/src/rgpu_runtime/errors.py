@@ -1,4 +1,4 @@
-"""Why this module exists: every service raises and catches the same few errors by meaning.
+"""Every service raises and catches the same few errors by meaning.
 
 Inside a service, failures are exceptions; at the HTTP edge (``create_service_app``) each
 ``RgpuError`` becomes its ``status_code`` and an ``ErrorBody`` with its ``code``, message and

@@ -1,4 +1,4 @@
-"""Why this module exists: ``python -m rgpu_allocator`` runs the allocator for real."""
+"""``python -m rgpu_allocator`` runs the allocator for real."""
 
 from __future__ import annotations
 

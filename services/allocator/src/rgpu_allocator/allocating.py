@@ -1,4 +1,4 @@
-"""Why this module exists: ``POST /v1/allocations`` — choose a server for a pod and book it
+"""``POST /v1/allocations`` — choose a server for a pod and book it
 durably — is the heart of rgpu, and its rules are subtle enough to deserve their own module:
 
 * idempotent per pod uid: a pod holding a valid claim gets that claim back;

@@ -1,4 +1,4 @@
-"""Why this module exists: the composition root. It builds the allocator's state and
+"""The composition root. It builds the allocator's state and
 activities from the settings, and its lifespan owns every client (apiserver, discovery) and
 every background task (fleet and topology long-polls, pod and Lease watches, reconciler,
 sweeper, nudger) in one task group; ``/readyz`` turns ready once all of them have started,

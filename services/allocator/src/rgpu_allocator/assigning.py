@@ -1,4 +1,4 @@
-"""Why this module exists: once a server is chosen, each container must be told which of the
+"""Once a server is chosen, each container must be told which of the
 pod's cards it sees, and that answer is stored in the claim so commit renders from it alone.
 
 ``server`` granularity: every requesting container sees all the pod's cards (lupine shows a

@@ -1,4 +1,4 @@
-"""Why this module exists: the choice of a server must be deterministic (same state, same
+"""The choice of a server must be deterministic (same state, same
 answer, on every replica) and fast, and when nothing fits it must say why in HAMi's words.
 
 Order (DESIGN §4): locality tier first (finest topology domain shared with a candidate node),

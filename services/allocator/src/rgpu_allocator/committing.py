@@ -1,4 +1,4 @@
-"""Why this module exists: at bind time the extender commits the pod's booking and gets back
+"""At bind time the extender commits the pod's booking and gets back
 the annotations the Binding must carry; commit must honour only a booking that is still
 valid and still exclusively the pod's, and must find it even when another replica booked it
 a moment ago and this replica's Lease watch has not delivered that write yet.

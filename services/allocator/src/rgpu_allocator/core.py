@@ -1,4 +1,4 @@
-"""Why this module exists: allocating, committing, sweeping and repairing all work on the same
+"""Allocating, committing, sweeping and repairing all work on the same
 state (the ledger of Leases, the pod cache, the fleet) under the same policy; this is that
 shared core, plus the rules every one of them applies the same way: which of a pod's claims
 wins, and what an ``Allocation`` looks like.

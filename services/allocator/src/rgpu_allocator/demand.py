@@ -1,4 +1,4 @@
-"""Why this module exists: a pod's ask is several containers with different lifecycles, and the
+"""A pod's ask is several containers with different lifecycles, and the
 two granularities read it differently; this module derives both readings once per request.
 
 ``server`` granularity checks every requesting container on its own (count and memory), never

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet and the client nodes' topology come from discovery by
+"""The fleet and the client nodes' topology come from discovery by
 long-poll, and a slow or absent discovery must surface as one typed error, never a hang.
 
 ``GET /v1/fleet`` (and ``/v1/topology``) answers at once; with ``?since=R&wait=S`` it answers

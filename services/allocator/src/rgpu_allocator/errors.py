@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator's failures, by meaning, so the HTTP edge can answer
+"""The allocator's failures, by meaning, so the HTTP edge can answer
 each with the right status and an ``ErrorBody`` that says what happened and what to do.
 
 Hierarchy (bases from ``rgpu_runtime.errors``)::

@@ -1,4 +1,4 @@
-"""Why this module exists: what the allocator cannot resolve on its own (a repair that would
+"""What the allocator cannot resolve on its own (a repair that would
 double-book) must reach the people who can, where they look: ``kubectl describe pod``.
 """
 

@@ -1,4 +1,4 @@
-"""Why this module exists: "can this server take this pod?" has two answers in two
+""" "can this server take this pod?" has two answers in two
 granularities (DESIGN §4), and when the answer is no, HAMi-compatible reasons per card.
 
 The fast checks (``fit``) run for every server tried and must stay cheap; the verdicts

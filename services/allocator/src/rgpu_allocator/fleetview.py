@@ -1,4 +1,4 @@
-"""Why this module exists: a decision must take about a millisecond over 1,000 servers, so
+"""A decision must take about a millisecond over 1,000 servers, so
 everything about the fleet that does not depend on the pod or the claims is worked out once
 per fleet revision: eligibility, healthy cards sorted by memory, busy flags, label indexes,
 and the best-fit order servers are tried in.

@@ -1,4 +1,4 @@
-"""Why this module exists: inside one replica, many requests are decided at once, and every
+"""Inside one replica, many requests are decided at once, and every
 decision is deterministic — without care, a burst of pods all choose the same best server
 and then lose the compare-and-swap to each other one by one. Two small tools prevent that:
 

@@ -1,4 +1,4 @@
-"""Why this module exists: decisions read the fleet and the client nodes' topology from
+"""Decisions read the fleet and the client nodes' topology from
 discovery; this keeps the last of each (discovery may go away: the last fleet stays in use and
 its age is exposed), follows both by long-poll, and says when new capacity appeared so
 refused pods can be woken.

@@ -1,4 +1,4 @@
-"""Why this module exists: an operator must see how the allocator decides and where it
+"""An operator must see how the allocator decides and where it
 struggles (refusals by reason, compare-and-swap contention, sweeps, repairs, latency) from
 its own ``/metrics``, on the app's registry, never the process-global one.
 """

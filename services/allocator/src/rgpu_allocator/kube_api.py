@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator talks to the apiserver about exactly four things —
+"""The allocator talks to the apiserver about exactly four things —
 its claim Leases, Pods, pod annotations (the wake-up nudge) and Events — and every call must
 be bounded in time and fail with our ``KubeError`` family, never a library exception.
 

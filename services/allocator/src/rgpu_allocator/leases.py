@@ -1,4 +1,4 @@
-"""Why this module exists: claims are stored durably in one Lease per server, and every replica
+"""Claims are stored durably in one Lease per server, and every replica
 (and every restart) must read and write that storage in exactly the same shape.
 
 A Lease is named after its server (``rgpu-<server>``, hashed past 63 characters so it stays a

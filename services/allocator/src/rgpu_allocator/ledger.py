@@ -1,4 +1,4 @@
-"""Why this module exists: every decision needs "who holds what" in microseconds, so the claim
+"""Every decision needs "who holds what" in microseconds, so the claim
 Leases are mirrored in memory, indexed by server and by pod, and versioned for long-polls.
 
 The ledger is fed by the Lease watch and by the replies to our own writes, which can arrive in

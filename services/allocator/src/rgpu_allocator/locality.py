@@ -1,4 +1,4 @@
-"""Why this module exists: a closer GPU is a faster GPU, so servers are tried by how fine a
+"""A closer GPU is a faster GPU, so servers are tried by how fine a
 topology domain (rack, then zone, then region by default) they share with at least one of the
 client nodes kube-scheduler is still considering for the pod.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: while choosing a server for one pod, "which cards are held by
+"""While choosing a server for one pod, "which cards are held by
 someone else?" is asked of many servers; this answers it from the Leases and the pod cache,
 judging each claim's validity once per decision.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: claim validity, repair and wake-up all ask "what is this pod doing
+"""Claim validity, repair and wake-up all ask "what is this pod doing
 now?", and the allocator watches every pod in the cluster to answer without a round trip.
 
 At 100,000 pods memory matters more than convenience, so a pod is kept as a slotted record

@@ -1,4 +1,4 @@
-"""Why this module exists: watch events say *that* something about a pod's claims may need
+"""Watch events say *that* something about a pod's claims may need
 doing (its pod was deleted, finished, got bound; its Lease vanished; it holds two claims),
 but writing to the apiserver from inside a watch loop would stall every event behind one
 slow call. So watches only enqueue the pod uid, and this worker brings that pod's claims in

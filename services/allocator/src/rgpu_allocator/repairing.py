@@ -1,4 +1,4 @@
-"""Why this module exists: if a claim Lease is deleted or edited by hand, the pods already
+"""If a claim Lease is deleted or edited by hand, the pods already
 running on that server would silently lose their protection and the server would be handed
 out again. A bound, running pod of our scheduler carries the truth in its
 ``hami.io/remote-gpu-devices-allocated`` annotation, so its claim is rebuilt from there.

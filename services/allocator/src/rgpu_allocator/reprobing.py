@@ -1,4 +1,4 @@
-"""Why this module exists: lupine reports a card busy until discovery's next periodic probe
+"""Lupine reports a card busy until discovery's next periodic probe
 (15 s by default) after its client left, and a busy card no claim of ours explains (a client
 placed outside rgpu, or our pod that went away between probes) would refuse pods all that
 time. So before refusing a pod that only busy reports keep from a server, those servers are

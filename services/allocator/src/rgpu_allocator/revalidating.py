@@ -1,4 +1,4 @@
-"""Why this module exists: kube-scheduler retries a refused pod when the holder pod is
+"""Kube-scheduler retries a refused pod when the holder pod is
 deleted or finishes — usually before the allocator's own watch has delivered that change.
 Refusing then would park the pod for a whole backoff (or minutes). So before answering
 "no fit" because of claims, the blocking holders are checked against a fresh read of their

@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator's HTTP surface (DESIGN §4 and the extender's calls),
+"""The allocator's HTTP surface (DESIGN §4 and the extender's calls),
 kept to reading requests and writing answers; every decision lives below.
 
 * ``POST /v1/allocations``: ``AllocationRequest`` → ``200 Allocation`` | ``409 NoFit``

@@ -1,4 +1,4 @@
-"""Why this module exists: the HTTP handlers need one object that offers the allocator's
+"""The HTTP handlers need one object that offers the allocator's
 operations (allocate, commit, release, look up, follow claims, report status) without
 knowing which activity module implements each.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: claims leave Leases for three reasons — the pod released them, they
+"""Claims leave Leases for three reasons — the pod released them, they
 became invalid, or the pod holds claims on two servers because replicas raced on it — and
 each removal must be decided again on the Lease as the apiserver holds it, never on a
 stale copy, so that no valid claim is ever dropped.

@@ -1,4 +1,4 @@
-"""Why this module exists: watch events can be missed (a replica restarts, a watch is cut, a
+"""Watch events can be missed (a replica restarts, a watch is cut, a
 booking simply lapses without any event), so every replica also sweeps periodically: invalid
 claims are removed, claims whose pod the cache cannot see are checked with a fresh read, and
 pods with duplicate, unbound-marked or missing claims are queued for reconciliation.

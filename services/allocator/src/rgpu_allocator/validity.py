@@ -1,4 +1,4 @@
-"""Why this module exists: "is this claim still holding its cards?" decides double-booking on
+""" "is this claim still holding its cards?" decides double-booking on
 one side and leaked servers on the other, so the rule (DESIGN §4) lives in exactly one place.
 
 A claim is valid while its pod exists, has not finished, and is either bound or was booked /

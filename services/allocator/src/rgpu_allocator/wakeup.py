@@ -1,4 +1,4 @@
-"""Why this module exists: a pod refused for lack of remote GPUs sits in kube-scheduler's
+"""A pod refused for lack of remote GPUs sits in kube-scheduler's
 unschedulable queue until a cluster event it recognises (or a 5-minute flush); a freed claim
 is not such an event. So the allocator remembers whom it refused and, when capacity appears,
 changes an annotation (``rgpu.io/retry-at``) on a few of them: any update of a pending pod

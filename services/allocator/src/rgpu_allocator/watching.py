@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator decides from memory, so its memory must follow the
+"""The allocator decides from memory, so its memory must follow the
 apiserver: every Pod (slimmed) and every claim Lease, by list+watch, relisting on ``410
 Expired`` and backing off on errors. Each event is applied in microseconds; anything that
 needs an apiserver call is handed to the reconciler instead.

@@ -1,4 +1,4 @@
-"""Why this module exists: every change to a claim is a read-modify-write of one server's
+"""Every change to a claim is a read-modify-write of one server's
 Lease with compare-and-swap on ``metadata.resourceVersion``, and that loop — including what to
 do when another replica won — must be written once and be right.
 

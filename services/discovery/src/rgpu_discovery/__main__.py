@@ -1,4 +1,4 @@
-"""Why this module exists: ``python -m rgpu_discovery`` runs the service under uvicorn."""
+"""``python -m rgpu_discovery`` runs the service under uvicorn."""
 
 from __future__ import annotations
 

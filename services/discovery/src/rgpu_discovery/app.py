@@ -1,4 +1,4 @@
-"""Why this module exists: the composition root — it builds discovery's states, opens its
+"""The composition root — it builds discovery's states, opens its
 clients (apiserver, lupine probes), starts its background tasks (Node watch, shared probes,
 probe loop, event outbox) in one task group the lifespan owns, and hands the states to the
 routes.

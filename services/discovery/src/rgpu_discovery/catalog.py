@@ -1,4 +1,4 @@
-"""Why this module exists: one Node watch feeds two published states — server Nodes build the
+"""One Node watch feeds two published states — server Nodes build the
 fleet, client Nodes the topology — and a relabel can move a node from one to the other. This
 module routes each Node (or a whole list) to the right state, removes it from the other, and
 lets ``NodeNotices`` report what is wrong with server Nodes.

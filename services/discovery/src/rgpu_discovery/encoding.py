@@ -1,4 +1,4 @@
-"""Why this module exists: a 5,000-server fleet is 10 MB of JSON, sent to every long-poll
+"""A 5,000-server fleet is 10 MB of JSON, sent to every long-poll
 waiter on every change; gzip cuts that twentyfold, but only for clients that said they can
 read it (``Accept-Encoding``, RFC 9110 §12.5.3), and never for one that refused it with
 ``q=0``.

@@ -1,4 +1,4 @@
-"""Why this module exists: discovery's own failures, named by meaning, in one place.
+"""Discovery's own failures, named by meaning, in one place.
 
 Most failures discovery meets are values, not exceptions: a probe that timed out is a
 ``ProbeOutcome``, a broken register annotation becomes ``Server.error``. What remains are the

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet is one value many readers wait on, changed by two
+"""The fleet is one value many readers wait on, changed by two
 writers (the Node watch and the probes); its revision must move exactly when something
 allocation-relevant changed, and never on a no-op.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: a server is probed for two reasons — the periodic round, and an
+"""A server is probed for two reasons — the periodic round, and an
 on-demand re-probe the allocator asks for right before it refuses a pod because of busy
 cards — and one probe must never count twice (two counted failures make a server
 unreachable). Every probe goes through here: while a probe of a server is in flight, any

@@ -1,4 +1,4 @@
-"""Why this module exists: discovery's own health must be visible on its ``/metrics`` — how
+"""Discovery's own health must be visible on its ``/metrics`` — how
 big the fleet is and in what state, how probes go, how often the Node watch restarts and why —
 on the app's own registry, so two apps in one process (tests) never share a series.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: an operator looks for a broken node in ``kubectl describe node``,
+"""An operator looks for a broken node in ``kubectl describe node``,
 so a register annotation discovery cannot read is reported there, as a Kubernetes Event.
 
 Posting must never slow the Node watch or fail it: events go through a small bounded outbox

@@ -1,4 +1,4 @@
-"""Why this module exists: lupine servers are probed over the network, and both protocols
+"""Lupine servers are probed over the network, and both protocols
 lupine builds speak must be handled without a probe ever hanging or raising.
 
 Newer lupine builds answer HTTP/1.1 ``GET /metrics`` on their RPC port; older builds speak

@@ -1,4 +1,4 @@
-"""Why this module exists: a Node object from the apiserver is a large, loosely typed JSON
+"""A Node object from the apiserver is a large, loosely typed JSON
 document, and discovery needs six facts from it. Reading them in one place, tolerantly, keeps
 the rest of the service working on a small frozen value instead of nested dicts.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: problems on server Nodes must reach an operator exactly once per
+"""Problems on server Nodes must reach an operator exactly once per
 distinct problem — a log line for a port label that falls back to the default, a Kubernetes
 Event for a register annotation that cannot be read — not once per watch event, which for a
 busy node would be every few seconds.

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet and the topology are long-polled — a client that holds
+"""The fleet and the topology are long-polled — a client that holds
 revision ``R`` asks with ``?since=R&wait=S`` and gets an answer as soon as something newer
 is published, or the current value after ``S`` seconds — and both endpoints must read and
 check those parameters the same way, naming the bad one.

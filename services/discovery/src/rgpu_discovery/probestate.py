@@ -1,4 +1,4 @@
-"""Why this module exists: probe results must be folded into what the fleet says about a
+"""Probe results must be folded into what the fleet says about a
 server by one rule, or a single lost packet would flap a server out of the fleet.
 
 The rule: a server is unreachable only after two probes in a row got no answer; a reply that

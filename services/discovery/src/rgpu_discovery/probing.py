@@ -1,4 +1,4 @@
-"""Why this module exists: a server's Node says it exists; only its lupine port says whether it
+"""A server's Node says it exists; only its lupine port says whether it
 is alive and which GPUs already have clients. Every listed server is probed once per interval,
 concurrently but bounded, and a server that just appeared (or moved) is probed at once rather
 than an interval later, so a new server's busy set is known before anyone is placed on it.

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet and the topology are read far more often than they change
+"""The fleet and the topology are read far more often than they change
 (every long-poll waiter wakes on each change), and a 5,000-server fleet takes tens of
 milliseconds to serialise. A published snapshot therefore keeps each entry's JSON from the
 moment the entry was built, and joins them once per revision, however many readers ask.

@@ -1,4 +1,4 @@
-"""Why this module exists: busy sets are learned by probing once per interval (15 s by
+"""Busy sets are learned by probing once per interval (15 s by
 default), so when a holder pod finishes and its lupine client disconnects, discovery keeps
 reporting its cards busy until the next round, and the allocator would refuse the next pod
 for up to an interval. DESIGN §4's "no stale refusals" rule asks for a fresh read before

@@ -1,4 +1,4 @@
-"""Why this module exists: discovery's HTTP surface — the fleet and the topology, each readable
+"""Discovery's HTTP surface — the fleet and the topology, each readable
 at once or by long-poll, and an on-demand re-probe of one server — kept apart from how the
 state behind it is built.
 

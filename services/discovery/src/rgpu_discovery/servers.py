@@ -1,4 +1,4 @@
-"""Why this module exists: turning a server Node into a ``Server`` is HAMi's compatibility
+"""Turning a server Node into a ``Server`` is HAMi's compatibility
 contract (DESIGN §3), and it must be exact: port from the label, endpoint from the first
 InternalIP, only ``mode == "remote"`` cards, absent health meaning unhealthy.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator and the extender judge locality from client nodes'
+"""The allocator and the extender judge locality from client nodes'
 topology labels, and neither should watch every Node for it. Discovery already sees every
 Node, so it keeps the configured topology labels of each client node and publishes them
 with their own revision, which moves only when a node appears, disappears, or one of those

@@ -1,4 +1,4 @@
-"""Why this module exists: lupine reports which GPUs have clients only through its Prometheus
+"""Lupine reports which GPUs have clients only through its Prometheus
 text exposition, and a busy set read wrongly hands an occupied server to a second tenant.
 
 Busy GPUs are the distinct ``device_uuid`` label values of the

@@ -1,4 +1,4 @@
-"""Why this module exists: the fleet is only as good as discovery's view of the Nodes, and
+"""The fleet is only as good as discovery's view of the Nodes, and
 that view must survive everything the apiserver does — restarts, dropped watches, ``410
 Expired``, minutes of downtime — without ever dropping the last good fleet.
 

@@ -1,4 +1,4 @@
-"""Why this module exists: the webhook's decision for one AdmissionReview — mutate a new GPU
+"""The webhook's decision for one AdmissionReview — mutate a new GPU
 pod, guard the scheduler-owned annotations on updates, allow everything else — kept apart from
 HTTP so every rule is a plain function call in tests.
 

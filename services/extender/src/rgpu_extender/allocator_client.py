@@ -1,4 +1,4 @@
-"""Why this module exists: the allocator's API answers in several contracts by status (an
+"""The allocator's API answers in several contracts by status (an
 ``Allocation``, a ``NoFit`` on 409, an ``ErrorBody`` otherwise), and the extender must turn
 every one of them, and every transport failure, into a value or one of our errors: filter and
 bind reply inside kube-scheduler's timeout, never with a traceback.

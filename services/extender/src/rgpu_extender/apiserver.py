@@ -1,4 +1,4 @@
-"""Why this module exists: the extender makes exactly three apiserver calls — bind a pod, read
+"""The extender makes exactly three apiserver calls — bind a pod, read
 it back when a bind's outcome is unknown, write an event — and each must be bounded in time
 and fail with runtime's ``KubeError`` family, never a kubernetes_asyncio exception.
 """

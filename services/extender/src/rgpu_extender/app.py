@@ -1,4 +1,4 @@
-"""Why this module exists: the composition root. ``create_app`` wires the verbs to their clients
+"""The composition root. ``create_app`` wires the verbs to their clients
 and background tasks, all owned by one lifespan; ``main`` serves the one app on the plain
 extender port (``RGPU_LISTEN``, for kube-scheduler) and, when a certificate is configured, on
 the TLS webhook port (``RGPU_WEBHOOK_LISTEN``, for the apiserver).

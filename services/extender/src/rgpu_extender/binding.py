@@ -1,4 +1,4 @@
-"""Why this module exists: bind turns a booked claim into a placed pod, and its two writes (the
+"""Bind turns a booked claim into a placed pod, and its two writes (the
 allocator's commit, the apiserver's Binding) must leave no half-state behind: a pod bound
 without its endpoint annotation cannot reach its GPU, and a claim kept for a pod that was not
 bound blocks a server until the booking expires.

@@ -1,4 +1,4 @@
-"""Why this module exists: the webhook and the filter must read a pod's remote-GPU ask the same
+"""The webhook and the filter must read a pod's remote-GPU ask the same
 way, and a malformed quantity must be refused with its container and value named, never read as
 "asks for nothing" (that would place a GPU pod on a node without any GPU wiring).
 

@@ -1,4 +1,4 @@
-"""Why this module exists: the verbs need the same handful of clients and stores, opened once by
+"""The verbs need the same handful of clients and stores, opened once by
 the lifespan; bundling them in one frozen value keeps each verb's signature short and lets the
 routes reach them through a single typed accessor.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: the extender follows discovery's fleet (which nodes are servers,
+"""The extender follows discovery's fleet (which nodes are servers,
 their topology) and topology (client nodes' labels) by long-poll; this is the one place that
 knows the URLs, the ``since``/``wait`` parameters and the failure mapping.
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: a container's ``env`` is a list in which names may repeat (the last
+"""A container's ``env`` is a list in which names may repeat (the last
 one wins), and later entries may refer to earlier ones with ``$(NAME)``; setting a variable must
 respect both, or a wired value silently loses to a user's stale literal.
 """

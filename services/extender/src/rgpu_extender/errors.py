@@ -1,4 +1,4 @@
-"""Why this module exists: the extender's failures, named by meaning, on top of runtime's tree.
+"""The extender's failures, named by meaning, on top of runtime's tree.
 
 kube-scheduler's extender protocol carries errors inside its payloads (``Error``,
 ``FailedNodes``), so most of these never reach the HTTP edge: the verbs turn them into values.

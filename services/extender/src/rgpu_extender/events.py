@@ -1,4 +1,4 @@
-"""Why this module exists: ``kubectl describe pod`` is where users look first, so the extender
+"""``kubectl describe pod`` is where users look first, so the extender
 explains its decisions there as Events — but kube-scheduler retries an unschedulable pod for as
 long as it stays pending, and a slow apiserver must never slow a verb. So events are
 deduplicated per pod and outcome, rate-limited, queued without blocking, and written by one

@@ -1,4 +1,4 @@
-"""Why this module exists: ``/filter`` is where a GPU pod is booked a server, once per pod,
+"""``/filter`` is where a GPU pod is booked a server, once per pod,
 serially, on kube-scheduler's hot path. It must answer every pod within the budget, send
 unfixable pods to ``FailedAndUnresolvableNodes`` (no preemption can help them), keep GPU
 servers free of client pods, and tell "no GPU fits now" (``FailedNodes``: the pod waits) from

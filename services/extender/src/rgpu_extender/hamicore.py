@@ -1,4 +1,4 @@
-"""Why this module exists: lupine does not cap a client's GPU memory, HAMi-core does, from
+"""Lupine does not cap a client's GPU memory, HAMi-core does, from
 inside the client process (``LD_PRELOAD``); the library must reach a container that was built
 without it, so the webhook copies it in from a library image through a shared emptyDir.
 

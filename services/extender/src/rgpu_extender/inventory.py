@@ -1,4 +1,4 @@
-"""Why this module exists: filter must know which nodes are GPU servers and prioritize must know
+"""Filter must know which nodes are GPU servers and prioritize must know
 every node's topology, on kube-scheduler's serial hot path, without a call per pod. The
 extender follows discovery's fleet and topology by long-poll in the background and keeps the
 latest of each, indexed for lookups, here.

@@ -1,4 +1,4 @@
-"""Why this module exists: an operator asks "why are GPU pods not scheduling?" of Prometheus
+"""An operator asks "why are GPU pods not scheduling?" of Prometheus
 first; the extender answers with each verb's latency and outcome, the webhook's decisions and
 whether pod events are being written or dropped, all on the app's own registry.
 """

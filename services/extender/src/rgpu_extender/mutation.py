@@ -1,4 +1,4 @@
-"""Why this module exists: a GPU pod is only schedulable and runnable by rgpu once it names our
+"""A GPU pod is only schedulable and runnable by rgpu once it names our
 scheduler, reads its endpoint through the downward API and, when memory is capped, preloads
 HAMi-core; the webhook adds all of that at CREATE, refusing what would defeat it.
 

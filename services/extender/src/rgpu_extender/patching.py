@@ -1,4 +1,4 @@
-"""Why this module exists: the webhook answers with an RFC 6902 JSONPatch, which fails on the
+"""The webhook answers with an RFC 6902 JSONPatch, which fails on the
 apiserver if it ``add``s below a member that does not exist yet (a pod without annotations, a
 container without env) or forgets RFC 6901 escaping (annotation keys contain ``/``).
 """

@@ -1,4 +1,4 @@
-"""Why this module exists: filter, bind and the webhook all read raw pod JSON (as kube-scheduler
+"""Filter, bind and the webhook all read raw pod JSON (as kube-scheduler
 and the apiserver send it), and must agree on who the pod is and where each container sits.
 
 Pods arrive as plain JSON mappings, not typed objects: the extender only reads a handful of

@@ -1,4 +1,4 @@
-"""Why this module exists: the HTTP surface — kube-scheduler's extender verbs and the admission
+"""The HTTP surface — kube-scheduler's extender verbs and the admission
 webhook — and nothing else; each handler reads its body, calls its verb, writes the reply.
 
 kube-scheduler treats any non-200 from ``/filter`` or ``/bind`` as an extender failure and

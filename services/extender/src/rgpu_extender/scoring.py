@@ -1,4 +1,4 @@
-"""Why this module exists: every CUDA call of a remote-GPU pod crosses the network to its
+"""Every CUDA call of a remote-GPU pod crosses the network to its
 server, so among the nodes filter kept, the ones nearest the booked server are better; this
 scores candidates by the finest topology domain (``RGPU_TOPOLOGY_KEYS``, finest first) they
 share with the pod's claimed server.

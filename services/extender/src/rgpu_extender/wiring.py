@@ -1,4 +1,4 @@
-"""Why this module exists: a requesting container finds its GPU server only through env vars the
+"""A requesting container finds its GPU server only through env vars the
 webhook wires from the pod's own annotations (downward API), resolved by the kubelet when the
 container starts, after bind has written them. The webhook writes this wiring and the filter
 checks it, so both read the one definition here.

@@ -1,4 +1,4 @@
-"""Why this module exists: ``python -m rgpu_metrics`` runs the service for real (uvicorn)."""
+"""``python -m rgpu_metrics`` runs the service for real (uvicorn)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Why this module exists: the composition root of the metrics service.
+"""The composition root of the metrics service.
 
 ``create_app`` wires the two followers (discovery's fleet, the allocator's claims), the board
 they feed and the routes that render it, inside the shared service edge from

@@ -1,4 +1,4 @@
-"""Why this module exists: a scrape must render from memory, fast, whatever the sources do.
+"""A scrape must render from memory, fast, whatever the sources do.
 
 The ``Board`` keeps the last fleet and the last claim set the followers received (the last
 good one stays when a source is away) and the exposition built from them. Building is lazy

@@ -1,4 +1,4 @@
-"""Why this module exists: one card has one state on a dashboard, even when several facts apply.
+"""One card has one state on a dashboard, even when several facts apply.
 
 A card can be on a server that is down, be unhealthy, be claimed and be busy all at once. The
 exporter shows exactly one state per card, the first that applies in this order (highest

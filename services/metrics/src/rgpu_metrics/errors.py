@@ -1,4 +1,4 @@
-"""Why this module exists: a source that fails must fail as a value the follower can judge.
+"""A source that fails must fail as a value the follower can judge.
 
 The metrics service calls two peers (discovery for the fleet, the allocator for the claims).
 Whatever goes wrong on that call, httpx errors included, leaves ``sources`` as one of these,

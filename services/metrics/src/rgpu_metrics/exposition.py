@@ -1,4 +1,4 @@
-"""Why this module exists: one scrape joins two renderings in the format the scraper asked for.
+"""One scrape joins two renderings in the format the scraper asked for.
 
 The app's own registry (process, request latency, source health) is small and formatted by
 prometheus_client on every scrape; the card families come ready-made from the board. Content

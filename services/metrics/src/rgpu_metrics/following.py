@@ -1,4 +1,4 @@
-"""Why this module exists: the exporter mirrors two peers and must survive either going away.
+"""The exporter mirrors two peers and must survive either going away.
 
 A ``Follower`` long-polls one source for as long as the service runs: each answer goes to the
 board at once, and a failure leaves the last good value in place (the series stay, their

@@ -1,4 +1,4 @@
-"""Why this module exists: 10,000 cards are 110,000 series, too many to format on every scrape.
+"""10,000 cards are 110,000 series, too many to format on every scrape.
 
 The card families are written here as exposition text, one server at a time, so that the
 board can keep each server's lines until that server or its claims change, and a scrape only

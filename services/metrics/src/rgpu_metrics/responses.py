@@ -1,4 +1,4 @@
-"""Why this module exists: a 10,000-card scrape is ~17 MB, and copying it costs more than it.
+"""A 10,000-card scrape is ~17 MB, and copying it costs more than it.
 
 Joining the pre-rendered parts into one ``bytes`` would allocate and copy the whole body on
 every scrape (measured: most of the scrape time). ``PartsResponse`` sends the parts as they

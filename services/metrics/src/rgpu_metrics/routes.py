@@ -1,4 +1,4 @@
-"""Why this module exists: the metrics service's one route of its own, ``GET /metrics``.
+"""The metrics service's one route of its own, ``GET /metrics``.
 
 It renders from memory only (the board and the app's registry): no call to discovery, the
 allocator or the apiserver happens on a scrape, so Prometheus' scrape rate never becomes load

@@ -1,4 +1,4 @@
-"""Why this module exists: how fresh the exported picture is must be computed when scraped.
+"""How fresh the exported picture is must be computed when scraped.
 
 ``rgpu_source_age_seconds`` grows while a source is away; a stored gauge would only change
 when the follower runs, so this collector reads the followers' status and the board at

@@ -1,4 +1,4 @@
-"""Why this module exists: the exporter's only outbound calls, with their failure modes pinned.
+"""The exporter's only outbound calls, with their failure modes pinned.
 
 Discovery serves the fleet and the allocator the claims, both as long-polls:
 ``GET <base><path>`` answers the current value at once; ``GET <base><path>?since=R&wait=S``

@@ -1,4 +1,4 @@
-"""Why this module exists: handlers reach what the lifespan built through one typed accessor."""
+"""Handlers reach what the lifespan built through one typed accessor."""
 
 from __future__ import annotations
 
