@@ -34,7 +34,7 @@ def clean_environ() -> Iterator[None]:
 def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.fail(
-            f"wire fixtures not found at {SHARED_FIXTURES}; they live in the repository's fixtures/ folder"
+            f"wire fixtures not found at {SHARED_FIXTURES}; they live in the repo's fixtures/"
         )
     return SHARED_FIXTURES
 
