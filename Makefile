@@ -1,4 +1,5 @@
-# Two commands matter: `make test` (whole setup + static checks + suite) and `make demo`.
+# Two commands matter: `make test` (whole setup + static checks + member check + suite) and
+# `make demo`. `make test-fast` is the developer loop: lint and the suite without processes.
 # Every install step lives here so a fresh machine with only python3/pip can run them.
 SHELL := /bin/bash
 UV_VERSION := 0.13.9
@@ -7,7 +8,7 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test lint setup tools sync demo bench format
+.PHONY: test test-fast members lint setup tools sync demo bench format
 
 setup: tools sync
 
@@ -27,8 +28,19 @@ lint: setup
 	$(RUN) mypy libs/*/src services/*/src cli/src
 	$(RUN) lint-imports
 
-test: lint
+# Each member synced alone into its own environment and imported whole: an import its
+# pyproject.toml does not declare fails here, not in the image built for that service.
+members: tools
+	.ci/check-members
+
+test: lint members
 	$(RUN) pytest -q
+
+# No OS processes, no whole stack: ruff and the in-process suite, for the edit-test loop.
+test-fast: sync
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) pytest -q -m "not e2e and not process"
 
 demo: setup
 	$(RUN) rgpu demo

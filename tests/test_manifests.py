@@ -31,6 +31,8 @@ from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api, EventsV1Api
 from rgpu_kubesim.certs import write_certs
 from rgpu_runtime import Settings
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"

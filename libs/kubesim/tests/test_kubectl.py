@@ -15,7 +15,7 @@ import yaml
 
 from rgpu_kubesim import SimApiServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 Kubectl = Callable[..., Awaitable[str]]
 POD = """

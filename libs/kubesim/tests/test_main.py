@@ -20,6 +20,8 @@ import pytest
 from rgpu_contracts.hami import LABEL_SERVER
 from rgpu_kubesim.__main__ import main
 
+pytestmark = pytest.mark.process
+
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 
 

@@ -15,6 +15,8 @@ from starlette.applications import Starlette
 
 from rgpu_runtime import Settings, create_service_app, kube_client, run_service
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(autouse=True)
 def restore_root_logger() -> Iterator[None]:

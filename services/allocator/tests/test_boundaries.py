@@ -13,7 +13,7 @@ from rgpu_allocator.discovery_client import DiscoveryClient
 from rgpu_allocator.errors import DiscoveryUnavailable
 from rgpu_runtime import Settings, http_client
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def client_for(handler) -> httpx.AsyncClient:

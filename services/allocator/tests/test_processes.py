@@ -8,7 +8,7 @@ from collections import defaultdict
 import anyio
 import pytest
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 SERVERS = 40
 REQUESTS = 400

@@ -14,7 +14,7 @@ import pytest
 
 from rgpu_extender import listeners
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def test_health_readiness_and_metrics_are_served(extender, build) -> None:

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from rgpu_runtime import Listener, running
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def peer_app(fleet: bytes, claims: bytes) -> Starlette:
