@@ -37,10 +37,11 @@ test: lint members
 	$(RUN) pytest -q
 
 # No OS processes, no whole stack: ruff and the in-process suite, for the edit-test loop.
+# The slowest tests are listed so the loop stays under 90 s as tests are added.
 test-fast: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) pytest -q -m "not e2e and not process"
+	$(RUN) pytest -q -m "not e2e and not process" --durations=10
 
 demo: setup
 	$(RUN) rgpu demo
