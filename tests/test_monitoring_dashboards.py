@@ -255,18 +255,63 @@ async def test_every_dashboard_expression_returns_data_behind_the_operator(
 ) -> None:
     binary = promtool()
     await drive_traffic(stack, load_fixture)
-    honor = honor_labels()
-    series: list[dict[str, str]] = []
-    for service in SERVICES:
-        target = target_labels(service)
-        for name, labels, value in samples(await stack.scrape(service)):
-            series.append(series_line(name, relabel(labels, target, honor=honor), value))
+    series = await scraped_behind_the_operator(stack)
     suite = tmp_path / "dashboard_test.yaml"
     suite.write_text(promtool_suite(series, dashboard_expressions()))
 
     result = await anyio.run_process([binary, "test", "rules", str(suite)], check=False)
 
     assert result.returncode == 0, (result.stdout + result.stderr).decode()
+
+
+async def test_the_alerts_target_selectors_match_the_series_behind_the_operator(
+    stack: Stack, load_fixture: Load, tmp_path: Path
+) -> None:
+    """Each alert's matchers on target labels (``service``, ``job``, ``pod``...) select the
+    relabeled series (and Prometheus' own ``up``) they are written for."""
+    binary = promtool()
+    await drive_traffic(stack, load_fixture)
+    series = await scraped_behind_the_operator(stack)
+    present = {line["series"].split("{")[0] for line in series}
+    checks = {
+        selector: selector
+        for selector in alert_target_selectors()
+        if selector.split("{")[0] in present
+    }
+    assert any(s.startswith("up{") for s in checks) and any("service=" in s for s in checks)
+    suite = tmp_path / "alerts_selectors_test.yaml"
+    suite.write_text(promtool_suite(series, checks))
+
+    result = await anyio.run_process([binary, "test", "rules", str(suite)], check=False)
+
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()
+
+
+async def scraped_behind_the_operator(stack: Stack) -> list[dict[str, str]]:
+    """Every service's samples as Prometheus stores them, plus each target's ``up``."""
+    honor = honor_labels()
+    series: list[dict[str, str]] = []
+    for service in SERVICES:
+        target = target_labels(service)
+        series.append(series_line("up", target, 1.0))
+        for name, labels, value in samples(await stack.scrape(service)):
+            series.append(series_line(name, relabel(labels, target, honor=honor), value))
+    return series
+
+
+def alert_target_selectors() -> set[str]:
+    """The alerts' vector selectors, keeping only their matchers on target labels."""
+    rule = yaml.safe_load((OBSERVABILITY / "prometheusrule.yaml").read_text())
+    selectors = set()
+    for group in rule["spec"]["groups"]:
+        for alert in group["rules"]:
+            for name, body in re.findall(
+                r"\b((?:rgpu|hami)_\w+|up)(?:\{([^}]*)\})?", alert["expr"]
+            ):
+                matchers = re.findall(r'(\w+)\s*(=~|!=|!~|=)\s*("[^"]*")', body)
+                kept = ", ".join(f"{k}{op}{v}" for k, op, v in matchers if k in TARGET_LABELS)
+                selectors.add(f"{name}{{{kept}}}" if kept else name)
+    return selectors
 
 
 async def test_no_service_exports_a_label_that_would_override_the_targets_identity(
@@ -294,17 +339,22 @@ def test_the_relabeling_renames_a_clashing_label_unless_labels_are_honored() -> 
     assert relabel(scraped, target, honor=True)["job"] == "rgpu-extender"
 
 
-async def test_hami_families_keep_their_own_labels_behind_the_operator(
+async def test_card_series_keep_their_own_labels_behind_the_operator(
     stack: Stack, load_fixture: Load
 ) -> None:
+    """HAMi's families keep ``endpoint`` (the lupine host:port), the holder series keep the
+    holder's ``namespace`` and ``pod`` (not the exporting pod's)."""
     await drive_traffic(stack, load_fixture)
     target = target_labels("metrics")
-    hami = [s for s in samples(await stack.scrape("metrics")) if s[0].startswith("hami_")]
-    assert hami, "the metrics service exported no hami_remote_gpu_* series"
-    for _, labels, _ in hami:
+    exported = list(samples(await stack.scrape("metrics")))
+    cards = [s for s in exported if s[0].startswith(("hami_", "rgpu_card_holder"))]
+    assert {name for name, _, _ in cards} >= {"hami_remote_gpu_allocated", "rgpu_card_holder_info"}
+    for _, labels, _ in cards:
         relabeled = relabel(labels, target, honor=honor_labels())
         assert {k: relabeled[k] for k in labels} == labels
         assert not any(key.startswith("exported_") for key in relabeled)
+    holders = [labels for name, labels, _ in cards if name == "rgpu_card_holder_info"]
+    assert {(h["namespace"], h["pod"]) for h in holders} == {("ml-team", "trainer-0")}
 
 
 async def test_every_series_the_alerts_select_is_exported_by_a_service(

@@ -4,12 +4,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from rgpu_runtime import KubeClient, KubeNotFound
+from rgpu_runtime import KubeClient, KubeNotFound, Listener, running
 from rgpu_runtime._kubespans import KubeRequest, trace_requests
 
 from .conftest import Apiserver
@@ -123,3 +128,28 @@ async def test_raw_fast_path_calls_are_traced_too(
     assert span.name == "GET pods"
     assert (span.attributes or {})["k8s.verb"] == "get"
     assert (span.attributes or {})["http.response.status_code"] == 200
+
+
+async def test_the_request_carries_the_client_spans_traceparent(
+    exporter: InMemorySpanExporter,
+) -> None:
+    async def echo(request: Request) -> JSONResponse:
+        headers = {"traceparent": request.headers.get("traceparent", "")}
+        return JSONResponse({"metadata": {"annotations": headers}})
+
+    app = Starlette(routes=[Route("/api/v1/namespaces/{ns}/pods/{name}", echo)])
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with running(app, Listener(listen="127.0.0.1:0")) as urls:
+        configuration = Configuration()
+        configuration.host = urls[0]
+        async with ApiClient(configuration) as api_client:
+            trace_requests(api_client, provider)
+            kube = KubeClient(api_client, timeout=2.0)
+            pod = await kube.call_raw(kube.core.read_namespaced_pod, "trainer-0", "ml-team")
+
+    span = only(exporter)
+    sent = {"traceparent": pod["metadata"]["annotations"]["traceparent"]}
+    context = trace.get_current_span(propagate.extract(sent)).get_span_context()
+    assert context.span_id == span.context.span_id
+    assert context.trace_id == span.context.trace_id
