@@ -52,6 +52,7 @@ KUBERNETES_VERSIONS = ("1.31.0", "1.34.0")
 CRD_KINDS = frozenset(
     {
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
         ("cert-manager.io/v1", "Issuer"),
         ("cert-manager.io/v1", "Certificate"),
     }
@@ -1034,6 +1035,18 @@ def test_service_monitor_scrapes_the_http_port_of_every_service(production: Rend
     assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [("http", "/metrics")]
     for name in selected:
         assert "http" in {p["name"] for p in production.get("Service", name)["spec"]["ports"]}
+
+
+def test_production_carries_the_alert_rules_beside_the_service_monitor(
+    production: Render,
+) -> None:
+    (rule,) = production.of_kind("PrometheusRule")
+    (monitor,) = production.of_kind("ServiceMonitor")
+    source = yaml.safe_load((K8S / "components/observability/prometheusrule.yaml").read_text())
+    assert rule["metadata"]["namespace"] == monitor["metadata"]["namespace"] == NAMESPACE
+    # One label for the Prometheus' serviceMonitorSelector and ruleSelector to match alike.
+    assert rule["metadata"]["labels"] == monitor["metadata"]["labels"]
+    assert rule["spec"] == source["spec"]
 
 
 def _dashboard(render: Render) -> Obj:

@@ -34,7 +34,8 @@ async def client(exporter: InMemorySpanExporter) -> AsyncIterator[httpx.AsyncCli
     async def work(request: Request) -> Response:
         return json_response({"ok": True})
 
-    app = create_service_app(service="test", routes=[Route("/work", work)])
+    routes = [Route("/work", work), Route("/v1/allocations/{uid}/commit", work, methods=["POST"])]
+    app = create_service_app(service="test", routes=routes)
     transport = httpx.ASGITransport(app=instrument_app(app, provider))
     async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
         yield client
@@ -100,3 +101,23 @@ def test_tracer_spans_continue_the_current_trace_even_without_an_exporter() -> N
         tracer("rgpu.test").start_as_current_span("inner") as inner,
     ):
         assert inner.get_span_context().trace_id == outer.get_span_context().trace_id
+
+
+async def test_server_spans_are_named_by_route_template_not_by_raw_path(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    await client.post("/v1/allocations/8f6a3c1e-5b2d-4c7a-9e1f-0a2b3c4d5e6f/commit")
+
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "POST /v1/allocations/{uid}/commit"
+    assert (span.attributes or {})["http.route"] == "/v1/allocations/{uid}/commit"
+
+
+async def test_a_request_no_route_matched_is_named_by_its_method_alone(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    await client.get("/v1/claims/8f6a3c1e-5b2d-4c7a-9e1f-0a2b3c4d5e6f")
+
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "GET"
+    assert "http.route" not in (span.attributes or {})

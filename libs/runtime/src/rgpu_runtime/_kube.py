@@ -4,7 +4,8 @@
 ``RGPU_KUBE_URL``, else in-cluster service account, else kubeconfig) and yields a
 ``KubeClient``: the kubernetes_asyncio APIs (``core``, ``coordination``, ``api_client``)
 plus wrappers that put a timeout on every call and turn ``ApiException``, aiohttp and
-timeout errors into the ``KubeError`` family. Hot paths use the raw variants, which skip
+timeout errors into the ``KubeError`` family; every request gets a client span
+(``_kubespans``). Hot paths use the raw variants, which skip
 kubernetes_asyncio's model deserialisation (an order of magnitude slower than orjson for pods)
 and return plain dicts.
 """
@@ -24,6 +25,7 @@ from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
 from ._backoff import Backoff
 from ._kubeerrors import kube_error, transport_error
+from ._kubespans import trace_requests
 from ._settings import Settings
 from ._watch import WatchEvent, watch_events
 from .errors import KubeError, SettingsError
@@ -218,6 +220,7 @@ async def kube_client(
     configuration = await _configuration(settings)
     api_client = ApiClient(configuration)
     api_client.user_agent = f"rgpu-{settings.service}"
+    trace_requests(api_client)
     try:
         yield KubeClient(api_client, timeout=timeout)
     finally:
