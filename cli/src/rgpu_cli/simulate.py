@@ -14,10 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rgpu_allocator.choosing import Choice, choose
-from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fitting import Granularity, Unclaimed
-from rgpu_allocator.fleetview import FleetView, ServerFacts
 from rgpu_contracts import (
     Card,
     CardId,
@@ -33,6 +29,7 @@ from rgpu_contracts import (
     ServerName,
     card_id,
 )
+from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
 
 __all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
 

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rgpu_allocator.choosing import Choice, Refusal, choose
-from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fitting import Unclaimed
-from rgpu_allocator.fleetview import FleetView
 from rgpu_allocator.leases import LeaseRecord
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy
@@ -20,6 +16,7 @@ from rgpu_contracts import (
     ServerName,
     render_reasons,
 )
+from rgpu_placement import Choice, FleetView, Refusal, Unclaimed, choose, demand_of
 
 KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 

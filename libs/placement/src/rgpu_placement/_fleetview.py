@@ -30,6 +30,8 @@ class ServerFacts:
     """``healthy``'s memory sizes, ascending, for bisecting."""
     busy: frozenset[str]
     """GPU UUIDs lupine reports a client on."""
+    labels: Mapping[str, str]
+    """The server's topology labels, for the locality rule."""
 
     @property
     def name(self) -> ServerName:
@@ -62,6 +64,7 @@ def server_facts(server: Server) -> ServerFacts:
         healthy=healthy,
         memories=tuple(c.memory_mib for c in healthy),
         busy=frozenset(busy),
+        labels=dict(server.topology),
     )
 
 

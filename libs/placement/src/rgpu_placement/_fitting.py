@@ -13,8 +13,8 @@ from typing import Literal, Protocol
 
 from rgpu_contracts import Card, CardId, Claim, Reason, ReasonCount, ServerVerdict
 
-from .demand import Demand
-from .fleetview import ServerFacts
+from ._demand import Demand
+from ._fleetview import ServerFacts
 
 __all__ = ["BusyIgnored", "Fit", "Granularity", "Holdings", "Unclaimed", "fit", "verdict"]
 
