@@ -76,8 +76,8 @@ def test_a_client_in_zone_a_rack_r1_gets_zone_a_rack_r2_not_zone_b_rack_r1(
     view = make.view(
         [
             # Smaller, so best fit alone would pick it: locality must decide first.
-            make.server("a-far", cards=1, labels=SAME_RACK_NAME_OTHER_ZONE),
-            make.server("b-near", cards=4, labels=OTHER_RACK_SAME_ZONE),
+            make.server("zone-b-r1", cards=1, labels=SAME_RACK_NAME_OTHER_ZONE),
+            make.server("zone-a-r2", cards=4, labels=OTHER_RACK_SAME_ZONE),
         ],
         nodes={"client-1": CLIENT},
     )
@@ -90,4 +90,4 @@ def test_a_client_in_zone_a_rack_r1_gets_zone_a_rack_r2_not_zone_b_rack_r1(
         granularity=granularity,
     )
     assert isinstance(result, Choice)
-    assert (result.fit.facts.name, result.tier) == ("b-near", 1)
+    assert (result.fit.facts.name, result.tier) == ("zone-a-r2", 1)
