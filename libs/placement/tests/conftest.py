@@ -63,14 +63,14 @@ class Make:
     """Contract values; defaults make a healthy, ready, reachable server of four cards."""
 
     @staticmethod
-    def card(server: str, index: int, *, healthy: bool = True, memory_mib: int = 40960) -> Card:
+    def card(server: str, index: int, *, healthy: bool = True, memory: int = 40960) -> Card:
         uuid = GpuUuid(f"GPU-{server}-{index}")
         return Card(
             id=card_id(server, uuid),
             server=ServerName(server),
             uuid=uuid,
             index=index,
-            memory_mib=memory_mib,
+            memory_mib=memory,
             cores=100,
             model="NVIDIA A100-SXM4-40GB",
             numa=0,
@@ -82,6 +82,7 @@ class Make:
         name: str,
         *,
         cards: int = 4,
+        memory: int | Sequence[int] = 40960,
         ready: bool = True,
         reachable: bool = True,
         busy: Iterable[int] = (),
@@ -90,7 +91,10 @@ class Make:
         labels: Mapping[str, str] | None = None,
     ) -> Server:
         sick = set(unhealthy)
-        made = tuple(self.card(name, i, healthy=i not in sick) for i in range(cards))
+        sizes = [memory] * cards if isinstance(memory, int) else list(memory)
+        made = tuple(
+            self.card(name, i, memory=size, healthy=i not in sick) for i, size in enumerate(sizes)
+        )
         return Server(
             name=ServerName(name),
             endpoint=endpoint,
@@ -126,12 +130,10 @@ class Make:
         return FleetView.build(self.fleet(*servers), self.topology(nodes or {}), keys)
 
     @staticmethod
-    def request(
-        name: str = "main", *, count: int = 1, memory_mib: int = 0, kind: str = "app"
+    def container(
+        name: str = "main", count: int = 1, memory: int = 0, kind: str = "app"
     ) -> ContainerRequest:
-        return ContainerRequest(
-            name=name, kind=ContainerKind(kind), count=count, memory_mib=memory_mib
-        )
+        return ContainerRequest(name=name, kind=ContainerKind(kind), count=count, memory_mib=memory)
 
     def claim(
         self,

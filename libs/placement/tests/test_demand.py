@@ -8,14 +8,14 @@ from rgpu_placement import Ask, demand_of
 def test_effective_count_is_the_larger_of_the_biggest_init_and_all_running(make) -> None:
     demand = demand_of(
         (
-            make.request("setup", count=3, kind="init"),
-            make.request("proxy", count=1, kind="sidecar"),
-            make.request("app", count=1),
+            make.container("setup", count=3, kind="init"),
+            make.container("proxy", count=1, kind="sidecar"),
+            make.container("app", count=1),
         )
     )
     assert demand.effective_count == 3
     more_running = demand_of(
-        (make.request("setup", count=1, kind="init"), make.request("app", count=2))
+        (make.container("setup", count=1, kind="init"), make.container("app", count=2))
     )
     assert more_running.effective_count == 2
 
@@ -23,10 +23,10 @@ def test_effective_count_is_the_larger_of_the_biggest_init_and_all_running(make)
 def test_asks_are_distinct_and_hardest_first(make) -> None:
     demand = demand_of(
         (
-            make.request("a", count=1, memory_mib=1000),
-            make.request("b", count=2, memory_mib=8000),
-            make.request("c", count=1, memory_mib=1000),
-            make.request("idle", count=0),
+            make.container("a", count=1, memory=1000),
+            make.container("b", count=2, memory=8000),
+            make.container("c", count=1, memory=1000),
+            make.container("idle", count=0),
         )
     )
     assert demand.asks == (Ask(count=2, memory_mib=8000), Ask(count=1, memory_mib=1000))

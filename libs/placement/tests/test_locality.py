@@ -81,7 +81,7 @@ def test_a_client_in_zone_a_rack_r1_gets_zone_a_rack_r2_not_zone_b_rack_r1(
         ],
         nodes={"client-1": CLIENT},
     )
-    demand = demand_of((make.request(count=1),))
+    demand = demand_of((make.container(count=1),))
     result = choose(
         view,
         demand,
