@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rgpu_contracts import NodeName
@@ -91,3 +93,24 @@ def test_a_client_in_zone_a_rack_r1_gets_zone_a_rack_r2_not_zone_b_rack_r1(
     )
     assert isinstance(result, Choice)
     assert (result.fit.facts.name, result.tier) == ("zone-a-r2", 1)
+
+
+def test_tiers_agree_with_the_best_shared_level_over_the_candidates(make) -> None:
+    # Random labels, some missing on either side, some rack names reused across zones.
+    rng = random.Random(7)
+
+    def labels() -> dict[str, str]:
+        values = {RACK: f"r{rng.randrange(3)}", ZONE: f"z{rng.randrange(3)}", REGION: "eu"}
+        return {k: v for k, v in values.items() if rng.random() > 0.2}
+
+    for _ in range(30):
+        servers = [make.server(f"s{i}", labels=labels()) for i in range(12)]
+        nodes = {f"n{i}": labels() for i in range(4)}
+        view = make.view(servers, nodes=nodes)
+        expected: dict[str, int] = {}
+        for server in servers:
+            levels = [shared_level(dict(server.topology), n, KEYS) for n in nodes.values()]
+            known = [level for level in levels if level is not None]
+            if known:
+                expected[server.name] = min(known)
+        assert tiers(view, tuple(NodeName(n) for n in nodes)) == expected

@@ -70,14 +70,14 @@ def server_facts(server: Server) -> ServerFacts:
 
 def _label_index(
     facts: Sequence[ServerFacts], keys: Sequence[str]
-) -> dict[str, dict[str, tuple[ServerName, ...]]]:
-    index: dict[str, dict[str, list[ServerName]]] = {key: {} for key in keys}
+) -> dict[str, dict[str, frozenset[ServerName]]]:
+    index: dict[str, dict[str, set[ServerName]]] = {key: {} for key in keys}
     for f in facts:
         for key in keys:
-            value = f.server.label(key)
+            value = f.labels.get(key)
             if value is not None:
-                index[key].setdefault(value, []).append(f.name)
-    return {key: {v: tuple(s) for v, s in by.items()} for key, by in index.items()}
+                index[key].setdefault(value, set()).add(f.name)
+    return {key: {v: frozenset(s) for v, s in by.items()} for key, by in index.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +89,9 @@ class FleetView:
     facts: Mapping[ServerName, ServerFacts]
     order: tuple[ServerFacts, ...]
     """Every server by (healthy cards, name): the server-granularity best-fit order."""
-    by_label: Mapping[str, Mapping[str, tuple[ServerName, ...]]]
+    by_label: Mapping[str, Mapping[str, frozenset[ServerName]]]
+    unlabelled: Mapping[str, frozenset[ServerName]]
+    """Per topology key, the servers without that label (the locality rule lets them match)."""
     cards: Mapping[CardId, Card]
     node_labels: Mapping[str, Mapping[str, str]]
     total_cards: int
@@ -113,6 +115,7 @@ class FleetView:
             facts={f.name: f for f in facts},
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
             by_label=_label_index(facts, keys),
+            unlabelled={k: frozenset(f.name for f in facts if k not in f.labels) for k in keys},
             cards={c.id: c for s in fleet.servers for c in s.cards},
             node_labels=node_labels,
             total_cards=sum(len(s.cards) for s in fleet.servers),
@@ -136,6 +139,7 @@ class FleetView:
             facts=self.facts,
             order=self.order,
             by_label=self.by_label,
+            unlabelled=self.unlabelled,
             cards=self.cards,
             node_labels=topology.labels_of(),
             total_cards=self.total_cards,

@@ -10,13 +10,16 @@ veto a shared finer one (nothing says they differ).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from rgpu_contracts import NodeName, ServerName
 
 from ._fleetview import FleetView
 
 __all__ = ["shared_level", "tiers"]
+
+_Domain = tuple[tuple[str, str], ...]
+"""A domain as ``(key, value)`` pairs, finest key first."""
 
 
 def _same(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
@@ -27,10 +30,12 @@ def _compatible(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
     return key not in a or key not in b or a[key] == b[key]
 
 
+def _agree(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str]) -> bool:
+    return all(_compatible(a, b, k) for k in keys)
+
+
 def _shares(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str], level: int) -> bool:
-    if not _same(a, b, keys[level]):
-        return False
-    return all(_compatible(a, b, k) for k in keys[level + 1 :])
+    return _same(a, b, keys[level]) and _agree(a, b, keys[level + 1 :])
 
 
 def shared_level(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str]) -> int | None:
@@ -41,25 +46,39 @@ def shared_level(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str]
 
 def _profiles(view: FleetView, candidates: Iterable[NodeName]) -> list[dict[str, str]]:
     # Thousands of candidate nodes usually carry a handful of distinct label sets.
-    seen: set[tuple[tuple[str, str], ...]] = set()
+    keys = view.topology_keys
+    seen: set[tuple[str | None, ...]] = set()
     for node in candidates:
-        labels = view.node_labels.get(node) or {}
-        seen.add(tuple(sorted((k, labels[k]) for k in view.topology_keys if k in labels)))
-    return [dict(profile) for profile in sorted(seen) if profile]
+        labels = view.node_labels.get(node)
+        if labels:
+            seen.add(tuple(labels.get(k) for k in keys))
+    return [{k: v for k, v in zip(keys, p, strict=True) if v is not None} for p in seen]
 
 
-def _near(view: FleetView, labels: Mapping[str, str], tier: int) -> Iterator[ServerName]:
-    key = view.topology_keys[tier]
-    value = labels.get(key)
-    if value is None:
-        return
-    for server in view.by_label.get(key, {}).get(value, ()):
-        if _shares(view.facts[server].labels, labels, view.topology_keys, tier):
-            yield server
+def _domains(profiles: Iterable[Mapping[str, str]], keys: Sequence[str], tier: int) -> set[_Domain]:
+    # Candidates differing only in finer labels share the same domain at this tier.
+    return {
+        tuple((k, labels[k]) for k in keys[tier:] if k in labels)
+        for labels in profiles
+        if keys[tier] in labels
+    }
+
+
+def _near(view: FleetView, domain: _Domain) -> set[ServerName]:
+    """Servers in ``domain`` under the nested rule: the same value of its first (finest) key,
+    and on every coarser key it names, the same value or no label at all."""
+    (key, value), *coarser = domain
+    near: Iterable[ServerName] = view.by_label.get(key, {}).get(value, frozenset())
+    for key, value in coarser:
+        same = view.by_label.get(key, {}).get(value, frozenset())
+        unlabelled = view.unlabelled[key]
+        near = [s for s in near if s in same or s in unlabelled]
+    return set(near)
 
 
 def tiers(view: FleetView, candidates: tuple[NodeName, ...]) -> dict[ServerName, int]:
-    """Servers sharing a domain with a candidate node, mapped to the finest shared key's index.
+    """Servers sharing a domain with a candidate node, mapped to the finest shared key's index
+    (the same answer as the best ``shared_level`` over the candidates, computed over sets).
 
     Servers absent from the result share nothing and rank after every listed one (their tier is
     ``len(view.topology_keys)``).
@@ -67,7 +86,6 @@ def tiers(view: FleetView, candidates: tuple[NodeName, ...]) -> dict[ServerName,
     found: dict[ServerName, int] = {}
     profiles = _profiles(view, candidates)
     for tier in range(len(view.topology_keys)):
-        for labels in profiles:
-            for server in _near(view, labels, tier):
-                found.setdefault(server, tier)
+        near = set().union(*(_near(view, d) for d in _domains(profiles, view.topology_keys, tier)))
+        found.update(dict.fromkeys(near.difference(found), tier))
     return found
