@@ -14,71 +14,58 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rgpu_contracts import NodeName, ServerName
 
-from ._fleetview import FleetView
+from ._fleetview import FleetView, Path, path_of
 
 __all__ = ["shared_level", "tiers"]
 
-_Domain = tuple[tuple[str, str], ...]
-"""A domain as ``(key, value)`` pairs, finest key first."""
+
+def _agreeing(a: Path, b: Path) -> bool:
+    # Domains known on both sides must be equal; one side not knowing one vetoes nothing.
+    return all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
-def _same(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
-    return key in a and a.get(key) == b.get(key)
-
-
-def _compatible(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
-    return key not in a or key not in b or a[key] == b[key]
-
-
-def _agree(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str]) -> bool:
-    return all(_compatible(a, b, k) for k in keys)
-
-
-def _shares(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str], level: int) -> bool:
-    return _same(a, b, keys[level]) and _agree(a, b, keys[level + 1 :])
+def _shares(a: Path, b: Path, level: int) -> bool:
+    return (
+        a[level] is not None and a[level] == b[level] and _agreeing(a[level + 1 :], b[level + 1 :])
+    )
 
 
 def shared_level(a: Mapping[str, str], b: Mapping[str, str], keys: Sequence[str]) -> int | None:
     """The index in ``keys`` (finest first) of the finest domain ``a`` and ``b`` share under
     the nested rule, or ``None`` when they share none."""
-    return next((level for level in range(len(keys)) if _shares(a, b, keys, level)), None)
+    pa, pb = path_of(a, keys), path_of(b, keys)
+    return next((level for level in range(len(keys)) if _shares(pa, pb, level)), None)
 
 
-def _profiles(view: FleetView, candidates: Iterable[NodeName]) -> list[dict[str, str]]:
+def _profiles(view: FleetView, candidates: Iterable[NodeName]) -> set[Path]:
     # Thousands of candidate nodes usually carry a handful of distinct label sets.
     keys = view.topology_keys
-    seen: set[tuple[str | None, ...]] = set()
-    for node in candidates:
-        labels = view.node_labels.get(node)
-        if labels:
-            seen.add(tuple(labels.get(k) for k in keys))
-    return [{k: v for k, v in zip(keys, p, strict=True) if v is not None} for p in seen]
+    return {path_of(view.node_labels.get(node) or {}, keys) for node in candidates}
 
 
-def _domains(profiles: Iterable[Mapping[str, str]], keys: Sequence[str], tier: int) -> set[_Domain]:
-    # Candidates differing only in finer labels share the same domain at this tier.
-    return {
-        tuple((k, labels[k]) for k in keys[tier:] if k in labels)
-        for labels in profiles
-        if keys[tier] in labels
-    }
+def _domains(profiles: Iterable[Path], tier: int) -> set[tuple[str, Path]]:
+    """The candidates' values of the key at ``tier``, each with the coarser labels beside it."""
+    found: set[tuple[str, Path]] = set()
+    for path in profiles:
+        value = path[tier]
+        if value is not None:
+            found.add((value, path[tier + 1 :]))
+    return found
 
 
-def _near(view: FleetView, domain: _Domain) -> set[ServerName]:
-    """Servers in ``domain`` under the nested rule: the same value of its first (finest) key,
-    and on every coarser key it names, the same value or no label at all."""
-    (key, value), *coarser = domain
-    near: Iterable[ServerName] = view.by_label.get(key, {}).get(value, frozenset())
-    for key, value in coarser:
-        same = view.by_label.get(key, {}).get(value, frozenset())
-        unlabelled = view.unlabelled[key]
-        near = [s for s in near if s in same or s in unlabelled]
-    return set(near)
+def _near(view: FleetView, tier: int, value: str, coarser: Path) -> set[ServerName]:
+    """Servers sharing the domain ``value`` of ``keys[tier]`` with a candidate whose coarser
+    labels are ``coarser``, under the nested rule (compared per distinct label set)."""
+    near: set[ServerName] = set()
+    for server_coarser, servers in view.domains[tier].get(value, {}).items():
+        if _agreeing(server_coarser, coarser):
+            near |= servers
+    return near
 
 
 def tiers(view: FleetView, candidates: tuple[NodeName, ...]) -> dict[ServerName, int]:
     """Servers sharing a domain with a candidate node, mapped to the finest shared key's index
-    (the same answer as the best ``shared_level`` over the candidates, computed over sets).
+    (the same answer as the best ``shared_level`` over the candidates, over distinct label sets).
 
     Servers absent from the result share nothing and rank after every listed one (their tier is
     ``len(view.topology_keys)``).
@@ -86,6 +73,6 @@ def tiers(view: FleetView, candidates: tuple[NodeName, ...]) -> dict[ServerName,
     found: dict[ServerName, int] = {}
     profiles = _profiles(view, candidates)
     for tier in range(len(view.topology_keys)):
-        near = set().union(*(_near(view, d) for d in _domains(profiles, view.topology_keys, tier)))
+        near = set().union(*(_near(view, tier, v, up) for v, up in _domains(profiles, tier)))
         found.update(dict.fromkeys(near.difference(found), tier))
     return found
