@@ -1,7 +1,8 @@
 """ "should we run `server` or `card` granularity?" is a capacity
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
-and workload through the allocator's own decision code (the same ``choose`` the service runs)
-in simulated time, once per granularity, and compares utilisation, waits and refusals.
+and workload through the allocator's own decision code (``rgpu_placement.choose``, which the
+service runs) in simulated time, once per granularity, and compares utilisation, waits and
+refusals.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def _fleet(spec: SimSpec) -> Fleet:
 
 
 class _Held:
-    """The simulator's claims, shaped as the allocator's ``Holdings``."""
+    """The simulator's claims, as placement's ``Holdings``."""
 
     def __init__(self) -> None:
         self.claims: dict[str, dict[str, Claim]] = {}

@@ -22,7 +22,8 @@ Granularity = Literal["server", "card"]
 
 
 class Holdings(Protocol):
-    """Who else holds cards, as the fit checks need it (see ``Occupancy``)."""
+    """Who else holds cards, as the fit checks need it (the allocator's ``Occupancy`` reads it
+    from the claim Leases; ``rgpu simulate`` keeps its own)."""
 
     def blocking(self, server: str) -> tuple[Claim, ...]: ...
 
