@@ -51,10 +51,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_allocator import create_app
-from rgpu_allocator.choosing import Choice, Refusal, choose
-from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fitting import Granularity
-from rgpu_allocator.fleetview import FleetView
 from rgpu_allocator.leases import LeaseRecord, encode_lease
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy
@@ -80,6 +76,7 @@ from rgpu_contracts import (
     Topology,
 )
 from rgpu_kubesim import ApiOptions, run_apiserver
+from rgpu_placement import Choice, FleetView, Granularity, Refusal, choose, demand_of
 from rgpu_runtime import Listener, Settings, WatchEvent, running
 
 DECISION_TARGET_MS = 1.0

@@ -42,8 +42,8 @@ from prometheus_client.registry import Collector
 from rgpu_contracts import ClaimSet, Fleet
 from rgpu_metrics import FollowPolicy, create_app
 from rgpu_metrics.board import Board
-from rgpu_metrics.cards import CardState, claims_by_server, holding_claims, view_cards
 from rgpu_metrics.exposition import expose
+from rgpu_placement import CardState, claims_by_server, holding_claims, view_cards
 from rgpu_runtime import Listener, Settings, running
 
 SCRAPE_TARGET_MS = 50.0

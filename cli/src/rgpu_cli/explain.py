@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rgpu_contracts import Allocation, AllocationRequest, NoFit, PodRef, PodUID
-from rgpu_extender.demand import read_demand
+from rgpu_placement import read_demand
 from rgpu_runtime import KubeClient, Settings, kube_client
 
 __all__ = ["Explanation", "explain", "render_explanation"]

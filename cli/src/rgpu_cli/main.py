@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rgpu_contracts import ContractError
+from rgpu_placement import PlacementError
 from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
@@ -178,7 +179,7 @@ def explain_command(
     try:
         settings = Settings.from_env(os.environ, service="extender")
         explanation = anyio.run(explain, settings, namespace, name)
-    except (RgpuError, httpx.HTTPError, ContractError) as exc:
+    except (RgpuError, PlacementError, httpx.HTTPError, ContractError) as exc:
         console.print(f"[red]cannot explain {pod}:[/] {exc}")
         raise typer.Exit(code=2) from None
     console.print(render_explanation(explanation))

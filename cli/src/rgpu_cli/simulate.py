@@ -1,7 +1,8 @@
 """ "should we run `server` or `card` granularity?" is a capacity
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
-and workload through the allocator's own decision code (the same ``choose`` the service runs)
-in simulated time, once per granularity, and compares utilisation, waits and refusals.
+and workload through the allocator's own decision code (``rgpu_placement.choose``, which the
+service runs) in simulated time, once per granularity, and compares utilisation, waits and
+refusals.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rgpu_allocator.choosing import Choice, choose
-from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fitting import Granularity, Unclaimed
-from rgpu_allocator.fleetview import FleetView, ServerFacts
 from rgpu_contracts import (
     Card,
     CardId,
@@ -33,6 +30,7 @@ from rgpu_contracts import (
     ServerName,
     card_id,
 )
+from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
 
 __all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
 
@@ -156,7 +154,7 @@ def _fleet(spec: SimSpec) -> Fleet:
 
 
 class _Held:
-    """The simulator's claims, shaped as the allocator's ``Holdings``."""
+    """The simulator's claims, as placement's ``Holdings``."""
 
     def __init__(self) -> None:
         self.claims: dict[str, dict[str, Claim]] = {}

@@ -9,7 +9,7 @@ import httpx
 from rich.table import Table
 
 from rgpu_contracts import ClaimSet, Fleet
-from rgpu_metrics.cards import holding_claims, view_cards
+from rgpu_placement import holding_claims, view_cards
 
 __all__ = ["Snapshot", "fetch_snapshot", "status_table"]
 

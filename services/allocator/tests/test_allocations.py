@@ -292,3 +292,29 @@ async def test_missing_claim_namespace_is_a_503_naming_the_setting(build, kit, s
     assert answer.status_code == 503
     assert answer.json()["code"] == "namespace_missing"
     assert "RGPU_NAMESPACE" in answer.json()["message"]
+
+
+async def test_a_client_in_zone_a_rack_r1_is_booked_zone_a_rack_r2_not_zone_b_rack_r1(
+    build, kit, sim, cluster
+):
+    rack, zone = "topology.rgpu.io/rack", "topology.kubernetes.io/zone"
+    discovery = kit.FakeDiscovery(
+        build.fleet(
+            # The smaller server would win on best fit alone: locality must decide first.
+            build.server("b-r1", cards=1, labels={rack: "r1", zone: "b"}),
+            build.server("a-r2", cards=4, labels={rack: "r2", zone: "a"}),
+        ),
+        build.topology({"client-1": {rack: "r1", zone: "a"}}),
+    )
+    pod = cluster.pod("trainer")
+    async with kit.running_allocator(sim.url, discovery) as client:
+
+        async def near_once_topology_known() -> bool:
+            ask = kit.ask(pod, candidates=["client-1"], dry_run=True)
+            return (await client.post("/v1/allocations", json=ask)).json()["server"] == "a-r2"
+
+        await kit.wait_for(near_once_topology_known, timeout=5.0)
+        answer = await client.post("/v1/allocations", json=kit.ask(pod, candidates=["client-1"]))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["server"] == "a-r2"
+    assert [c["pod"]["uid"] for c in cluster.claims("a-r2")] == [pod.uid]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from rgpu_allocator.annotations import ANNOTATION_VISIBLE_DEVICES, binding_annotations
-from rgpu_allocator.assigning import assign
 from rgpu_allocator.errors import CardsGone
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
@@ -18,6 +17,7 @@ from rgpu_contracts import (
     ServerName,
     decode_devices,
 )
+from rgpu_placement import assign
 
 
 def containers(build):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rgpu_allocator.fleetview import FleetView
 from rgpu_allocator.inflight import KeyedLocks, Pending
 from rgpu_allocator.inputs import Inputs, capacity_grew
 from rgpu_allocator.ledger import Ledger
@@ -14,6 +13,7 @@ from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.revalidating import Budget
 from rgpu_allocator.wakeup import Refused, retry_stamp
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
+from rgpu_placement import FleetView
 
 pytestmark = pytest.mark.anyio
 

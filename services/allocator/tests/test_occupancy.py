@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from rgpu_allocator.choosing import Choice, Refusal, choose
-from rgpu_allocator.demand import demand_of
-from rgpu_allocator.fleetview import FleetView
 from rgpu_allocator.leases import LeaseRecord
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex, PodInfo
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
+from rgpu_placement import Choice, FleetView, Refusal, choose, demand_of
 
 KEYS = ("rack",)
 

@@ -89,6 +89,18 @@ async def test_full_nodes_are_scored_by_their_own_labels(extender, allocator, bu
     assert await scores(extender, body) == {"fresh": 10, "gpu-node-1": 0}
 
 
+async def test_a_node_in_the_servers_zone_beats_one_in_a_same_named_rack_of_another_zone(
+    extender, allocator, build
+) -> None:
+    allocator.hold(UID)  # on gpu-node-2: rack r1, zone z1, region eu
+    items: list[dict[str, Any]] = [
+        {"metadata": {"name": "r1-other-zone", "labels": {RACK: "r1", ZONE: "z2", REGION: "eu"}}},
+        {"metadata": {"name": "r2-same-zone", "labels": {RACK: "r2", ZONE: "z1", REGION: "eu"}}},
+    ]
+    body = {"Pod": build.pod(), "Nodes": {"items": items}, "NodeNames": None}
+    assert await scores(extender, body) == {"r1-other-zone": 2, "r2-same-zone": 5}
+
+
 async def test_configured_topology_keys_are_used(open_extender, allocator, build) -> None:
     allocator.hold(UID)
     async with open_extender(RGPU_TOPOLOGY_KEYS=REGION) as extender:

@@ -19,14 +19,20 @@ from dataclasses import dataclass, replace
 from opentelemetry import trace
 
 from rgpu_contracts import Allocation, AllocationRequest, Claim, ClaimState, NoFit, Reason
+from rgpu_placement import (
+    Choice,
+    Demand,
+    FleetView,
+    Refusal,
+    assign,
+    choose,
+    demand_of,
+    fit,
+    winner,
+)
 
-from .assigning import assign
-from .choosing import Choice, Refusal, choose
-from .core import Core, winner
-from .demand import Demand, demand_of
+from .core import Core
 from .errors import Contended
-from .fitting import fit
-from .fleetview import FleetView
 from .leases import LeaseRecord
 from .reprobing import Reprober
 from .revalidating import Revalidator

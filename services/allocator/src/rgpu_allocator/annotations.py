@@ -23,9 +23,9 @@ from rgpu_contracts import (
     encode_devices,
     split_card_id,
 )
+from rgpu_placement import Granularity
 
 from .errors import CardsGone
-from .fitting import Granularity
 
 __all__ = ["ANNOTATION_RETRY_AT", "ANNOTATION_VISIBLE_DEVICES", "binding_annotations"]
 

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from rgpu_contracts import Allocation, Claim, ClaimState, NodeName
+from rgpu_placement import Validity, winner
 
 from .annotations import binding_annotations
-from .core import Core, winner
+from .core import Core
 from .errors import BookingExpired, CardsGone, ClaimNotFound, ServerTaken
 from .leases import LeaseRecord, decode_lease
 from .settling import settle
-from .validity import Validity
 
 __all__ = ["Finder", "commit", "lookup"]
 

@@ -1,21 +1,20 @@
 """Allocating, committing, sweeping and repairing all work on the same
 state (the ledger of Leases, the pod cache, the fleet) under the same policy; this is that
-shared core, plus the rules every one of them applies the same way: which of a pod's claims
-wins, and what an ``Allocation`` looks like.
+shared core, plus what an ``Allocation`` looks like (which of a pod's claims wins is
+``rgpu_placement.winner``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rgpu_contracts import Allocation, Claim, ClaimState, PodUID
+from rgpu_contracts import Allocation, Claim, PodUID
+from rgpu_placement import FleetView, Granularity, Validity, expires_at
 from rgpu_runtime import Settings
 
 from .errors import FleetUnknown, NotSynced
-from .fitting import Granularity
-from .fleetview import FleetView
 from .inflight import KeyedLocks, Pending
 from .inputs import Inputs
 from .instruments import Instruments
@@ -23,24 +22,10 @@ from .kube_api import KubeApi
 from .ledger import Ledger
 from .occupancy import LeaseLookup, Occupancy
 from .pods import PodIndex
-from .validity import Validity, expires_at
 from .wakeup import Refused
 from .writing import LeaseWriter
 
-__all__ = ["Core", "Policy", "precedence", "winner"]
-
-_RANK = {ClaimState.BOUND: 0, ClaimState.COMMITTED: 1, ClaimState.BOOKED: 2}
-
-
-def precedence(claim: Claim) -> tuple[int, str]:
-    """Sort key among one pod's claims: the most advanced state first, then server name."""
-    return _RANK[claim.state], claim.server
-
-
-def winner(claims: Iterable[Claim]) -> Claim | None:
-    """The claim a pod keeps when it holds several (replicas raced on it). Every replica
-    computes the same from the same data, so racing replicas converge."""
-    return min(claims, key=precedence, default=None)
+__all__ = ["Core", "Policy"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,11 +15,11 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts import Fleet, Topology
+from rgpu_placement import FleetView, ServerFacts
 from rgpu_runtime import Backoff
 
 from .discovery_client import DiscoveryClient
 from .errors import DiscoveryUnavailable
-from .fleetview import FleetView, ServerFacts
 
 __all__ = ["Inputs", "capacity_grew", "follow_fleet", "follow_topology"]
 

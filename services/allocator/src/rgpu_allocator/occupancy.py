@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rgpu_contracts import CardId, Claim, PodUID, card_id, split_card_id
+from rgpu_placement import ServerFacts, Validity, judge
 
-from .fleetview import ServerFacts
 from .leases import LeaseRecord
 from .ledger import placed
 from .pods import PodIndex
-from .validity import Validity, judge
 
 __all__ = ["ClaimsGone", "LeaseLookup", "Occupancy", "PendingLookup", "ReleaseLookup"]
 

@@ -15,14 +15,14 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts import Claim, ClaimState, NodeName, PodUID
+from rgpu_placement import Validity, winner
 from rgpu_runtime import KubeError, RgpuError
 
-from .core import Core, winner
+from .core import Core
 from .leases import LeaseRecord
 from .pods import PodInfo
 from .repairing import Repairer
 from .settling import drop_invalid, settle
-from .validity import Validity
 
 __all__ = ["Reconciler", "mark_bound"]
 

@@ -21,10 +21,10 @@ import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import Server
+from rgpu_placement import FleetView
 
 from .discovery_client import DiscoveryClient
 from .errors import DiscoveryUnavailable
-from .fleetview import FleetView
 from .instruments import Instruments
 from .revalidating import Budget
 

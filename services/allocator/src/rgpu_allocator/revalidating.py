@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from opentelemetry import trace
 
 from rgpu_contracts import Claim
+from rgpu_placement import Validity, judge
 
 from .core import Core
 from .pods import pod_info
 from .settling import drop_invalid
-from .validity import Validity, judge
 
 __all__ = ["Budget", "Revalidator", "confirmed_invalid"]
 

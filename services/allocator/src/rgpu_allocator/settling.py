@@ -15,10 +15,10 @@ from collections.abc import Collection
 from opentelemetry import trace
 
 from rgpu_contracts import Claim
+from rgpu_placement import Validity, precedence, winner
 
-from .core import Core, precedence, winner
+from .core import Core
 from .leases import LeaseRecord
-from .validity import Validity
 
 __all__ = ["drop_invalid", "release", "settle", "why_invalid"]
 

@@ -13,6 +13,7 @@ from anyio.abc import TaskStatus
 from opentelemetry import trace
 
 from rgpu_contracts import ClaimState
+from rgpu_placement import Validity
 from rgpu_runtime import RgpuError
 
 from .core import Core
@@ -21,7 +22,6 @@ from .reconciling import Reconciler
 from .repairing import Repairer
 from .revalidating import confirmed_invalid
 from .settling import drop_invalid
-from .validity import Validity
 
 __all__ = ["Sweeper", "sweep_interval"]
 

@@ -28,9 +28,9 @@ from rgpu_contracts import (
     PodRef,
     PodUID,
 )
+from rgpu_placement import InvalidQuantity, read_demand
 from rgpu_runtime import KubeConflict, KubeError, KubeUnavailable
 
-from .demand import read_demand
 from .deps import Deps
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid, PodNotServable
 from .events import ALLOCATED, BIND_FAILED, PodEvent
@@ -127,7 +127,7 @@ async def _asks_nothing(args: ExtenderBindingArgs, deps: Deps) -> bool:
             args.pod_namespace, args.pod_name, timeout=_cleanup_seconds(deps)
         )
         demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
-    except (KubeError, PodNotServable):
+    except (KubeError, PodNotServable, InvalidQuantity):
         return False
     return not demand.asks
 

@@ -9,7 +9,8 @@ Hierarchy::
     RgpuError (rgpu_runtime.errors)
      ├── BadRequest
      │    ├── PodNotServable        the pod's own spec makes it unschedulable here (user must fix)
-     │    │    ├── InvalidQuantity  a remote-GPU quantity is not a whole number in range
+     │    │    ├── InvalidQuantity  a remote-GPU quantity is not a whole number in range (wraps
+     │    │    │                    rgpu_placement.InvalidQuantity for the filter's reply)
      │    │    └── WebhookMissing   a requesting container lacks the webhook's env wiring
      │    └── MalformedReview       an AdmissionReview we cannot read (no uid to echo)
      ├── AdmissionDenied             403: the webhook refuses a pod change (message says the fix)
@@ -24,6 +25,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import rgpu_placement as placement
 from rgpu_runtime.errors import BadRequest, Conflict, RgpuError, Unavailable, UpstreamError
 
 __all__ = [
@@ -59,6 +61,11 @@ class InvalidQuantity(PodNotServable):
         self.container = container
         self.resource = resource
         self.value = value
+
+    @classmethod
+    def wrapping(cls, exc: placement.InvalidQuantity) -> InvalidQuantity:
+        """The extender's error for a quantity ``rgpu_placement.read_demand`` refused."""
+        return cls(str(exc), container=exc.container, resource=exc.resource, value=exc.value)
 
 
 class WebhookMissing(PodNotServable):

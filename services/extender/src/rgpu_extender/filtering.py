@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 
+import rgpu_placement as placement
 from rgpu_contracts import (
     AllocationRequest,
     ContractError,
@@ -25,10 +26,10 @@ from rgpu_contracts import (
     NoFit,
     PodRef,
 )
+from rgpu_placement import PodDemand, read_demand
 
-from .demand import PodDemand, read_demand
 from .deps import Deps
-from .errors import AllocatorUnavailable, PeerReplyInvalid, PodNotServable
+from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, PodEvent
 from .inventory import FleetView
 from .pods import pod_label, pod_ref
@@ -92,7 +93,10 @@ async def _filter(raw: object, deps: Deps) -> FilterOutcome:
 
 def _demand(pod: Mapping[str, Any], deps: Deps) -> PodDemand:
     resources = deps.settings.resources
-    demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
+    try:
+        demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
+    except placement.InvalidQuantity as exc:
+        raise InvalidQuantity.wrapping(exc) from exc
     if demand.asks:
         check_wired(pod, demand)
     return demand

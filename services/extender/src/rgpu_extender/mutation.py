@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rgpu_contracts import ANNOTATION_ENDPOINT
+from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
 from rgpu_runtime import Settings
 
-from .demand import ContainerDemand, PodDemand, read_demand
 from .envlist import env_list, set_env
-from .errors import AdmissionDenied, InvalidQuantity
+from .errors import AdmissionDenied
 from .hamicore import COPY_CONTAINER, LIB_VOLUME, copy_container, lib_env, lib_mount, lib_volume
 from .patching import Op, append_item, insert_first, put, put_member
 from .pods import mapping, pod_label
@@ -82,7 +82,7 @@ def _demand(pod: Mapping[str, Any], policy: MutationPolicy) -> PodDemand:
             pod, count_resource=policy.count_resource, memory_resource=policy.memory_resource
         )
     except InvalidQuantity as exc:
-        raise AdmissionDenied(f"pod {pod_label(pod)}: {exc.message}") from exc
+        raise AdmissionDenied(f"pod {pod_label(pod)}: {exc}") from exc
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

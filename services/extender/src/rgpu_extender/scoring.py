@@ -1,7 +1,7 @@
 """Every CUDA call of a remote-GPU pod crosses the network to its
 server, so among the nodes filter kept, the ones nearest the booked server are better; this
 scores candidates by the finest topology domain (``RGPU_TOPOLOGY_KEYS``, finest first) they
-share with the pod's claimed server.
+share with the pod's claimed server, by the same nested rule the allocator chooses with.
 
 A prioritize failure costs nothing (kube-scheduler ignores an extender's failed prioritize),
 so anything short of a readable request scores every node 0 rather than failing.
@@ -18,6 +18,7 @@ import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import ContractError, ExtenderArgs, HostPriority
+from rgpu_placement import shared_level
 from rgpu_runtime import BadRequest
 
 from .deps import Deps
@@ -112,22 +113,9 @@ def _labels(node: object) -> Mapping[str, str]:
 
 
 def closeness(server: Mapping[str, str], node: Mapping[str, str], keys: Sequence[str]) -> int:
-    """Score 0..10 for the finest domain ``node`` shares with ``server``.
-
-    A shared rack counts only if no coarser domain known on both sides differs: rack names
-    are often reused across zones, and ``r1`` in zone a is not near ``r1`` in zone b.
-    """
-    for level, key in enumerate(keys):
-        if _same(server, node, key) and all(
-            _compatible(server, node, k) for k in keys[level + 1 :]
-        ):
-            return DOMAIN_SCORES[level] if level < len(DOMAIN_SCORES) else 1
-    return 0
-
-
-def _same(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
-    return key in a and a.get(key) == b.get(key)
-
-
-def _compatible(a: Mapping[str, str], b: Mapping[str, str], key: str) -> bool:
-    return key not in a or key not in b or a[key] == b[key]
+    """Score 0..10 for the finest domain ``node`` shares with ``server`` under the nested
+    locality rule the allocator chooses by (``rgpu_placement.shared_level``)."""
+    level = shared_level(server, node, keys)
+    if level is None:
+        return 0
+    return DOMAIN_SCORES[level] if level < len(DOMAIN_SCORES) else 1

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from rgpu_contracts import ANNOTATION_ENDPOINT
+from rgpu_placement import PodDemand
 
-from .demand import PodDemand
 from .errors import WebhookMissing
 from .pods import mapping, pod_label
 

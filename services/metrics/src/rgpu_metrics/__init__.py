@@ -7,7 +7,6 @@ from memory; it never calls the apiserver.
 from __future__ import annotations
 
 from .app import create_app, main
-from .cards import CardState
 from .following import FollowPolicy
 
-__all__ = ["CardState", "FollowPolicy", "create_app", "main"]
+__all__ = ["FollowPolicy", "create_app", "main"]

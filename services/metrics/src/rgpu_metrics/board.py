@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rgpu_contracts import Claim, ClaimSet, Fleet, Server, ServerName
+from rgpu_placement import claims_by_server
 
-from .cards import claims_by_server
 from .rendering import CardBlock, ServerLines, assemble, render_server
 
 __all__ = ["Board"]

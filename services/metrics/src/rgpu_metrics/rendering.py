@@ -19,8 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from rgpu_contracts import DEVICE_TYPE, Card, Claim, Server
-
-from .cards import CardState, CardView, holding_claims, view_cards
+from rgpu_placement import CardState, CardView, holding_claims, view_cards
 
 __all__ = [
     "FAMILIES",

@@ -13,8 +13,8 @@ from typing import Literal, Protocol
 
 from rgpu_contracts import Card, CardId, Claim, Reason, ReasonCount, ServerVerdict
 
-from .demand import Demand
-from .fleetview import ServerFacts
+from ._demand import Demand
+from ._fleetview import ServerFacts
 
 __all__ = ["BusyIgnored", "Fit", "Granularity", "Holdings", "Unclaimed", "fit", "verdict"]
 
@@ -22,7 +22,8 @@ Granularity = Literal["server", "card"]
 
 
 class Holdings(Protocol):
-    """Who else holds cards, as the fit checks need it (see ``Occupancy``)."""
+    """Who else holds cards, as the fit checks need it (the allocator's ``Occupancy`` reads it
+    from the claim Leases; ``rgpu simulate`` keeps its own)."""
 
     def blocking(self, server: str) -> tuple[Claim, ...]: ...
 

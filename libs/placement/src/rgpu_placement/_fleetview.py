@@ -30,6 +30,8 @@ class ServerFacts:
     """``healthy``'s memory sizes, ascending, for bisecting."""
     busy: frozenset[str]
     """GPU UUIDs lupine reports a client on."""
+    labels: Mapping[str, str]
+    """The server's topology labels, for the locality rule."""
 
     @property
     def name(self) -> ServerName:
@@ -62,19 +64,29 @@ def server_facts(server: Server) -> ServerFacts:
         healthy=healthy,
         memories=tuple(c.memory_mib for c in healthy),
         busy=frozenset(busy),
+        labels=dict(server.topology),
     )
 
 
-def _label_index(
-    facts: Sequence[ServerFacts], keys: Sequence[str]
-) -> dict[str, dict[str, tuple[ServerName, ...]]]:
-    index: dict[str, dict[str, list[ServerName]]] = {key: {} for key in keys}
+Path = tuple[str | None, ...]
+"""Label values of the topology keys from one key to the coarsest (``None`` where absent)."""
+
+DomainIndex = Mapping[str, Mapping[Path, frozenset[ServerName]]]
+"""For one topology key: its value -> the coarser labels seen beside it -> the servers."""
+
+
+def path_of(labels: Mapping[str, str], keys: Sequence[str]) -> Path:
+    """``labels``' values of ``keys``, ``None`` where a label is absent."""
+    return tuple(labels.get(k) for k in keys)
+
+
+def _domain_index(facts: Sequence[ServerFacts], keys: Sequence[str], tier: int) -> DomainIndex:
+    index: dict[str, dict[Path, set[ServerName]]] = {}
     for f in facts:
-        for key in keys:
-            value = f.server.label(key)
-            if value is not None:
-                index[key].setdefault(value, []).append(f.name)
-    return {key: {v: tuple(s) for v, s in by.items()} for key, by in index.items()}
+        value, *coarser = path_of(f.labels, keys[tier:])
+        if value is not None:
+            index.setdefault(value, {}).setdefault(tuple(coarser), set()).add(f.name)
+    return {v: {p: frozenset(s) for p, s in by.items()} for v, by in index.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +98,9 @@ class FleetView:
     facts: Mapping[ServerName, ServerFacts]
     order: tuple[ServerFacts, ...]
     """Every server by (healthy cards, name): the server-granularity best-fit order."""
-    by_label: Mapping[str, Mapping[str, tuple[ServerName, ...]]]
+    domains: tuple[DomainIndex, ...]
+    """Per topology key (finest first), the servers by that label and their coarser labels:
+    the locality rule compares distinct label sets, not every server."""
     cards: Mapping[CardId, Card]
     node_labels: Mapping[str, Mapping[str, str]]
     total_cards: int
@@ -109,7 +123,7 @@ class FleetView:
             topology_keys=keys,
             facts={f.name: f for f in facts},
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
-            by_label=_label_index(facts, keys),
+            domains=tuple(_domain_index(facts, keys, tier) for tier in range(len(keys))),
             cards={c.id: c for s in fleet.servers for c in s.cards},
             node_labels=node_labels,
             total_cards=sum(len(s.cards) for s in fleet.servers),
@@ -132,7 +146,7 @@ class FleetView:
             topology_keys=self.topology_keys,
             facts=self.facts,
             order=self.order,
-            by_label=self.by_label,
+            domains=self.domains,
             cards=self.cards,
             node_labels=topology.labels_of(),
             total_cards=self.total_cards,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from rgpu_allocator.pods import PodInfo
-from rgpu_allocator.validity import Validity, expires_at, judge
 from rgpu_contracts import Claim, ClaimState, PodRef, PodUID, ServerName
+from rgpu_placement import Validity, expires_at, judge
 
 TTL = 30.0
 
@@ -23,16 +24,25 @@ def claim(state=ClaimState.BOOKED, booked_at=100.0, committed_at=None, uid="u1")
     )
 
 
-def pod(node=None, phase="Pending", uid="u1") -> PodInfo:
-    return PodInfo(
-        uid=PodUID(uid),
-        namespace="n",
-        name="p",
-        node_name=node,
-        phase=phase,
-        scheduler_name="rgpu-scheduler",
-        has_allocated=False,
-    )
+@dataclass(frozen=True)
+class Pod:
+    """A pod as the rule sees it (``PodFacts``)."""
+
+    uid: str
+    node_name: str | None
+    phase: str
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in {"Succeeded", "Failed"}
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+
+def pod(node=None, phase="Pending", uid="u1") -> Pod:
+    return Pod(uid=uid, node_name=node, phase=phase)
 
 
 def test_fresh_booking_of_an_existing_pod_is_valid():

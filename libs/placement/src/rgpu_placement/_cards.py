@@ -1,8 +1,8 @@
-"""One card has one state on a dashboard, even when several facts apply.
+"""One card has one state on a dashboard and in ``rgpu status``, even when several facts apply.
 
 A card can be on a server that is down, be unhealthy, be claimed and be busy all at once. The
-exporter shows exactly one state per card, the first that applies in this order (highest
-first), and documents why:
+exporter and the CLI show exactly one state per card, the first that applies in this order
+(highest first):
 
 1. ``unavailable`` - the server is not ``Ready`` or its lupine port stopped answering: nothing
    else about the card can be acted on until the server is back.
@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rgpu_contracts import Card, CardId, Claim, ClaimSet, ClaimState, Server, ServerName
+
+from ._precedence import state_rank
 
 __all__ = [
     "CardState",
@@ -52,8 +54,6 @@ _CLAIM_STATES = {
     ClaimState.COMMITTED: CardState.COMMITTED,
     ClaimState.BOOKED: CardState.BOOKED,
 }
-
-_CLAIM_RANK = {ClaimState.BOUND: 0, ClaimState.COMMITTED: 1, ClaimState.BOOKED: 2}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,4 +117,4 @@ def _state(card: Card, available: bool, holder: Claim | None, busy: bool) -> Car
 
 
 def _claim_order(claim: Claim) -> tuple[int, float, str]:
-    return (_CLAIM_RANK[claim.state], claim.booked_at, claim.pod.uid)
+    return (state_rank(claim.state), claim.booked_at, claim.pod.uid)

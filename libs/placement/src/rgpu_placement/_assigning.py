@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rgpu_contracts import Card, ContainerAssignment, ContainerKind, ContainerRequest
 
-from .fitting import Granularity
+from ._fitting import Granularity
 
 __all__ = ["assign"]
 

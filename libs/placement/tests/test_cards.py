@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rgpu_contracts import ClaimSet
-from rgpu_metrics.cards import CardState, claims_by_server, holding_claims, view_cards
+from rgpu_placement import CardState, claims_by_server, holding_claims, view_cards
 
 
 def test_states_are_declared_in_documented_precedence_order():

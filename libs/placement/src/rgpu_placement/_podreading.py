@@ -1,4 +1,4 @@
-"""The webhook and the filter must read a pod's remote-GPU ask the same
+"""The webhook, the filter and ``rgpu explain`` must read a pod's remote-GPU ask the same
 way, and a malformed quantity must be refused with its container and value named, never read as
 "asks for nothing" (that would place a GPU pod on a node without any GPU wiring).
 
@@ -10,18 +10,66 @@ Kubernetes' quantity grammar would allow them, because HAMi reads these resource
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from rgpu_contracts import ContainerRequest
+from rgpu_contracts import ContainerKind, ContainerRequest
 
-from .errors import InvalidQuantity
-from .pods import ContainerSlot, container_slots, mapping
+from ._errors import InvalidQuantity
 
-__all__ = ["MAX_QUANTITY", "ContainerDemand", "PodDemand", "read_demand"]
+__all__ = [
+    "MAX_QUANTITY",
+    "ContainerDemand",
+    "ContainerSlot",
+    "PodDemand",
+    "Section",
+    "container_slots",
+    "read_demand",
+]
 
 MAX_QUANTITY = 2**31 - 1
+
+Section = Literal["initContainers", "containers"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerSlot:
+    """One container of a pod spec: where it sits (for patches) and how Kubernetes counts it."""
+
+    section: Section
+    index: int
+    kind: ContainerKind
+    name: str
+    body: Mapping[str, Any]
+
+
+def _object(value: object) -> Mapping[str, Any]:
+    # Absent and ``null`` read alike: as an empty JSON object.
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _kind(section: Section, body: Mapping[str, Any]) -> ContainerKind:
+    if section == "containers":
+        return ContainerKind.APP
+    # A native sidecar is an init container that keeps running beside the app containers.
+    return ContainerKind.SIDECAR if body.get("restartPolicy") == "Always" else ContainerKind.INIT
+
+
+def container_slots(pod: Mapping[str, Any]) -> Iterator[ContainerSlot]:
+    """Yield init containers (sidecars included) then app containers, in pod order."""
+    spec = _object(pod.get("spec"))
+    sections: tuple[Section, ...] = ("initContainers", "containers")
+    for section in sections:
+        for index, raw in enumerate(_list(spec.get(section))):
+            body = _object(raw)
+            name = str(body.get("name") or f"{section}[{index}]")
+            kind = _kind(section, body)
+            yield ContainerSlot(section=section, index=index, kind=kind, name=name, body=body)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,9 +135,9 @@ _MEMORY_HINT = 'MiB per card, e.g. "40000" (no unit suffix)'
 
 
 def _raw_quantity(body: Mapping[str, Any], resource: str) -> object | None:
-    resources = mapping(body.get("resources"))
+    resources = _object(body.get("resources"))
     for part in ("limits", "requests"):
-        values = mapping(resources.get(part))
+        values = _object(resources.get(part))
         if resource in values:
             value: object = values[resource]
             return value

@@ -1,3 +1,5 @@
+"""Reading a raw pod's remote-GPU asks: limits then requests, whole numbers only."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -5,8 +7,7 @@ from typing import Any
 import pytest
 
 from rgpu_contracts import ContainerKind
-from rgpu_extender.demand import MAX_QUANTITY, PodDemand, read_demand
-from rgpu_extender.errors import InvalidQuantity
+from rgpu_placement import MAX_QUANTITY, InvalidQuantity, PodDemand, read_demand
 
 COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"

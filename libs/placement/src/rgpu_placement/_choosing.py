@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
 
-from .demand import Demand
-from .fitting import BusyIgnored, Fit, Granularity, Holdings, fit, verdict
-from .fleetview import FleetView, ServerFacts
-from .locality import tiers
+from ._demand import Demand
+from ._fitting import BusyIgnored, Fit, Granularity, Holdings, fit, verdict
+from ._fleetview import FleetView, ServerFacts
+from ._locality import tiers
 
 __all__ = ["Choice", "Refusal", "choose"]
 

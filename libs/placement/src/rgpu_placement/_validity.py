@@ -10,12 +10,28 @@ blocking until a fresh read of the pod confirms it is gone.
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 from rgpu_contracts import Claim, ClaimState
 
-from .pods import PodInfo
+__all__ = ["PodFacts", "Validity", "claim_stamp", "expires_at", "judge"]
 
-__all__ = ["Validity", "claim_stamp", "expires_at", "judge"]
+
+class PodFacts(Protocol):
+    """What the rule needs to know about a claim's pod (the allocator's ``PodInfo`` is one)."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def finished(self) -> bool:
+        """Whether the pod is ``Succeeded`` or ``Failed``."""
+        ...
+
+    @property
+    def bound(self) -> bool:
+        """Whether the pod has ``spec.nodeName``."""
+        ...
 
 
 class Validity(enum.Enum):
@@ -36,7 +52,7 @@ def claim_stamp(claim: Claim) -> float:
     return claim.committed_at if claim.committed_at is not None else claim.booked_at
 
 
-def expires_at(claim: Claim, pod: PodInfo | None, ttl: float) -> float | None:
+def expires_at(claim: Claim, pod: PodFacts | None, ttl: float) -> float | None:
     """When an unbound claim lapses; ``None`` once its pod is bound."""
     if claim.state is ClaimState.BOUND or (pod is not None and pod.bound):
         return None
@@ -44,7 +60,7 @@ def expires_at(claim: Claim, pod: PodInfo | None, ttl: float) -> float | None:
 
 
 def judge(
-    claim: Claim, pod: PodInfo | None, *, now: float, ttl: float, gone: bool = False
+    claim: Claim, pod: PodFacts | None, *, now: float, ttl: float, gone: bool = False
 ) -> Validity:
     """Apply the validity rule to ``claim`` given the cached ``pod`` (``None`` if not cached).
 

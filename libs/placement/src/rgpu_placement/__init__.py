@@ -1,0 +1,117 @@
+"""rgpu's placement rules, once for every service: a pod's demand, the fleet view, the
+locality rule, fitting, choosing and assigning, claim validity and precedence, and card states.
+
+Standard library and ``rgpu_contracts`` only: no I/O, so the allocator decides with it, the
+extender scores and reads pods with it, metrics and the CLI show card states with it, and all
+of them agree.
+"""
+
+from __future__ import annotations
+
+from ._assigning import (
+    assign,
+)
+from ._cards import (
+    CardState,
+    CardView,
+    claims_by_server,
+    holding_claims,
+    view_cards,
+)
+from ._choosing import (
+    Choice,
+    Refusal,
+    choose,
+)
+from ._demand import (
+    Ask,
+    Demand,
+    demand_of,
+)
+from ._errors import (
+    InvalidQuantity,
+    PlacementError,
+)
+from ._fitting import (
+    BusyIgnored,
+    Fit,
+    Granularity,
+    Holdings,
+    Unclaimed,
+    fit,
+    verdict,
+)
+from ._fleetview import (
+    FleetView,
+    ServerFacts,
+    server_facts,
+)
+from ._locality import (
+    shared_level,
+    tiers,
+)
+from ._podreading import (
+    MAX_QUANTITY,
+    ContainerDemand,
+    ContainerSlot,
+    PodDemand,
+    Section,
+    container_slots,
+    read_demand,
+)
+from ._precedence import (
+    precedence,
+    state_rank,
+    winner,
+)
+from ._validity import (
+    PodFacts,
+    Validity,
+    claim_stamp,
+    expires_at,
+    judge,
+)
+
+__all__ = [
+    "MAX_QUANTITY",
+    "Ask",
+    "BusyIgnored",
+    "CardState",
+    "CardView",
+    "Choice",
+    "ContainerDemand",
+    "ContainerSlot",
+    "Demand",
+    "Fit",
+    "FleetView",
+    "Granularity",
+    "Holdings",
+    "InvalidQuantity",
+    "PlacementError",
+    "PodDemand",
+    "PodFacts",
+    "Refusal",
+    "Section",
+    "ServerFacts",
+    "Unclaimed",
+    "Validity",
+    "assign",
+    "choose",
+    "claim_stamp",
+    "claims_by_server",
+    "container_slots",
+    "demand_of",
+    "expires_at",
+    "fit",
+    "holding_claims",
+    "judge",
+    "precedence",
+    "read_demand",
+    "server_facts",
+    "shared_level",
+    "state_rank",
+    "tiers",
+    "verdict",
+    "view_cards",
+    "winner",
+]
