@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -245,3 +245,38 @@ async def test_before_the_first_list_the_cache_is_infinitely_old_and_failures_ba
             sim.faults.clear()
             await until(synced.is_set)
             tg.cancel_scope.cancel()
+
+
+async def test_a_consumer_that_swaps_whole_lists_gets_each_relist_as_one_diff() -> None:
+    batches: list[tuple[list[tuple[str, str | None]], list[str]]] = []
+
+    def relisted(changes: Sequence[ObjectChange[str]], values: Mapping[str, str]) -> None:
+        diff = [(c.type, c.after or c.before) for c in changes]
+        batches.append((sorted(diff, key=str), sorted(values.values())))
+
+    async with apiserver() as sim:
+        sim.store.create("pods", pod("p-0"), namespace="team-a")
+        settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="allocator")
+        async with kube_client(settings, timeout=2.0) as kube, anyio.create_task_group() as tg:
+            followed = Followed(kube, timing=ReflectorTiming(backoff=QUICK), clock=FakeClock())
+            reflector = Reflector[str](
+                name="pods",
+                list_pages=followed._pages,
+                watch=followed._watch,
+                transform=name_of,
+                on_change=followed._changed,
+                on_relist=relisted,
+            )
+            await tg.start(reflector.run)
+            sim.faults.set_error(verb="watch", resource="pods", rate=1.0, code=500)
+            sim.faults.cut_watches()
+            sim.store.create("pods", pod("p-1"), namespace="team-a")
+            sim.faults.expire_before()
+            sim.faults.clear()
+            await until(lambda: len(batches) == 2)
+            tg.cancel_scope.cancel()
+    assert batches == [
+        ([("ADDED", "p-0")], ["p-0"]),
+        ([("ADDED", "p-1")], ["p-0", "p-1"]),
+    ]
+    assert followed.changes == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -81,6 +81,10 @@ class ObjectChange(Generic[T]):
     resource_version: str
 
 
+OnRelist = Callable[[Sequence[ObjectChange[T]], Mapping[str, T]], None]
+"""Receives a relist's changes (the diff against the cache) and the complete new values."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WatchTrouble:
     """Why the reflector restarted: ``reason`` is expired, error or stalled; ``phase`` list or
@@ -132,8 +136,10 @@ async def _close(events: AsyncIterator[WatchEvent]) -> None:
 class Reflector(Generic[T]):
     """Keeps ``values`` (key -> ``transform(object)``) in step with the apiserver.
 
-    ``on_change`` hears every change, ``on_trouble`` every restart. ``run`` reports started
-    once the first list is in.
+    ``on_change`` hears every change, ``on_trouble`` every restart. A consumer whose store
+    swaps in a whole list at once (one publication instead of one per object) passes
+    ``on_relist``, which then receives each relist's changes together with the new values.
+    ``run`` reports started once the first list is in.
     """
 
     def __init__(
@@ -145,6 +151,7 @@ class Reflector(Generic[T]):
         transform: Callable[[dict[str, Any]], T | None],
         on_change: Callable[[ObjectChange[T]], None],
         on_trouble: Callable[[WatchTrouble], None] | None = None,
+        on_relist: OnRelist[T] | None = None,
         key: Callable[[Mapping[str, Any]], str] = object_key,
         timing: ReflectorTiming | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -155,6 +162,7 @@ class Reflector(Generic[T]):
         self._transform = transform
         self._on_change = on_change
         self._on_trouble = on_trouble
+        self._on_relist = on_relist
         self._key = key
         self._timing = timing or ReflectorTiming()
         self._clock = clock
@@ -224,15 +232,24 @@ class Reflector(Generic[T]):
 
     def _reconcile(self, fresh: dict[str, tuple[str, T]]) -> None:
         old, self._cache = self._cache, fresh
-        for key, (version, value) in old.items():
-            if key not in fresh:
-                self._emit("DELETED", value, None, version)
+        changes = [
+            ObjectChange(type="DELETED", before=value, after=None, resource_version=version)
+            for key, (version, value) in old.items()
+            if key not in fresh
+        ]
         for key, (version, value) in fresh.items():
             before = old.get(key)
-            if before is None:
-                self._emit("ADDED", None, value, version)
-            elif before[0] != version:
-                self._emit("MODIFIED", before[1], value, version)
+            if before is None or before[0] != version:
+                kind = "ADDED" if before is None else "MODIFIED"
+                previous = None if before is None else before[1]
+                changes.append(
+                    ObjectChange(type=kind, before=previous, after=value, resource_version=version)
+                )
+        if self._on_relist is not None:
+            self._on_relist(changes, self.values)
+            return
+        for change in changes:
+            self._on_change(change)
 
     def _emit(self, kind: str, before: T | None, after: T | None, version: str) -> None:
         change = ObjectChange(type=kind, before=before, after=after, resource_version=version)
