@@ -271,7 +271,7 @@ class Reflector(Generic[T]):
                 with anyio.CancelScope(shield=True):
                     await _close(events)
         if scope.cancelled_caught:
-            logger.warning(
+            logger.info(
                 "watching %s: silent for %.0f s, reopening", self.name, self._timing.stall_seconds
             )
             self._trouble(WatchTrouble(reason="stalled", phase="watch"))
