@@ -166,7 +166,8 @@ class Reflector(Generic[T]):
         self._key = key
         self._timing = timing or ReflectorTiming()
         self._clock = clock
-        self._cache: dict[str, tuple[str, T]] = {}
+        self._values: dict[str, T] = {}
+        self._versions: dict[str, str] = {}
         self._watch_scope: anyio.CancelScope | None = None
         self._watch_opened = 0.0
         self._failures = 0
@@ -179,8 +180,8 @@ class Reflector(Generic[T]):
 
     @property
     def values(self) -> Mapping[str, T]:
-        """The cache: key -> value, read-only."""
-        return MappingProxyType({key: value for key, (_, value) in self._cache.items()})
+        """The cache: key -> value, a read-only live view."""
+        return MappingProxyType(self._values)
 
     def age(self) -> float:
         """Seconds since the apiserver last told us anything; infinite before the first list."""
@@ -216,34 +217,39 @@ class Reflector(Generic[T]):
                 self._failures += 1
 
     async def _relist(self) -> None:
-        fresh: dict[str, tuple[str, T]] = {}
+        values: dict[str, T] = {}
+        versions: dict[str, str] = {}
         version = ""
         async for page in self._list_pages():
             for item in page.items:
                 value = self._transform(item)
                 if value is not None:
-                    fresh[self._key(item)] = (_version(item), value)
+                    key = self._key(item)
+                    values[key], versions[key] = value, _version(item)
             version = page.resource_version or version
-        self._reconcile(fresh)
+        self._reconcile(values, versions)
         self.resource_version = version
         self.synced = True
         self._failures = 0
         self._heard()
 
-    def _reconcile(self, fresh: dict[str, tuple[str, T]]) -> None:
-        old, self._cache = self._cache, fresh
+    def _reconcile(self, values: dict[str, T], versions: dict[str, str]) -> None:
+        old, old_versions = self._values, self._versions
+        self._values, self._versions = values, versions
         changes = [
-            ObjectChange(type="DELETED", before=value, after=None, resource_version=version)
-            for key, (version, value) in old.items()
-            if key not in fresh
+            ObjectChange(
+                type="DELETED", before=value, after=None, resource_version=old_versions[key]
+            )
+            for key, value in old.items()
+            if key not in values
         ]
-        for key, (version, value) in fresh.items():
+        for key, value in values.items():
+            version = versions[key]
             before = old.get(key)
-            if before is None or before[0] != version:
+            if before is None or old_versions[key] != version:
                 kind = "ADDED" if before is None else "MODIFIED"
-                previous = None if before is None else before[1]
                 changes.append(
-                    ObjectChange(type=kind, before=previous, after=value, resource_version=version)
+                    ObjectChange(type=kind, before=before, after=value, resource_version=version)
                 )
         if self._on_relist is not None:
             self._on_relist(changes, self.values)
@@ -258,11 +264,13 @@ class Reflector(Generic[T]):
     async def _stream(self) -> None:
         """Watch until the stream fails (raises) or stalls (returns, to reopen it)."""
         events = self._watch(self.resource_version)
+        heard = False
         with anyio.CancelScope() as scope:
             self._watch_scope = scope
             self._watch_opened = self._clock()
             try:
                 async for event in events:
+                    heard = True
                     self._failures = 0
                     self._heard()
                     self.apply(event)
@@ -275,6 +283,10 @@ class Reflector(Generic[T]):
                 "watching %s: silent for %.0f s, reopening", self.name, self._timing.stall_seconds
             )
             self._trouble(WatchTrouble(reason="stalled", phase="watch"))
+        elif not heard:
+            # A stream that ends empty is no progress: wait, so a failing server is not hammered.
+            await anyio.sleep(self._timing.backoff.delay(self._failures))
+            self._failures += 1
 
     def apply(self, event: WatchEvent) -> None:
         """Apply one watch event to the cache and report what it changed."""
@@ -283,19 +295,18 @@ class Reflector(Generic[T]):
         if event.type not in ("ADDED", "MODIFIED", "DELETED"):
             return
         key = self._key(event.object)
-        before = self._cache.get(key)
+        before = self._values.get(key)
         value = None if event.type == "DELETED" else self._transform(event.object)
         if value is None:
             # Deleted, or no longer of interest to this cache (a relabel, a filter): gone.
             if before is not None:
-                del self._cache[key]
-                self._emit("DELETED", before[1], None, version)
-        elif before is None:
-            self._cache[key] = (version, value)
-            self._emit("ADDED", None, value, version)
-        elif before[0] != version:
-            self._cache[key] = (version, value)
-            self._emit("MODIFIED", before[1], value, version)
+                del self._values[key], self._versions[key]
+                self._emit("DELETED", before, None, version)
+            return
+        if before is not None and self._versions[key] == version:
+            return
+        self._values[key], self._versions[key] = value, version
+        self._emit("ADDED" if before is None else "MODIFIED", before, value, version)
 
     async def _watchdog(self) -> None:
         while True:
