@@ -81,6 +81,7 @@ class KubeEvent:
 
     @property
     def dedup_key(self) -> tuple[str, str, str, str, str]:
+        """What makes two Events repeats of each other, together with the message."""
         ref = self.regarding
         return (ref.kind, ref.namespace, ref.name, ref.uid, self.reason)
 

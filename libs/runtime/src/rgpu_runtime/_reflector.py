@@ -211,10 +211,16 @@ class Reflector(Generic[T]):
             except KubeExpired as exc:
                 self.resource_version = ""
                 self._trouble(WatchTrouble(reason="expired", phase=phase, error=exc))
+                if phase == "list":
+                    # A continue token expired mid-list: list again, but never in a tight loop.
+                    await self._back_off()
             except KubeError as exc:
                 self._trouble(WatchTrouble(reason="error", phase=phase, error=exc))
-                await anyio.sleep(self._timing.backoff.delay(self._failures))
-                self._failures += 1
+                await self._back_off()
+
+    async def _back_off(self) -> None:
+        await anyio.sleep(self._timing.backoff.delay(self._failures))
+        self._failures += 1
 
     async def _relist(self) -> None:
         values: dict[str, T] = {}
@@ -285,8 +291,7 @@ class Reflector(Generic[T]):
             self._trouble(WatchTrouble(reason="stalled", phase="watch"))
         elif not heard:
             # A stream that ends empty is no progress: wait, so a failing server is not hammered.
-            await anyio.sleep(self._timing.backoff.delay(self._failures))
-            self._failures += 1
+            await self._back_off()
 
     def apply(self, event: WatchEvent) -> None:
         """Apply one watch event to the cache and report what it changed."""
