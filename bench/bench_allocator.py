@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
@@ -55,7 +55,7 @@ from rgpu_allocator.leases import LeaseRecord, encode_lease
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
-from rgpu_allocator.watching import apply_pod_event
+from rgpu_allocator.watching import PodHooks, pod_changed
 from rgpu_contracts import (
     AllocationRequest,
     Card,
@@ -77,7 +77,7 @@ from rgpu_contracts import (
 )
 from rgpu_kubesim import ApiOptions, run_apiserver
 from rgpu_placement import Choice, FleetView, Granularity, Refusal, choose, demand_of
-from rgpu_runtime import Listener, Settings, WatchEvent, running
+from rgpu_runtime import Listener, Reflector, Settings, WatchEvent, running
 
 DECISION_TARGET_MS = 1.0
 EVENT_TARGET_US = 50.0
@@ -278,6 +278,27 @@ def decisions(servers: int, cards: int, rounds: int) -> None:
 # -- pod events ------------------------------------------------------------------------------
 
 
+def modified(pod: dict[str, Any], version: int) -> WatchEvent:
+    # A new resourceVersion each round, or the reflector would skip it as already seen.
+    pod["metadata"]["resourceVersion"] = str(version + 1)
+    return WatchEvent(type="MODIFIED", object=pod)
+
+
+def pod_reflector(pods: PodIndex, hooks: PodHooks) -> Reflector[PodInfo]:
+    """The allocator's pod reflector, driven by hand: never run, only ``apply``."""
+
+    def never(*_: object) -> NoReturn:
+        raise AssertionError("the benchmark applies events by hand")
+
+    return Reflector[PodInfo](
+        name="pods",
+        list_pages=never,
+        watch=never,
+        transform=pod_info,
+        on_change=pod_changed(pods, hooks),
+    )
+
+
 def pod_events(pods_count: int, rounds: int) -> None:
     template = fixture_pod()
     pods = PodIndex()
@@ -294,14 +315,12 @@ def pod_events(pods_count: int, rounds: int) -> None:
         if ledger.servers_of(uid) or (after is not None and after.finished):
             routed.append(uid)
 
-    events = [
-        WatchEvent(type="MODIFIED", object=pod_named(template, i % pods_count))
-        for i in range(rounds)
-    ]
+    events = [modified(pod_named(template, i % pods_count), i) for i in range(rounds)]
+    reflector = pod_reflector(pods, hooks)
     samples = []
     for event in events:
         started = time.perf_counter()
-        apply_pod_event(pods, event, hooks)
+        reflector.apply(event)
         samples.append(time.perf_counter() - started)
     show(
         "pod event applied",

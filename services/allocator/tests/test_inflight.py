@@ -10,7 +10,6 @@ from rgpu_allocator.inputs import Inputs, capacity_grew
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex
-from rgpu_allocator.revalidating import Budget
 from rgpu_allocator.wakeup import Refused, retry_stamp
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 from rgpu_placement import FleetView
@@ -114,13 +113,3 @@ def test_fleet_age_is_zero_while_polled_and_counts_from_the_last_answer_after(bu
     inputs.fleet_polled(False)
     now[0] = 133.0
     assert inputs.fleet_age() == 33.0
-
-
-def test_budget_spends_saved_tokens_then_refills_with_time():
-    now = [0.0]
-    budget = Budget(2.0, monotonic=lambda: now[0])
-    assert [budget.take() for _ in range(3)] == [True, True, False]
-    now[0] = 0.5
-    assert [budget.take() for _ in range(2)] == [True, False]
-    now[0] = 100.0
-    assert [budget.take() for _ in range(3)] == [True, True, False]

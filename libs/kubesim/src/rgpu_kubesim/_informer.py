@@ -1,14 +1,15 @@
 """The scheduler and kubelet emulators are *clients* of the simulated
 apiserver, exactly like the real components are of kube-apiserver — they list and watch over
-HTTP, never peek into the store. This is the small list+watch cache they share, with client-go's
-reflector rules: resume a watch from the last resourceVersion seen, relist only when the
-apiserver says that version expired, and back off (never spin) while the apiserver fails.
+HTTP, never peek into the store. They follow it with the same reflector as the rgpu services
+(``rgpu_runtime.Reflector``: resume from the last resourceVersion, relist by diff only when
+that version expired, back off while the apiserver fails); this module is its plain-httpx
+transport and the ``handler(event, obj, old)`` shape the emulators use.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,17 @@ import anyio
 import httpx
 import orjson
 from anyio.abc import TaskStatus
+
+from rgpu_runtime import (
+    Backoff,
+    KubeExpired,
+    KubeUnavailable,
+    Listing,
+    ObjectChange,
+    Reflector,
+    ReflectorTiming,
+    WatchEvent,
+)
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Handler", "Informer", "InformerTiming", "KubeHttp"]
 
@@ -28,10 +40,7 @@ Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 for DELETED ``obj`` is the last state known."""
 
 _JSON = {"Content-Type": "application/json"}
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion fell out of the apiserver's window: relist."""
+_BROKEN = (httpx.HTTPError, orjson.JSONDecodeError, KeyError, TypeError)
 
 
 class KubeHttp:
@@ -54,30 +63,43 @@ class KubeHttp:
         headers = {"Content-Type": f"application/{kind}-patch+json"}
         return await self.client.patch(path, content=orjson.dumps(body), headers=headers)
 
+    async def pages(self, path: str, **params: str) -> AsyncIterator[Listing]:
+        """The whole list as one page; any failure becomes ``KubeUnavailable``."""
+        try:
+            body = await self.get(path, **params)
+            version = str(body["metadata"]["resourceVersion"])
+        except _BROKEN as exc:
+            raise KubeUnavailable(f"list {path} failed: {exc!r}") from exc
+        yield Listing(resource_version=version, items=tuple(body.get("items") or ()))
+
     async def watch(
         self, path: str, resource_version: str, **params: str
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """Yield ``(type, object)`` until the stream ends; raises ``_Expired`` on an ERROR event."""
+    ) -> AsyncIterator[WatchEvent]:
+        """Yield events until the stream ends; ``KubeExpired`` on an ERROR event or a 410,
+        ``KubeUnavailable`` for any other failure."""
         query = {
             **params,
             "watch": "true",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
         }
-        async with self.client.stream("GET", path, params=query, timeout=None) as response:
-            if response.status_code == 410:
-                raise _Expired("410 Gone")
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if line.strip():
-                    yield _event(orjson.loads(line))
+        try:
+            async with self.client.stream("GET", path, params=query, timeout=None) as response:
+                if response.status_code == 410:
+                    raise KubeExpired(f"watch {path}: 410 Gone")
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield _event(orjson.loads(line))
+        except _BROKEN as exc:
+            raise KubeUnavailable(f"watch {path} failed: {exc!r}") from exc
 
 
-def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _event(event: dict[str, Any]) -> WatchEvent:
     if event["type"] == "ERROR":
         status = event.get("object") or {}
-        raise _Expired(f"{status.get('code')} {status.get('message', '')}")
-    return str(event["type"]), event["object"]
+        raise KubeExpired(f"{status.get('code')} {status.get('message', '')}")
+    return WatchEvent(type=str(event["type"]), object=event["object"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,13 +109,16 @@ class InformerTiming:
     initial_backoff_seconds: float = 0.1
     max_backoff_seconds: float = 5.0
 
+    def reflector(self) -> ReflectorTiming:
+        # No jitter: one emulator per cluster has nobody to spread its retries from.
+        backoff = Backoff(
+            initial=self.initial_backoff_seconds, maximum=self.max_backoff_seconds, jitter=0.0
+        )
+        return ReflectorTiming(backoff=backoff)
 
-def _uid(obj: dict[str, Any]) -> str:
-    return str(obj["metadata"]["uid"])
 
-
-def _version(obj: dict[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+def _same(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
 
 
 class Informer:
@@ -116,70 +141,28 @@ class Informer:
         self.api = api
         self.path = path
         self.handler = handler
-        self.objects: dict[str, dict[str, Any]] = {}
-        self._params = {"fieldSelector": field_selector} if field_selector else {}
-        self._timing = timing or InformerTiming()
-        self._delay = self._timing.initial_backoff_seconds
-        self._version = ""
+        params = {"fieldSelector": field_selector} if field_selector else {}
+        self._reflector = Reflector[dict[str, Any]](
+            name=path,
+            list_pages=lambda: api.pages(path, **params),
+            watch=lambda version: api.watch(path, version, **params),
+            transform=_same,
+            on_change=self._changed,
+            timing=(timing or InformerTiming()).reflector(),
+        )
+
+    @property
+    def objects(self) -> Mapping[str, dict[str, Any]]:
+        """The cache by uid (read-only)."""
+        return self._reflector.values
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve forever; reports started once the first list is in the cache."""
-        await self._list_until_done()
-        task_status.started()
-        while True:
-            try:
-                progressed = await self._watch()
-            except _Expired as exc:
-                logger.info("informer %s relists: %s", self.path, exc)
-                await self._list_until_done()
-                continue
-            except (httpx.HTTPError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                logger.warning("informer %s watch failed: %r", self.path, exc)
-                progressed = False
-            if not progressed:
-                await self._pause()
+        await self._reflector.run(task_status=task_status)
 
-    async def _list_until_done(self) -> None:
-        while True:
-            try:
-                await self._relist()
-                return
-            except (httpx.HTTPError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                logger.warning("informer %s list failed: %r", self.path, exc)
-                await self._pause()
-
-    async def _pause(self) -> None:
-        await anyio.sleep(self._delay)
-        self._delay = min(self._delay * 2, self._timing.max_backoff_seconds)
-
-    async def _relist(self) -> None:
-        body = await self.api.get(self.path, **self._params)
-        fresh = {_uid(item): item for item in body.get("items") or []}
-        version = str(body["metadata"]["resourceVersion"])
-        for uid in [u for u in self.objects if u not in fresh]:
-            self.handler(DELETED, self.objects.pop(uid), None)
-        for uid, obj in fresh.items():
-            self._apply(uid, obj)
-        self._version = version
-        self._delay = self._timing.initial_backoff_seconds
-
-    def _apply(self, uid: str, obj: dict[str, Any]) -> None:
-        old = self.objects.get(uid)
-        if old is not None and _version(old) == _version(obj):
+    def _changed(self, change: ObjectChange[dict[str, Any]]) -> None:
+        if change.after is None:
+            if change.before is not None:
+                self.handler(DELETED, change.before, None)
             return
-        self.objects[uid] = obj
-        self.handler(ADDED if old is None else MODIFIED, obj, old)
-
-    async def _watch(self) -> bool:
-        """Watch from the last version; True when anything (a bookmark too) arrived."""
-        progressed = False
-        async for kind, obj in self.api.watch(self.path, self._version, **self._params):
-            progressed = True
-            self._delay = self._timing.initial_backoff_seconds
-            self._version = _version(obj) or self._version
-            if kind == DELETED:
-                if self.objects.pop(_uid(obj), None) is not None:
-                    self.handler(DELETED, obj, None)
-            elif kind in (ADDED, MODIFIED):
-                self._apply(_uid(obj), obj)
-        return progressed
+        self.handler(change.type, change.after, change.before)

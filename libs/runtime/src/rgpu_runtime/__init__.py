@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._app import ServiceLifespan, create_service_app
 from ._backoff import Backoff
+from ._bucket import TokenBucket
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
@@ -16,6 +17,15 @@ from ._logging import JsonFormatter, configure_logging
 from ._main import default_listeners, run_service
 from ._parse import HostPort
 from ._readiness import Readiness
+from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
+from ._reflector import (
+    ObjectChange,
+    Reflector,
+    ReflectorTiming,
+    WatchTrouble,
+    kube_pages,
+    object_key,
+)
 from ._serving import Listener, running, serve, serve_listeners
 from ._settings import (
     KNOWN_KEYS,
@@ -57,12 +67,14 @@ __all__ = [
     "Backoff",
     "BadRequest",
     "Conflict",
+    "EventRecorder",
     "HostPort",
     "HttpSettings",
     "JsonFormatter",
     "KubeClient",
     "KubeConflict",
     "KubeError",
+    "KubeEvent",
     "KubeExpired",
     "KubeForbidden",
     "KubeInvalid",
@@ -74,26 +86,35 @@ __all__ = [
     "LogSettings",
     "LupineSettings",
     "NotFound",
+    "ObjectChange",
+    "ObjectRef",
     "PayloadTooLarge",
     "PeerSettings",
     "Readiness",
+    "Reflector",
+    "ReflectorTiming",
     "ResourceSettings",
     "RgpuError",
     "SchedulingSettings",
     "ServiceLifespan",
     "Settings",
     "SettingsError",
+    "TokenBucket",
     "Unavailable",
     "UpstreamError",
     "Versioned",
     "WatchEvent",
+    "WatchTrouble",
     "configure_logging",
     "create_service_app",
     "default_listeners",
+    "event_body",
     "http_client",
     "instrument_app",
     "json_response",
     "kube_client",
+    "kube_pages",
+    "object_key",
     "read_json",
     "request_json",
     "response_error",

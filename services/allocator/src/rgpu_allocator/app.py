@@ -10,17 +10,26 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import Readiness, Settings, create_service_app, http_client, kube_client
+from rgpu_runtime import (
+    EventRecorder,
+    Readiness,
+    Settings,
+    create_service_app,
+    http_client,
+    kube_client,
+)
 
 from .committing import Finder
 from .core import Core, Policy
 from .discovery_client import DiscoveryClient
+from .events import COMPONENT
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .kube_api import KubeApi
@@ -35,7 +44,7 @@ from .routes import ROUTES, Deps, State
 from .service import AllocatorService
 from .sweeping import Sweeper
 from .wakeup import Nudger, Refused
-from .watching import LeaseHooks, watch_leases, watch_pods
+from .watching import LeaseHooks, watch_leases, watch_pods, watch_timing
 from .writing import LeaseWriter
 
 __all__ = ["create_app"]
@@ -68,7 +77,10 @@ def create_app(
                 transport=discovery_transport,
             ) as http,
         ):
-            api = KubeApi(kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR)
+            events = EventRecorder(component=COMPONENT)
+            api = KubeApi(
+                kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events
+            )
             refused = Refused()
             nudger = Nudger(api, refused, clock=time.time, count=instruments.nudges.inc)
             core = Core(
@@ -87,12 +99,22 @@ def create_app(
             discovery = DiscoveryClient(http)
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             async with anyio.create_task_group() as tg:
+                await tg.start(events.run, kube)
                 await tg.start(nudger.run)
                 await tg.start(reconciler.run)
                 await tg.start(follow_fleet, discovery, inputs, nudger.notify)
                 await tg.start(follow_topology, discovery, inputs)
-                await tg.start(watch_leases, api, ledger, lease_hooks, instruments)
-                await tg.start(watch_pods, api, pods, reconciler.pod_changed, instruments)
+                timing = watch_timing(policy.ttl)
+                await tg.start(
+                    partial(watch_leases, timing=timing), api, ledger, lease_hooks, instruments
+                )
+                await tg.start(
+                    partial(watch_pods, timing=timing),
+                    api,
+                    pods,
+                    reconciler.pod_changed,
+                    instruments,
+                )
                 await tg.start(Sweeper(core, reconciler, repairer).run)
                 readiness.set_ready()
                 service = AllocatorService(

@@ -10,12 +10,19 @@ handed over one page at a time so a full relist never holds the whole cluster in
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from rgpu_runtime import KubeClient, KubeNotFound, Listing, WatchEvent
+from rgpu_runtime import (
+    EventRecorder,
+    KubeClient,
+    KubeEvent,
+    KubeNotFound,
+    Listing,
+    WatchEvent,
+    kube_pages,
+)
 
-__all__ = ["CALL_TIMEOUT", "KubeApi", "PodPage"]
+__all__ = ["CALL_TIMEOUT", "KubeApi"]
 
 CALL_TIMEOUT = 3.0
 """Seconds for one read or write on the decision path: kube-scheduler gives the extender 5 s
@@ -25,25 +32,26 @@ POD_PAGE_SIZE = 500
 """Pods per list page; the apiserver's own default chunk size for informers."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PodPage:
-    """One page of a pod list; ``resource_version`` is set on the last page only."""
-
-    items: list[dict[str, Any]]
-    resource_version: str | None
-
-
 class KubeApi:
     """The allocator's apiserver calls, on plain dicts, each bounded by ``CALL_TIMEOUT``.
 
-    Leases are those in ``namespace`` matching ``lease_selector`` (the claim Leases).
+    Leases are those in ``namespace`` matching ``lease_selector`` (the claim Leases); Events
+    go to ``events``, whose writer the lifespan runs.
     """
 
-    __slots__ = ("_kube", "_selector", "namespace")
+    __slots__ = ("_events", "_kube", "_selector", "namespace")
 
-    def __init__(self, kube: KubeClient, *, namespace: str, lease_selector: str) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        namespace: str,
+        lease_selector: str,
+        events: EventRecorder,
+    ) -> None:
         self._kube = kube
         self._selector = lease_selector
+        self._events = events
         self.namespace = namespace
 
     async def get_lease(self, name: str) -> dict[str, Any] | None:
@@ -94,18 +102,17 @@ class KubeApi:
             label_selector=self._selector,
         )
 
-    async def pod_pages(self) -> AsyncIterator[PodPage]:
-        """Every pod in every namespace, one page at a time."""
+    def pod_pages(self) -> AsyncIterator[Listing]:
+        """Every pod in every namespace, one page at a time (the last carries the version)."""
         fn = self._kube.core.list_pod_for_all_namespaces
-        token: str | None = None
-        while True:
-            page = await self._kube.call_raw(fn, limit=POD_PAGE_SIZE, _continue=token)
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue") or None
-            version = None if token else str(metadata.get("resourceVersion", ""))
-            yield PodPage(items=page.get("items") or [], resource_version=version)
-            if token is None:
-                return
+        return kube_pages(self._kube, fn, page_size=POD_PAGE_SIZE)
+
+    def lease_pages(self) -> AsyncIterator[Listing]:
+        """Every claim Lease, one page at a time (the last carries the version)."""
+        api = self._kube.coordination
+        return kube_pages(
+            self._kube, api.list_namespaced_lease, self.namespace, label_selector=self._selector
+        )
 
     def watch_pods(self, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Pod events in every namespace from ``resource_version`` on."""
@@ -126,7 +133,6 @@ class KubeApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
 
-    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Record a core/v1 Event in ``namespace``."""
-        fn = self._kube.core.create_namespaced_event
-        await self._kube.call_raw(fn, namespace, dict(body), request_timeout=CALL_TIMEOUT)
+    def record_event(self, event: KubeEvent) -> None:
+        """Queue a core/v1 Event; never blocks or raises (see ``EventRecorder``)."""
+        self._events.record(event)

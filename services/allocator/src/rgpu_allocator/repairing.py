@@ -30,7 +30,6 @@ from rgpu_contracts import (
     decode_devices,
     split_card_id,
 )
-from rgpu_runtime import KubeError
 
 from .core import Core
 from .events import pod_event
@@ -165,10 +164,5 @@ class Repairer:
         while len(self._reported) > REPORTED:
             self._reported.popitem(last=False)
         logger.warning("pod %s: %s", pod.ref.key, message)
-        event = pod_event(
-            pod.ref, reason="RemoteGPUClaimConflict", message=message, now=self._core.clock()
-        )
-        try:
-            await self._core.api.create_event(pod.namespace, event)
-        except KubeError as exc:
-            logger.warning("could not record an event on %s: %s", pod.ref.key, exc)
+        event = pod_event(pod.ref, reason="RemoteGPUClaimConflict", message=message)
+        self._core.api.record_event(event)

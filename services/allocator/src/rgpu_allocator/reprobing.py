@@ -22,11 +22,11 @@ from opentelemetry import trace
 
 from rgpu_contracts import Server
 from rgpu_placement import FleetView
+from rgpu_runtime import TokenBucket
 
 from .discovery_client import DiscoveryClient
 from .errors import DiscoveryUnavailable
 from .instruments import Instruments
-from .revalidating import Budget
 
 __all__ = ["MAX_SERVERS", "PROBES_PER_SECOND", "PROBE_TIMEOUT", "Reprober"]
 
@@ -57,7 +57,7 @@ class Reprober:
     ) -> None:
         self._client = client
         self._instruments = instruments
-        self._budget = Budget(PROBES_PER_SECOND, monotonic=monotonic)
+        self._budget = TokenBucket(PROBES_PER_SECOND, clock=monotonic)
 
     async def refresh(self, view: FleetView, servers: Sequence[str]) -> FleetView | None:
         """``view`` with fresh states of up to ``MAX_SERVERS`` of ``servers``, best first;

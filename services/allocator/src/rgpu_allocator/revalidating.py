@@ -22,12 +22,13 @@ from opentelemetry import trace
 
 from rgpu_contracts import Claim
 from rgpu_placement import Validity, judge
+from rgpu_runtime import TokenBucket
 
 from .core import Core
 from .pods import pod_info
 from .settling import drop_invalid
 
-__all__ = ["Budget", "Revalidator", "confirmed_invalid"]
+__all__ = ["Revalidator", "confirmed_invalid"]
 
 tracer = trace.get_tracer(__name__)
 
@@ -41,28 +42,6 @@ kube-scheduler attempts each pending pod at most once per backoff (1-10 s), so t
 hundreds of pending pods."""
 
 
-class Budget:
-    """A token bucket: ``rate`` tokens per second, at most ``rate`` saved up."""
-
-    __slots__ = ("_at", "_monotonic", "_rate", "_tokens")
-
-    def __init__(self, rate: float, *, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._rate = rate
-        self._monotonic = monotonic
-        self._tokens = rate
-        self._at = monotonic()
-
-    def take(self) -> bool:
-        """Spend one token if there is one."""
-        now = self._monotonic()
-        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
-        self._at = now
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
-
-
 class Revalidator:
     """Re-checks the holders of blocked servers with fresh reads, within bounds."""
 
@@ -72,7 +51,7 @@ class Revalidator:
         self._core = core
         self._monotonic = monotonic
         self._reread: dict[str, float] = {}
-        self._budget = Budget(POD_READS_PER_SECOND, monotonic=monotonic)
+        self._budget = TokenBucket(POD_READS_PER_SECOND, clock=monotonic)
 
     async def revalidate(self, servers: Sequence[str]) -> bool:
         """Check up to ``MAX_LEASES`` of ``servers``; returns whether any of them changed."""

@@ -1,32 +1,33 @@
 """The allocator decides from memory, so its memory must follow the
-apiserver: every Pod (slimmed) and every claim Lease, by list+watch, relisting on ``410
-Expired`` and backing off on errors. Each event is applied in microseconds; anything that
-needs an apiserver call is handed to the reconciler instead.
+apiserver: every Pod (slimmed) and every claim Lease. The runtime's ``Reflector`` does the
+list+watch (bookmarks, relist by diff on ``410 Expired``, backoff, stalled watches reopened);
+this module turns its changes into the pod index and the ledger. Each change is applied in
+microseconds; anything that needs an apiserver call is handed to the reconciler instead.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 from anyio.abc import TaskStatus
 
-from rgpu_contracts import PodUID
-from rgpu_runtime import Backoff, KubeError, KubeExpired, WatchEvent
+from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, WatchTrouble
 
 from .instruments import Instruments
 from .kube_api import KubeApi
-from .leases import ANNOTATION_SERVER, LeaseRecord, decode_lease
+from .leases import LeaseRecord, decode_lease
 from .ledger import Ledger
 from .pods import PodIndex, PodInfo, pod_info
 
-__all__ = ["LeaseHooks", "PodHooks", "watch_leases", "watch_pods"]
-
-logger = logging.getLogger(__name__)
-
-BACKOFF = Backoff(initial=0.2, maximum=10.0)
-"""Relist quickly after a blip; at most every 10 s while the apiserver is away."""
+__all__ = [
+    "LeaseHooks",
+    "PodHooks",
+    "pod_changed",
+    "watch_leases",
+    "watch_pods",
+    "watch_timing",
+]
 
 PodHooks = Callable[[PodInfo | None, PodInfo | None], None]
 """Called with (before, after) for every pod change; ``after`` is ``None`` when deleted."""
@@ -42,42 +43,17 @@ class LeaseHooks:
         self.touched = touched
 
 
-async def _close(events: AsyncIterator[WatchEvent]) -> None:
-    close = getattr(events, "aclose", None)
-    if close is not None:
-        await close()
+def watch_timing(ttl: float) -> ReflectorTiming:
+    """Watches silent for half the booking TTL are reopened (DESIGN §10), so no claim is
+    judged on a cache that missed a whole TTL of news."""
+    return ReflectorTiming(stall_seconds=max(ttl / 2, 1.0))
 
 
-async def _list_watch(
-    resource: str,
-    relist: Callable[[], Awaitable[str]],
-    watch: Callable[[str], AsyncIterator[WatchEvent]],
-    handle: Callable[[WatchEvent], None],
-    instruments: Instruments,
-    task_status: TaskStatus[None],
-) -> None:
-    started = False
-    failures = 0
-    while True:
-        try:
-            version = await relist()
-            if not started:
-                task_status.started()
-                started = True
-            failures = 0
-            events = watch(version)
-            try:
-                async for event in events:
-                    handle(event)
-            finally:
-                await _close(events)
-        except KubeExpired:
-            instruments.watch_restarts.labels(resource).inc()
-        except KubeError as exc:
-            instruments.watch_restarts.labels(resource).inc()
-            logger.warning("watching %s failed, relisting: %s", resource, exc)
-            await anyio.sleep(BACKOFF.delay(failures))
-            failures += 1
+def _restarts(resource: str, instruments: Instruments) -> Callable[[WatchTrouble], None]:
+    def restarted(trouble: WatchTrouble) -> None:
+        instruments.watch_restarts.labels(resource).inc()
+
+    return restarted
 
 
 async def watch_pods(
@@ -86,38 +62,39 @@ async def watch_pods(
     hooks: PodHooks,
     instruments: Instruments,
     *,
+    timing: ReflectorTiming | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Mirror every pod into ``pods``; returns from ``tg.start`` once the first list is in."""
 
-    async def relist() -> str:
-        fresh: dict[PodUID, PodInfo] = {}
-        version = ""
-        async for page in api.pod_pages():
-            for item in page.items:
-                info = pod_info(item)
-                if info is not None:
-                    fresh[info.uid] = info
-            version = page.resource_version or version
-        for before, after in pods.replace_all(fresh):
+    def relisted(changes: Sequence[ObjectChange[PodInfo]], fresh: Mapping[str, PodInfo]) -> None:
+        # The index swaps the list in (and remembers deleted uids) in one step.
+        for before, after in pods.replace_all({info.uid: info for info in fresh.values()}):
             hooks(before, after)
-        return version
 
-    def handle(event: WatchEvent) -> None:
-        apply_pod_event(pods, event, hooks)
+    reflector = Reflector[PodInfo](
+        name="pods",
+        list_pages=api.pod_pages,
+        watch=api.watch_pods,
+        transform=pod_info,
+        on_change=pod_changed(pods, hooks),
+        on_relist=relisted,
+        on_trouble=_restarts("pods", instruments),
+        timing=timing,
+    )
+    await reflector.run(task_status=task_status)
 
-    await _list_watch("pods", relist, api.watch_pods, handle, instruments, task_status)
 
+def pod_changed(pods: PodIndex, hooks: PodHooks) -> Callable[[ObjectChange[PodInfo]], None]:
+    """The handler applying one watched pod change to ``pods`` and reporting it."""
 
-def apply_pod_event(pods: PodIndex, event: WatchEvent, hooks: PodHooks) -> None:
-    """Apply one pod watch event to ``pods`` and report the change."""
-    info = pod_info(event.object)
-    if info is None:
-        return
-    if event.type == "DELETED":
-        hooks(pods.remove(info.uid) or info, None)
-    elif event.type in ("ADDED", "MODIFIED"):
-        hooks(pods.put(info), info)
+    def changed(change: ObjectChange[PodInfo]) -> None:
+        if change.after is not None:
+            hooks(pods.put(change.after), change.after)
+        elif change.before is not None:
+            hooks(pods.remove(change.before.uid) or change.before, None)
+
+    return changed
 
 
 async def watch_leases(
@@ -126,22 +103,29 @@ async def watch_leases(
     hooks: LeaseHooks,
     instruments: Instruments,
     *,
+    timing: ReflectorTiming | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Mirror the claim Leases into ``ledger``; returns from ``tg.start`` after the first list."""
 
-    async def relist() -> str:
-        listing = await api.list_leases()
-        records = (decode_lease(item) for item in listing.items)
+    def relisted(
+        changes: Sequence[ObjectChange[LeaseRecord]], fresh: Mapping[str, LeaseRecord]
+    ) -> None:
         first = not ledger.synced
-        if ledger.replace_all(r for r in records if r is not None).freed and not first:
+        if ledger.replace_all(fresh.values()).freed and not first:
             hooks.freed()
-        return listing.resource_version
 
-    def handle(event: WatchEvent) -> None:
-        apply_lease_event(ledger, event, hooks)
-
-    await _list_watch("leases", relist, api.watch_leases, handle, instruments, task_status)
+    reflector = Reflector[LeaseRecord](
+        name="leases",
+        list_pages=api.lease_pages,
+        watch=api.watch_leases,
+        transform=decode_lease,
+        on_change=lambda change: apply_lease_change(ledger, change, hooks),
+        on_relist=relisted,
+        on_trouble=_restarts("leases", instruments),
+        timing=timing,
+    )
+    await reflector.run(task_status=task_status)
 
 
 def _touch(record: LeaseRecord | None, hooks: LeaseHooks) -> None:
@@ -149,27 +133,24 @@ def _touch(record: LeaseRecord | None, hooks: LeaseHooks) -> None:
         hooks.touched(claim.pod.uid)
 
 
-def apply_lease_event(ledger: Ledger, event: WatchEvent, hooks: LeaseHooks) -> None:
-    """Apply one Lease watch event to ``ledger`` and report what it changed."""
-    if event.type == "DELETED":
-        server = ((event.object.get("metadata") or {}).get("annotations") or {}).get(
-            ANNOTATION_SERVER
-        )
-        before = ledger.lease(server) if isinstance(server, str) else None
-        if before is not None and ledger.forget(before.server, event.resource_version).freed:
+def apply_lease_change(
+    ledger: Ledger, change: ObjectChange[LeaseRecord], hooks: LeaseHooks
+) -> None:
+    """Apply one watched Lease change to ``ledger`` and report what it changed."""
+    record = change.after
+    if record is None:
+        cached = change.before
+        # The ledger's copy may be newer than the watch's (our own writes land there first).
+        before = None if cached is None else ledger.lease(cached.server) or cached
+        if before is not None and ledger.forget(before.server, change.resource_version).freed:
             hooks.freed()
         # Pods that held claims here may still be running: the reconciler repairs them.
         _touch(before, hooks)
         return
-    if event.type not in ("ADDED", "MODIFIED"):
-        return
-    record = decode_lease(event.object)
-    if record is None:
-        return
-    change = ledger.apply(record)
-    if change.freed:
+    applied = ledger.apply(record)
+    if applied.freed:
         hooks.freed()
-    if change.applied:
+    if applied.applied:
         for claim in record.claims:
             if ledger.servers_of(claim.pod.uid) > 1:
                 hooks.touched(claim.pod.uid)

@@ -20,7 +20,7 @@ from .catalog import Catalog
 from .fleetstate import FleetState
 from .flights import ProbeFlights
 from .instruments import Instruments
-from .kubeevents import EventOutbox, EventPoster
+from .kubeevents import event_recorder, node_event
 from .lupine import LupineProber
 from .notices import NodeNotices
 from .probing import ProbeLoop
@@ -60,8 +60,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
-        outbox = EventOutbox(posted=instruments.events)
-        notices = NodeNotices(default_port=settings.lupine.default_port, emit=outbox.emit)
+        events = event_recorder(instruments.events)
+        notices = NodeNotices(
+            default_port=settings.lupine.default_port,
+            emit=lambda event: events.record(node_event(event)),
+        )
         catalog = Catalog(
             fleet=fleet,
             topology=topology,
@@ -90,7 +93,7 @@ def create_app(
                 instruments=instruments,
                 min_interval=reprobe_min_interval,
             )
-            await tg.start(outbox.run, EventPoster(kube))
+            await tg.start(events.run, kube)
             await tg.start(flights.run)
             await tg.start(watch.run)
             await tg.start(probes.run)

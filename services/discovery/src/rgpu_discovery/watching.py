@@ -2,11 +2,11 @@
 that view must survive everything the apiserver does — restarts, dropped watches, ``410
 Expired``, minutes of downtime — without ever dropping the last good fleet.
 
-List, then watch from the list's resourceVersion (bookmarks keep it fresh). ``410 Expired``
-means the history we need is gone: relist at once. Any other failure backs off (capped,
-jittered) and resumes the watch from the last resourceVersion seen, relisting only if that
-fails too. A failed list changes nothing; ``/readyz`` turns ready after the first list that
-succeeds and stays ready while the apiserver is away, serving the last good fleet.
+The runtime's ``Reflector`` does the list+watch (bookmarks, relist by diff on 410, backoff,
+stalled watches reopened); this module feeds its changes to the ``Catalog`` and turns its
+troubles into readiness and metrics. A failed list changes nothing; ``/readyz`` turns ready
+after the first list that succeeds and stays ready while the apiserver is away, serving the
+last good fleet.
 
 One watch on all Nodes serves both the fleet (server Nodes) and the topology (client Nodes):
 a relabel that turns a node into a server arrives as one event on one stream, instead of as
@@ -16,15 +16,26 @@ a race between two, and the apiserver keeps one connection per replica, not two.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import cast
+from typing import Any, cast
 
 import anyio
 from anyio.abc import TaskStatus
 from opentelemetry import trace
 
-from rgpu_runtime import Backoff, KubeClient, KubeError, KubeExpired, Readiness, WatchEvent
+from rgpu_runtime import (
+    Backoff,
+    KubeClient,
+    Listing,
+    ObjectChange,
+    Readiness,
+    Reflector,
+    ReflectorTiming,
+    WatchEvent,
+    WatchTrouble,
+    kube_pages,
+)
 
 from .catalog import Catalog
 from .instruments import Instruments
@@ -33,6 +44,10 @@ __all__ = ["NodeWatch"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
+
+
+def _node(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
 
 
 class NodeWatch:
@@ -51,59 +66,61 @@ class NodeWatch:
         self._catalog = catalog
         self._readiness = readiness
         self._instruments = instruments
-        self._backoff = backoff
-        self._version: str | None = None
-        self._failures = 0
+        self.reflector = Reflector[dict[str, Any]](
+            name="nodes",
+            list_pages=self._pages,
+            watch=self._watch,
+            transform=_node,
+            on_change=self._changed,
+            on_relist=self._relisted,
+            on_trouble=self._troubled,
+            timing=ReflectorTiming(backoff=backoff),
+        )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Follow the Nodes until cancelled; started at once, ready after the first list."""
         self._readiness.set_not_ready("waiting for the first Node list")
         task_status.started()
-        while True:
-            try:
-                await self._cycle()
-            except KubeExpired:
-                self._instruments.watch_restarts.labels("expired").inc()
-                logger.info("Node watch expired; relisting")
-                self._version = None
-            except KubeError as exc:
-                await self._failed(exc)
-
-    async def _cycle(self) -> None:
-        if self._version is None:
-            self._version = await self._relist()
-        await self._follow(self._version)
-
-    async def _relist(self) -> str:
-        with tracer.start_as_current_span("discovery.nodes.list") as span:
-            listing = await self._kube.list_objects(self._kube.core.list_node)
-            span.set_attribute("rgpu.nodes", len(listing.items))
-            self._catalog.relist(listing.items)
-        self._failures = 0
-        if not self._readiness.ready:
-            logger.info("first Node list: %d nodes", len(listing.items))
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.reflector.run)
+            logger.info("first Node list: %d nodes", len(self.reflector.values))
             self._readiness.set_ready()
-        return listing.resource_version
 
-    async def _follow(self, version: str) -> None:
-        with tracer.start_as_current_span("discovery.nodes.watch") as span:
+    async def _pages(self) -> AsyncIterator[Listing]:
+        # A plain span, not the current one: this generator yields to the reflector between
+        # pages, and a context attached here must not leak into its code.
+        with tracer.start_span("discovery.nodes.list") as span:
+            count = 0
+            async for page in kube_pages(self._kube, self._kube.core.list_node):
+                count += len(page.items)
+                yield page
+            span.set_attribute("rgpu.nodes", count)
+
+    async def _watch(self, version: str) -> AsyncIterator[WatchEvent]:
+        with tracer.start_span("discovery.nodes.watch") as span:
             span.set_attribute("rgpu.resource_version", version)
             stream = self._kube.watch(self._kube.core.list_node, resource_version=version)
             # The runtime's watch is an async generator; closing it closes the connection.
             async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
                 async for event in events:
-                    self._failures = 0
-                    self._version = event.resource_version or self._version
-                    if event.type != "BOOKMARK":
-                        self._catalog.observe(event.type, event.object)
+                    yield event
 
-    async def _failed(self, exc: KubeError) -> None:
-        self._instruments.watch_restarts.labels("error").inc()
-        operation = "list" if self._version is None else "watch"
-        self._instruments.apiserver_errors.labels(operation, exc.code).inc()
-        delay = self._backoff.delay(self._failures)
-        self._failures += 1
+    def _changed(self, change: ObjectChange[dict[str, Any]]) -> None:
+        obj = change.after if change.after is not None else change.before
+        if obj is not None:
+            self._catalog.observe(change.type, obj)
+
+    def _relisted(
+        self, changes: Sequence[ObjectChange[dict[str, Any]]], nodes: Mapping[str, dict[str, Any]]
+    ) -> None:
+        # The catalog swaps a whole list in and publishes once, not once per Node.
+        self._catalog.relist(nodes.values())
+
+    def _troubled(self, trouble: WatchTrouble) -> None:
+        self._instruments.watch_restarts.labels(trouble.reason).inc()
+        error = trouble.error
+        if error is None or trouble.reason == "expired":
+            return
+        self._instruments.apiserver_errors.labels(trouble.phase, error.code).inc()
         if not self._readiness.ready:
-            self._readiness.set_not_ready(f"Node list failed: {exc.message}")
-        logger.warning("Node %s failed (%s); retrying in %.1f s", operation, exc.message, delay)
-        await anyio.sleep(delay)
+            self._readiness.set_not_ready(f"Node list failed: {error.message}")

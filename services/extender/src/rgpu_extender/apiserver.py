@@ -1,6 +1,7 @@
-"""The extender makes exactly three apiserver calls — bind a pod, read
-it back when a bind's outcome is unknown, write an event — and each must be bounded in time
-and fail with runtime's ``KubeError`` family, never a kubernetes_asyncio exception.
+"""The extender makes two apiserver calls of its own — bind a pod, read
+it back when a bind's outcome is unknown — and each must be bounded in time and fail with
+runtime's ``KubeError`` family, never a kubernetes_asyncio exception. (Events go through the
+runtime's ``EventRecorder``.)
 """
 
 from __future__ import annotations
@@ -32,13 +33,4 @@ class Apiserver:
         core = self._kube.core
         return await self._kube.call_raw(
             core.read_namespaced_pod, name, namespace, request_timeout=timeout
-        )
-
-    async def create_event(
-        self, namespace: str, body: Mapping[str, Any], *, timeout: float
-    ) -> None:
-        """Create a core/v1 Event in ``namespace``."""
-        core = self._kube.core
-        await self._kube.call_raw(
-            core.create_namespaced_event, namespace, dict(body), request_timeout=timeout
         )

@@ -31,7 +31,7 @@ from .allocator_client import AllocatorClient
 from .apiserver import Apiserver
 from .deps import Deps
 from .discovery_client import DiscoveryClient
-from .events import EventRecorder
+from .events import event_recorder
 from .inventory import Inventory
 from .metrics import ExtenderMetrics
 from .routes import ROUTES
@@ -86,11 +86,11 @@ def create_app(
             apiserver = Apiserver(kube)
             discovery = DiscoveryClient(discovery_http)
             inventory = Inventory()
-            events = EventRecorder(component=settings.scheduling.scheduler_name, metrics=metrics)
+            events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(inventory.follow_fleet, discovery)
             await tg.start(inventory.follow_topology, discovery)
-            await tg.start(events.run, apiserver)
+            await tg.start(events.run, kube)
             readiness.set_ready()
             deps = Deps(
                 settings=settings,

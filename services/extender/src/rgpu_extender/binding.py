@@ -33,7 +33,7 @@ from rgpu_runtime import KubeConflict, KubeError, KubeUnavailable
 
 from .deps import Deps
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid, PodNotServable
-from .events import ALLOCATED, BIND_FAILED, PodEvent
+from .events import ALLOCATED, BIND_FAILED, pod_event
 from .pods import mapping
 
 __all__ = ["BindOutcome", "bind_pod", "bound_node", "unreadable"]
@@ -219,7 +219,9 @@ def _ref(args: ExtenderBindingArgs) -> PodRef:
 
 
 def _told(deps: Deps, args: ExtenderBindingArgs, outcome: BindOutcome) -> BindOutcome:
-    event = PodEvent(pod=_ref(args), reason=BIND_FAILED, message=outcome.result.error, warning=True)
+    event = pod_event(
+        pod=_ref(args), reason=BIND_FAILED, message=outcome.result.error, warning=True
+    )
     deps.events.record(event)
     return outcome
 
@@ -236,5 +238,5 @@ def _bound(
         f"remote GPU server {allocation.server} at {allocation.endpoint} with cards {cards}, "
         f"pod bound to {args.node}"
     )
-    deps.events.record(PodEvent(pod=_ref(args), reason=ALLOCATED, message=message))
+    deps.events.record(pod_event(pod=_ref(args), reason=ALLOCATED, message=message))
     return BindOutcome(result=ExtenderBindingResult(), outcome="bound", pod=label)

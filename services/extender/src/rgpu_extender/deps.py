@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rgpu_runtime import Settings
+from rgpu_runtime import EventRecorder, Settings
 
 from .admission import AdmissionPolicy
 from .allocator_client import AllocatorClient
 from .apiserver import Apiserver
-from .events import EventRecorder
 from .inventory import Inventory
 from .metrics import ExtenderMetrics
 

@@ -30,7 +30,7 @@ from rgpu_placement import PodDemand, read_demand
 
 from .deps import Deps
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
-from .events import UNAVAILABLE, PodEvent
+from .events import UNAVAILABLE, pod_event
 from .inventory import FleetView
 from .pods import pod_label, pod_ref
 from .wiring import check_wired
@@ -182,4 +182,4 @@ def _node_name(node: object) -> str:
 
 
 def _tell(deps: Deps, pod: PodRef, message: str) -> None:
-    deps.events.record(PodEvent(pod=pod, reason=UNAVAILABLE, message=message, warning=True))
+    deps.events.record(pod_event(pod=pod, reason=UNAVAILABLE, message=message, warning=True))
