@@ -145,6 +145,11 @@ async def test_reply_received_before_a_reset_is_an_answer() -> None:
     assert (outcome.result, outcome.busy) == ("usage", {"GPU-1"})
 
 
+async def test_interim_reply_is_skipped_for_the_final_one() -> None:
+    outcome = await probe_scripted(b"HTTP/1.1 100 Continue\r\n\r\n" + reply("404 Not Found"))
+    assert outcome.result == "no_usage"
+
+
 @pytest.mark.parametrize("ending", ["close", "reset"])
 async def test_hang_up_before_any_byte_is_a_failure(ending: str) -> None:
     outcome = await probe_scripted(b"", ending=ending)

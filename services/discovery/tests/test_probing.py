@@ -168,3 +168,16 @@ async def test_404_metrics_means_reachable_without_usage(sim, start, build) -> N
             server = (await discovery.fleet()).servers[0]
         tg.cancel_scope.cancel()
     assert (server.reachable, server.usage_reported, server.busy) == (True, False, frozenset())
+
+
+async def test_connections_series_of_a_deleted_server_disappears(sim, start, build) -> None:
+    async with run_lupine(gpus=GPUS, mode="h2only") as lupine, start() as discovery:
+        sim.store.create("nodes", server_node(build, "gpu-a", lupine))
+        await discovery.counted("rgpu_discovery_probe_connections_total", 1, server="gpu-a")
+        sim.store.delete("nodes", "gpu-a")
+        await discovery.fleet_when(lambda f: not f.servers)
+        with anyio.fail_after(5):
+            while discovery.registry.get_sample_value(
+                "rgpu_discovery_probe_connections_total", {"server": "gpu-a"}
+            ):
+                await anyio.sleep(0.05)

@@ -258,9 +258,15 @@ async def _read_reply(client: h11.Connection, stream: ByteStream) -> ProbeOutcom
 
 
 async def _next_event(client: h11.Connection, stream: ByteStream) -> object:
-    """The next h11 event, receiving as needed; a reset is read as the end of the stream."""
-    while (event := client.next_event()) is h11.NEED_DATA:
-        client.receive_data(await _receive(stream))
+    """The next h11 event, receiving as needed; a reset is read as the end of the stream.
+
+    Interim (1xx) replies are skipped: only the final reply says anything.
+    """
+    while (event := client.next_event()) is h11.NEED_DATA or isinstance(
+        event, h11.InformationalResponse
+    ):
+        if event is h11.NEED_DATA:
+            client.receive_data(await _receive(stream))
     return event
 
 
