@@ -93,13 +93,13 @@ async def test_new_server_is_probed_at_once_not_an_interval_later(sim, start, bu
         await d.server_when("gpu-a", lambda s: s.busy == {"GPU-2"}, timeout=2.0)
 
 
-SOAK_SERVERS = 100
-SOAK_PROBES = 1000
+SOAK_SERVERS = 200
+SOAK_PROBES = 2000
 FAILURES = ("timeout", "refused", "unreachable")
 
 
 async def probes_reached(discovery, minimum: int) -> None:
-    with anyio.fail_after(30):
+    with anyio.fail_after(40):
         while discovery.total("rgpu_discovery_probes_total") < minimum:
             await anyio.sleep(0.05)
 
