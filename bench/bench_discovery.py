@@ -33,14 +33,14 @@ from typing import Any
 
 import aiohttp
 import anyio
-import httpx
+from anyio.abc import ByteStream
 
 from rgpu_discovery import create_app
 from rgpu_discovery.catalog import Catalog
 from rgpu_discovery.fleetstate import FleetState
 from rgpu_discovery.notices import NodeNotices
 from rgpu_discovery.topologystate import TopologyState
-from rgpu_kubesim import run_apiserver
+from rgpu_kubesim import run_apiserver, run_lupine
 from rgpu_runtime import Listener, Settings, running
 
 BUILD_TARGET_S = 1.0
@@ -163,14 +163,21 @@ async def bench_fanout(servers: int, cards: int, waiters: int) -> list[FanOut]:
         settings = Settings.from_env(
             env | {"RGPU_TOPOLOGY_KEYS": ",".join(KEYS)}, service="discovery"
         )
-        # Probes answer at once with an empty usage report: the fan-out is what is measured.
-        transport = httpx.MockTransport(lambda request: httpx.Response(200, text=""))
-        app = create_app(settings, probe_transport=transport)
-        async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
-            return [
-                await _fanout(sim, url, waiters, encoding, ready)
-                for encoding, ready in (("gzip", "False"), ("identity", "True"))
-            ]
+        # Every probe reaches one fake lupine that reports no clients: the fan-out is measured.
+        async with run_lupine() as lupine:
+
+            async def dial(host: str, port: int) -> ByteStream:
+                return await anyio.connect_tcp(lupine.host, lupine.port)
+
+            return await _fanouts(sim, create_app(settings, probe_dialer=dial), waiters)
+
+
+async def _fanouts(sim: Any, app: Any, waiters: int) -> list[FanOut]:
+    async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
+        return [
+            await _fanout(sim, url, waiters, encoding, ready)
+            for encoding, ready in (("gzip", "False"), ("identity", "True"))
+        ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

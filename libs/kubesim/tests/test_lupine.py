@@ -37,7 +37,15 @@ async def lupine() -> AsyncIterator[FakeLupine]:
 
 @pytest.fixture
 async def old_lupine() -> AsyncIterator[FakeLupine]:
+    """The released build: HTTP/2 only, reply then reset."""
     async with run_lupine(gpus=GPUS, mode="h2only") as server:
+        yield server
+
+
+@pytest.fixture
+async def clean_old_lupine() -> AsyncIterator[FakeLupine]:
+    """HTTP/2 only, but keeping connections and closing cleanly (the fake's old behaviour)."""
+    async with run_lupine(gpus=GPUS, mode="h2only", hangup="close") as server:
         yield server
 
 
@@ -66,6 +74,31 @@ def shape(text: str) -> list[tuple[str, str, tuple[tuple[str, ...], ...]]]:
         (f.name, f.type, tuple(dict.fromkeys(tuple(s.labels) for s in f.samples)))
         for f in text_string_to_metric_families(text)
     ]
+
+
+async def read_until_reset(stream: anyio.abc.ByteStream) -> tuple[bytes, str]:
+    """Everything the server sent, and how it ended: ``reset`` or ``closed`` (clean FIN)."""
+    chunks = []
+    with anyio.fail_after(2):
+        while True:
+            try:
+                chunks.append(await stream.receive())
+            except anyio.EndOfStream:
+                return b"".join(chunks), "closed"
+            except (anyio.BrokenResourceError, ConnectionResetError):
+                return b"".join(chunks), "reset"
+
+
+def h2_request(method: str, path: str) -> tuple[h2.connection.H2Connection, bytes]:
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    headers = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "x")]
+    conn.send_headers(1, headers, end_stream=True)
+    return conn, conn.data_to_send()
+
+
+def h2_events(conn: h2.connection.H2Connection, data: bytes) -> list[object]:
+    return list(conn.receive_data(data))
 
 
 async def read_until_closed(stream: anyio.abc.ByteStream) -> bytes:
@@ -213,7 +246,10 @@ async def test_h2_other_paths_get_404(lupine: FakeLupine) -> None:
     assert response.status_code == 404
 
 
-async def test_h2_works_with_the_h2_library_over_a_raw_socket(old_lupine: FakeLupine) -> None:
+async def test_h2_works_with_the_h2_library_over_a_raw_socket(
+    clean_old_lupine: FakeLupine,
+) -> None:
+    old_lupine = clean_old_lupine
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
     headers = [(":method", "HEAD"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
@@ -236,22 +272,54 @@ async def _receive_response(
             await stream.send(conn.data_to_send())
 
 
-async def test_h2only_mode_greets_http1_with_settings_then_closes(old_lupine: FakeLupine) -> None:
-    async with await anyio.connect_tcp(old_lupine.host, old_lupine.port) as stream:
+@pytest.mark.parametrize(("hangup", "ending"), [("reset", "reset"), ("close", "closed")])
+async def test_h2only_mode_greets_http1_with_settings_then_hangs_up(
+    hangup: str, ending: str
+) -> None:
+    async with (
+        run_lupine(gpus=GPUS, mode="h2only", hangup=hangup) as old_lupine,
+        await anyio.connect_tcp(old_lupine.host, old_lupine.port) as stream,
+    ):
         await stream.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = await read_until_closed(stream)
+        data, how = await read_until_reset(stream)
     assert len(data) >= 9
     assert data[3] == 0x04  # frame type SETTINGS
     assert int.from_bytes(data[5:9], "big") == 0  # on the connection stream
+    assert how == ending
+
+
+@pytest.mark.parametrize(("method", "path"), [("HEAD", "/"), ("GET", "/metrics"), ("POST", "/x")])
+async def test_released_build_answers_any_h2_request_with_a_bare_200_then_resets(
+    old_lupine: FakeLupine, method: str, path: str
+) -> None:
+    conn, request = h2_request(method, path)
+    async with await anyio.connect_tcp(old_lupine.host, old_lupine.port) as stream:
+        await stream.send(request)
+        data, how = await read_until_reset(stream)
+    responses = [e for e in h2_events(conn, data) if isinstance(e, h2.events.ResponseReceived)]
+    assert [dict(r.headers) for r in responses] == [{b":status": b"200"}]
+    assert how == "reset"
+
+
+async def test_released_build_counts_one_connection_per_accept(old_lupine: FakeLupine) -> None:
+    for _ in range(3):
+        async with await anyio.connect_tcp(old_lupine.host, old_lupine.port) as stream:
+            await stream.send(b"GET / HTTP/1.1\r\n\r\n")
+            await read_until_reset(stream)
+    assert old_lupine.connections == 3
+    assert (old_lupine.mode, old_lupine.hangup) == ("h2only", "reset")
 
 
 async def test_h2only_mode_fails_an_http1_client(old_lupine: FakeLupine) -> None:
     async with http1(old_lupine) as client:
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
             await client.get("/metrics")
 
 
-async def test_h2only_mode_answers_h2_prior_knowledge_head(old_lupine: FakeLupine) -> None:
+async def test_h2only_close_mode_answers_h2_prior_knowledge_head(
+    clean_old_lupine: FakeLupine,
+) -> None:
+    old_lupine = clean_old_lupine
     async with http2(old_lupine) as client:
         response = await client.head("/")
     assert response.status_code == 200
@@ -349,6 +417,7 @@ async def test_busy_port_raises_address_unavailable_not_oserror(lupine: FakeLupi
     ("kwargs", "field"),
     [
         ({"mode": "h3"}, "mode"),
+        ({"hangup": "fin"}, "hangup"),
         ({"host": "localhost"}, "host"),
         ({"port": 70000}, "port"),
         ({"gpus": ("GPU-1", "GPU-1")}, "gpus"),

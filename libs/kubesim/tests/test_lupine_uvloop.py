@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 import httpx
 import pytest
 
@@ -19,8 +20,24 @@ def anyio_backend() -> tuple[str, dict[str, bool]]:
 
 @pytest.fixture(params=["sniff", "h2only"])
 async def lupine(request: pytest.FixtureRequest) -> AsyncIterator[FakeLupine]:
-    async with run_lupine(gpus=("GPU-1", "GPU-2"), mode=request.param) as server:
+    mode = request.param
+    async with run_lupine(gpus=("GPU-1", "GPU-2"), mode=mode, hangup="close") as server:
         yield server
+
+
+async def test_released_build_resets_after_the_settings_greeting_under_uvloop() -> None:
+    async with (
+        run_lupine(gpus=("GPU-1",), mode="h2only") as lupine,
+        await anyio.connect_tcp(lupine.host, lupine.port) as stream,
+    ):
+        await stream.send(b"GET /metrics HTTP/1.1\r\n\r\n")
+        data = b""
+        reset = (anyio.BrokenResourceError, ConnectionResetError)
+        with anyio.fail_after(2), pytest.raises(reset):  # noqa: PT012
+            while True:
+                data += await stream.receive()
+    assert data[3] == 0x04  # SETTINGS
+    assert lupine.connections == 1
 
 
 async def test_h2_prior_knowledge_head_answers_under_uvloop(lupine: FakeLupine) -> None:

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from rgpu_contracts import Fleet, Server, Topology
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
 from rgpu_discovery import create_app
+from rgpu_discovery.lupine import Dialer, dial_tcp
 from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.reprobing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
@@ -226,7 +227,7 @@ def start(
     @asynccontextmanager
     async def run(
         *,
-        probe_transport: httpx.AsyncBaseTransport | None = None,
+        probe_dialer: Dialer = dial_tcp,
         wait_ready: bool = True,
         reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
         **overrides: str,
@@ -235,7 +236,7 @@ def start(
         settings = make_settings(RGPU_KUBE_URL=sim.url, **overrides)
         app = create_app(
             settings,
-            probe_transport=probe_transport,
+            probe_dialer=probe_dialer,
             registry=registry,
             watch_backoff=FAST_BACKOFF,
             reprobe_min_interval=reprobe_min_interval,

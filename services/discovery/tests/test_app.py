@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-import httpx
 import pytest
 
 from rgpu_kubesim.lupine import run_lupine
@@ -208,12 +207,3 @@ async def test_refused_event_is_counted_and_changes_nothing_else(sim, start, bui
         fleet = await discovery.fleet()
     assert [s.name for s in fleet.servers] == ["gpu-g"]
     assert sim.store.list("events", namespace="default") == []
-
-
-async def test_404_metrics_means_reachable_without_usage(sim, start, build) -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(404))
-    sim.store.create("nodes", server_node(build, "gpu-a"))
-    async with start(probe_transport=transport) as discovery:
-        await discovery.counted("rgpu_discovery_probes_total", 1, result="no_usage")
-        server = (await discovery.fleet()).servers[0]
-    assert (server.reachable, server.usage_reported, server.busy) == (True, False, frozenset())

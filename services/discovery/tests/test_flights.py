@@ -1,14 +1,16 @@
 """Shared probes: one probe per server at a time, counted once, rate-limited for on-demand
-callers only; lupine is a MockTransport whose answers the test releases when it wants."""
+callers only; lupine is a loopback server whose answers the test releases when it wants (the
+prober's dialer sends every endpoint there)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
-import httpx
 import pytest
+from anyio.abc import SocketAttribute, SocketStream
 from prometheus_client import CollectorRegistry
 
 from rgpu_contracts.ids import ServerName
@@ -28,19 +30,37 @@ USAGE = 'lupine_client_device_memory_used_bytes{device_uuid="GPU-1"} 1024\n'
 
 @dataclass(kw_only=True)
 class Lupine:
-    """A MockTransport handler: counts requests, holds each until ``gate`` is set, then
-    answers with ``USAGE`` (or refuses the connection when ``down``)."""
+    """A connection handler: counts connections, holds each until ``gate`` is set, then
+    answers with ``USAGE`` (or hangs up without a byte when ``down``)."""
 
     gate: anyio.Event = field(default_factory=anyio.Event)
     down: bool = False
     requests: int = 0
 
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
+    async def __call__(self, stream: SocketStream) -> None:
         self.requests += 1
-        await self.gate.wait()
-        if self.down:
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(200, text=USAGE)
+        async with stream:
+            await self.gate.wait()
+            if self.down:
+                return
+            await stream.receive()
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(USAGE)}\r\n\r\n"
+            await stream.send(head.encode() + USAGE.encode())
+
+
+@asynccontextmanager
+async def prober_for(lupine: Lupine, timeout: float) -> AsyncIterator[LupineProber]:
+    """A prober whose every connection, whatever the endpoint, reaches ``lupine``."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+
+    async def dial(host: str, _: int) -> SocketStream:
+        return await anyio.connect_tcp("127.0.0.1", port)
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, lupine)
+        yield LupineProber(timeout=timeout, dialer=dial)
+        tg.cancel_scope.cancel()
 
 
 @dataclass(kw_only=True)
@@ -71,11 +91,7 @@ async def rig(build) -> AsyncIterator[Rig]:
     fleet.replace_all([build.view(node)])
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     lupine, clock = Lupine(), Clock()
-    transport = httpx.MockTransport(lupine)
-    async with (
-        LupineProber(timeout=5.0, transport=transport) as prober,
-        anyio.create_task_group() as tg,
-    ):
+    async with prober_for(lupine, 5.0) as prober, anyio.create_task_group() as tg:
         flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments, clock=clock)
         await tg.start(flights.run)
         yield Rig(fleet=fleet, flights=flights, lupine=lupine, clock=clock)
@@ -186,7 +202,7 @@ async def test_waiters_are_released_when_run_stops() -> None:
     fleet = FleetState(default_port=14833)
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     lupine = Lupine()
-    async with LupineProber(timeout=5.0, transport=httpx.MockTransport(lupine)) as prober:
+    async with prober_for(lupine, 5.0) as prober:
         flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
         outcomes: list[str] = []
 

@@ -1,40 +1,93 @@
-"""The probe client against real fake lupine servers (and a MockTransport where no fake can
-answer the way a case needs)."""
+"""The probe client against real fake lupine servers of both builds, and against scripted
+loopback servers where no fake answers the way a case needs (a 404, garbage, a reset at a
+chosen moment)."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
-from collections.abc import Callable
+from contextlib import asynccontextmanager
 
-import httpx
+import anyio
 import pytest
+from anyio.abc import SocketStream
+from anyio.streams.stapled import StapledByteStream
 
-from rgpu_discovery.lupine import MAX_BODY_BYTES, LupineProber
+from rgpu_discovery.lupine import (
+    INLINE_PARSE_BYTES,
+    MAX_BODY_BYTES,
+    LupineProber,
+    ProbeOutcome,
+    split_endpoint,
+)
 from rgpu_kubesim.lupine import run_lupine
 
 pytestmark = pytest.mark.anyio
 
 GPUS = ("GPU-a0", "GPU-a1", "GPU-a2")
 TIMEOUT = 0.3
+USAGE_LINE = 'lupine_client_device_memory_used_bytes{{device_uuid="{}"}} 1\n'
+H2_SETTINGS = bytes.fromhex("000006040000000000") + bytes.fromhex("000300000064")
 
 
-async def probe_real(mode: str = "sniff", fault: str | None = None, clients: int = 0):
+def reply(status: str, body: bytes = b"", length: int | None = None) -> bytes:
+    size = len(body) if length is None else length
+    return f"HTTP/1.1 {status}\r\nContent-Length: {size}\r\n\r\n".encode() + body
+
+
+async def probe_real(
+    mode: str = "sniff", fault: str | None = None, clients: int = 0
+) -> ProbeOutcome:
     async with run_lupine(mode=mode, gpus=GPUS) as lupine, LupineProber(timeout=TIMEOUT) as p:
         for i in range(clients):
             lupine.add_client(f"c{i}", [GPUS[i]], memory_bytes=0 if i else 1 << 20)
         await lupine.set_fault(fault)
-        return await p.probe(lupine.endpoint)
+        outcome = await p.probe(lupine.endpoint)
+        if fault != "down":
+            assert lupine.connections == 1
+        return outcome
 
 
-async def probe_mock(handler: Callable[[httpx.Request], httpx.Response]):
-    async with LupineProber(timeout=TIMEOUT, transport=httpx.MockTransport(handler)) as p:
-        return await p.probe("10.1.2.3:14833")
+def reset(stream: SocketStream) -> None:
+    """Make the coming close an RST, as the released lupine build hangs up."""
+    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@asynccontextmanager
+async def scripted(answer: bytes, ending: str = "close", greet: bool = False):
+    """A loopback server that sends ``answer`` (before reading, with ``greet``), then
+    ``close``s, ``reset``s or ``hang``s; yields its endpoint."""
+
+    async def serve(stream: SocketStream) -> None:
+        async with stream:
+            if not greet:
+                await stream.receive()
+            if answer:
+                await stream.send(answer)
+            if ending == "reset":
+                reset(stream)
+            elif ending == "hang":
+                await anyio.sleep_forever()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield f"127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+async def probe_scripted(answer: bytes, ending: str = "close", greet: bool = False):
+    async with scripted(answer, ending, greet) as endpoint:
+        return await LupineProber(timeout=TIMEOUT).probe(endpoint)
 
 
 async def test_clients_mark_their_gpus_busy_whatever_the_memory() -> None:
     outcome = await probe_real(clients=2)
     assert (outcome.result, outcome.busy) == ("usage", {"GPU-a0", "GPU-a1"})
-    assert outcome.answered
+    assert (outcome.answered, outcome.connections) == (True, 1)
 
 
 async def test_server_without_clients_reports_empty_usage() -> None:
@@ -59,48 +112,65 @@ async def test_hanging_server_times_out_near_the_timeout() -> None:
     started = time.perf_counter()
     outcome = await probe_real(fault="hang")
     elapsed = time.perf_counter() - started
-    assert outcome.result == "timeout"
+    assert (outcome.result, outcome.connections) == ("timeout", 1)
     assert not outcome.answered
     assert TIMEOUT * 0.9 <= elapsed < TIMEOUT * 3
 
 
-async def test_down_server_is_refused() -> None:
+async def test_down_server_is_refused_without_a_connection() -> None:
     outcome = await probe_real(fault="down")
-    assert outcome.result == "refused"
+    assert (outcome.result, outcome.connections) == ("refused", 0)
     assert not outcome.answered
 
 
-async def test_h2only_server_is_alive_through_http2_prior_knowledge() -> None:
+async def test_released_build_is_alive_from_its_settings_greeting_on_one_connection() -> None:
     outcome = await probe_real(mode="h2only", clients=1)
-    assert outcome.result == "h2_alive"
+    assert (outcome.result, outcome.connections) == ("h2_alive", 1)
     assert outcome.answered
 
 
+async def test_settings_greeting_counts_even_when_sent_before_the_request_is_read() -> None:
+    outcome = await probe_scripted(H2_SETTINGS, ending="reset", greet=True)
+    assert outcome.result == "h2_alive"
+
+
 async def test_404_means_the_build_reports_no_usage() -> None:
-    outcome = await probe_mock(lambda request: httpx.Response(404, text="404 page not found"))
+    outcome = await probe_scripted(reply("404 Not Found", b"404 page not found\n"))
     assert outcome.result == "no_usage"
 
 
-async def test_neither_protocol_answering_is_unreachable() -> None:
-    def broken(request: httpx.Request) -> httpx.Response:
-        raise httpx.RemoteProtocolError("illegal status line", request=request)
+async def test_reply_received_before_a_reset_is_an_answer() -> None:
+    body = USAGE_LINE.format("GPU-1").encode()
+    outcome = await probe_scripted(reply("200 OK", body), ending="reset")
+    assert (outcome.result, outcome.busy) == ("usage", {"GPU-1"})
 
-    outcome = await probe_mock(broken)
+
+async def test_interim_reply_is_skipped_for_the_final_one() -> None:
+    outcome = await probe_scripted(b"HTTP/1.1 100 Continue\r\n\r\n" + reply("404 Not Found"))
+    assert outcome.result == "no_usage"
+
+
+@pytest.mark.parametrize("ending", ["close", "reset"])
+async def test_hang_up_before_any_byte_is_a_failure(ending: str) -> None:
+    outcome = await probe_scripted(b"", ending=ending)
+    assert (outcome.result, outcome.connections) == ("unreachable", 1)
+    assert "before any reply" in outcome.detail
+
+
+async def test_reset_in_the_middle_of_the_body_is_a_bad_body() -> None:
+    outcome = await probe_scripted(reply("200 OK", b"lupine_", length=100), ending="reset")
+    assert outcome.result == "bad_body"
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.6\r\n", b"HTTP/1.1 abc\r\n\r\n"])
+async def test_reply_that_is_neither_http1_nor_http2_is_unreachable(answer: bytes) -> None:
+    outcome = await probe_scripted(answer)
     assert outcome.result == "unreachable"
-    assert "HTTP/2" in outcome.detail
 
 
-async def test_http1_protocol_failure_falls_back_to_http2_head() -> None:
-    seen: list[tuple[str, str]] = []
-
-    def old_build(request: httpx.Request) -> httpx.Response:
-        seen.append((request.method, request.url.path))
-        if request.method == "GET":
-            raise httpx.RemoteProtocolError("illegal status line", request=request)
-        return httpx.Response(200)
-
-    outcome = await probe_mock(old_build)
-    assert (outcome.result, seen) == ("h2_alive", [("GET", "/metrics"), ("HEAD", "/")])
+async def test_silent_connected_server_times_out_with_one_connection() -> None:
+    outcome = await probe_scripted(b"", ending="hang")
+    assert (outcome.result, outcome.connections) == ("timeout", 1)
 
 
 @pytest.mark.parametrize(
@@ -112,28 +182,34 @@ async def test_http1_protocol_failure_falls_back_to_http2_head() -> None:
     ],
 )
 async def test_unusable_body_is_a_bad_body(body: bytes, why: str) -> None:
-    outcome = await probe_mock(lambda request: httpx.Response(200, content=body))
+    outcome = await probe_scripted(reply("200 OK", body))
     assert outcome.result == "bad_body"
     assert why in outcome.detail
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        httpx.ConnectTimeout,
-        httpx.ReadTimeout,
-        httpx.ConnectError,
-        httpx.ReadError,
-        httpx.WriteError,
-        httpx.ProxyError,
-        httpx.UnsupportedProtocol,
-        httpx.DecodingError,
-    ],
-)
-async def test_no_httpx_exception_leaks_out_of_a_probe(error: type[httpx.HTTPError]) -> None:
-    def failing(request: httpx.Request) -> httpx.Response:
-        raise error("boom", request=request)
+async def test_large_usage_report_is_read_whole() -> None:
+    filler = b"# " + b"x" * 78 + b"\n"
+    body = filler * (INLINE_PARSE_BYTES // len(filler) + 1) + USAGE_LINE.format("GPU-9").encode()
+    outcome = await probe_scripted(reply("200 OK", body))
+    assert (outcome.result, outcome.busy) == ("usage", {"GPU-9"})
 
-    outcome = await probe_mock(failing)
+
+@pytest.mark.parametrize("endpoint", ["nonsense", "10.0.0.1:", "10.0.0.1:99999", ":80"])
+async def test_unusable_endpoint_is_unreachable_without_a_connection(endpoint: str) -> None:
+    outcome = await LupineProber(timeout=TIMEOUT).probe(endpoint)
+    assert (outcome.result, outcome.connections) == ("unreachable", 0)
+
+
+def test_ipv6_endpoints_lose_their_brackets() -> None:
+    assert split_endpoint("[fd00::1]:14833") == ("fd00::1", 14833)
+    assert split_endpoint("10.0.0.1:1") == ("10.0.0.1", 1)
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError, OSError, TimeoutError])
+async def test_no_dialer_exception_leaks_out_of_a_probe(error: type[OSError]) -> None:
+    async def failing(host: str, port: int) -> StapledByteStream:
+        raise error("boom")
+
+    outcome = await LupineProber(timeout=TIMEOUT, dialer=failing).probe("10.1.2.3:14833")
     assert not outcome.answered
     assert outcome.seconds >= 0

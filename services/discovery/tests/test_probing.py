@@ -3,9 +3,12 @@ against real fake lupine servers (settings: probe every 0.2 s, timeout 0.5 s).""
 
 from __future__ import annotations
 
+import anyio
 import pytest
+from anyio.abc import SocketAttribute, SocketStream
 
-from rgpu_kubesim.lupine import run_lupine
+from rgpu_discovery.probestate import UNREACHABLE_AFTER
+from rgpu_kubesim.lupine import LupineSpec, open_lupine_fleet, run_lupine
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +77,7 @@ async def test_down_server_turns_unreachable_and_comes_back(sim, start, build) -
         await discovery.server_when("gpu-a", lambda s: s.reachable)
 
 
-async def test_h2only_server_is_reachable_without_usage(sim, start, build) -> None:
+async def test_released_build_is_reachable_without_usage(sim, start, build) -> None:
     async with run_lupine(gpus=GPUS, mode="h2only") as lupine, start() as discovery:
         lupine.add_client("pod-a", ["GPU-1"])
         sim.store.create("nodes", server_node(build, "gpu-a", lupine))
@@ -88,3 +91,93 @@ async def test_new_server_is_probed_at_once_not_an_interval_later(sim, start, bu
         lupine.add_client("pod-a", ["GPU-2"])
         sim.store.create("nodes", server_node(build, "gpu-a", lupine))
         await d.server_when("gpu-a", lambda s: s.busy == {"GPU-2"}, timeout=2.0)
+
+
+SOAK_SERVERS = 200
+SOAK_PROBES = 2000
+FAILURES = ("timeout", "refused", "unreachable")
+
+
+async def probes_reached(discovery, minimum: int) -> None:
+    with anyio.fail_after(40):
+        while discovery.total("rgpu_discovery_probes_total") < minimum:
+            await anyio.sleep(0.05)
+
+
+async def test_thousands_of_probes_of_released_builds_never_fail_a_healthy_server(
+    sim, start, build
+) -> None:
+    async with open_lupine_fleet() as fleet, start() as discovery:
+        for i in range(SOAK_SERVERS):
+            mode = "sniff" if i % 5 == 0 else "h2only"
+            lupine = await fleet.start(LupineSpec(name=f"gpu-{i}", mode=mode, gpus=GPUS))
+            sim.store.create("nodes", server_node(build, lupine.name, lupine))
+        await probes_reached(discovery, SOAK_PROBES)
+        failures = sum(discovery.sample("rgpu_discovery_probes_total", result=r) for r in FAILURES)
+        probes = discovery.total("rgpu_discovery_probes_total")
+        opened = discovery.total("rgpu_discovery_probe_connections_total")
+        accepted = sum(lupine.connections for lupine in fleet)
+        fleet_now = await discovery.fleet()
+    assert failures == 0
+    assert all(s.reachable for s in fleet_now.servers)
+    assert len(fleet_now.servers) == SOAK_SERVERS
+    assert opened == probes
+    # Probes still in flight have connected but are not counted yet: at most one per server.
+    assert probes <= accepted <= probes + SOAK_SERVERS
+
+
+async def test_stopped_released_build_is_unreachable_after_the_failures_and_back_at_once(
+    sim, start, build
+) -> None:
+    async with (
+        run_lupine(gpus=GPUS, mode="h2only") as lupine,
+        start(RGPU_PROBE_INTERVAL_SECONDS="60", reprobe_min_interval=0.0) as discovery,
+    ):
+        sim.store.create("nodes", server_node(build, "gpu-a", lupine))
+        await discovery.counted("rgpu_discovery_probes_total", 1, result="h2_alive")
+        await lupine.set_fault("down")
+        for failures in range(1, UNREACHABLE_AFTER + 1):
+            assert (await discovery.fleet()).servers[0].reachable
+            assert (await discovery.reprobe("gpu-a")).status_code == 200
+            assert discovery.sample("rgpu_discovery_probes_total", result="refused") == failures
+        assert not (await discovery.fleet()).servers[0].reachable
+        await lupine.set_fault(None)
+        assert (await discovery.reprobe("gpu-a")).status_code == 200
+        assert (await discovery.fleet()).servers[0].reachable
+        opened = discovery.sample("rgpu_discovery_probe_connections_total", server="gpu-a")
+    assert opened == lupine.connections == 2
+
+
+async def test_404_metrics_means_reachable_without_usage(sim, start, build) -> None:
+    async def not_found(stream: SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            await stream.send(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+
+    async def dial(host: str, _: int) -> SocketStream:
+        return await anyio.connect_tcp("127.0.0.1", port)
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, not_found)
+        sim.store.create("nodes", build.node("gpu-a", ip="10.9.9.9"))
+        async with start(probe_dialer=dial) as discovery:
+            await discovery.counted("rgpu_discovery_probes_total", 1, result="no_usage")
+            server = (await discovery.fleet()).servers[0]
+        tg.cancel_scope.cancel()
+    assert (server.reachable, server.usage_reported, server.busy) == (True, False, frozenset())
+
+
+async def test_connections_series_of_a_deleted_server_disappears(sim, start, build) -> None:
+    async with run_lupine(gpus=GPUS, mode="h2only") as lupine, start() as discovery:
+        sim.store.create("nodes", server_node(build, "gpu-a", lupine))
+        await discovery.counted("rgpu_discovery_probe_connections_total", 1, server="gpu-a")
+        sim.store.delete("nodes", "gpu-a")
+        await discovery.fleet_when(lambda f: not f.servers)
+        with anyio.fail_after(5):
+            while discovery.registry.get_sample_value(
+                "rgpu_discovery_probe_connections_total", {"server": "gpu-a"}
+            ):
+                await anyio.sleep(0.05)

@@ -244,3 +244,20 @@ async def test_get_is_not_allowed_on_the_probe_route(sim, start, build) -> None:
 def test_negative_min_interval_is_refused_naming_it(make_settings) -> None:
     with pytest.raises(ValueError, match="reprobe_min_interval must be >= 0"):
         create_app(make_settings(), reprobe_min_interval=-0.1)
+
+
+async def test_burst_of_on_demand_probes_costs_the_host_no_extra_connection(
+    sim, start, build
+) -> None:
+    async with (
+        run_lupine(gpus=GPUS, mode="h2only") as lupine,
+        start(RGPU_PROBE_INTERVAL_SECONDS=LONG, reprobe_min_interval=60.0) as discovery,
+    ):
+        sim.store.create("nodes", server_node(build, "gpu-a", lupine))
+        await discovery.counted("rgpu_discovery_probes_total", 1, result="h2_alive")
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(discovery.reprobe, "gpu-a")
+        limited = discovery.sample("rgpu_discovery_on_demand_probes_total", outcome="rate_limited")
+        opened = discovery.sample("rgpu_discovery_probe_connections_total", server="gpu-a")
+    assert (lupine.connections, opened, limited) == (1, 1, 20)

@@ -1,14 +1,23 @@
 """A real lupine RPC port speaks HTTP/1.1 and HTTP/2 prior knowledge
-on the same socket (newer builds sniff the client preface; older builds speak only HTTP/2), and
-discovery's probes depend on exactly that behaviour, faults included. This is the per-connection
-state machine; it is callback-driven (``asyncio.Protocol``) so a fleet of hundreds of fake
-servers costs no tasks, and a fault set by a test takes effect on the very next byte.
+on the same socket (newer builds sniff the client preface; the released build speaks only
+HTTP/2), and discovery's probes depend on exactly that behaviour, faults included. This is the
+per-connection state machine; it is callback-driven (``asyncio.Protocol``) so a fleet of
+hundreds of fake servers costs no tasks, and a fault set by a test takes effect on the very
+next byte.
+
+The released HTTP/2-only build greets every connection with its SETTINGS frame, answers any
+request (any method, any path) with a bare 200, and resets the connection about 0.2 ms later
+(``SO_LINGER{1,0}``); a client that is not HTTP/2 gets the SETTINGS frame, then the reset.
+Clients that reuse the connection, or acknowledge SETTINGS after the reply, fail exactly as
+they do against the real server. ``hangup="close"`` keeps the older, clean behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from http import HTTPStatus
 from typing import Final, Protocol, cast
 
@@ -27,6 +36,9 @@ __all__ = ["PREFACE", "LupineProtocol"]
 logger = logging.getLogger(__name__)
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+RESET_DELAY: Final = 0.0002
+"""Seconds between the released build's reply and its reset, as measured on loopback."""
+_LINGER_RESET: Final = struct.pack("ii", 1, 0)
 _TEXT: Final = "text/plain; charset=utf-8"
 
 
@@ -51,6 +63,7 @@ class LupineProtocol(asyncio.Protocol):
         stream = cast(asyncio.Transport, transport)
         self._transport = stream
         self._live.add(stream)
+        self._state.connections += 1
         if self._state.mode == "h2only" and not self._hangs():
             # An h2-only server greets first: its SETTINGS frame goes out before it reads.
             self._side = _Http2Side(self._state, stream)
@@ -82,8 +95,8 @@ class LupineProtocol(asyncio.Protocol):
         if seen == PREFACE:
             self._side = self._side or _Http2Side(self._state, transport)
         elif self._state.mode == "h2only":
-            logger.debug("h2-only fake lupine got a non-HTTP/2 preface; closing")
-            transport.close()
+            logger.debug("h2-only fake lupine got a non-HTTP/2 preface; hanging up")
+            _hang_up(transport, reset=self._state.hangup == "reset")
             return
         else:
             self._side = _Http1Side(self._state, transport)
@@ -144,11 +157,14 @@ def _route_http1(state: LupineState, request: Request) -> tuple[HTTPStatus, str,
 
 
 class _Http2Side:
-    """Answers HTTP/2 prior-knowledge ``HEAD /`` with the CUDA version header; 404 otherwise."""
+    """Answers HTTP/2 prior knowledge: as the released build (any request 200, then a reset)
+    in ``h2only`` mode with ``hangup="reset"``; otherwise ``HEAD /`` with the CUDA version
+    header and 404 for anything else, keeping the connection."""
 
     def __init__(self, state: LupineState, transport: asyncio.Transport) -> None:
         self._state = state
         self._transport = transport
+        self._released = state.mode == "h2only" and state.hangup == "reset"
         self._conn = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
         self._conn.initiate_connection()
         self._flush()
@@ -174,6 +190,12 @@ class _Http2Side:
             self._transport.close()
 
     def _respond(self, stream_id: int, headers: dict[str, str]) -> None:
+        if self._released:
+            self._conn.send_headers(stream_id, [(":status", "200")], end_stream=True)
+            self._flush()
+            loop = asyncio.get_running_loop()
+            loop.call_later(RESET_DELAY, _reset, self._transport)
+            return
         found = headers.get(":method") == "HEAD" and headers.get(":path") == "/"
         reply = [(":status", "200" if found else "404"), ("server", "lupine")]
         if found:
@@ -184,6 +206,27 @@ class _Http2Side:
         data = self._conn.data_to_send()
         if data and not self._transport.is_closing():
             self._transport.write(data)
+
+
+def _hang_up(transport: asyncio.Transport, *, reset: bool) -> None:
+    """Close ``transport``; with ``reset``, abortively (RST, unread and unsent bytes dropped)."""
+    if reset:
+        _reset(transport)
+    else:
+        transport.close()
+
+
+def _reset(transport: asyncio.Transport) -> None:
+    """Reset the connection as the released build does: ``SO_LINGER{1,0}``, then close."""
+    if transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        except OSError:
+            logger.debug("could not set SO_LINGER; the hang-up may be a clean close")
+    transport.abort()
 
 
 def _text_headers(headers: object) -> list[tuple[str, str]]:

@@ -14,22 +14,30 @@ from ._lupine_errors import SimOptionError
 
 __all__ = [
     "FAULTS",
+    "HANGUPS",
     "MODES",
     "Fault",
+    "Hangup",
     "LupineClient",
     "LupineGpu",
     "LupineState",
     "Mode",
     "check_fault",
+    "check_hangup",
     "check_mode",
     "make_gpus",
 ]
 
 Mode: TypeAlias = Literal["sniff", "h2only"]
 Fault: TypeAlias = Literal["down", "hang", "error500", "truncated"]
+Hangup: TypeAlias = Literal["reset", "close"]
+"""How an ``h2only`` server ends a connection: ``reset`` as the released lupine build does
+(it answers, then resets the connection with ``SO_LINGER{1,0}``), or ``close`` (keeps it open
+for more requests and closes cleanly: the fake's behaviour before the real build was seen)."""
 
 MODES: Final[tuple[Mode, ...]] = ("sniff", "h2only")
 FAULTS: Final[tuple[Fault, ...]] = ("down", "hang", "error500", "truncated")
+HANGUPS: Final[tuple[Hangup, ...]] = ("reset", "close")
 
 
 def check_mode(mode: str) -> Mode:
@@ -37,6 +45,13 @@ def check_mode(mode: str) -> Mode:
     if mode not in MODES:
         raise SimOptionError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
     return mode
+
+
+def check_hangup(hangup: str) -> Hangup:
+    """Return ``hangup`` typed, or raise ``SimOptionError`` listing the accepted values."""
+    if hangup not in HANGUPS:
+        raise SimOptionError("hangup", f"{hangup!r} is not one of {', '.join(HANGUPS)}")
+    return hangup
 
 
 def check_fault(fault: str | None) -> Fault | None:
@@ -77,10 +92,29 @@ class LupineClient:
 class LupineState:
     """Mutable state of one fake server; only the owning ``FakeLupine`` mutates it."""
 
-    __slots__ = ("_clients", "_serial", "cuda_version", "fault", "gpus", "mode")
+    __slots__ = (
+        "_clients",
+        "_serial",
+        "connections",
+        "cuda_version",
+        "fault",
+        "gpus",
+        "hangup",
+        "mode",
+    )
 
-    def __init__(self, *, mode: Mode, gpus: tuple[LupineGpu, ...], cuda_version: str) -> None:
+    def __init__(
+        self,
+        *,
+        mode: Mode,
+        gpus: tuple[LupineGpu, ...],
+        cuda_version: str,
+        hangup: Hangup = "reset",
+    ) -> None:
         self.mode: Mode = mode
+        self.hangup: Hangup = hangup
+        # Accepted connections: the released server forks a process for each one.
+        self.connections = 0
         self.gpus = gpus
         self.cuda_version = cuda_version
         self.fault: Fault | None = None

@@ -21,11 +21,13 @@ from ._lupine_metrics import render_metrics
 from ._lupine_protocol import LupineProtocol
 from ._lupine_state import (
     Fault,
+    Hangup,
     LupineClient,
     LupineGpu,
     LupineState,
     Mode,
     check_fault,
+    check_hangup,
     check_mode,
     make_gpus,
 )
@@ -57,13 +59,15 @@ class LupineSpec:
     """What to start: one fake server's address, protocol mode and GPUs.
 
     ``host`` must be an IP literal (a name could resolve to several sockets on different ports).
-    ``port`` 0 picks a free port; the started server reports the real one.
+    ``port`` 0 picks a free port; the started server reports the real one. ``hangup`` says how
+    an ``h2only`` server ends connections: ``reset`` (the released build) or ``close``.
     """
 
     name: str = ""
     host: str = "127.0.0.1"
     port: int = 0
     mode: Mode = "sniff"
+    hangup: Hangup = "reset"
     gpus: tuple[str, ...] = ()
     device_type: str = DEFAULT_DEVICE_TYPE
     gpu_memory_bytes: int = DEFAULT_GPU_MEMORY_BYTES
@@ -72,6 +76,7 @@ class LupineSpec:
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
+        check_hangup(self.hangup)
         _check_host(self.host)
         if not 0 <= self.port <= 65535:
             raise SimOptionError("port", f"{self.port} is outside 0..65535 (0 = any free port)")
@@ -95,7 +100,10 @@ class FakeLupine:
         self._spec = spec
         self._port = spec.port
         self._state = LupineState(
-            mode=spec.mode, gpus=spec.gpu_table, cuda_version=spec.cuda_version
+            mode=spec.mode,
+            gpus=spec.gpu_table,
+            cuda_version=spec.cuda_version,
+            hangup=spec.hangup,
         )
         self._server: asyncio.Server | None = None
         self._live: set[asyncio.Transport] = set()
@@ -125,8 +133,19 @@ class FakeLupine:
 
     @property
     def mode(self) -> Mode:
-        """``sniff`` (HTTP/1.1 and HTTP/2 on one port) or ``h2only`` (older builds)."""
+        """``sniff`` (HTTP/1.1 and HTTP/2 on one port; newer builds with ``/metrics``) or
+        ``h2only`` (the released build: HTTP/2 only, no ``/metrics``)."""
         return self._state.mode
+
+    @property
+    def hangup(self) -> Hangup:
+        """How an ``h2only`` server ends connections: ``reset`` (released build) or ``close``."""
+        return self._state.hangup
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far: the released server forks a process for each one."""
+        return self._state.connections
 
     @property
     def gpus(self) -> tuple[LupineGpu, ...]:
@@ -264,6 +283,7 @@ async def run_lupine(
     host: str = "127.0.0.1",
     port: int = 0,
     mode: str = "sniff",
+    hangup: str = "reset",
     gpus: Sequence[str] = (),
     name: str = "",
     device_type: str = DEFAULT_DEVICE_TYPE,
@@ -279,6 +299,7 @@ async def run_lupine(
         host=host,
         port=port,
         mode=check_mode(mode),
+        hangup=check_hangup(hangup),
         gpus=tuple(gpus),
         device_type=device_type,
         gpu_memory_bytes=gpu_memory_bytes,

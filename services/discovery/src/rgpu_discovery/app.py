@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
@@ -21,7 +20,7 @@ from .fleetstate import FleetState
 from .flights import ProbeFlights
 from .instruments import Instruments
 from .kubeevents import event_recorder, node_event
-from .lupine import LupineProber
+from .lupine import Dialer, LupineProber, dial_tcp
 from .notices import NodeNotices
 from .probing import ProbeLoop
 from .reprobing import REPROBE_MIN_INTERVAL, Reprober
@@ -38,12 +37,12 @@ WATCH_BACKOFF = Backoff(initial=0.2, maximum=10.0)
 def create_app(
     settings: Settings,
     *,
-    probe_transport: httpx.AsyncBaseTransport | None = None,
+    probe_dialer: Dialer = dial_tcp,
     registry: CollectorRegistry | None = None,
     watch_backoff: Backoff = WATCH_BACKOFF,
     reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
 ) -> Starlette:
-    """Discovery's ASGI app; ``probe_transport`` replaces the network under the lupine probes.
+    """Discovery's ASGI app; ``probe_dialer`` opens the lupine probes' connections.
 
     ``reprobe_min_interval`` (seconds): an on-demand probe of a server probed more recently
     than this answers with the current state instead of probing. Raises ``ValueError`` when
@@ -73,7 +72,7 @@ def create_app(
         )
         async with (
             kube_client(settings) as kube,
-            LupineProber(timeout=timeout, transport=probe_transport) as prober,
+            LupineProber(timeout=timeout, dialer=probe_dialer) as prober,
             anyio.create_task_group() as tg,
         ):
             watch = NodeWatch(

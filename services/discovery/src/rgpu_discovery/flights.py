@@ -131,8 +131,10 @@ class ProbeFlights:
 
     def retain(self, servers: Iterable[ServerName]) -> None:
         """Forget the probe history of every server not in ``servers`` (gone from the fleet)."""
-        for name in self._flights.keys() - set(servers):
+        gone = self._flights.keys() - set(servers)
+        for name in gone:
             del self._flights[name]
+        self._instruments.forget(gone)
 
     def _launch(self, server: ServerName, endpoint: str) -> _Flight:
         if self._running is None:
@@ -151,7 +153,8 @@ class ProbeFlights:
             span.set_attribute("rgpu.endpoint", flight.endpoint)
             outcome = await self._prober.probe(flight.endpoint)
             span.set_attribute("rgpu.probe.result", outcome.result)
-        self._instruments.probed(outcome)
+            span.set_attribute("rgpu.probe.connections", outcome.connections)
+        self._instruments.probed(server, outcome)
         _log(server, flight.endpoint, outcome)
         send.send_nowait(
             (flight, ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome))

@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rgpu_contracts.fleet import Server
+from rgpu_contracts.ids import ServerName
 
 from .fleetstate import FleetState
 from .lupine import ProbeOutcome, ProbeResult
@@ -42,6 +43,7 @@ class Instruments:
 
     probes: Counter
     probe_seconds: Histogram
+    probe_connections: Counter
     on_demand: Counter
     watch_restarts: Counter
     apiserver_errors: Counter
@@ -60,6 +62,13 @@ class Instruments:
                 "Time one lupine probe took, fallback included.",
                 registry=registry,
                 buckets=_PROBE_BUCKETS,
+            ),
+            probe_connections=_counter(
+                registry,
+                "probe_connections_total",
+                "Connections probes opened on each server's lupine port (each one costs the "
+                "GPU host a process).",
+                "server",
             ),
             on_demand=_counter(
                 registry,
@@ -87,10 +96,17 @@ class Instruments:
         instruments._preset()
         return instruments
 
-    def probed(self, outcome: ProbeOutcome) -> None:
-        """Count one probe and its latency."""
+    def probed(self, server: ServerName, outcome: ProbeOutcome) -> None:
+        """Count one probe of ``server``, its latency and the connections it opened."""
         self.probes.labels(outcome.result).inc()
         self.probe_seconds.observe(outcome.seconds)
+        if outcome.connections:
+            self.probe_connections.labels(server).inc(outcome.connections)
+
+    def forget(self, servers: Iterable[ServerName]) -> None:
+        """Drop the per-server series of ``servers`` (gone from the fleet)."""
+        for server in servers:
+            self.probe_connections.remove(server)
 
     def requested(self, outcome: OnDemandOutcome) -> None:
         """Count one on-demand probe request by how it was served."""

@@ -1,35 +1,59 @@
-"""Lupine servers are probed over the network, and both protocols
-lupine builds speak must be handled without a probe ever hanging or raising.
+"""Lupine servers are probed over the network, and every probe costs
+the GPU host something: the released lupine server forks a process per accepted connection
+and logs an error line when the connection is not a CUDA client. So a probe opens exactly one
+short-lived connection, never a pooled one, and never a second one.
 
-Newer lupine builds answer HTTP/1.1 ``GET /metrics`` on their RPC port; older builds speak
-only HTTP/2 (they greet an HTTP/1.1 client with an h2 SETTINGS frame and hang up), so when
-HTTP/1.1 fails before any response arrives, an HTTP/2 prior-knowledge ``HEAD /`` decides
-whether the server is alive. Every request is bounded by the probe timeout, and every failure
-comes back as a ``ProbeOutcome`` value: this is the only module that sees httpx exceptions.
+Two server builds answer on the same port:
+
+* newer builds sniff the protocol and answer HTTP/1.1 ``GET /metrics`` with the usage report;
+* the released build speaks only HTTP/2: it greets any connection with its HTTP/2 SETTINGS
+  frame and resets the connection as soon as it sees that the client is not HTTP/2.
+
+The probe sends one HTTP/1.1 ``GET /metrics`` and reads what comes back: an HTTP/1.1 reply is
+read as usage, an HTTP/2 SETTINGS frame is proof that an HTTP/2-only build is alive (no
+HTTP/2 round trip, which on that build ends in a reset that HTTP/2 clients report as a
+failure), and a connection closed or reset before any byte is a failure. Whatever arrived
+before a reset counts: the reset only ends the reading. Every probe is bounded by the probe
+timeout, and every failure comes back as a ``ProbeOutcome`` value: this is the only module
+that sees socket and HTTP parser exceptions.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 import anyio
-import httpx
+import anyio.to_thread
+import h11
+from anyio.abc import ByteStream
 
 from rgpu_contracts.ids import GpuUuid
 
 from .usage import UnreadableUsage, busy_gpus
 
-__all__ = ["ANSWERED", "MAX_BODY_BYTES", "LupineProber", "ProbeOutcome", "ProbeResult"]
+__all__ = [
+    "ANSWERED",
+    "INLINE_PARSE_BYTES",
+    "MAX_BODY_BYTES",
+    "Dialer",
+    "LupineProber",
+    "ProbeOutcome",
+    "ProbeResult",
+    "dial_tcp",
+    "split_endpoint",
+]
 
 ProbeResult = Literal[
     "usage", "no_usage", "h2_alive", "http_error", "bad_body", "timeout", "refused", "unreachable"
 ]
 """``usage``: 200 with a readable busy set; ``no_usage``: 404, this build reports no usage;
-``h2_alive``: HTTP/1.1 failed but HTTP/2 answered; ``http_error``: another status;
-``bad_body``: truncated, oversized or unreadable body; ``timeout``, ``refused`` (connection
-refused or reset while connecting) and ``unreachable`` (neither protocol answered)."""
+``h2_alive``: an HTTP/2-only build greeted the probe with its SETTINGS frame;
+``http_error``: another status; ``bad_body``: truncated, oversized or unreadable body;
+``timeout``, ``refused`` (the connection could not be opened) and ``unreachable`` (the
+connection closed or reset before any reply, or the reply was neither HTTP/1.1 nor HTTP/2)."""
 
 ANSWERED: Final[frozenset[ProbeResult]] = frozenset(
     {"usage", "no_usage", "h2_alive", "http_error", "bad_body"}
@@ -40,15 +64,42 @@ MAX_BODY_BYTES: Final = 8 << 20
 """A lupine ``/metrics`` body is a few KiB per client; 8 MiB bounds memory per probe while
 leaving room for thousands of clients."""
 
+INLINE_PARSE_BYTES: Final = 256 << 10
+"""Bodies up to this size are parsed on the event loop (well under a millisecond); larger
+ones in a worker thread, so one huge report never stalls every other probe and request."""
+
+_RECEIVE_BYTES: Final = 64 << 10
+_H2_FRAME_HEAD: Final = 9
+_H2_SETTINGS: Final = 0x04
+_RECEIVE_ERRORS: Final = (
+    OSError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+
+Dialer = Callable[[str, int], Awaitable[ByteStream]]
+"""Opens one TCP connection to ``(host, port)``; raises ``OSError`` when it cannot."""
+
+
+async def dial_tcp(host: str, port: int) -> ByteStream:
+    """The production dialer: a plain TCP connection (no pool, no keep-alive)."""
+    return await anyio.connect_tcp(host, port)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeOutcome:
-    """What one probe learned; ``busy`` is meaningful only for ``usage``."""
+    """What one probe learned; ``busy`` is meaningful only for ``usage``.
+
+    ``connections`` is how many connections the probe opened on the server (0 when the
+    connection was refused, else 1): each one costs the GPU host a process.
+    """
 
     result: ProbeResult
     busy: frozenset[GpuUuid] = frozenset()
     detail: str = ""
     seconds: float = 0.0
+    connections: int = 0
 
     @property
     def answered(self) -> bool:
@@ -60,107 +111,186 @@ class _Truncated(Exception):
     """The body ended early or exceeded the size limit."""
 
 
-class LupineProber:
-    """Probes lupine endpoints (``host:port``); use as an async context manager.
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) as a host and a port; raises ``ValueError``."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"{endpoint!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
 
-    ``transport``, when given, carries both protocols (tests inject a fake there); otherwise
-    one pooled HTTP/1.1 client and one HTTP/2 prior-knowledge client are opened.
+
+class LupineProber:
+    """Probes lupine endpoints (``host:port``), one fresh connection per probe.
+
+    ``dialer`` opens the connections (tests point it at a scripted server); the prober keeps
+    no connection between probes, so its work per probe does not grow with the fleet.
     """
 
-    def __init__(
-        self,
-        *,
-        timeout: float,
-        transport: httpx.AsyncBaseTransport | None = None,
-        max_connections: int = 64,
-    ) -> None:
+    def __init__(self, *, timeout: float, dialer: Dialer = dial_tcp) -> None:
         self._timeout = timeout
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        self._h1 = httpx.AsyncClient(
-            http1=True, http2=False, transport=transport, limits=limits, timeout=timeout
-        )
-        self._h2 = httpx.AsyncClient(
-            http1=False, http2=True, transport=transport, limits=limits, timeout=timeout
-        )
+        self._dialer = dialer
 
     async def __aenter__(self) -> LupineProber:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close both connection pools."""
-        await self._h1.aclose()
-        await self._h2.aclose()
+        return None
 
     async def probe(self, endpoint: str) -> ProbeOutcome:
         """Probe one lupine endpoint; never raises for network or protocol failures."""
         started = time.perf_counter()
-        outcome = await self._metrics(f"http://{endpoint}")
-        if outcome is None:
-            outcome = await self._liveness(f"http://{endpoint}")
+        outcome = await self._probe(endpoint, anyio.current_time() + self._timeout)
         return replace(outcome, seconds=time.perf_counter() - started)
 
-    async def _metrics(self, base: str) -> ProbeOutcome | None:
-        """HTTP/1.1 ``GET /metrics``; ``None`` when it failed before any response arrived."""
+    async def _probe(self, endpoint: str, deadline: float) -> ProbeOutcome:
         try:
-            with anyio.fail_after(self._timeout):
-                async with self._h1.stream("GET", f"{base}/metrics") as response:
-                    return await _read_usage(response)
-        except (TimeoutError, httpx.TimeoutException):
-            return ProbeOutcome(result="timeout", detail=f"no answer within {self._timeout} s")
-        except httpx.ConnectError as exc:
-            return ProbeOutcome(result="refused", detail=_describe(exc))
-        except (httpx.TransportError, OSError):
-            return None
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            return ProbeOutcome(result="unreachable", detail=_describe(exc))
+            host, port = split_endpoint(endpoint)
+        except ValueError as exc:
+            return ProbeOutcome(result="unreachable", detail=str(exc))
+        stream = await self._connect(host, port, deadline)
+        if isinstance(stream, ProbeOutcome):
+            return stream
+        return await _exchange_once(stream, endpoint, deadline)
 
-    async def _liveness(self, base: str) -> ProbeOutcome:
-        """HTTP/2 prior-knowledge ``HEAD /``: any response means lupine is alive."""
-        try:
-            with anyio.fail_after(self._timeout):
-                response = await self._h2.head(f"{base}/")
-        except (TimeoutError, httpx.TimeoutException):
-            return ProbeOutcome(
-                result="timeout", detail=f"no HTTP/2 answer within {self._timeout} s"
-            )
-        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            detail = f"neither HTTP/1.1 nor HTTP/2 answered: {_describe(exc)}"
-            return ProbeOutcome(result="unreachable", detail=detail)
-        return ProbeOutcome(result="h2_alive", detail=f"HTTP/2 status {response.status_code}")
+    async def _connect(self, host: str, port: int, deadline: float) -> ByteStream | ProbeOutcome:
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            try:
+                return await self._dialer(host, port)
+            except OSError as exc:
+                return ProbeOutcome(result="refused", detail=_describe(exc))
+        return ProbeOutcome(result="timeout", detail=f"no connection within {self._timeout} s")
 
 
-async def _read_usage(response: httpx.Response) -> ProbeOutcome:
+async def _exchange_once(stream: ByteStream, endpoint: str, deadline: float) -> ProbeOutcome:
+    """Ask over ``stream`` until ``deadline``, then close it (the probe's only connection)."""
+    try:
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            return replace(await _ask(stream, endpoint), connections=1)
+        detail = "connected, but no complete answer within the probe timeout"
+        return ProbeOutcome(result="timeout", detail=detail, connections=1)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            await _close(stream)
+
+
+async def _close(stream: ByteStream) -> None:
+    try:
+        await stream.aclose()
+    except _RECEIVE_ERRORS:
+        pass
+
+
+async def _ask(stream: ByteStream, endpoint: str) -> ProbeOutcome:
+    client = h11.Connection(our_role=h11.CLIENT)
+    request = h11.Request(
+        method="GET",
+        target="/metrics",
+        headers=[
+            ("Host", endpoint),
+            ("User-Agent", "rgpu-discovery"),
+            ("Accept", "text/plain"),
+            ("Connection", "close"),
+        ],
+    )
+    data = client.send(request) + (client.send(h11.EndOfMessage()) or b"")
+    # A server that hangs up at once may make the send fail while its greeting is already
+    # on our side of the socket: read it anyway.
+    try:
+        await stream.send(data)
+    except _RECEIVE_ERRORS:
+        pass
+    first = await _greeting(stream)
+    if not first:
+        return ProbeOutcome(result="unreachable", detail="connection closed before any reply")
+    if _is_h2_settings(first):
+        return ProbeOutcome(result="h2_alive", detail="HTTP/2-only build (SETTINGS greeting)")
+    if not first.startswith(b"HTTP/"):
+        detail = f"reply is neither HTTP/1.1 nor HTTP/2 (starts {first[:16]!r})"
+        return ProbeOutcome(result="unreachable", detail=detail)
+    client.receive_data(first)
+    return await _read_reply(client, stream)
+
+
+async def _greeting(stream: ByteStream) -> bytes:
+    """At least enough bytes to tell HTTP/1.1 from an HTTP/2 frame head, or all there is."""
+    data = b""
+    while len(data) < _H2_FRAME_HEAD:
+        chunk = await _receive(stream)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def _receive(stream: ByteStream) -> bytes:
+    """The next bytes; ``b""`` at the end of the stream, reset included."""
+    try:
+        return await stream.receive(_RECEIVE_BYTES)
+    except _RECEIVE_ERRORS:
+        return b""
+
+
+def _is_h2_settings(data: bytes) -> bool:
+    if len(data) < _H2_FRAME_HEAD or data[3] != _H2_SETTINGS:
+        return False
+    length = int.from_bytes(data[0:3], "big")
+    stream_id = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+    return stream_id == 0 and length % 6 == 0
+
+
+async def _read_reply(client: h11.Connection, stream: ByteStream) -> ProbeOutcome:
+    try:
+        response = await _next_event(client, stream)
+    except (h11.RemoteProtocolError, _Truncated) as exc:
+        return ProbeOutcome(result="unreachable", detail=f"unreadable HTTP/1.1 reply: {exc}")
+    if not isinstance(response, h11.Response):
+        return ProbeOutcome(result="unreachable", detail="connection closed before the reply")
     if response.status_code == 404:
         return ProbeOutcome(result="no_usage", detail="no /metrics on this lupine build")
     if response.status_code != 200:
         return ProbeOutcome(result="http_error", detail=f"/metrics answered {response.status_code}")
     try:
-        text = (await _read_body(response)).decode("utf-8")
-        return ProbeOutcome(result="usage", busy=busy_gpus(text))
-    except (_Truncated, UnicodeDecodeError, UnreadableUsage) as exc:
+        return ProbeOutcome(result="usage", busy=await _parse(await _read_body(client, stream)))
+    except (_Truncated, h11.RemoteProtocolError, UnicodeDecodeError, UnreadableUsage) as exc:
         return ProbeOutcome(result="bad_body", detail=f"unusable /metrics body: {exc}")
 
 
-async def _read_body(response: httpx.Response) -> bytes:
+async def _next_event(client: h11.Connection, stream: ByteStream) -> object:
+    """The next h11 event, receiving as needed; a reset is read as the end of the stream.
+
+    Interim (1xx) replies are skipped: only the final reply says anything.
+    """
+    while (event := client.next_event()) is h11.NEED_DATA or isinstance(
+        event, h11.InformationalResponse
+    ):
+        if event is h11.NEED_DATA:
+            client.receive_data(await _receive(stream))
+    return event
+
+
+async def _read_body(client: h11.Connection, stream: ByteStream) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _Truncated(f"body larger than {MAX_BODY_BYTES} bytes")
-            chunks.append(chunk)
-    except httpx.TimeoutException:
-        raise
-    except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
-        # Past the head, a broken stream is a truncated body, not a dead server.
-        raise _Truncated(f"body cut short ({_describe(exc)})") from exc
+    while not isinstance(event := await _next_event(client, stream), h11.EndOfMessage):
+        if not isinstance(event, h11.Data):
+            raise _Truncated("body cut short")
+        size += len(event.data)
+        if size > MAX_BODY_BYTES:
+            raise _Truncated(f"body larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(bytes(event.data))
     return b"".join(chunks)
+
+
+async def _parse(body: bytes) -> frozenset[GpuUuid]:
+    if len(body) <= INLINE_PARSE_BYTES:
+        return _busy(body)
+    return await anyio.to_thread.run_sync(_busy, body)
+
+
+def _busy(body: bytes) -> frozenset[GpuUuid]:
+    return busy_gpus(body.decode("utf-8"))
 
 
 def _describe(exc: BaseException) -> str:
