@@ -14,6 +14,7 @@ import yaml
 from starlette.requests import Request
 
 from rgpu_kubesim import _status
+from rgpu_kubesim._authn import AUTHENTICATED_USER
 from rgpu_kubesim._patching import PATCH_TYPES
 
 _JSON_TYPES = frozenset({"application/json", "*/*", ""})
@@ -93,7 +94,11 @@ def wants_table(request: Request) -> bool:
 
 
 def user_of(request: Request, default: str, agents: Mapping[str, str]) -> str:
-    """The requester: ``X-Sim-User``, else the user its User-Agent prefix maps to, else default."""
+    """The requester: its bearer token's account, else ``X-Sim-User``, else the user its
+    User-Agent prefix maps to, else default."""
+    authenticated = request.scope.get(AUTHENTICATED_USER)
+    if authenticated is not None:
+        return str(authenticated.username)
     named = request.headers.get("x-sim-user")
     if named:
         return named
