@@ -47,10 +47,12 @@ ASKS_OR_OWNED = f"({ASKS}) || ({OWNED})"
 class Counter:
     def __init__(self) -> None:
         self.calls = 0
+        self.users: list[dict[str, Any]] = []
 
     async def handle(self, request: Request) -> Response:
         self.calls += 1
         review = orjson.loads(await request.body())
+        self.users.append(review["request"]["userInfo"])
         patch = base64.b64encode(orjson.dumps([MARK])).decode()
         response = {"uid": review["request"]["uid"], "allowed": True, "patch": patch}
         response["patchType"] = "JSONPatch"
@@ -251,3 +253,19 @@ async def test_the_expressions_k8s_deploys_are_accepted(
         webhook["clientConfig"] = hook[1]
     reply = await client.post(CONFIGS, json=deployed)
     assert reply.status_code == 201, reply.text
+
+
+async def test_request_variable_and_review_carry_a_bearer_accounts_user_info(
+    client: httpx.AsyncClient, hook: tuple[Counter, dict[str, str]], pod: Manifest
+) -> None:
+    await configure(client, hook, "request.userInfo.username.startsWith('system:serviceaccount:')")
+    accounts = "/api/v1/namespaces/default/serviceaccounts"
+    await client.post(accounts, json={"metadata": {"name": "robot"}})
+    issued = await client.post(f"{accounts}/robot/token", json={"spec": {}})
+    bearer = {"Authorization": f"Bearer {issued.json()['status']['token']}"}
+    assert not called(await client.post(PODS, json=pod("by-admin")))
+    assert called(await client.post(PODS, json=pod("by-robot"), headers=bearer))
+    (user,) = hook[0].users
+    assert user["username"] == "system:serviceaccount:default:robot"
+    assert "system:serviceaccounts:default" in user["groups"]
+    assert user["uid"]

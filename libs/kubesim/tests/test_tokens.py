@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 
@@ -254,3 +256,34 @@ async def test_request_without_a_token_keeps_the_user_agent_mapping(
         REVIEWS, json={"spec": {"token": "x"}}, headers={"X-Sim-User": "reviewer"}
     )
     assert reply.status_code == 201
+
+
+async def test_kubernetes_asyncio_issues_reviews_and_authenticates_with_tokens(
+    sim: SimApiServer, api: httpx.AsyncClient
+) -> None:
+    async with k8s.ApiClient(k8s.Configuration(host=sim.url)) as admin:
+        request = k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=["rgpu"], expiration_seconds=600)
+        )
+        issued = await k8s.CoreV1Api(admin).create_namespaced_service_account_token(
+            "allocator", NS, request
+        )
+        review = k8s.V1TokenReview(
+            spec=k8s.V1TokenReviewSpec(token=issued.status.token, audiences=["rgpu"])
+        )
+        answer = await k8s.AuthenticationV1Api(admin).create_token_review(review)
+        assert answer.status.authenticated
+        assert answer.status.user.username == f"system:serviceaccount:{NS}:allocator"
+        own = await k8s.CoreV1Api(admin).create_namespaced_service_account_token(
+            "allocator",
+            NS,
+            k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[])),
+        )
+    configuration = k8s.Configuration(host=sim.url, api_key={"BearerToken": own.status.token})
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    async with k8s.ApiClient(configuration) as as_account:
+        assert (await k8s.CoreV1Api(as_account).list_node()).items == []
+        with pytest.raises(ApiException) as refused:
+            await k8s.AuthenticationV1Api(as_account).create_token_review(review)
+    assert refused.value.status == 403
+    assert f"system:serviceaccount:{NS}:allocator" in str(refused.value.body)

@@ -233,6 +233,12 @@ def _conditions_match(hook: Webhook, attrs: Attributes, obj: dict[str, Any] | No
     return verdict.matches
 
 
+def _user_info(attrs: Attributes) -> dict[str, Any]:
+    if attrs.user_info is not None:
+        return dict(attrs.user_info)
+    return {"username": attrs.user, "groups": ["system:authenticated"]}
+
+
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:
     resource = attrs.resource
     kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
@@ -247,7 +253,7 @@ def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str
         name=attrs.name,
         namespace=attrs.namespace,
         operation=attrs.operation,
-        userInfo={"username": attrs.user, "groups": ["system:authenticated"]},
+        userInfo=_user_info(attrs),
         object=obj,
         oldObject=attrs.old,
         dryRun=False,

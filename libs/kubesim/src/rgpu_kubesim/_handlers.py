@@ -261,6 +261,7 @@ class ResourceHandlers:
             api_version=resource.api_version,
             user=_requests.user_of(request, self.deps.default_user, self.deps.user_agents),
             namespace_labels=self._namespace_labels(namespace),
+            user_info=_requests.user_info_of(request),
         )
         return await admission.admit(attrs)
 

@@ -93,6 +93,12 @@ def wants_table(request: Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
+def user_info_of(request: Request) -> dict[str, Any] | None:
+    """The UserInfo of a bearer-authenticated request; None for the simulator's named users."""
+    authenticated = request.scope.get(AUTHENTICATED_USER)
+    return None if authenticated is None else dict(authenticated.to_dict())
+
+
 def user_of(request: Request, default: str, agents: Mapping[str, str]) -> str:
     """The requester: its bearer token's account, else ``X-Sim-User``, else the user its
     User-Agent prefix maps to, else default."""

@@ -33,6 +33,8 @@ class Attributes:
     api_version: str
     user: str
     namespace_labels: Mapping[str, str]
+    user_info: Mapping[str, Any] | None = None
+    """The full UserInfo of a bearer-authenticated requester (uid, groups, extra)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
