@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_kubesim import _status
 from rgpu_kubesim._objects import Entry
-from rgpu_kubesim._resources import require
+from rgpu_kubesim._resources import Resource, require
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._tokens import ISSUER, TokenError, TokenSigner
 from rgpu_kubesim.errors import ApiError
@@ -167,7 +167,7 @@ class Authenticator:
             extra=extra,
         )
 
-    def _require_live(self, resource: Any, namespace: str, ref: Mapping[str, Any]) -> None:
+    def _require_live(self, resource: Resource, namespace: str, ref: Mapping[str, Any]) -> None:
         """A token dies with the object it names (deleted, or deleted and recreated)."""
         try:
             entry = self._storage.get(resource, namespace, str(ref.get("name", "")))

@@ -35,7 +35,7 @@ _DECLARED_FUNCTIONS = frozenset(
         # kube's CEL libraries (strings, lists, regex, URLs, quantities, IPs, optionals)
         *("charAt", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split"),
         *("substring", "trim", "join", "format", "quote", "reverse", "find", "findAll"),
-        *("isSorted", "sum", "min", "max", "indexOf", "slice", "flatten", "distinct", "sort"),
+        *("isSorted", "sum", "min", "max", "slice", "flatten", "distinct", "sort"),
         *("isURL", "url", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"),
         *("getQuery", "isQuantity", "quantity", "sign", "isGreaterThan", "isLessThan"),
         *("compareTo", "add", "sub", "asInteger", "asApproximateFloat", "isInteger"),
