@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import cel
+from typing import TYPE_CHECKING, Any
 
 from rgpu_kubesim._names import qualified_name_error
 from rgpu_kubesim._status import Cause
 from rgpu_kubesim._validation import invalid_value, required
+
+if TYPE_CHECKING:
+    import cel
 
 MAX_CONDITIONS = 64
 DECLARED_VARIABLES = frozenset({"object", "oldObject", "request", "namespaceObject", "authorizer"})
@@ -75,6 +76,10 @@ def _operator(name: str) -> bool:
 
 def compile_condition(name: str, expression: str) -> MatchCondition:
     """The compiled condition; ConditionError with kube's wording if kube would refuse it."""
+    # Imported on first use: the package's own import pulls in its command-line interface,
+    # close to a second of start-up that only configurations with matchConditions need.
+    import cel
+
     try:
         program = cel.compile(expression)
     except (ValueError, RuntimeError, TypeError) as exc:
