@@ -65,12 +65,14 @@ class Review:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Issued:
+    """A freshly signed token and when it expires (epoch seconds)."""
+
     token: str
     expires: float
 
 
 class _Refused(Exception):
-    pass
+    """A well-signed token that is still not valid here; the message is kube's reason."""
 
 
 def _quoted(values: tuple[str, ...] | list[Any]) -> str:
