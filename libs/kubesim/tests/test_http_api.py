@@ -345,7 +345,11 @@ async def test_discovery_lists_exactly_what_is_served(client: httpx.AsyncClient)
     } <= set(core)
     assert core["pods"]["namespaced"] and not core["nodes"]["namespaced"]
     groups = {g["name"] for g in (await client.get("/apis")).json()["groups"]}
-    assert groups == {"coordination.k8s.io", "admissionregistration.k8s.io"}
+    assert groups == {
+        "coordination.k8s.io",
+        "admissionregistration.k8s.io",
+        "authentication.k8s.io",
+    }
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
     assert [r["name"] for r in leases["resources"]] == ["leases"]
     assert (await client.get("/apis/apps/v1")).status_code == 404

@@ -47,6 +47,11 @@ webhooks:
   clientConfig: {url: "https://127.0.0.1:9/mutate"}
   rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
 """
+ACCOUNT = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: robot}
+"""
 
 
 @pytest.fixture
@@ -140,3 +145,10 @@ async def test_group_resources_are_discovered(kubectl: Kubectl, sim: SimApiServe
     configs = (await kubectl("get", "mutatingwebhookconfigurations")).splitlines()
     assert configs[0].split() == ["NAME", "WEBHOOKS", "AGE"]
     assert configs[1].split()[:2] == ["rgpu", "1"]
+
+
+async def test_service_accounts_are_created_and_listed(kubectl: Kubectl) -> None:
+    await kubectl("create", "-f", "-", stdin=ACCOUNT)
+    table = (await kubectl("get", "serviceaccounts")).splitlines()
+    assert table[0].split() == ["NAME", "SECRETS", "AGE"]
+    assert table[1].split()[:2] == ["robot", "0"]

@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from rgpu_kubesim import _status
+from rgpu_kubesim._cel import evaluate
 from rgpu_kubesim._patching import PatchError, json_patch
 from rgpu_kubesim._resources import require
 from rgpu_kubesim._storage import Storage
@@ -77,6 +78,8 @@ class Admission:
         hooks = [h for h in self._webhooks() if h.applies_to(attrs)]
         obj, called = attrs.obj, []
         for hook in hooks:
+            if not _conditions_match(hook, attrs, obj):
+                continue
             patched = await self._invoke(hook, attrs, obj)
             called.append((hook, patched != obj))
             obj = patched
@@ -89,7 +92,7 @@ class Admission:
         # object after it ran; kube bounds this to a single extra round.
         changed_after = [any(c for _, c in called[i + 1 :]) for i in range(len(called))]
         for (hook, _), later_change in zip(called, changed_after, strict=True):
-            if hook.reinvoke and later_change:
+            if hook.reinvoke and later_change and _conditions_match(hook, attrs, obj):
                 obj = await self._invoke(hook, attrs, obj)
         return obj
 
@@ -215,6 +218,27 @@ def _apply_patch(
     return patched
 
 
+def _conditions_match(hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None) -> bool:
+    """kube's matchConditions gate: an error fails the request only under failurePolicy Fail."""
+    if not hook.match_conditions:
+        return True
+    request = _review("", attrs, obj)["request"]
+    variables = {"object": request.pop("object"), "oldObject": request.pop("oldObject")}
+    verdict = evaluate(hook.match_conditions, variables | {"request": request})
+    if verdict.error and hook.failure_policy != "Ignore":
+        resource = attrs.resource
+        label = f'{resource.qualified} "{attrs.name}"' if attrs.name else resource.qualified
+        details = _status.resource_details(resource, attrs.name)
+        raise _status.failure(403, f"{label} is forbidden: {verdict.error}", details=details)
+    return verdict.matches
+
+
+def _user_info(attrs: Attributes) -> dict[str, Any]:
+    if attrs.user_info is not None:
+        return dict(attrs.user_info)
+    return {"username": attrs.user, "groups": ["system:authenticated"]}
+
+
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:
     resource = attrs.resource
     kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
@@ -229,7 +253,7 @@ def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str
         name=attrs.name,
         namespace=attrs.namespace,
         operation=attrs.operation,
-        userInfo={"username": attrs.user, "groups": ["system:authenticated"]},
+        userInfo=_user_info(attrs),
         object=obj,
         oldObject=attrs.old,
         dryRun=False,

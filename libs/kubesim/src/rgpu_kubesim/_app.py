@@ -10,11 +10,13 @@ from __future__ import annotations
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from rgpu_kubesim import _discovery, _openapi, _status
+from rgpu_kubesim._authn import BearerAuth
 from rgpu_kubesim._handlers import Deps, ResourceHandlers
 from rgpu_kubesim._responses import error_response, json_response
 from rgpu_kubesim.errors import ApiError, FaultSpecError
@@ -121,4 +123,5 @@ def create_app(deps: Deps) -> Starlette:
         Route("/apis/{path:path}", resources.handle, methods=_ALL_METHODS),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(BearerAuth, authenticator=deps.authn)]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)

@@ -19,7 +19,11 @@ from rgpu_kubesim._resources import (
 
 JsonObj = dict[str, Any]
 
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "binding": ["create"],
+    "token": ["create"],
+}
 
 
 def version_info() -> JsonObj:
@@ -70,7 +74,7 @@ def _resource_entry(resource: Resource) -> JsonObj:
         "singularName": resource.singular,
         "namespaced": resource.namespaced,
         "kind": resource.kind,
-        "verbs": list(VERBS),
+        "verbs": list(resource.verbs or VERBS),
     }
     if resource.short_names:
         entry["shortNames"] = list(resource.short_names)

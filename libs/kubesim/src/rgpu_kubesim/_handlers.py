@@ -18,8 +18,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim import _requests, _status, _tables
+from rgpu_kubesim import _requests, _status, _tables, _token_api
 from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._objects import Entry, full_object
 from rgpu_kubesim._paging import ListPage
@@ -49,6 +50,9 @@ class Deps:
     bookmark_interval: float
     user_agents: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
+    authn: Authenticator
+    token_reviewers: frozenset[str] | None = None
+    """Users allowed to create TokenReviews (None: everyone, as without RBAC)."""
 
 
 class ResourceHandlers:
@@ -79,6 +83,17 @@ class ResourceHandlers:
             _requests.reject_dry_run(request.query_params)
         if verb == "create" and target.subresource == "binding":
             return await self.bind(target, request)
+        if target.resource.verbs and verb not in target.resource.verbs:
+            raise _status.method_not_allowed()
+        if verb == "create" and target.subresource == "token":
+            return await _token_api.token_request(
+                self.deps.storage, self.deps.authn, target, request
+            )
+        if verb == "create" and target.resource.plural == "tokenreviews":
+            user = _requests.user_of(request, self.deps.default_user, self.deps.user_agents)
+            return await _token_api.token_review(
+                self.deps.authn, user, self.deps.token_reviewers, request
+            )
         return await self._verbs[verb](target, request)
 
     # -- reads -------------------------------------------------------------------------------
@@ -246,6 +261,7 @@ class ResourceHandlers:
             api_version=resource.api_version,
             user=_requests.user_of(request, self.deps.default_user, self.deps.user_agents),
             namespace_labels=self._namespace_labels(namespace),
+            user_info=_requests.user_info_of(request),
         )
         return await admission.admit(attrs)
 

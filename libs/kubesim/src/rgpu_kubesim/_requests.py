@@ -14,6 +14,7 @@ import yaml
 from starlette.requests import Request
 
 from rgpu_kubesim import _status
+from rgpu_kubesim._authn import AUTHENTICATED_USER
 from rgpu_kubesim._patching import PATCH_TYPES
 
 _JSON_TYPES = frozenset({"application/json", "*/*", ""})
@@ -92,8 +93,18 @@ def wants_table(request: Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
+def user_info_of(request: Request) -> dict[str, Any] | None:
+    """The UserInfo of a bearer-authenticated request; None for the simulator's named users."""
+    authenticated = request.scope.get(AUTHENTICATED_USER)
+    return None if authenticated is None else dict(authenticated.to_dict())
+
+
 def user_of(request: Request, default: str, agents: Mapping[str, str]) -> str:
-    """The requester: ``X-Sim-User``, else the user its User-Agent prefix maps to, else default."""
+    """The requester: its bearer token's account, else ``X-Sim-User``, else the user its
+    User-Agent prefix maps to, else default."""
+    authenticated = request.scope.get(AUTHENTICATED_USER)
+    if authenticated is not None:
+        return str(authenticated.username)
     named = request.headers.get("x-sim-user")
     if named:
         return named

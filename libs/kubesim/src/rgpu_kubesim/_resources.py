@@ -32,6 +32,8 @@ class Resource:
     unconditional_update: bool = True
     """When false, a PUT without metadata.resourceVersion is rejected with 422 (Leases)."""
     delete_returns_object: bool = False
+    verbs: tuple[str, ...] = ()
+    """The verbs served when not all of them are (an empty tuple means every core verb)."""
 
     @property
     def api_version(self) -> str:
@@ -132,9 +134,27 @@ RESOURCES: tuple[Resource, ...] = (
         group="admissionregistration.k8s.io",
         categories=("api-extensions",),
     ),
+    Resource(
+        plural="serviceaccounts",
+        singular="serviceaccount",
+        kind="ServiceAccount",
+        namespaced=True,
+        short_names=("sa",),
+        subresources=("token",),
+    ),
+    Resource(
+        plural="tokenreviews",
+        singular="tokenreview",
+        kind="TokenReview",
+        namespaced=False,
+        group="authentication.k8s.io",
+        verbs=("create",),
+    ),
 )
 
-SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType({"status": "", "binding": "Binding"})
+SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType(
+    {"status": "", "binding": "Binding", "token": "TokenRequest"}
+)
 """Kind served by a subresource; empty means the parent's kind."""
 
 VERBS: tuple[str, ...] = _CORE_VERBS

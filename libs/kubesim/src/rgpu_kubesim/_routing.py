@@ -14,6 +14,8 @@ from rgpu_kubesim._resources import Resource, lookup, require
 
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _PODS = require("pods")
+_CREATE_ONLY = frozenset({"binding", "token"})
+"""Subresources that only accept POST (pods/binding, serviceaccounts/token)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,9 +71,9 @@ def parse_target(path: str) -> Target:
 def verb_for(method: str, target: Target, watch: bool) -> str:
     """kube's request verb; 405 for method/path combinations kube does not serve."""
     collection = not target.name
-    if method == "GET" and target.subresource != "binding":
+    if method == "GET" and target.subresource not in _CREATE_ONLY:
         return ("watch" if watch else "list") if collection else "get"
-    if method == "POST" and target.subresource == "binding":
+    if method == "POST" and target.subresource in _CREATE_ONLY:
         return "create"
     if (
         method == "POST"
@@ -79,7 +81,7 @@ def verb_for(method: str, target: Target, watch: bool) -> str:
         and (target.namespace is not None or not target.resource.namespaced)
     ):
         return "create"
-    if not collection and target.subresource != "binding":
+    if not collection and target.subresource not in _CREATE_ONLY:
         verb = {"PUT": "update", "PATCH": "patch"}.get(method)
         if verb is None and method == "DELETE" and not target.subresource:
             verb = "delete"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -22,6 +22,7 @@ from starlette.types import ASGIApp
 
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._app import create_app
+from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._storage import Storage
@@ -55,6 +56,10 @@ class ApiOptions:
     service-account tokens kube-apiserver would authenticate."""
     watch_buffer: int = 1_000
     """Events a watcher may have pending before it is cut as too slow."""
+    clock: Callable[[], float] = time.time
+    """Wall clock in epoch seconds; tokens are issued and expire by it (a seam for tests)."""
+    token_reviewers: frozenset[str] | None = None
+    """Users allowed to create TokenReviews; None lets everyone (the simulator has no RBAC)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +178,9 @@ async def run_apiserver(
         default_user=options.default_user,
         user_agents=options.user_agents,
         bookmark_interval=options.bookmark_interval_seconds,
-        clock=time.time,
+        clock=options.clock,
+        authn=Authenticator(storage, clock=options.clock),
+        token_reviewers=options.token_reviewers,
     )
     sock = listening_socket(host, port)
     try:

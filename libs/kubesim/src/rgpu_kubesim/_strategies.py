@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rgpu_kubesim import _status, _validation
+from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
 
@@ -177,6 +178,9 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
             causes += _validation.pod_update_causes(obj, old)
     elif resource.plural == "mutatingwebhookconfigurations":
         causes += _validation.webhook_configuration_causes(obj)
+        for index, webhook in enumerate(obj.get("webhooks") or ()):
+            path = f"webhooks[{index}].matchConditions"
+            causes += match_condition_causes(path, webhook.get("matchConditions"))
     if causes:
         name = (obj.get("metadata") or {}).get("name") or ""
         raise _status.invalid_object(resource, name, causes)

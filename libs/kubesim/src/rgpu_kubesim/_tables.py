@@ -56,6 +56,7 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Webhooks", "integer", 0),
         ("Age", "string", 0),
     ),
+    "serviceaccounts": (("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)),
 }
 
 
@@ -190,6 +191,7 @@ _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "namespaces": _simple_row(lambda o: [(o.get("status") or {}).get("phase", "")]),
     "leases": _simple_row(lambda o: [(o.get("spec") or {}).get("holderIdentity", "")]),
     "mutatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
+    "serviceaccounts": _simple_row(lambda o: [len(o.get("secrets") or ())]),
 }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rgpu_kubesim._cel import ConditionError, MatchCondition, compile_conditions
 from rgpu_kubesim._resources import Resource
 from rgpu_kubesim._selectors import LabelSelector, labels_match, selector_from_object
 from rgpu_kubesim.errors import ApiError
@@ -32,6 +33,8 @@ class Attributes:
     api_version: str
     user: str
     namespace_labels: Mapping[str, str]
+    user_info: Mapping[str, Any] | None = None
+    """The full UserInfo of a bearer-authenticated requester (uid, groups, extra)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +71,7 @@ class Webhook:
     failure_policy: str
     timeout_seconds: int
     reinvoke: bool
+    match_conditions: tuple[MatchCondition, ...] = ()
 
     def applies_to(self, attrs: Attributes) -> bool:
         if not any(rule.matches(attrs) for rule in self.rules):
@@ -128,7 +132,8 @@ def _webhook(configuration: str, raw: Mapping[str, Any]) -> Webhook | None:
     try:
         namespace_selector = selector_from_object(raw.get("namespaceSelector"))
         object_selector = selector_from_object(raw.get("objectSelector"))
-    except ApiError:
+        conditions = compile_conditions(raw.get("matchConditions"))
+    except (ApiError, ConditionError):
         # kube rejects such configurations at write time; the simulator skips them instead.
         return None
     return Webhook(
@@ -141,6 +146,7 @@ def _webhook(configuration: str, raw: Mapping[str, Any]) -> Webhook | None:
         failure_policy=str(raw.get("failurePolicy", "Fail")),
         timeout_seconds=int(raw.get("timeoutSeconds", 10)),
         reinvoke=raw.get("reinvocationPolicy") == "IfNeeded",
+        match_conditions=conditions,
     )
 
 
