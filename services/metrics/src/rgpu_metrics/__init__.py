@@ -6,8 +6,9 @@ from memory; it never calls the apiserver.
 
 from __future__ import annotations
 
+from rgpu_runtime import FollowPolicy
+
 from .app import create_app, main
 from .cards import CardState
-from .following import FollowPolicy
 
 __all__ = ["CardState", "FollowPolicy", "create_app", "main"]
