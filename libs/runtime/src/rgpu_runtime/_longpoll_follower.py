@@ -72,10 +72,12 @@ class FollowPolicy:
     min_interval_seconds: float = 0.1
     """Least time between the starts of two calls after an unchanged answer, so a peer that
     ignores ``wait`` costs at most ten calls a second."""
-    backoff_initial_seconds: float = 0.5
-    """First retry delay after a failure; a restarting peer is usually back within a second."""
-    backoff_cap_seconds: float = 15.0
-    """Longest retry delay: a recovered peer is followed again within one scrape interval."""
+    backoff_initial_seconds: float = 0.2
+    """First retry delay after a failure; most failures are blips, a restarting peer is
+    usually back within a second."""
+    backoff_cap_seconds: float = 5.0
+    """Longest retry delay: a recovered peer is followed again within 5 s, fresh enough for
+    the allocator's decisions and well within a Prometheus scrape interval."""
 
     def backoff(self) -> Backoff:
         """The retry delays after failures."""

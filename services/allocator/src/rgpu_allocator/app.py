@@ -89,8 +89,9 @@ def create_app(
             async with anyio.create_task_group() as tg:
                 await tg.start(nudger.run)
                 await tg.start(reconciler.run)
-                await tg.start(follow_fleet, discovery, inputs, nudger.notify)
-                await tg.start(follow_topology, discovery, inputs)
+                # Decisions wait for the first fleet themselves; starting must not.
+                tg.start_soon(follow_fleet(http, inputs, nudger.notify).run)
+                tg.start_soon(follow_topology(http, inputs).run)
                 await tg.start(watch_leases, api, ledger, lease_hooks, instruments)
                 await tg.start(watch_pods, api, pods, reconciler.pod_changed, instruments)
                 await tg.start(Sweeper(core, reconciler, repairer).run)

@@ -20,12 +20,9 @@ from .board import Board
 
 __all__ = ["POLICY", "follow_claims", "follow_fleet"]
 
-POLICY: Final = FollowPolicy(
-    wait_seconds=10.0, backoff_initial_seconds=0.5, backoff_cap_seconds=15.0
-)
+POLICY: Final = FollowPolicy(wait_seconds=10.0)
 """A 10 s hold bounds ``rgpu_source_age_seconds`` of a healthy but quiet source below
-Prometheus' usual 15 s scrape interval; a 15 s backoff cap follows a recovered peer again
-within one scrape interval."""
+Prometheus' usual 15 s scrape interval."""
 
 
 def follow_fleet(http: httpx.AsyncClient, board: Board, policy: FollowPolicy) -> Follower[Fleet]:
