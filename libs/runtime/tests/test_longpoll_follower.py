@@ -212,15 +212,28 @@ async def test_an_outage_keeps_the_value_backs_off_capped_and_asks_afresh(
 ) -> None:
     script = Script([Thing(revision=1), *(refused() for _ in range(5)), Thing(revision=1)])
     taken: list[Thing] = []
+    during: list[tuple[bool, int, str, Thing | None]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if len(script.requests) == 6:  # the call after five failures
+            status = follower.status
+            during.append((status.up, status.failures, status.last_error, follower.latest.value))
+        return script.handle(request)
+
     with caplog.at_level(logging.INFO, logger="rgpu_runtime"):
-        async with following(httpx.MockTransport(script.handle), pace, taken) as follower:
-            await until(lambda: follower.status.failures == 5)
-            assert not follower.status.up
-            assert "connection refused" in follower.status.last_error
-            assert follower.latest.value == Thing(revision=1)
-            await until(lambda: len(script.requests) >= 8)
-            assert follower.status.up
-            assert follower.status.last_error == ""
+        async with http_client(
+            base_url="http://peer", timeout=5.0, transport=httpx.MockTransport(handle)
+        ) as http:
+            follower = make_follower(http, pace, taken)
+            async with anyio.create_task_group() as tg:
+                await tg.start(follower.run)
+                await until(lambda: len(script.requests) >= 8)
+                tg.cancel_scope.cancel()
+    up, failures, error, value = during[0]
+    assert (up, failures, value) == (False, 5, Thing(revision=1))
+    assert "connection refused" in error
+    assert follower.status.up
+    assert follower.status.last_error == ""
     for pause, ceiling in zip(pace.pauses, (0.1, 0.2, 0.4, 0.4, 0.4), strict=False):
         assert ceiling / 2 <= pause <= ceiling
     assert "since" not in script.requests[6].url.params
@@ -238,6 +251,17 @@ async def test_an_older_revision_is_dropped_once_and_taken_when_it_persists(pace
     async with following(httpx.MockTransport(script.handle), pace, taken):
         await until(lambda: len(taken) == 3)
     assert [thing.revision for thing in taken] == [5, 6, 2]
+
+
+async def test_a_replica_behind_answering_in_turn_with_the_followed_one_is_never_taken(
+    pace: Pace,
+) -> None:
+    behind, ahead = Thing(revision=3), Thing(revision=5)
+    script = Script([ahead, behind, ahead, behind, ahead, behind, Thing(revision=6)])
+    taken: list[Thing] = []
+    async with following(httpx.MockTransport(script.handle), pace, taken):
+        await until(lambda: len(taken) == 2)
+    assert [thing.revision for thing in taken] == [5, 6]
 
 
 async def test_after_a_failure_an_older_revision_is_taken_at_once(pace: Pace) -> None:

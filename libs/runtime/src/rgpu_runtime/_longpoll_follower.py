@@ -38,6 +38,7 @@ from typing import Generic, NoReturn, TypeVar
 
 import aiohttp
 import anyio
+import anyio.lowlevel
 import httpx
 import orjson
 from anyio.abc import TaskStatus
@@ -180,7 +181,11 @@ class Follower(Generic[T]):
             if not self.status.answered.is_set():
                 self.status.answered.set()
                 task_status.started()
-            if not changed:
+            if changed:
+                # Let the tasks this answer woke (readiness, waiters on ``latest``) run before
+                # the next call, as they would after a pause.
+                await anyio.lowlevel.checkpoint()
+            else:
                 await self._sleep(
                     max(0.0, began + self._policy.min_interval_seconds - self._clock())
                 )
@@ -188,14 +193,14 @@ class Follower(Generic[T]):
     async def poll_once(self) -> bool:
         """One call: take the answer if it is new; returns whether it was.
 
-        Raises ``Unavailable`` or ``UpstreamError`` (the status is updated either way).
+        Raises ``Unavailable`` or ``UpstreamError``; ``run`` records those in ``status``.
         """
         since = self.status.revision if self.status.up else None
         body = await self._get(since)
+        # A 10,000-card fleet takes ~100 ms to decode; in a worker thread the event loop
+        # still gets the GIL every few milliseconds, so other requests are slowed, not stalled.
         value = None if body is None else await anyio.to_thread.run_sync(self._value, body)
-        changed = value is not None and self._take(value)
-        if changed and body is not None:
-            self._last_body = body
+        changed = self._unchanged() if body is None or value is None else self._take(value, body)
         self._succeeded()
         return changed
 
@@ -234,10 +239,14 @@ class Follower(Generic[T]):
             raise UpstreamError(f"{peer} answered off-contract: {exc}", peer_status=200) from exc
         return value
 
-    def _take(self, value: T) -> bool:
+    def _unchanged(self) -> bool:
+        self._dropped = False
+        return False
+
+    def _take(self, value: T, body: bytes) -> bool:
         revision, held = self._revision(value), self.status.revision
         if held is not None and revision == held:
-            return False
+            return self._unchanged()
         if held is not None and self.status.up and revision < held and not self._dropped:
             self._dropped = True
             logger.info(
@@ -248,6 +257,7 @@ class Follower(Generic[T]):
             )
             return False
         self._dropped = False
+        self._last_body = body
         self.status.revision = revision
         if self._on_change is not None:
             self._on_change(value)
