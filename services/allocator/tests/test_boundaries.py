@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from rgpu_allocator.core import Policy
-from rgpu_allocator.discovery_client import DiscoveryClient
-from rgpu_allocator.errors import DiscoveryUnavailable
-from rgpu_runtime import Settings, http_client
+from rgpu_allocator.inputs import Inputs, follow_fleet
+from rgpu_contracts import Fleet
+from rgpu_runtime import Follower, FollowPolicy, Settings, Unavailable, UpstreamError, http_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -22,22 +22,27 @@ def client_for(handler) -> httpx.AsyncClient:
     )
 
 
-async def test_unreachable_discovery_is_discovery_unavailable():
+def fleet_follower(http: httpx.AsyncClient, wait: float = 30.0) -> Follower[Fleet]:
+    return follow_fleet(http, Inputs(()), lambda: None, policy=FollowPolicy(wait_seconds=wait))
+
+
+async def test_unreachable_discovery_is_unavailable_naming_the_fleet():
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
     async with client_for(refuse) as http:
-        with pytest.raises(DiscoveryUnavailable, match="discovery /v1/fleet"):
-            await DiscoveryClient(http).fleet(None)
+        with pytest.raises(Unavailable, match="/v1/fleet") as caught:
+            await fleet_follower(http).poll_once()
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
 
 
-async def test_garbage_from_discovery_is_discovery_unavailable_naming_the_field():
+async def test_garbage_from_discovery_is_an_upstream_error_naming_the_field():
     def garbage(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"revision": "x", "observedAt": 1, "servers": []})
 
     async with client_for(garbage) as http:
-        with pytest.raises(DiscoveryUnavailable, match="revision"):
-            await DiscoveryClient(http).fleet(None)
+        with pytest.raises(UpstreamError, match="revision"):
+            await fleet_follower(http).poll_once()
 
 
 async def test_long_poll_asks_discovery_to_hold_and_waits_longer_than_it(build):
@@ -45,14 +50,17 @@ async def test_long_poll_asks_discovery_to_hold_and_waits_longer_than_it(build):
 
     async def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, json=build.fleet(build.server("a"), revision=8).to_dict())
+        revision = 7 if len(seen) == 1 else 8
+        return httpx.Response(200, json=build.fleet(build.server("a"), revision=revision).to_dict())
 
     async with client_for(answer) as http:
-        fleet = await DiscoveryClient(http).fleet(7, wait=0.5)
-    assert fleet.revision == 8
-    assert seen[0].url.params["since"] == "7"
-    assert seen[0].url.params["wait"] == "0.5"
-    assert seen[0].extensions["timeout"]["read"] == 5.5
+        follower = fleet_follower(http, wait=0.5)
+        await follower.poll_once()
+        await follower.poll_once()
+    assert follower.status.revision == 8
+    assert seen[1].url.params["since"] == "7"
+    assert seen[1].url.params["wait"] == "0.5"
+    assert seen[1].extensions["timeout"]["read"] == 5.5
 
 
 async def test_claims_query_parameters_are_checked(build, kit, sim):

@@ -15,19 +15,20 @@ from rgpu_contracts import (
     AllocationRequest,
     ContainerKind,
     ContainerRequest,
+    Fleet,
     NoFit,
     PodRef,
     PodUID,
+    Topology,
 )
 from rgpu_extender.allocator_client import AllocatorClient
-from rgpu_extender.discovery_client import DiscoveryClient
 from rgpu_extender.errors import (
     AllocatorUnavailable,
     ClaimNotHeld,
-    DiscoveryUnavailable,
     PeerReplyInvalid,
 )
-from rgpu_runtime import RgpuError, http_client
+from rgpu_extender.inventory import Inventory
+from rgpu_runtime import Follower, RgpuError, Unavailable, UpstreamError, http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -157,11 +158,14 @@ async def test_find_answers_none_without_a_claim() -> None:
         assert await client.find("uid-1") is None
 
 
+Followers = tuple[Follower[Fleet], Follower[Topology]]
+
+
 @asynccontextmanager
-async def discovery_with(handler: Handler) -> AsyncIterator[DiscoveryClient]:
+async def discovery_with(handler: Handler) -> AsyncIterator[Followers]:
     transport = httpx.MockTransport(handler)
     async with http_client(base_url="http://discovery", timeout=1, transport=transport) as http:
-        yield DiscoveryClient(http)
+        yield Inventory().followers(http)
 
 
 async def test_discovery_polls_carry_since_and_wait(make) -> None:
@@ -172,20 +176,21 @@ async def test_discovery_polls_carry_since_and_wait(make) -> None:
         seen.append(request)
         return httpx.Response(200, content=orjson.dumps(fleet.to_dict()))
 
-    async with discovery_with(handler) as client:
-        assert await client.fleet(3, 30.0) == fleet
-        await client.fleet(None, 0.0)
-    assert dict(seen[0].url.params) == {"since": "3", "wait": "30.0"}
-    assert dict(seen[1].url.params) == {}
+    async with discovery_with(handler) as (follower, _):
+        assert await follower.poll_once()
+        assert follower.latest.value == fleet
+        await follower.poll_once()
+    assert dict(seen[0].url.params) == {}
+    assert dict(seen[1].url.params) == {"since": "4", "wait": "30"}
 
 
 async def test_discovery_failures_are_typed() -> None:
-    async with discovery_with(reply(503, {"code": "u", "message": "not listed"})) as client:
-        with pytest.raises(DiscoveryUnavailable, match="not listed"):
-            await client.topology(None, 0.0)
-    async with discovery_with(reply(200, {"revision": "x"})) as client:
-        with pytest.raises(PeerReplyInvalid, match="revision"):
-            await client.fleet(None, 0.0)
-    async with discovery_with(raising(httpx.ConnectError("refused"))) as client:
-        with pytest.raises(DiscoveryUnavailable, match="refused"):
-            await client.fleet(None, 0.0)
+    async with discovery_with(reply(503, {"code": "u", "message": "not listed"})) as (_, topology):
+        with pytest.raises(Unavailable, match="not listed"):
+            await topology.poll_once()
+    async with discovery_with(reply(200, {"revision": "x"})) as (fleet, _):
+        with pytest.raises(UpstreamError, match="revision"):
+            await fleet.poll_once()
+    async with discovery_with(raising(httpx.ConnectError("refused"))) as (fleet, _):
+        with pytest.raises(Unavailable, match="refused"):
+            await fleet.poll_once()

@@ -6,8 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rgpu_metrics.board import Board
-from rgpu_metrics.following import SourceStatus
 from rgpu_metrics.selfmetrics import SourceCollector
+from rgpu_runtime import FollowStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,7 @@ def collected(board: Board, statuses, clock) -> CollectorRegistry:
 
 
 async def test_age_grows_with_time_between_scrapes_without_any_update():
-    discovery = SourceStatus("discovery")
+    discovery = FollowStatus("discovery")
     discovery.last_success, discovery.up = 10.0, True
     clock = Clock(12.5)
     registry = collected(Board(), [discovery], clock)
@@ -38,7 +38,7 @@ async def test_age_grows_with_time_between_scrapes_without_any_update():
 
 
 async def test_a_source_that_never_answered_is_down_without_an_age():
-    allocator = SourceStatus("allocator")
+    allocator = FollowStatus("allocator")
     registry = collected(Board(), [allocator], Clock(5.0))
     assert registry.get_sample_value("rgpu_source_up", {"source": "allocator"}) == 0.0
     assert registry.get_sample_value("rgpu_source_age_seconds", {"source": "allocator"}) is None

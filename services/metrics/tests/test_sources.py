@@ -1,6 +1,11 @@
-"""The long-poll client: query, deadlines, statuses and bodies all end as values or our errors."""
+"""The exporter's two followers: each answer goes to the board, outages keep the last value
+and are retried with capped backoff, recovery asks afresh, and failures are our errors."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import httpx
@@ -9,24 +14,40 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from rgpu_contracts import ClaimSet, Fleet
-from rgpu_metrics.errors import SourceInvalid, SourceUnavailable
-from rgpu_metrics.sources import CLAIMS, FLEET, SourceClient
-from rgpu_runtime import Unavailable, UpstreamError, http_client
+from rgpu_metrics.board import Board
+from rgpu_metrics.sources import POLICY, follow_claims, follow_fleet
+from rgpu_runtime import Follower, FollowPolicy, UpstreamError, http_client
 
 pytestmark = pytest.mark.anyio
 
+TEST_POLICY = FollowPolicy(
+    wait_seconds=30.0,
+    margin_seconds=1.0,
+    min_interval_seconds=0.0,
+    backoff_initial_seconds=0.01,
+    backoff_cap_seconds=0.02,
+)
 
-def fleet_client(handler, *, margin: float = 1.0) -> tuple[httpx.AsyncClient, SourceClient[Fleet]]:
-    http = http_client(
-        base_url="http://discovery", timeout=5.0, transport=httpx.MockTransport(handler)
-    )
-    return http, SourceClient(http, FLEET, margin=margin)
+
+@asynccontextmanager
+async def following(
+    handler, board: Board, policy: FollowPolicy = TEST_POLICY
+) -> AsyncIterator[Follower[Fleet]]:
+    transport = httpx.MockTransport(handler)
+    async with (
+        http_client(base_url="http://discovery", timeout=5.0, transport=transport) as http,
+        anyio.create_task_group() as tg,
+    ):
+        follower = follow_fleet(http, board, policy)
+        await tg.start(follower.run)
+        yield follower
+        tg.cancel_scope.cancel()
 
 
-async def fetch(handler, since=None, wait=1.0, *, margin: float = 1.0):
-    http, source = fleet_client(handler, margin=margin)
-    async with http:
-        return await source.fetch(since, wait)
+async def wait_for(check: Callable[[], bool]) -> None:
+    with anyio.fail_after(5):
+        while not check():
+            await anyio.sleep(0.005)
 
 
 def answering(status: int, content: bytes = b"", seen: list[httpx.Request] | None = None):
@@ -38,112 +59,137 @@ def answering(status: int, content: bytes = b"", seen: list[httpx.Request] | Non
     return handler
 
 
-async def test_a_first_fetch_asks_for_the_current_value_without_since_or_wait(make):
-    fleet = make.fleet(make.server("gpu-a"), revision=3)
-    seen: list[httpx.Request] = []
-    got = await fetch(answering(200, orjson.dumps(fleet.to_dict()), seen))
-    assert got == fleet
-    assert seen[0].url.path == "/v1/fleet"
-    assert dict(seen[0].url.params) == {}
+def test_the_exporter_holds_polls_below_a_scrape_interval():
+    assert POLICY.wait_seconds + POLICY.margin_seconds <= 15.0
 
 
-async def test_a_follow_up_fetch_sends_since_and_wait(make):
+async def test_the_first_answer_is_applied_and_marks_the_source_up(peers):
+    board = Board()
+    async with following(peers.discovery.handle, board) as follower:
+        assert follower.status.answered.is_set()
+        assert board.fleet == peers.discovery.value
+        assert follower.status.up
+        assert follower.status.revision == 1
+        await wait_for(lambda: len(peers.discovery.requests) == 2)
+        assert dict(peers.discovery.requests[0].url.params) == {}
+        assert dict(peers.discovery.requests[1].url.params) == {"since": "1", "wait": "30"}
+
+
+async def test_each_published_value_is_applied_in_turn(make, peers):
+    board = Board()
+    applied: list[int] = []
+    async with following(peers.discovery.handle, board) as follower:
+        applied.append(follower.status.revision or 0)
+        for revision in (2, 3):
+            await wait_for(lambda: peers.discovery.requests[-1].url.params.get("since") is not None)
+            peers.discovery.publish(make.fleet(make.server("gpu-x"), revision=revision))
+            await wait_for(lambda: follower.status.revision == revision)  # noqa: B023
+            assert board.fleet is not None
+            applied.append(board.fleet.revision)
+    assert applied == [1, 2, 3]
+
+
+async def test_an_outage_keeps_the_last_value_and_asks_afresh_after_recovery(make, peers):
+    board = Board()
+    async with following(peers.discovery.handle, board) as follower:
+        peers.discovery.set_mode("down")
+        await wait_for(lambda: not follower.status.up)
+        assert "connection refused" in follower.status.last_error
+        assert board.fleet == peers.discovery.value
+        failed_at = len(peers.discovery.requests)
+        peers.discovery.publish(make.fleet(make.server("gpu-b"), revision=5))
+        await wait_for(lambda: follower.status.up)
+        retry = peers.discovery.requests[failed_at:]
+        assert "since" not in retry[0].url.params
+        assert board.fleet is not None
+        assert board.fleet.revision == 5
+        assert follower.status.last_error == ""
+
+
+async def test_an_outage_is_logged_once_and_retried_with_capped_backoff(peers, caplog):
+    board = Board()
+    with caplog.at_level(logging.INFO, logger="rgpu_runtime"):
+        async with following(peers.discovery.handle, board) as follower:
+            peers.discovery.set_mode("error")
+            await wait_for(lambda: not follower.status.up)
+            before = len(peers.discovery.requests)
+            await anyio.sleep(0.3)
+            retries = len(peers.discovery.requests) - before
+            peers.discovery.set_mode("up")
+            await wait_for(lambda: follower.status.up)
+    # 0.3 s of retries at most 0.02 s apart, at least 0.005 s apart (jitter halves at most).
+    assert 5 <= retries <= 60
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("failed" in m for m in messages) == 1
+    assert sum("is back" in m for m in messages) == 1
+
+
+async def test_unchanged_answers_refresh_the_source_without_reapplying():
     seen: list[httpx.Request] = []
-    body = orjson.dumps(make.fleet(revision=8).to_dict())
-    await fetch(answering(200, body, seen), since=7, wait=2.5)
-    assert dict(seen[0].url.params) == {"since": "7", "wait": "2.5"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if "since" in request.url.params:
+            return httpx.Response(304)
+        return httpx.Response(
+            200, content=orjson.dumps(Fleet(revision=1, observed_at=0, servers=()).to_dict())
+        )
+
+    policy = FollowPolicy(wait_seconds=1.0, min_interval_seconds=0.01)
+    async with following(handler, Board(), policy) as follower:
+        await wait_for(lambda: len(seen) >= 4)
+        assert follower.status.up
+    # ``latest`` moves once per value taken.
+    assert follower.latest.revision == 1
+
+
+async def test_a_peer_ignoring_wait_is_polled_no_faster_than_the_minimum_interval(peers):
+    def immediate(request: httpx.Request) -> httpx.Response:
+        peers.discovery.requests.append(request)
+        return httpx.Response(200, content=orjson.dumps(peers.discovery.value.to_dict()))
+
+    policy = FollowPolicy(wait_seconds=30.0, min_interval_seconds=0.05)
+    async with following(immediate, Board(), policy):
+        await anyio.sleep(0.3)
+    assert 2 <= len(peers.discovery.requests) <= 8
 
 
 async def test_claims_decode_from_the_allocator_path(make):
     claims = make.claims(make.claim("gpu-a", [0, 1]), revision=2)
     seen: list[httpx.Request] = []
     handler = answering(200, orjson.dumps(claims.to_dict()), seen)
+    board = Board()
     async with http_client(
         base_url="http://allocator", timeout=5.0, transport=httpx.MockTransport(handler)
     ) as http:
-        got: ClaimSet | None = await SourceClient(http, CLAIMS, margin=1.0).fetch(None, 1.0)
+        follower = follow_claims(http, board, TEST_POLICY)
+        assert await follower.poll_once()
+    got: ClaimSet | None = board.claims
     assert got == claims
+    assert follower.status.name == "allocator"
     assert seen[0].url.path == "/v1/claims"
-
-
-async def test_not_modified_means_unchanged():
-    assert await fetch(answering(304), since=4) is None
-
-
-@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
-async def test_overload_and_server_errors_are_unavailable(status):
-    with pytest.raises(SourceUnavailable, match=f"discovery: answered HTTP {status}") as caught:
-        await fetch(answering(status, b'{"code":"x","message":"busy"}'))
-    assert isinstance(caught.value, Unavailable)
-    assert caught.value.retryable
-    assert caught.value.source == "discovery"
-
-
-@pytest.mark.parametrize("status", [400, 404, 410])
-async def test_other_error_statuses_are_invalid_answers(status):
-    with pytest.raises(SourceInvalid) as caught:
-        await fetch(answering(status, b"no such route"))
-    assert isinstance(caught.value, UpstreamError)
-    assert caught.value.peer_status == status
-    assert "no such route" in caught.value.message
-
-
-async def test_a_body_that_is_not_json_is_an_invalid_answer():
-    with pytest.raises(SourceInvalid, match="not JSON"):
-        await fetch(answering(200, b"<html>"))
 
 
 async def test_an_off_contract_body_names_the_offending_field():
     body = orjson.dumps({"revision": 1, "observedAt": 0, "servers": [{"name": 3}]})
-    with pytest.raises(SourceInvalid, match=r"servers\[0\]") as caught:
-        await fetch(answering(200, body))
+    async with http_client(
+        base_url="http://discovery",
+        timeout=5.0,
+        transport=httpx.MockTransport(answering(200, body)),
+    ) as http:
+        with pytest.raises(UpstreamError, match=r"servers\[0\]") as caught:
+            await follow_fleet(http, Board(), TEST_POLICY).poll_once()
     assert caught.value.peer_status == 200
-
-
-async def test_a_connection_failure_is_unavailable_with_the_library_error_as_cause():
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
-
-    with pytest.raises(SourceUnavailable, match="ConnectError") as caught:
-        await fetch(refuse)
-    assert isinstance(caught.value.__cause__, httpx.ConnectError)
-
-
-async def test_a_peer_holding_past_wait_plus_margin_is_unavailable(make):
-    async def hang(request: httpx.Request) -> httpx.Response:
-        await anyio.sleep(10)
-        return httpx.Response(200)
-
-    with anyio.fail_after(5):
-        with pytest.raises(SourceUnavailable, match=r"no answer within 0\.15 s"):
-            await fetch(hang, since=1, wait=0.1, margin=0.05)
 
 
 async def test_the_call_carries_the_current_trace_as_traceparent(make):
     seen: list[httpx.Request] = []
+    handler = answering(200, orjson.dumps(make.fleet().to_dict()), seen)
     tracer = TracerProvider().get_tracer("test")
-    with tracer.start_as_current_span("scrape") as span:
-        await fetch(answering(200, orjson.dumps(make.fleet().to_dict()), seen))
+    async with http_client(
+        base_url="http://discovery", timeout=5.0, transport=httpx.MockTransport(handler)
+    ) as http:
+        with tracer.start_as_current_span("scrape") as span:
+            await follow_fleet(http, Board(), TEST_POLICY).poll_once()
     trace_id = f"{span.get_span_context().trace_id:032x}"
     assert trace_id in seen[0].headers["traceparent"]
-
-
-async def test_a_body_equal_to_the_last_decoded_one_is_reported_unchanged(make):
-    fleet = make.fleet(make.server("gpu-a"), revision=3)
-    http, source = fleet_client(answering(200, orjson.dumps(fleet.to_dict())))
-    async with http:
-        assert await source.fetch(None, 1.0) == fleet
-        assert await source.fetch(3, 1.0) is None
-        assert await source.fetch(None, 1.0) is None
-
-
-async def test_a_changed_body_is_decoded_again(make):
-    bodies = [orjson.dumps(make.fleet(revision=r).to_dict()) for r in (1, 2)]
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=bodies.pop(0))
-
-    http, source = fleet_client(handler)
-    async with http:
-        first, second = await source.fetch(None, 1.0), await source.fetch(1, 1.0)
-    assert (first.revision, second.revision) == (1, 2)

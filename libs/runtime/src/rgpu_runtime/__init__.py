@@ -1,8 +1,9 @@
 """rgpu_runtime: the thin plumbing every rgpu service shares.
 
 Settings from the environment, the error tree, the Starlette app factory with health,
-readiness, metrics and JSON error handling, long-poll and backoff primitives, the
-Kubernetes and HTTP client factories, logging, telemetry, serving and ``main``.
+readiness, metrics and JSON error handling, the long-poll server side (``Poll``) and
+client (``Follower``), backoff, the Kubernetes and HTTP client factories, logging,
+telemetry, serving and ``main``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._logging import JsonFormatter, configure_logging
+from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
+from ._longpoll_follower import Follower, FollowPolicy, FollowStatus
 from ._main import default_listeners, run_service
 from ._parse import HostPort
 from ._readiness import Readiness
@@ -61,13 +64,19 @@ from .errors import (
 )
 
 __all__ = [
+    "DEFAULT_WAIT_SECONDS",
     "KNOWN_KEYS",
     "MAX_BODY_BYTES",
+    "MAX_SINCE_DIGITS",
+    "MAX_WAIT_SECONDS",
     "SERVICES",
     "Backoff",
     "BadRequest",
     "Conflict",
     "EventRecorder",
+    "FollowPolicy",
+    "FollowStatus",
+    "Follower",
     "HostPort",
     "HttpSettings",
     "JsonFormatter",
@@ -90,6 +99,7 @@ __all__ = [
     "ObjectRef",
     "PayloadTooLarge",
     "PeerSettings",
+    "Poll",
     "Readiness",
     "Reflector",
     "ReflectorTiming",

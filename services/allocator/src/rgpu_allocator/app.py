@@ -102,8 +102,9 @@ def create_app(
                 await tg.start(events.run, kube)
                 await tg.start(nudger.run)
                 await tg.start(reconciler.run)
-                await tg.start(follow_fleet, discovery, inputs, nudger.notify)
-                await tg.start(follow_topology, discovery, inputs)
+                # Decisions wait for the first fleet themselves; starting must not.
+                tg.start_soon(follow_fleet(http, inputs, nudger.notify).run)
+                tg.start_soon(follow_topology(http, inputs).run)
                 timing = watch_timing(policy.ttl)
                 await tg.start(
                     partial(watch_leases, timing=timing), api, ledger, lease_hooks, instruments

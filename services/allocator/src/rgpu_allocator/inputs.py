@@ -1,38 +1,26 @@
 """Decisions read the fleet and the client nodes' topology from
 discovery; this keeps the last of each (discovery may go away: the last fleet stays in use and
-its age is exposed), follows both by long-poll, and says when new capacity appeared so
-refused pods can be woken.
+its age is exposed), follows both by long-poll (``rgpu_runtime.Follower``), and says when
+new capacity appeared so refused pods can be woken.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Final
 
-import anyio
-from anyio.abc import TaskStatus
+import httpx
 
 from rgpu_contracts import Fleet, Topology
 from rgpu_placement import FleetView, ServerFacts
-from rgpu_runtime import Backoff
-
-from .discovery_client import DiscoveryClient
-from .errors import DiscoveryUnavailable
+from rgpu_runtime import Follower, FollowPolicy, FollowStatus
 
 __all__ = ["Inputs", "capacity_grew", "follow_fleet", "follow_topology"]
 
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-BACKOFF = Backoff(initial=0.2, maximum=5.0)
-"""Retry quickly after a blip, but at most every 5 s while discovery is away."""
-
-QUICK_POLL_SECONDS = 1.0
-"""A long-poll that returns nothing new sooner than this is spaced out to this, so a peer
-that answers at once (restarting, misbehaving) is not polled in a tight loop."""
+POLICY: Final = FollowPolicy(wait_seconds=30.0, margin_seconds=5.0)
+"""Discovery may hold a poll 30 s (well under proxies' 60 s idle timeouts); 5 s more and the
+call counts as hung. Pauses and backoff are ``rgpu_runtime.Follower``'s."""
 
 
 def _usable(f: ServerFacts) -> bool:
@@ -91,6 +79,10 @@ class Inputs:
             return None
         return 0.0 if self._live else self._clock() - self._received
 
+    def discovery_followed(self, status: FollowStatus) -> None:
+        """A call to discovery ended; remember why it failed, or that it did not."""
+        self.discovery_error = status.last_error or None
+
     def fleet_polled(self, answered: bool) -> None:
         """Discovery answered a fleet poll (``True``) or failed one (``False``)."""
         if answered and self._received is not None:
@@ -98,67 +90,50 @@ class Inputs:
         self._live = answered
 
 
-async def _follow(
-    what: str,
-    fetch: Callable[[int | None], Awaitable[T]],
-    revision: Callable[[T], int],
-    apply: Callable[[T], None],
-    inputs: Inputs,
-    polled: Callable[[bool], None],
-) -> None:
-    since: int | None = None
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            value = await fetch(since)
-        except DiscoveryUnavailable as exc:
-            polled(False)
-            if failures == 0:
-                logger.warning("discovery %s unavailable, keeping the last one: %s", what, exc)
-            inputs.discovery_error = exc.message
-            await anyio.sleep(BACKOFF.delay(failures))
-            failures += 1
-            continue
-        failures = 0
-        inputs.discovery_error = None
-        polled(True)
-        if revision(value) != since:
-            apply(value)
-        elif (spent := time.monotonic() - started) < QUICK_POLL_SECONDS:
-            await anyio.sleep(QUICK_POLL_SECONDS - spent)
-        since = revision(value)
-
-
-async def follow_fleet(
-    client: DiscoveryClient,
+def follow_fleet(
+    http: httpx.AsyncClient,
     inputs: Inputs,
     on_capacity: Callable[[], None],
     *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Long-poll the fleet forever; calls ``on_capacity`` when capacity grew."""
+    policy: FollowPolicy = POLICY,
+) -> Follower[Fleet]:
+    """A follower of discovery's fleet into ``inputs``; calls ``on_capacity`` when it grew."""
 
     def apply(fleet: Fleet) -> None:
         if inputs.set_fleet(fleet):
             on_capacity()
 
-    task_status.started()
-    await _follow("fleet", client.fleet, lambda f: f.revision, apply, inputs, inputs.fleet_polled)
+    def followed(status: FollowStatus) -> None:
+        inputs.fleet_polled(status.up)
+        inputs.discovery_followed(status)
 
-
-async def follow_topology(
-    client: DiscoveryClient,
-    inputs: Inputs,
-    *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Long-poll client nodes' topology forever."""
-    task_status.started()
-    await _follow(
-        "topology", client.topology, lambda t: t.revision, inputs.set_topology, inputs, _ignore
+    return Follower(
+        http,
+        "/v1/fleet",
+        name="discovery fleet",
+        decode=Fleet.from_dict,
+        revision=_revision,
+        policy=policy,
+        on_change=apply,
+        on_status=followed,
     )
 
 
-def _ignore(answered: bool) -> None:
-    """The topology's freshness is not reported (the fleet's is)."""
+def follow_topology(
+    http: httpx.AsyncClient, inputs: Inputs, *, policy: FollowPolicy = POLICY
+) -> Follower[Topology]:
+    """A follower of discovery's client-node topology into ``inputs``."""
+    return Follower(
+        http,
+        "/v1/topology",
+        name="discovery topology",
+        decode=Topology.from_dict,
+        revision=_revision,
+        policy=policy,
+        on_change=inputs.set_topology,
+        on_status=inputs.discovery_followed,
+    )
+
+
+def _revision(value: Fleet | Topology) -> int:
+    return value.revision

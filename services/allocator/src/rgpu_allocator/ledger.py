@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-import anyio
-
 from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, PodUID, ServerName
+from rgpu_runtime import Versioned
 
 from .leases import LeaseRecord
 
@@ -68,11 +67,10 @@ class Ledger:
 
     __slots__ = (
         "_by_pod",
-        "_changed",
+        "_changes",
         "_clock",
         "_leases",
         "_released",
-        "_revision",
         "_snapshot",
         "synced",
     )
@@ -85,15 +83,16 @@ class Ledger:
         self._snapshot: ClaimSet | None = None
         self._leases: dict[ServerName, LeaseRecord] = {}
         self._by_pod: dict[PodUID, set[ServerName]] = {}
-        self._revision = 0
-        # Created on first wait: decisions and benchmarks use the ledger outside any event loop.
-        self._changed: anyio.Event | None = None
+        # Only the revision moves here (the claim set is built on demand, above); Versioned
+        # makes its wake-up event on first wait, so decisions and benchmarks outside any
+        # event loop pay nothing.
+        self._changes: Versioned[None] = Versioned(None, revision=0)
         self.synced = False
         """Whether a complete list has been loaded."""
 
     @property
     def revision(self) -> int:
-        return self._revision
+        return self._changes.revision
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -124,9 +123,10 @@ class Ledger:
 
     def claim_set(self) -> ClaimSet:
         """Every stored claim, ordered by server, at the current revision."""
-        if self._snapshot is None or self._snapshot.revision != self._revision:
+        revision = self._changes.revision
+        if self._snapshot is None or self._snapshot.revision != revision:
             claims = (c for s in sorted(self._leases) for c in self._leases[s].claims)
-            self._snapshot = ClaimSet(revision=self._revision, claims=tuple(claims))
+            self._snapshot = ClaimSet(revision=revision, claims=tuple(claims))
         return self._snapshot
 
     def apply(self, record: LeaseRecord) -> Change:
@@ -178,12 +178,8 @@ class Ledger:
         "Differs" rather than "exceeds": a reader holding a revision from before this
         process started gets the current state at once instead of sleeping out its wait.
         """
-        with anyio.move_on_after(timeout):
-            while self._revision == since:
-                if self._changed is None:
-                    self._changed = anyio.Event()
-                await self._changed.wait()
-        return self._revision
+        revision, _ = await self._changes.wait_newer(since, timeout)
+        return revision
 
     def _remember(self, cards: list[CardId]) -> None:
         now = self._clock()
@@ -194,10 +190,7 @@ class Ledger:
             del self._released[next(iter(self._released))]
 
     def _bump(self) -> None:
-        self._revision += 1
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        self._changes.publish(None)
 
     def _index(self, record: LeaseRecord) -> None:
         for claim in record.claims:

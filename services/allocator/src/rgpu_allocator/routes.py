@@ -6,13 +6,12 @@ kept to reading requests and writing answers; every decision lives below.
   Binding's annotations | ``404`` no claim | ``409`` expired or taken
 * ``DELETE /v1/allocations/{uid}`` → ``204`` (idempotent)
 * ``GET /v1/allocations/{uid}`` → ``200 Allocation`` | ``404``
-* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll)
+* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -21,16 +20,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from rgpu_contracts import AllocationRequest, CommitRequest, NoFit
-from rgpu_runtime import BadRequest, json_response, read_json, state_value
+from rgpu_runtime import Poll, json_response, read_json, state_value
 
 from .service import AllocatorService
 
 __all__ = ["ROUTES", "Deps", "State", "deps"]
-
-MAX_WAIT_SECONDS = 60.0
-"""Longest a claims long-poll is held: below proxies' usual 60-120 s idle timeouts."""
-DEFAULT_WAIT_SECONDS = 30.0
-"""Hold time when ``since`` comes without ``wait``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,33 +72,9 @@ async def get_allocation(request: Request) -> Response:
     return json_response(deps(request).service.get(request.path_params["uid"]).to_dict())
 
 
-def _since(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()):
-        raise BadRequest(f"query parameter since={raw[:40]!r}: expected a revision (an integer)")
-    return int(raw)
-
-
-def _wait(raw: str | None, since: int | None) -> float:
-    if raw is None:
-        return DEFAULT_WAIT_SECONDS if since is not None else 0.0
-    try:
-        wait = float(raw)
-    except ValueError:
-        wait = math.nan
-    if since is None or not 0 <= wait <= MAX_WAIT_SECONDS:
-        raise BadRequest(
-            f"query parameter wait={raw[:40]!r}: expected 0 to {MAX_WAIT_SECONDS:g} seconds, "
-            "together with since=<the revision you hold>"
-        )
-    return wait
-
-
 async def get_claims(request: Request) -> Response:
-    since = _since(request.query_params.get("since"))
-    wait = _wait(request.query_params.get("wait"), since)
-    claims = await deps(request).service.claims(since, wait)
+    poll = Poll.from_query(request.query_params)
+    claims = await deps(request).service.claims(poll.since, poll.wait)
     return json_response(claims.to_dict(), headers={"Cache-Control": "no-store"})
 
 

@@ -3,13 +3,12 @@
 Most failures discovery meets are values, not exceptions: a probe that timed out is a
 ``ProbeOutcome``, a broken register annotation becomes ``Server.error``. What remains are the
 few cases a caller must handle, all built on ``rgpu_runtime``'s tree so the HTTP edge maps
-them to an ``ErrorBody`` without a handler of its own.
+them to an ``ErrorBody`` without a handler of its own. A bad ``since``/``wait`` is
+``rgpu_runtime``'s ``BadRequest`` (code ``bad_parameter``), raised by ``Poll``.
 
 Hierarchy::
 
     RgpuError                          (rgpu_runtime.errors)
-     ├── BadRequest
-     │    └── BadPollParameter     400  ``since``/``wait`` of a long-poll is unusable
      ├── NotFound
      │    └── UnknownServer        404  an on-demand probe names no server of the fleet
      ├── Conflict
@@ -21,20 +20,9 @@ Hierarchy::
 
 from __future__ import annotations
 
-from rgpu_runtime.errors import BadRequest, Conflict, NotFound, RgpuError, Unavailable
+from rgpu_runtime.errors import Conflict, NotFound, RgpuError, Unavailable
 
-__all__ = ["BadPollParameter", "MalformedNode", "NoEndpoint", "NotListedYet", "UnknownServer"]
-
-
-class BadPollParameter(BadRequest):
-    """Raised when a long-poll query parameter is missing a value, malformed or out of range.
-
-    ``parameter`` names it; the message says what a valid value looks like.
-    """
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"query parameter {parameter!r}: {message}", code="bad_parameter")
-        self.parameter = parameter
+__all__ = ["MalformedNode", "NoEndpoint", "NotListedYet", "UnknownServer"]
 
 
 class NotListedYet(Unavailable):

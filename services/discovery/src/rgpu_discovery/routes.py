@@ -4,7 +4,8 @@ state behind it is built.
 
 * ``GET /v1/fleet[?since=R&wait=S]`` and ``GET /v1/topology[?since=R&wait=S]``: the ``Fleet``
   and ``Topology`` contracts; with ``since`` the request is held until the revision differs
-  from ``R`` or ``S`` seconds passed (see ``polling``).
+  from ``R`` or ``S`` seconds passed (``rgpu_runtime.Poll``); ``503`` before the first
+  Node list.
 * ``POST /v1/servers/{name}/probe``: probe lupine server ``name`` now, with the periodic
   probe's code and rules, and answer ``200`` with the ``Server`` contract as now published.
   The allocator calls it right before refusing a pod because of busy cards (DESIGN §4, "no
@@ -30,11 +31,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_runtime import state_value
+from rgpu_runtime import Poll, Versioned, state_value
 
 from .encoding import accepts_gzip
+from .errors import NotListedYet
 from .fleetstate import FleetState
-from .polling import Poll, answer
 from .published import Published
 from .reprobing import Reprober
 from .topologystate import TopologyState
@@ -70,16 +71,12 @@ def deps(request: Request) -> Deps:
 
 async def get_fleet(request: Request) -> Response:
     """``GET /v1/fleet[?since=R&wait=S]``: the fleet (``Fleet`` contract)."""
-    poll = Poll.from_query(request.query_params)
-    snapshot = await answer(deps(request).fleet.published, poll, "fleet")
-    return _json(request, snapshot)
+    return _json(request, await _answer(request, deps(request).fleet.published, "fleet"))
 
 
 async def get_topology(request: Request) -> Response:
     """``GET /v1/topology[?since=R&wait=S]``: client nodes' topology (``Topology`` contract)."""
-    poll = Poll.from_query(request.query_params)
-    snapshot = await answer(deps(request).topology.published, poll, "topology")
-    return _json(request, snapshot)
+    return _json(request, await _answer(request, deps(request).topology.published, "topology"))
 
 
 async def post_probe(request: Request) -> Response:
@@ -91,6 +88,15 @@ async def post_probe(request: Request) -> Response:
         "Cache-Control": "no-store",
     }
     return Response(reprobed.server.json, headers=headers, media_type="application/json")
+
+
+async def _answer(request: Request, published: Versioned[Published[V]], what: str) -> Published[V]:
+    """The snapshot the request's long-poll gets; raises ``NotListedYet`` before the first
+    list, so an empty fleet is never mistaken for "no servers"."""
+    _, snapshot = await Poll.from_query(request.query_params).answer(published)
+    if not snapshot.listed:
+        raise NotListedYet(what)
+    return snapshot
 
 
 def _json(request: Request, snapshot: Published[V]) -> Response:

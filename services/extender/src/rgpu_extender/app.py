@@ -30,7 +30,6 @@ from .admission import AdmissionPolicy
 from .allocator_client import AllocatorClient
 from .apiserver import Apiserver
 from .deps import Deps
-from .discovery_client import DiscoveryClient
 from .events import event_recorder
 from .inventory import Inventory
 from .metrics import ExtenderMetrics
@@ -84,12 +83,12 @@ def create_app(
             )
             kube = await stack.enter_async_context(kube_client(settings))
             apiserver = Apiserver(kube)
-            discovery = DiscoveryClient(discovery_http)
             inventory = Inventory()
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(inventory.follow_fleet, discovery)
-            await tg.start(inventory.follow_topology, discovery)
+            for follower in inventory.followers(discovery_http):
+                tg.start_soon(follower.run)
+            await inventory.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
             deps = Deps(

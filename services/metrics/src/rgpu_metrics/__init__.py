@@ -6,7 +6,8 @@ from memory; it never calls the apiserver.
 
 from __future__ import annotations
 
+from rgpu_runtime import FollowPolicy
+
 from .app import create_app, main
-from .following import FollowPolicy
 
 __all__ = ["FollowPolicy", "create_app", "main"]

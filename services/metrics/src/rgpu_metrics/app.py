@@ -18,14 +18,20 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from starlette.applications import Starlette
 
-from rgpu_contracts import ClaimSet, Fleet
-from rgpu_runtime import Readiness, Settings, create_service_app, http_client, run_service
+from rgpu_runtime import (
+    FollowPolicy,
+    FollowStatus,
+    Readiness,
+    Settings,
+    create_service_app,
+    http_client,
+    run_service,
+)
 
 from .board import Board
-from .following import Follower, FollowPolicy, SourceStatus
 from .routes import ROUTES
 from .selfmetrics import SourceCollector
-from .sources import CLAIMS, FLEET, SourceClient
+from .sources import POLICY, follow_claims, follow_fleet
 from .state import Deps, State
 
 __all__ = ["create_app", "main"]
@@ -43,7 +49,7 @@ def create_app(
 ) -> Starlette:
     """Build the metrics service; transports replace the network to the peers in tests."""
     registry = CollectorRegistry() if registry is None else registry
-    policy = FollowPolicy() if policy is None else policy
+    policy = POLICY if policy is None else policy
     readiness = Readiness()
     board = Board()
     ProcessCollector(registry=registry)
@@ -66,24 +72,15 @@ def create_app(
             ) as allocator,
             anyio.create_task_group() as tg,
         ):
-            fleet = Follower[Fleet](
-                SourceClient(discovery, FLEET, margin=policy.margin_seconds),
-                policy=policy,
-                apply=board.set_fleet,
-                revision=lambda value: value.revision,
-            )
-            claims = Follower[ClaimSet](
-                SourceClient(allocator, CLAIMS, margin=policy.margin_seconds),
-                policy=policy,
-                apply=board.set_claims,
-                revision=lambda value: value.revision,
-            )
+            fleet = follow_fleet(discovery, board, policy)
+            claims = follow_claims(allocator, board, policy)
             statuses = (fleet.status, claims.status)
             collector = SourceCollector(board, statuses)
             registry.register(collector)
             try:
-                await tg.start(fleet.run)
-                await tg.start(claims.run)
+                # Started means "answered once"; the exporter must serve (not ready) before.
+                tg.start_soon(fleet.run)
+                tg.start_soon(claims.run)
                 await tg.start(_ready_once_answered, readiness, statuses)
                 yield {"deps": Deps(board=board, registry=registry)}
             finally:
@@ -101,7 +98,7 @@ def create_app(
 
 async def _ready_once_answered(
     readiness: Readiness,
-    statuses: Sequence[SourceStatus],
+    statuses: Sequence[FollowStatus],
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rgpu_runtime import FollowStatus
+
 from .board import Board
-from .following import SourceStatus
 
 __all__ = ["SourceCollector"]
 
@@ -26,7 +27,7 @@ class SourceCollector(Collector):
     def __init__(
         self,
         board: Board,
-        statuses: Sequence[SourceStatus],
+        statuses: Sequence[FollowStatus],
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -1,0 +1,290 @@
+"""The allocator, the extender and metrics each mirror a peer's long-polled value (the fleet,
+the topology, the claims) for as long as they run, and must do it the same way.
+
+A ``Follower`` asks ``GET <path>`` at once, then ``?since=R&wait=S`` with the revision ``R``
+of the last value it took. It obeys these rules, in one place:
+
+* **Changed**: an answer with a new revision goes to ``on_change`` and ``latest`` at once,
+  and the next call follows at once, so a burst of changes is not delayed.
+* **Unchanged** (the same revision, a ``304``, or a body byte-for-byte equal to the last):
+  nothing is re-applied, and the next call starts no sooner than ``min_interval_seconds``
+  after this one started. A held poll is long past that, so only a peer that answers at
+  once without waiting (an old build, a replica behind) is slowed, to ten calls a second.
+* **Failed** (``Unavailable``: unreachable, timeout, 429, 5xx; ``UpstreamError``: another
+  status, or a body that is not the contract): the last value stays, ``status`` says why,
+  the first failure of a run is logged, and the next call waits a capped, jittered backoff
+  and then asks without ``since``, so a recovered (or restarted) peer is taken within one
+  round trip instead of one full hold.
+* **Never backwards**: an answer whose revision is lower than the one held is dropped as
+  unchanged: within one run of answers, a value never steps back. Two such answers in a row
+  mean the peer we followed is gone (a restart that counts from lower), and the second one
+  is taken. Ordering revisions across replicas is not attempted here.
+* **Started** is reported through ``task_status.started()`` after the first successful
+  answer, and only then; ``status.answered`` is set at the same moment, for a lifespan that
+  must serve before its peer answers (it starts the follower with ``start_soon``).
+
+No httpx, aiohttp or socket exception leaves this module: they become ``Unavailable`` or
+``UpstreamError`` (``raise ... from``), and ``run`` keeps them in ``status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, NoReturn, TypeVar
+
+import aiohttp
+import anyio
+import anyio.lowlevel
+import httpx
+import orjson
+from anyio.abc import TaskStatus
+
+from rgpu_contracts import ContractError
+
+from ._backoff import Backoff
+from ._http import response_error, upstream_error
+from ._versioned import Versioned
+from .errors import Unavailable, UpstreamError
+
+__all__ = ["FollowPolicy", "FollowStatus", "Follower"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# httpx_aiohttp maps most aiohttp failures to httpx ones, but not all; sockets raise OSError.
+_CALL_ERRORS = (httpx.HTTPError, aiohttp.ClientError, OSError)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowPolicy:
+    """How a follower paces its calls; one policy per service, the rules above are fixed."""
+
+    wait_seconds: float = 30.0
+    """How long the peer may hold a long-poll; changes arrive at once, this bounds idle polls.
+    Kept below the peers' 60 s limit and proxies' idle timeouts."""
+    margin_seconds: float = 5.0
+    """Extra seconds a call may take beyond ``wait_seconds`` before it counts as failed: a
+    10,000-card fleet is a few MB of JSON, and a GC pause must not mark a peer down."""
+    min_interval_seconds: float = 0.1
+    """Least time between the starts of two calls after an unchanged answer, so a peer that
+    ignores ``wait`` costs at most ten calls a second."""
+    backoff_initial_seconds: float = 0.2
+    """First retry delay after a failure; most failures are blips, a restarting peer is
+    usually back within a second."""
+    backoff_cap_seconds: float = 5.0
+    """Longest retry delay: a recovered peer is followed again within 5 s, fresh enough for
+    the allocator's decisions and well within a Prometheus scrape interval."""
+
+    def backoff(self) -> Backoff:
+        """The retry delays after failures."""
+        return Backoff(initial=self.backoff_initial_seconds, maximum=self.backoff_cap_seconds)
+
+
+class FollowStatus:
+    """What a follower knows about its peer's health; mutated only by the follower."""
+
+    __slots__ = ("answered", "failures", "last_error", "last_success", "name", "revision", "up")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.up = False
+        """Whether the last call succeeded."""
+        self.last_success: float | None = None
+        """When (follower clock) the peer last answered; ``None`` before the first answer."""
+        self.revision: int | None = None
+        """The revision of the value held."""
+        self.last_error = ""
+        """Why the last call failed; empty once the peer answers again."""
+        self.failures = 0
+        """Calls failed in a row."""
+        self.answered = anyio.Event()
+        """Set at the first successful answer (when ``run`` reports started)."""
+
+    def age(self, now: float) -> float | None:
+        """Seconds since the last successful answer, ``None`` before the first."""
+        return None if self.last_success is None else max(0.0, now - self.last_success)
+
+
+class Follower(Generic[T]):
+    """Long-poll one peer's ``path`` forever, keeping the latest value it answered.
+
+    ``http`` is the peer's client (its base URL and transport; tests inject the transport),
+    ``decode`` the contract's ``from_dict``, ``revision`` reads a value's revision.
+    ``on_change`` is called with every new value, ``on_status`` after every call; ``clock``
+    and ``sleep`` pace the calls (tests pass fakes).
+    """
+
+    __slots__ = (
+        "_backoff",
+        "_clock",
+        "_decode",
+        "_dropped",
+        "_http",
+        "_last_body",
+        "_on_change",
+        "_on_status",
+        "_path",
+        "_policy",
+        "_revision",
+        "_rng",
+        "_sleep",
+        "latest",
+        "status",
+    )
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        path: str,
+        *,
+        name: str,
+        decode: Callable[[object], T],
+        revision: Callable[[T], int],
+        policy: FollowPolicy | None = None,
+        on_change: Callable[[T], object] | None = None,
+        on_status: Callable[[FollowStatus], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self._http = http
+        self._path = path
+        self._decode = decode
+        self._revision = revision
+        self._policy = policy or FollowPolicy()
+        self._backoff = self._policy.backoff()
+        self._on_change = on_change
+        self._on_status = on_status
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = random.Random()
+        self._last_body = b""
+        self._dropped = False
+        self.status = FollowStatus(name)
+        self.latest: Versioned[T | None] = Versioned(None, revision=0)
+        """Every value taken, in turn; its own revision counts them (not the peer's)."""
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> NoReturn:
+        """Follow the peer until cancelled; reports started after its first answer."""
+        while True:
+            began = self._clock()
+            try:
+                changed = await self.poll_once()
+            except (Unavailable, UpstreamError) as exc:
+                self._failed(exc)
+                await self._sleep(self._backoff.delay(self.status.failures - 1, self._rng))
+                continue
+            if not self.status.answered.is_set():
+                self.status.answered.set()
+                task_status.started()
+            if changed:
+                # Let the tasks this answer woke (readiness, waiters on ``latest``) run before
+                # the next call, as they would after a pause.
+                await anyio.lowlevel.checkpoint()
+            else:
+                await self._sleep(
+                    max(0.0, began + self._policy.min_interval_seconds - self._clock())
+                )
+
+    async def poll_once(self) -> bool:
+        """One call: take the answer if it is new; returns whether it was.
+
+        Raises ``Unavailable`` or ``UpstreamError``; ``run`` records those in ``status``.
+        """
+        since = self.status.revision if self.status.up else None
+        body = await self._get(since)
+        # A 10,000-card fleet takes ~100 ms to decode; in a worker thread the event loop
+        # still gets the GIL every few milliseconds, so other requests are slowed, not stalled.
+        value = None if body is None else await anyio.to_thread.run_sync(self._value, body)
+        changed = self._unchanged() if body is None or value is None else self._take(value, body)
+        self._succeeded()
+        return changed
+
+    async def _get(self, since: int | None) -> bytes | None:
+        policy = self._policy
+        params = {} if since is None else {"since": str(since), "wait": f"{policy.wait_seconds:g}"}
+        deadline = policy.margin_seconds + (0.0 if since is None else policy.wait_seconds)
+        peer = str(self._http.base_url.join(self._path))
+        try:
+            with anyio.fail_after(deadline):
+                response = await self._http.get(self._path, params=params, timeout=deadline)
+        except TimeoutError as exc:
+            raise Unavailable(f"{peer} did not answer within {deadline:g} s; retry later") from exc
+        except _CALL_ERRORS as exc:
+            raise upstream_error(exc, peer=peer) from exc
+        if response.status_code == httpx.codes.NOT_MODIFIED:
+            return None
+        if response.is_error:
+            raise response_error(response, peer=peer)
+        return response.content
+
+    def _value(self, body: bytes) -> T | None:
+        # A quiet long-poll answers the same value again after each hold; decoding a large
+        # fleet again costs ~100 ms for nothing.
+        if body == self._last_body:
+            return None
+        peer = f"{self.status.name} {self._path}"
+        try:
+            raw = orjson.loads(body)
+            value = self._decode(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(
+                f"{peer} answered a body that is not JSON: {exc}", peer_status=200
+            ) from exc
+        except ContractError as exc:
+            raise UpstreamError(f"{peer} answered off-contract: {exc}", peer_status=200) from exc
+        return value
+
+    def _unchanged(self) -> bool:
+        self._dropped = False
+        return False
+
+    def _take(self, value: T, body: bytes) -> bool:
+        revision, held = self._revision(value), self.status.revision
+        if held is not None and revision == held:
+            return self._unchanged()
+        if held is not None and self.status.up and revision < held and not self._dropped:
+            self._dropped = True
+            logger.info(
+                "%s answered revision %d, older than %d; keeping the latest",
+                self.status.name,
+                revision,
+                held,
+            )
+            return False
+        self._dropped = False
+        self._last_body = body
+        self.status.revision = revision
+        if self._on_change is not None:
+            self._on_change(value)
+        self.latest.publish(value)
+        return True
+
+    def _succeeded(self) -> None:
+        status = self.status
+        if status.failures and status.last_error:
+            logger.info("%s is back", status.name, extra={"source": status.name})
+        status.up, status.last_error, status.failures = True, "", 0
+        status.last_success = self._clock()
+        self._report()
+
+    def _failed(self, exc: Unavailable | UpstreamError) -> None:
+        status = self.status
+        if status.failures == 0:
+            logger.warning(
+                "%s failed, keeping its last value: %s",
+                status.name,
+                exc.message,
+                extra={"source": status.name, "code": exc.code},
+            )
+        status.up, status.last_error = False, exc.message
+        status.failures += 1
+        self._report()
+
+    def _report(self) -> None:
+        if self._on_status is not None:
+            self._on_status(self.status)
