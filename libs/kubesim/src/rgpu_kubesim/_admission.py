@@ -215,6 +215,16 @@ def _apply_patch(
     return patched
 
 
+def _options(attrs: Attributes) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "kind": _OPTIONS_KIND.get(attrs.operation, "CreateOptions"),
+        "apiVersion": "meta.k8s.io/v1",
+    }
+    if attrs.dry_run:
+        options["dryRun"] = ["All"]
+    return options
+
+
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:
     resource = attrs.resource
     kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
@@ -232,10 +242,7 @@ def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str
         userInfo={"username": attrs.user, "groups": ["system:authenticated"]},
         object=obj,
         oldObject=attrs.old,
-        dryRun=False,
-        options={
-            "kind": _OPTIONS_KIND.get(attrs.operation, "CreateOptions"),
-            "apiVersion": "meta.k8s.io/v1",
-        },
+        dryRun=attrs.dry_run,
+        options=_options(attrs),
     )
     return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}

@@ -19,7 +19,11 @@ from rgpu_kubesim._resources import (
 
 JsonObj = dict[str, Any]
 
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "binding": ["create"],
+    "finalize": ["update"],
+}
 
 
 def version_info() -> JsonObj:

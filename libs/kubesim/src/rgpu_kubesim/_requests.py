@@ -80,13 +80,6 @@ def integer(query: Mapping[str, str], name: str, default: int) -> int:
     return int(value)
 
 
-def reject_dry_run(query: Mapping[str, str]) -> None:
-    if query.get("dryRun"):
-        raise _status.bad_request(
-            "dryRun is not supported by the simulated apiserver; remove the dryRun parameter"
-        )
-
-
 def wants_table(request: Request) -> bool:
     accept = request.headers.get("accept", "")
     return "as=Table" in accept and "g=meta.k8s.io" in accept

@@ -60,7 +60,7 @@ RESOURCES: tuple[Resource, ...] = (
         kind="Namespace",
         namespaced=False,
         short_names=("ns",),
-        subresources=("status",),
+        subresources=("status", "finalize"),
         field_labels=("status.phase",),
         status_is_subresource=True,
         delete_returns_object=True,
@@ -134,7 +134,9 @@ RESOURCES: tuple[Resource, ...] = (
     ),
 )
 
-SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType({"status": "", "binding": "Binding"})
+SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType(
+    {"status": "", "finalize": "", "binding": "Binding"}
+)
 """Kind served by a subresource; empty means the parent's kind."""
 
 VERBS: tuple[str, ...] = _CORE_VERBS

@@ -20,6 +20,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
+from rgpu_kubesim import _namespaces
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._app import create_app
 from rgpu_kubesim._faults import Faults
@@ -55,6 +56,9 @@ class ApiOptions:
     service-account tokens kube-apiserver would authenticate."""
     watch_buffer: int = 1_000
     """Events a watcher may have pending before it is cut as too slow."""
+    namespace_finalize_seconds: float = 0.2
+    """How long a deleted namespace stays Terminating before the namespace controller removes
+    it (kube's takes a few seconds); new content in it is refused meanwhile."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,10 +181,12 @@ async def run_apiserver(
     )
     sock = listening_socket(host, port)
     try:
-        async with serving(create_app(deps), sock):
+        async with serving(create_app(deps), sock), anyio.create_task_group() as tg:
+            await tg.start(_namespaces.run_controller, storage, options.namespace_finalize_seconds)
             try:
                 yield SimApiServer(url=socket_url(sock), store=Store(storage), faults=faults)
             finally:
+                tg.cancel_scope.cancel()
                 # Open watches would otherwise hold the graceful shutdown until they time out.
                 storage.hub.cut_all()
     finally:

@@ -13,11 +13,12 @@ import bisect
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rgpu_kubesim import _status, _strategies
+from rgpu_kubesim import _namespaces, _status, _strategies
+from rgpu_kubesim._history import Snapshots, View, rolled_back
 from rgpu_kubesim._objects import (
     Entry,
     Key,
@@ -29,10 +30,12 @@ from rgpu_kubesim._objects import (
     timestamp,
 )
 from rgpu_kubesim._paging import (
-    CONTINUE_EXPIRED,
+    LATEST,
     ListPage,
+    continue_expired,
     decode_continue,
     encode_continue,
+    list_too_old,
     parse_resource_version,
 )
 from rgpu_kubesim._patching import (
@@ -101,6 +104,8 @@ class Storage:
         self._sorted: dict[str, list[Key] | None] = {r.plural: [] for r in RESOURCES}
         self._logs = {r.plural: EventLog(watch_window, 0) for r in RESOURCES}
         self.hub = WatchHub()
+        self._snapshots = Snapshots()
+        self._terminating: set[str] = set()
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
 
@@ -127,13 +132,17 @@ class Storage:
         resource_version: str = "",
         match: str = "",
     ) -> ListPage:
-        """Entries in key order; ``limit``/``continue_token`` page through them."""
-        rv, start = self._list_start(resource, continue_token, resource_version, match)
-        keys = self._keys_in(resource, wanted.namespace, start)
-        table = self._objects[resource.plural]
+        """Entries in key order; ``limit``/``continue_token`` page through them.
+
+        Every page comes from the state at the first page's resourceVersion, as kube's pages
+        come from one etcd revision; so does a list at ``resourceVersionMatch=Exact``.
+        """
+        rv, start = self._list_start(resource, continue_token, resource_version, match, limit)
+        view = self._view(resource, rv)
+        keys = _window(view.keys, resource, wanted.namespace, start)
         chosen: list[Entry] = []
         for index, key in enumerate(keys):
-            entry = table[key]
+            entry = view.table[key]
             if wanted.admits(entry.namespace, entry.labels, entry.fields):
                 if limit and len(chosen) == limit:
                     token = encode_continue(rv, chosen[-1].key)
@@ -145,7 +154,7 @@ class Storage:
         return ListPage(entries=tuple(chosen), rv=rv)
 
     def _list_start(
-        self, resource: Resource, token: str, resource_version: str, match: str
+        self, resource: Resource, token: str, resource_version: str, match: str, limit: int
     ) -> tuple[int, Key | None]:
         if token:
             if resource_version not in ("", "0"):
@@ -153,32 +162,43 @@ class Storage:
                     "specifying resource version is not allowed when using continue"
                 )
             rv, start = decode_continue(token)
+            if rv == LATEST:
+                return self._rv, start
             if rv < self._logs[resource.plural].oldest_resumable():
-                raise _status.expired(CONTINUE_EXPIRED)
+                raise continue_expired(encode_continue(LATEST, start))
             return rv, start
-        self._check_list_version(resource, resource_version, match)
-        return self._rv, None
+        return self._list_version(resource, resource_version, match, limit), None
 
-    def _check_list_version(self, resource: Resource, resource_version: str, match: str) -> None:
+    def _list_version(
+        self, resource: Resource, resource_version: str, match: str, limit: int
+    ) -> int:
         if resource_version in ("", "0"):
-            return
+            return self._rv
         requested = parse_resource_version(resource_version)
         if requested > self._rv:
             raise _status.too_large(requested, self._rv)
-        if match == "Exact" and requested != self._rv:
-            raise _status.too_old(requested, self._rv)
+        # Without a match, a paged list at a version is exact (kube's legacy rule).
+        if match == "Exact" or (not match and limit):
+            if requested < self._logs[resource.plural].oldest_resumable():
+                raise list_too_old()
+            return requested
+        return self._rv
 
-    def _keys_in(self, resource: Resource, namespace: str | None, after: Key | None) -> list[Key]:
+    def _view(self, resource: Resource, rv: int) -> View:
+        table = self._objects[resource.plural]
+        newer = self._logs[resource.plural].since(rv) if rv < self._rv else []
+        if not newer:
+            return View(table, self._sorted_keys(resource))
+        return self._snapshots.get(resource.plural, rv, lambda: rolled_back(table, newer))
+
+    def _sorted_keys(self, resource: Resource) -> list[Key]:
         keys = self._sorted[resource.plural]
         if keys is None:
             keys = self._sorted[resource.plural] = sorted(self._objects[resource.plural])
-        low, high = 0, len(keys)
-        if namespace is not None and resource.namespaced:
-            low = bisect.bisect_left(keys, (namespace, ""))
-            high = bisect.bisect_left(keys, (namespace + "\x00", ""))
-        if after is not None:
-            low = max(low, bisect.bisect_right(keys, after))
-        return keys[low:high]
+        return keys
+
+    def _keys_in(self, resource: Resource, namespace: str | None, after: Key | None) -> list[Key]:
+        return list(_window(self._sorted_keys(resource), resource, namespace, after))
 
     def open_watch(
         self,
@@ -225,10 +245,13 @@ class Storage:
         _strategies.apply_defaults(resource, body)
         return body
 
-    def create(self, resource: Resource, namespace: str, obj: object) -> Entry:
+    def create(
+        self, resource: Resource, namespace: str, obj: object, *, dry_run: bool = False
+    ) -> Entry:
+        """Store a new object; with ``dry_run`` only answer what would be stored."""
         body = self.normalize(resource, namespace, obj)
-        self.require_namespace(resource, namespace)
         meta = body["metadata"]
+        self.require_namespace(resource, namespace, str(meta.get("name") or ""))
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(self._rng.choices(_NAME_ALPHABET, k=5))
         _strategies.prepare_for_create(resource, body)
@@ -240,15 +263,27 @@ class Storage:
         meta["creationTimestamp"] = timestamp(self._clock())
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)
-        return self._commit(resource, ADDED, body, None)
+        return self._commit(resource, ADDED, body, None, dry_run=dry_run)
 
-    def require_namespace(self, resource: Resource, namespace: str) -> None:
-        """Creating in a namespace that does not exist is a 404 for the namespace."""
-        if resource.namespaced and ("", namespace) not in self._objects["namespaces"]:
+    def require_namespace(self, resource: Resource, namespace: str, name: str = "") -> None:
+        """Creating in a missing namespace is a 404; in a terminating one, a 403."""
+        if not resource.namespaced:
+            return
+        found = self._objects["namespaces"].get(("", namespace))
+        if found is None:
             raise _status.not_found(_NAMESPACES, namespace)
+        if _namespaces.is_terminating(found):
+            raise _namespaces.being_terminated(resource, name, namespace)
 
     def update(
-        self, resource: Resource, namespace: str, name: str, obj: object, *, subresource: str = ""
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        obj: object,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
     ) -> Entry:
         body = self.normalize(resource, namespace, obj, name=name)
         current = self.get(resource, namespace, name)
@@ -259,7 +294,10 @@ class Storage:
         _strategies.validate(resource, new, old)
         if new == old:
             return current
-        return self._commit(resource, MODIFIED, new, current)
+        entry = self._commit(resource, MODIFIED, new, current, dry_run=dry_run)
+        if resource is _NAMESPACES and not dry_run and _namespaces.releasable(new):
+            self._commit(resource, DELETED, new, entry)
+        return entry
 
     def _check_version(self, resource: Resource, body: JsonObj, current: Entry) -> None:
         wanted = body["metadata"].get("resourceVersion")
@@ -301,10 +339,13 @@ class Storage:
         content_type: str,
         *,
         subresource: str = "",
+        dry_run: bool = False,
     ) -> Entry:
         current = self.get(resource, namespace, name)
         body = self.patched(resource, current, patch, content_type)
-        return self.update(resource, namespace, name, body, subresource=subresource)
+        return self.update(
+            resource, namespace, name, body, subresource=subresource, dry_run=dry_run
+        )
 
     def delete(
         self,
@@ -312,15 +353,45 @@ class Storage:
         namespace: str,
         name: str,
         preconditions: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
     ) -> Entry:
+        """Delete now (a namespace only starts terminating); ``dry_run`` changes nothing."""
         current = self.get(resource, namespace, name)
         _check_preconditions(resource, current, preconditions or {})
         if resource is _NAMESPACES:
-            if name in _UNDELETABLE_NAMESPACES:
-                message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
-                raise _status.failure(403, message, details={"name": name, "kind": "namespaces"})
-            self._delete_namespace_contents(name)
+            return self._terminate_namespace(current, dry_run=dry_run)
+        if dry_run:
+            return current
         return self._commit(resource, DELETED, current.decode(), current)
+
+    def _terminate_namespace(self, current: Entry, *, dry_run: bool) -> Entry:
+        name = current.name
+        if name in _UNDELETABLE_NAMESPACES:
+            message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+            raise _status.failure(403, message, details={"name": name, "kind": "namespaces"})
+        if _namespaces.is_terminating(current):
+            raise _namespaces.already_terminating(_NAMESPACES, name)
+        body = _namespaces.terminating(current.decode(), timestamp(self._clock()))
+        entry = self._commit(_NAMESPACES, MODIFIED, body, current, dry_run=dry_run)
+        if not dry_run:
+            self._delete_namespace_contents(name)
+            self._terminating.add(name)
+        return entry
+
+    def finalize_namespaces(self) -> None:
+        """The namespace controller's pass: empty, finalize and release terminating namespaces."""
+        for name in sorted(self._terminating):
+            self._terminating.discard(name)
+            current = self._objects["namespaces"].get(("", name))
+            if current is None:
+                continue
+            self._delete_namespace_contents(name)
+            body = _namespaces.finalized(current.decode())
+            if body != current.decode():
+                current = self._commit(_NAMESPACES, MODIFIED, body, current)
+            if _namespaces.releasable(body):
+                self._commit(_NAMESPACES, DELETED, current.decode(), current)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         for resource in RESOURCES:
@@ -349,7 +420,20 @@ class Storage:
         _set_condition(pod.setdefault("status", {}), "PodScheduled", timestamp(self._clock()))
         return self._commit(_PODS, MODIFIED, pod, current)
 
-    def _commit(self, resource: Resource, kind: str, obj: JsonObj, prev: Entry | None) -> Entry:
+    def _commit(
+        self,
+        resource: Resource,
+        kind: str,
+        obj: JsonObj,
+        prev: Entry | None,
+        *,
+        dry_run: bool = False,
+    ) -> Entry:
+        if dry_run:
+            # What would be stored: a create has no resourceVersion yet, an update keeps its own.
+            if prev is None:
+                obj["metadata"].pop("resourceVersion", None)
+            return make_entry(resource, ordered(obj))
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         entry = make_entry(resource, ordered(obj))
@@ -376,6 +460,18 @@ class Storage:
 
     def entries(self, resource: Resource) -> Iterable[Entry]:
         return self._objects[resource.plural].values()
+
+
+def _window(
+    keys: Sequence[Key], resource: Resource, namespace: str | None, after: Key | None
+) -> Sequence[Key]:
+    low, high = 0, len(keys)
+    if namespace is not None and resource.namespaced:
+        low = bisect.bisect_left(keys, (namespace, ""))
+        high = bisect.bisect_left(keys, (namespace + "\x00", ""))
+    if after is not None:
+        low = max(low, bisect.bisect_right(keys, after))
+    return keys[low:high]
 
 
 def _check_namespace(resource: Resource, namespace: str, meta: JsonObj) -> None:

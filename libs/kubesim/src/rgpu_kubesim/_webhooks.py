@@ -32,6 +32,7 @@ class Attributes:
     api_version: str
     user: str
     namespace_labels: Mapping[str, str]
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
