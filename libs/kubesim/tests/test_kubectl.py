@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import yaml
 
 from rgpu_kubesim import SimApiServer
+from rgpu_kubesim.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletEmulator
 
 pytestmark = pytest.mark.anyio
 
@@ -140,3 +142,24 @@ async def test_group_resources_are_discovered(kubectl: Kubectl, sim: SimApiServe
     configs = (await kubectl("get", "mutatingwebhookconfigurations")).splitlines()
     assert configs[0].split() == ["NAME", "WEBHOOKS", "AGE"]
     assert configs[1].split()[:2] == ["rgpu", "1"]
+
+
+async def test_running_pod_shows_ready_and_its_ip_in_wide_output(
+    kubectl: Kubectl, sim: SimApiServer, client: httpx.AsyncClient, pod: Callable[..., Any]
+) -> None:
+    address = {"type": "InternalIP", "address": "192.0.2.9"}
+    sim.store.create("nodes", {"metadata": {"name": "n1"}, "status": {"addresses": [address]}})
+    sim.store.create("pods", pod("web", metadata={"annotations": {RUN_SECONDS_ANNOTATION: "60"}}))
+    sim.store.bind("web", "n1")
+    emulator = KubeletEmulator(KubeletConfig(start_delay_seconds=0), client, lambda _: None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(emulator.run)
+        with anyio.fail_after(5):
+            while sim.store.get("pods", "web")["status"].get("phase") != "Running":
+                await anyio.sleep(0.01)
+        lines = (await kubectl("get", "pods", "-o", "wide")).splitlines()
+        tg.cancel_scope.cancel()
+    assert lines[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    row = lines[1].split()
+    pod_ip = sim.store.get("pods", "web")["status"]["podIP"]
+    assert (row[0], row[1], row[2], row[5], row[6]) == ("web", "1/1", "Running", pod_ip, "n1")

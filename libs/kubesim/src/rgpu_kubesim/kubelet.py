@@ -23,10 +23,12 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
+from . import _pod_status
 from ._container_env import resolve_env
 from ._informer import DELETED, Informer, KubeHttp
 from ._lupine_errors import SimOptionError
 from ._lupine_state import LupineGpu
+from ._pod_addresses import PodAddresses
 from ._quantity import parse_quantity
 
 __all__ = [
@@ -227,6 +229,7 @@ class KubeletEmulator:
         self._records: dict[str, RunRecord] = {}
         self._running: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
+        self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
 
     @property
@@ -276,28 +279,49 @@ class KubeletEmulator:
         if self._running.get(uid) is scope:
             del self._running[uid]
         self._disconnect(uid)
+        self._addresses.release(uid)
 
     async def _lifecycle(self, pod: dict[str, Any]) -> None:
         await anyio.sleep(self.config.start_delay_seconds)
         path = _path(pod)
         current = await self._read(path, str(pod["metadata"]["uid"]))
         record = self._start(current)
+        where = await self._placement(current)
         env_json = orjson.dumps(record.env).decode()
         await self._write(path, {"metadata": {"annotations": {ENV_ANNOTATION: env_json}}})
         if record.phase == "Failed":
-            status = {
-                "phase": "Failed",
-                "reason": "RemoteGPUUnavailable",
-                "message": record.message,
-            }
-            await self._write(f"{path}/status", {"status": status})
+            end = _pod_status.Exit(
+                phase="Failed",
+                exit_code=1,
+                reason="Error",
+                finished_at=_now_rfc3339(),
+                message=record.message,
+                pod_reason="RemoteGPUUnavailable",
+            )
+            await self._write_status(path, _pod_status.terminated(current, where, end))
             return
-        await self._write(
-            f"{path}/status", {"status": {"phase": "Running", "startTime": _now_rfc3339()}}
-        )
+        await self._write_status(path, _pod_status.running(current, where))
         await anyio.sleep(self._run_seconds(current))
         self._finish(record.uid)
-        await self._write(f"{path}/status", {"status": {"phase": "Succeeded"}})
+        done = _pod_status.Exit(
+            phase="Succeeded", exit_code=0, reason="Completed", finished_at=_now_rfc3339()
+        )
+        await self._write_status(path, _pod_status.terminated(current, where, done))
+
+    async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
+        """The node's InternalIP and the pod's address in the node's pod range."""
+        name = str(pod["spec"]["nodeName"])
+        response = await self._send(lambda: self.api.client.get(f"/api/v1/nodes/{name}"))
+        node: dict[str, Any] = orjson.loads(response.content) if response.status_code == 200 else {}
+        addresses = (node.get("status") or {}).get("addresses") or ()
+        internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
+        pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
+        # A node without an InternalIP gets its pod range's gateway, as a bridge would have it.
+        host_ip = internal[0] if internal else self._addresses.gateway(node, name)
+        return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=_now_rfc3339())
+
+    async def _write_status(self, path: str, status: Mapping[str, Any]) -> None:
+        await self._write(f"{path}/status", {"status": status})
 
     # -- starting and stopping containers ----------------------------------------------------
 
