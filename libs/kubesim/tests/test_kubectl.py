@@ -163,3 +163,15 @@ async def test_running_pod_shows_ready_and_its_ip_in_wide_output(
     row = lines[1].split()
     pod_ip = sim.store.get("pods", "web")["status"]["podIP"]
     assert (row[0], row[1], row[2], row[5], row[6]) == ("web", "1/1", "Running", pod_ip, "n1")
+
+
+async def test_create_with_an_unknown_field_is_refused_by_server_side_validation(
+    sim: SimApiServer, kubectl: Kubectl
+) -> None:
+    manifest = POD.replace("    image: nginx:1.25", "    image: nginx:1.25\n    imagePolicy: x")
+    with pytest.raises(
+        AssertionError,
+        match=r'strict decoding error: unknown field "spec\.containers\[0\]\.imagePolicy"',
+    ):
+        await kubectl("create", "-f", "-", stdin=manifest)
+    assert sim.store.list("pods") == []

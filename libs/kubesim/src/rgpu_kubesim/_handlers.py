@@ -18,7 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim import _options, _requests, _status, _tables
+from rgpu_kubesim import _fields, _options, _requests, _status, _tables
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._objects import Entry, full_object
@@ -132,17 +132,20 @@ class ResourceHandlers:
     async def create(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
         options = _options.write_options("create", request.query_params)
-        obj = storage.normalize(target.resource, namespace, await _requests.read_object(request))
+        body = await _requests.read_object(request)
+        warnings = _fields.enforce(target.resource, body, options.field_validation)
+        obj = storage.normalize(target.resource, namespace, body)
         name = str(obj["metadata"].get("name") or "")
         storage.require_namespace(target.resource, namespace, name)
         obj = await self._admitted(request, target, "CREATE", obj, None, dry_run=options.dry_run)
         entry = storage.create(target.resource, namespace, obj, dry_run=options.dry_run)
-        return object_response(target.resource, entry, 201)
+        return object_response(target.resource, entry, 201, warnings)
 
     async def update(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
         options = _options.write_options("update", request.query_params)
         body = await _requests.read_object(request)
+        warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
         obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
@@ -154,7 +157,7 @@ class ResourceHandlers:
             subresource=target.subresource,
             dry_run=options.dry_run,
         )
-        return object_response(target.resource, entry)
+        return object_response(target.resource, entry, warnings=warnings)
 
     async def patch(self, target: Target, request: Request) -> Response:
         options = _options.write_options("patch", request.query_params)
@@ -178,6 +181,7 @@ class ResourceHandlers:
         storage, namespace = self.deps.storage, target.namespace or ""
         current = storage.get(target.resource, namespace, target.name)
         obj = storage.patched(target.resource, current, patch, content_type)
+        warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
         obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
@@ -195,7 +199,7 @@ class ResourceHandlers:
             if exc.code == 409 and not explicit:
                 raise _RetryablePatchConflict(exc) from exc
             raise
-        return object_response(target.resource, entry)
+        return object_response(target.resource, entry, warnings=warnings)
 
     async def delete(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
