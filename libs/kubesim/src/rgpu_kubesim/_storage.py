@@ -9,16 +9,15 @@ HTTP requests and direct `Store` calls behave identically.
 
 from __future__ import annotations
 
-import bisect
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rgpu_kubesim import _namespaces, _status, _strategies
-from rgpu_kubesim._history import Snapshots, View, rolled_back
+from rgpu_kubesim._listing import Listing
 from rgpu_kubesim._objects import (
     Entry,
     Key,
@@ -29,15 +28,7 @@ from rgpu_kubesim._objects import (
     ordered,
     timestamp,
 )
-from rgpu_kubesim._paging import (
-    LATEST,
-    ListPage,
-    continue_expired,
-    decode_continue,
-    encode_continue,
-    list_too_old,
-    parse_resource_version,
-)
+from rgpu_kubesim._paging import ListPage, parse_resource_version
 from rgpu_kubesim._patching import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -104,7 +95,7 @@ class Storage:
         self._sorted: dict[str, list[Key] | None] = {r.plural: [] for r in RESOURCES}
         self._logs = {r.plural: EventLog(watch_window, 0) for r in RESOURCES}
         self.hub = WatchHub()
-        self._snapshots = Snapshots()
+        self._listing = Listing(self._objects, self._sorted, self._logs, lambda: self._rv)
         self._terminating: set[str] = set()
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
@@ -132,73 +123,18 @@ class Storage:
         resource_version: str = "",
         match: str = "",
     ) -> ListPage:
-        """Entries in key order; ``limit``/``continue_token`` page through them.
-
-        Every page comes from the state at the first page's resourceVersion, as kube's pages
-        come from one etcd revision; so does a list at ``resourceVersionMatch=Exact``.
-        """
-        rv, start = self._list_start(resource, continue_token, resource_version, match, limit)
-        view = self._view(resource, rv)
-        keys = _window(view.keys, resource, wanted.namespace, start)
-        chosen: list[Entry] = []
-        for index, key in enumerate(keys):
-            entry = view.table[key]
-            if wanted.admits(entry.namespace, entry.labels, entry.fields):
-                if limit and len(chosen) == limit:
-                    token = encode_continue(rv, chosen[-1].key)
-                    remaining = None if wanted.labels or wanted.fields else len(keys) - index
-                    return ListPage(
-                        entries=tuple(chosen), rv=rv, continue_token=token, remaining=remaining
-                    )
-                chosen.append(entry)
-        return ListPage(entries=tuple(chosen), rv=rv)
-
-    def _list_start(
-        self, resource: Resource, token: str, resource_version: str, match: str, limit: int
-    ) -> tuple[int, Key | None]:
-        if token:
-            if resource_version not in ("", "0"):
-                raise _status.bad_request(
-                    "specifying resource version is not allowed when using continue"
-                )
-            rv, start = decode_continue(token)
-            if rv == LATEST:
-                return self._rv, start
-            if rv < self._logs[resource.plural].oldest_resumable():
-                raise continue_expired(encode_continue(LATEST, start))
-            return rv, start
-        return self._list_version(resource, resource_version, match, limit), None
-
-    def _list_version(
-        self, resource: Resource, resource_version: str, match: str, limit: int
-    ) -> int:
-        if resource_version in ("", "0"):
-            return self._rv
-        requested = parse_resource_version(resource_version)
-        if requested > self._rv:
-            raise _status.too_large(requested, self._rv)
-        # Without a match, a paged list at a version is exact (kube's legacy rule).
-        if match == "Exact" or (not match and limit):
-            if requested < self._logs[resource.plural].oldest_resumable():
-                raise list_too_old()
-            return requested
-        return self._rv
-
-    def _view(self, resource: Resource, rv: int) -> View:
-        table = self._objects[resource.plural]
-        newer = self._logs[resource.plural].since(rv) if rv < self._rv else []
-        if not newer:
-            return View(table, self._sorted_keys(resource))
-        return self._snapshots.get(resource.plural, rv, lambda: rolled_back(table, newer))
-
-    def _sorted_keys(self, resource: Resource) -> list[Key]:
-        keys = self._sorted[resource.plural]
-        if keys is None:
-            keys = self._sorted[resource.plural] = sorted(self._objects[resource.plural])
-        return keys
+        """One page of matching entries; see `Listing.page`."""
+        return self._listing.page(
+            resource,
+            wanted,
+            limit=limit,
+            continue_token=continue_token,
+            resource_version=resource_version,
+            match=match,
+        )
 
     def _keys_in(self, resource: Resource, namespace: str | None, after: Key | None) -> list[Key]:
-        return list(_window(self._sorted_keys(resource), resource, namespace, after))
+        return self._listing.keys_in(resource, namespace, after)
 
     def open_watch(
         self,
@@ -460,18 +396,6 @@ class Storage:
 
     def entries(self, resource: Resource) -> Iterable[Entry]:
         return self._objects[resource.plural].values()
-
-
-def _window(
-    keys: Sequence[Key], resource: Resource, namespace: str | None, after: Key | None
-) -> Sequence[Key]:
-    low, high = 0, len(keys)
-    if namespace is not None and resource.namespaced:
-        low = bisect.bisect_left(keys, (namespace, ""))
-        high = bisect.bisect_left(keys, (namespace + "\x00", ""))
-    if after is not None:
-        low = max(low, bisect.bisect_right(keys, after))
-    return keys[low:high]
 
 
 def _check_namespace(resource: Resource, namespace: str, meta: JsonObj) -> None:
