@@ -168,3 +168,18 @@ async def test_unknown_dry_run_value_is_refused_like_kube(
         in (status["message"])
     )
     assert (await client.get(f"{PODS}/a")).status_code == 404
+
+
+async def test_streaming_list_at_a_future_version_reports_too_large(
+    client: httpx.AsyncClient,
+) -> None:
+    params = {
+        "watch": "true",
+        "sendInitialEvents": "true",
+        "resourceVersionMatch": "NotOlderThan",
+        "allowWatchBookmarks": "true",
+        "resourceVersion": "99999",
+    }
+    response = await client.get(PODS, params=params)
+    event = orjson.loads(response.text.splitlines()[0])
+    assert event["type"] == "ERROR" and event["object"]["code"] == 504

@@ -147,6 +147,11 @@ class Storage:
         """Register a watcher; the caller must `close_watch` it when the stream ends."""
         watcher = Watcher(resource, wanted, capacity=self._capacity)
         if send_initial or resource_version in ("", "0"):
+            if resource_version not in ("", "0"):
+                # A streaming list at a version not older than one this server has not reached.
+                requested = parse_resource_version(resource_version)
+                if requested > self._rv:
+                    raise _status.too_large(requested, self._rv)
             initial = self._state_lines(resource, watcher)
         else:
             requested = parse_resource_version(resource_version)
