@@ -175,3 +175,23 @@ async def test_create_with_an_unknown_field_is_refused_by_server_side_validation
     ):
         await kubectl("create", "-f", "-", stdin=manifest)
     assert sim.store.list("pods") == []
+
+
+async def test_server_side_dry_run_creates_and_deletes_nothing(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    assert "(server dry run)" in await kubectl("create", "--dry-run=server", "-f", "-", stdin=POD)
+    assert sim.store.list("pods") == []
+    sim.store.create("pods", pod("a"))
+    assert "(server dry run)" in await kubectl("delete", "pod", "a", "--dry-run=server")
+    assert [p["metadata"]["name"] for p in sim.store.list("pods")] == ["a"]
+
+
+async def test_delete_namespace_waits_for_it_to_terminate_and_go(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    sim.store.create("namespaces", {"metadata": {"name": "team"}})
+    sim.store.create("pods", pod("a", namespace="team"))
+    assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
+    names = [n["metadata"]["name"] for n in sim.store.list("namespaces")]
+    assert "team" not in names and sim.store.list("pods", namespace="team") == []

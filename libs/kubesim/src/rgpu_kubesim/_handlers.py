@@ -203,8 +203,9 @@ class ResourceHandlers:
 
     async def delete(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
-        options = _options.write_options("delete", request.query_params)
-        preconditions = await _requests.read_delete_options(request)
+        body = await _requests.read_delete_options(request)
+        options = _options.write_options("delete", request.query_params, body.get("dryRun"))
+        preconditions = body.get("preconditions") or {}
         current = storage.get(target.resource, namespace, target.name)
         entry = await self._delete_one(request, target, current, preconditions, options.dry_run)
         if target.resource.delete_returns_object:

@@ -126,10 +126,14 @@ def _boolean(query: Mapping[str, str], name: str) -> bool:
     raise _status.bad_request(f"{name} must be a boolean, got {value!r}")
 
 
-def write_options(verb: str, query: QueryParams) -> WriteOptions:
-    """dryRun and fieldValidation of a write; 422 for values kube does not support."""
+def write_options(verb: str, query: QueryParams, body_dry_run: object = None) -> WriteOptions:
+    """dryRun and fieldValidation of a write; 422 for values kube does not support.
+
+    ``body_dry_run`` is a DeleteOptions body's ``dryRun`` (kubectl sends it there).
+    """
     kind, causes = _OPTION_KINDS[verb], []
-    values = [v for v in query.getlist("dryRun") if v]
+    from_body = body_dry_run if isinstance(body_dry_run, list) else []
+    values = [str(v) for v in [*query.getlist("dryRun"), *from_body] if v]
     if any(v != "All" for v in values):
         shown = "[]string{" + ", ".join(f'"{v}"' for v in values) + "}"
         causes.append(_unsupported("dryRun", shown, ("All",)))
