@@ -100,7 +100,10 @@ async def test_unknown_field_validation_directive_is_422(
 ) -> None:
     response = await client.post(PODS, params={"fieldValidation": "Loose"}, json=pod("a"))
     assert response.status_code == 422
-    assert 'fieldValidation: Unsupported value: "Loose"' in response.json()["message"]
+    assert response.json()["message"] == (
+        'CreateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "Loose": '
+        'supported values: "", "Ignore", "Strict", "Warn"'
+    )
 
 
 @pytest.mark.parametrize(

@@ -163,10 +163,7 @@ async def test_unknown_dry_run_value_is_refused_like_kube(
 ) -> None:
     response = await client.post(PODS, params={"dryRun": "Maybe"}, json=pod("a"))
     status = await _invalid(response, "CreateOptions")
-    assert (
-        'dryRun: Unsupported value: []string{"Maybe"}: supported values: "All"'
-        in (status["message"])
-    )
+    assert 'dryRun: Unsupported value: ["Maybe"]: supported values: "All"' in (status["message"])
     assert (await client.get(f"{PODS}/a")).status_code == 404
 
 

@@ -18,7 +18,7 @@ from rgpu_kubesim._status import Cause
 from rgpu_kubesim._validation import forbidden
 
 EXACT, NOT_OLDER_THAN = "Exact", "NotOlderThan"
-FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
+FIELD_VALIDATION = ("Ignore", "Strict", "Warn")
 _OPTION_KINDS = {
     "create": "CreateOptions",
     "update": "UpdateOptions",
@@ -135,10 +135,10 @@ def write_options(verb: str, query: QueryParams, body_dry_run: object = None) ->
     from_body = body_dry_run if isinstance(body_dry_run, list) else []
     values = [str(v) for v in [*query.getlist("dryRun"), *from_body] if v]
     if any(v != "All" for v in values):
-        shown = "[]string{" + ", ".join(f'"{v}"' for v in values) + "}"
+        shown = "[" + ",".join(f'"{v}"' for v in values) + "]"
         causes.append(_unsupported("dryRun", shown, ("All",)))
     validation = query.get("fieldValidation", "") or "Warn"
     if verb != "delete" and validation not in FIELD_VALIDATION:
-        causes.append(_unsupported("fieldValidation", f'"{validation}"', FIELD_VALIDATION))
+        causes.append(_unsupported("fieldValidation", f'"{validation}"', ("", *FIELD_VALIDATION)))
     _refuse(kind, causes)
     return WriteOptions(dry_run=bool(values), field_validation=validation)
