@@ -391,3 +391,17 @@ async def test_username_comes_from_a_mapped_user_agent_when_no_header_names_one(
         await client.post(PODS, json=pod("b"), headers={"User-Agent": "kubectl/v1.32"})
     users = [r["request"]["userInfo"]["username"] for r in webhook.reviews]
     assert users == [service, "kubernetes-admin"]
+
+
+async def test_dry_run_calls_webhooks_with_dry_run_true_and_stores_nothing(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
+) -> None:
+    patch = fixture("admission-response-patch.decoded.json")
+    webhook.reply = lambda path, review: allow(review["request"], patch)
+    await _configure(client, _configuration(webhook))
+    created = await client.post(PODS, params={"dryRun": "All"}, json=pod("trainer-0"))
+    assert created.status_code == 201
+    assert created.json()["spec"]["schedulerName"] == "rgpu-scheduler"
+    request = webhook.reviews[0]["request"]
+    assert request["dryRun"] is True and request["options"]["dryRun"] == ["All"]
+    assert (await client.get(f"{PODS}/trainer-0")).status_code == 404

@@ -271,14 +271,6 @@ async def test_delete_collection_deletes_matching_objects(
     assert [p["metadata"]["name"] for p in sim.store.list("pods")] == ["b"]
 
 
-async def test_dry_run_is_refused_rather_than_persisted(
-    client: httpx.AsyncClient, pod: Manifest
-) -> None:
-    response = await client.post(PODS, params={"dryRun": "All"}, json=pod("a"))
-    assert response.status_code == 400 and "dryRun" in response.json()["message"]
-    assert (await client.get(f"{PODS}/a")).status_code == 404
-
-
 async def test_binding_returns_201_status_and_rebinding_conflicts(
     client: httpx.AsyncClient, ml_team: None, pod: Manifest, fixture: Loader
 ) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import yaml
 
 from rgpu_kubesim import SimApiServer
+from rgpu_kubesim.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletEmulator
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -152,3 +154,56 @@ async def test_service_accounts_are_created_and_listed(kubectl: Kubectl) -> None
     table = (await kubectl("get", "serviceaccounts")).splitlines()
     assert table[0].split() == ["NAME", "SECRETS", "AGE"]
     assert table[1].split()[:2] == ["robot", "0"]
+
+
+async def test_running_pod_shows_ready_and_its_ip_in_wide_output(
+    kubectl: Kubectl, sim: SimApiServer, client: httpx.AsyncClient, pod: Callable[..., Any]
+) -> None:
+    address = {"type": "InternalIP", "address": "192.0.2.9"}
+    sim.store.create("nodes", {"metadata": {"name": "n1"}, "status": {"addresses": [address]}})
+    sim.store.create("pods", pod("web", metadata={"annotations": {RUN_SECONDS_ANNOTATION: "60"}}))
+    sim.store.bind("web", "n1")
+    emulator = KubeletEmulator(KubeletConfig(start_delay_seconds=0), client, lambda _: None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(emulator.run)
+        with anyio.fail_after(5):
+            while sim.store.get("pods", "web")["status"].get("phase") != "Running":
+                await anyio.sleep(0.01)
+        lines = (await kubectl("get", "pods", "-o", "wide")).splitlines()
+        tg.cancel_scope.cancel()
+    assert lines[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    row = lines[1].split()
+    pod_ip = sim.store.get("pods", "web")["status"]["podIP"]
+    assert (row[0], row[1], row[2], row[5], row[6]) == ("web", "1/1", "Running", pod_ip, "n1")
+
+
+async def test_create_with_an_unknown_field_is_refused_by_server_side_validation(
+    sim: SimApiServer, kubectl: Kubectl
+) -> None:
+    manifest = POD.replace("    image: nginx:1.25", "    image: nginx:1.25\n    imagePolicy: x")
+    with pytest.raises(
+        AssertionError,
+        match=r'strict decoding error: unknown field "spec\.containers\[0\]\.imagePolicy"',
+    ):
+        await kubectl("create", "-f", "-", stdin=manifest)
+    assert sim.store.list("pods") == []
+
+
+async def test_server_side_dry_run_creates_and_deletes_nothing(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    assert "(server dry run)" in await kubectl("create", "--dry-run=server", "-f", "-", stdin=POD)
+    assert sim.store.list("pods") == []
+    sim.store.create("pods", pod("a"))
+    assert "(server dry run)" in await kubectl("delete", "pod", "a", "--dry-run=server")
+    assert [p["metadata"]["name"] for p in sim.store.list("pods")] == ["a"]
+
+
+async def test_delete_namespace_waits_for_it_to_terminate_and_go(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    sim.store.create("namespaces", {"metadata": {"name": "team"}})
+    sim.store.create("pods", pod("a", namespace="team"))
+    assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
+    names = [n["metadata"]["name"] for n in sim.store.list("namespaces")]
+    assert "team" not in names and sim.store.list("pods", namespace="team") == []

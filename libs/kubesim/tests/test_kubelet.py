@@ -377,3 +377,56 @@ def test_invalid_kubelet_config_names_the_field(overrides: dict[str, Any], field
     with pytest.raises(SimOptionError) as caught:
         KubeletConfig(**overrides)
     assert caught.value.field == field_name
+
+
+async def test_running_pod_has_a_kubelets_status_with_addresses_and_ready_containers(
+    sim: SimApiServer, kubelet: Start
+) -> None:
+    sim.store.create(
+        "nodes",
+        {
+            "metadata": {"name": "client-1"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.7"}]},
+        },
+    )
+    plain = gpu_pod("plain", env=[], resources={}, run_seconds="30")
+    second = gpu_pod("second", env=[], resources={}, run_seconds="30")
+    async with kubelet():
+        start_pod(sim, plain)
+        start_pod(sim, second)
+        await eventually(lambda: phase(sim, "plain") == phase(sim, "second") == "Running")
+        status, other = pod_status(sim, "plain"), pod_status(sim, "second")
+    assert status["hostIP"] == "192.0.2.7" and status["hostIPs"] == [{"ip": "192.0.2.7"}]
+    assert status["podIP"].startswith("10.") and status["podIPs"] == [{"ip": status["podIP"]}]
+    assert {status["podIP"], other["podIP"]} == {"10.128.0.2", "10.128.0.3"}
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "Ready": "True",
+        "ContainersReady": "True",
+        "PodScheduled": "True",
+    }
+    (container,) = status["containerStatuses"]
+    assert container["name"] == "main" and container["ready"] and container["started"]
+    assert container["state"]["running"]["startedAt"] == status["startTime"]
+    assert container["containerID"].startswith("containerd://")
+
+
+async def test_finished_pod_reports_terminated_containers_with_exit_codes(
+    sim: SimApiServer, kubelet: Start
+) -> None:
+    async with kubelet():
+        start_pod(sim, gpu_pod("done", env=[], resources={}, run_seconds="0"))
+        start_pod(sim, gpu_pod("broken", env=[]))
+        await eventually(lambda: phase(sim, "done") == "Succeeded")
+        await eventually(lambda: phase(sim, "broken") == "Failed")
+    done = pod_status(sim, "done")["containerStatuses"][0]
+    assert done["state"]["terminated"]["exitCode"] == 0
+    assert done["state"]["terminated"]["reason"] == "Completed" and not done["ready"]
+    broken = pod_status(sim, "broken")
+    assert broken["reason"] == "RemoteGPUUnavailable"
+    terminated = broken["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 1 and terminated["reason"] == "Error"
+    ready = next(c for c in broken["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PodFailed")

@@ -169,3 +169,18 @@ async def test_api_errors_arrive_as_api_exception_with_status_body(api: k8s.ApiC
         await k8s.CoreV1Api(api).read_namespaced_pod("ghost", "default")
     assert caught.value.status == 404
     assert '"reason":"NotFound"' in caught.value.body
+
+
+async def test_dry_run_create_and_a_consistent_paged_list(
+    api: k8s.ApiClient, sim: SimApiServer, pod: Manifest
+) -> None:
+    core = k8s.CoreV1Api(api)
+    answered = await core.create_namespaced_pod("default", pod("ghost"), dry_run="All")
+    assert answered.metadata.uid and answered.metadata.resource_version is None
+    for name in ("a", "b", "c"):
+        sim.store.create("pods", pod(name))
+    first = await core.list_namespaced_pod("default", limit=1)
+    sim.store.create("pods", pod("bb"))
+    rest = await core.list_namespaced_pod("default", limit=5, _continue=first.metadata._continue)
+    assert [p.metadata.name for p in first.items + rest.items] == ["a", "b", "c"]
+    assert rest.metadata.resource_version == first.metadata.resource_version

@@ -305,6 +305,20 @@ def test_deleting_a_namespace_deletes_its_objects(
     assert store.list("pods", namespace="ml") == [] and store.list("leases", namespace="ml") == []
 
 
+def test_a_deleted_namespace_terminates_until_the_controller_finalizes_it(
+    pod: Manifest,
+) -> None:
+    storage = Storage(seed=7, clock=lambda: 1_795_000_000.0)
+    store = Store(storage)
+    store.create("namespaces", {"metadata": {"name": "ml"}})
+    deleted = store.delete("namespaces", "ml")
+    assert deleted["status"]["phase"] == "Terminating"
+    assert deleted["metadata"]["deletionTimestamp"] == "2026-11-18T11:06:40Z"
+    assert _error(lambda: store.create("pods", pod("a", namespace="ml"))).code == 403
+    storage.finalize_namespaces()
+    assert _error(lambda: store.get("namespaces", "ml")).code == 404
+
+
 def test_system_namespaces_cannot_be_deleted(store: Store) -> None:
     assert _error(lambda: store.delete("namespaces", "default")).code == 403
 

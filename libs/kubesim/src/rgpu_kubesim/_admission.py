@@ -239,6 +239,16 @@ def _user_info(attrs: Attributes) -> dict[str, Any]:
     return {"username": attrs.user, "groups": ["system:authenticated"]}
 
 
+def _options(attrs: Attributes) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "kind": _OPTIONS_KIND.get(attrs.operation, "CreateOptions"),
+        "apiVersion": "meta.k8s.io/v1",
+    }
+    if attrs.dry_run:
+        options["dryRun"] = ["All"]
+    return options
+
+
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:
     resource = attrs.resource
     kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
@@ -256,10 +266,7 @@ def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str
         userInfo=_user_info(attrs),
         object=obj,
         oldObject=attrs.old,
-        dryRun=False,
-        options={
-            "kind": _OPTIONS_KIND.get(attrs.operation, "CreateOptions"),
-            "apiVersion": "meta.k8s.io/v1",
-        },
+        dryRun=attrs.dry_run,
+        options=_options(attrs),
     )
     return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}

@@ -18,7 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim import _requests, _status, _tables, _token_api
+from rgpu_kubesim import _fields, _options, _requests, _status, _tables, _token_api
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
@@ -79,8 +79,6 @@ class ResourceHandlers:
             await anyio.sleep(decision.latency)
         if decision.error is not None:
             raise decision.error
-        if verb in {"create", "update", "patch", "delete"}:
-            _requests.reject_dry_run(request.query_params)
         if verb == "create" and target.subresource == "binding":
             return await self.bind(target, request)
         if target.resource.verbs and verb not in target.resource.verbs:
@@ -107,6 +105,7 @@ class ResourceHandlers:
 
     async def list(self, target: Target, request: Request) -> Response:
         query = request.query_params
+        _options.check_list(query)
         page = self.deps.storage.list_entries(
             target.resource,
             _filter(target, request),
@@ -119,7 +118,7 @@ class ResourceHandlers:
 
     async def watch(self, target: Target, request: Request) -> Response:
         query = request.query_params
-        send_initial = _requests.flag(query, "sendInitialEvents")
+        send_initial = _options.check_watch(query)
         bookmarks = _requests.flag(query, "allowWatchBookmarks")
         try:
             start = self.deps.storage.open_watch(
@@ -147,75 +146,102 @@ class ResourceHandlers:
 
     async def create(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
-        obj = storage.normalize(target.resource, namespace, await _requests.read_object(request))
-        storage.require_namespace(target.resource, namespace)
-        obj = await self._admitted(request, target, "CREATE", obj, None)
-        entry = storage.create(target.resource, namespace, obj)
-        return object_response(target.resource, entry, 201)
+        options = _options.write_options("create", request.query_params)
+        body = await _requests.read_object(request)
+        warnings = _fields.enforce(target.resource, body, options.field_validation)
+        obj = storage.normalize(target.resource, namespace, body)
+        name = str(obj["metadata"].get("name") or "")
+        storage.require_namespace(target.resource, namespace, name)
+        obj = await self._admitted(request, target, "CREATE", obj, None, dry_run=options.dry_run)
+        entry = storage.create(target.resource, namespace, obj, dry_run=options.dry_run)
+        return object_response(target.resource, entry, 201, warnings)
 
     async def update(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
+        options = _options.write_options("update", request.query_params)
         body = await _requests.read_object(request)
+        warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current)
+        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
         entry = storage.update(
-            target.resource, namespace, target.name, obj, subresource=target.subresource
+            target.resource,
+            namespace,
+            target.name,
+            obj,
+            subresource=target.subresource,
+            dry_run=options.dry_run,
         )
-        return object_response(target.resource, entry)
+        return object_response(target.resource, entry, warnings=warnings)
 
     async def patch(self, target: Target, request: Request) -> Response:
+        options = _options.write_options("patch", request.query_params)
         content_type, patch = await _requests.read_patch(request)
         for _ in range(_PATCH_ATTEMPTS - 1):
             with contextlib.suppress(_RetryablePatchConflict):
-                return await self._patch_once(target, request, content_type, patch)
+                return await self._patch_once(target, request, content_type, patch, options)
         try:
-            return await self._patch_once(target, request, content_type, patch)
+            return await self._patch_once(target, request, content_type, patch, options)
         except _RetryablePatchConflict as conflict:
             raise conflict.error from conflict
 
     async def _patch_once(
-        self, target: Target, request: Request, content_type: str, patch: Any
+        self,
+        target: Target,
+        request: Request,
+        content_type: str,
+        patch: Any,
+        options: _options.WriteOptions,
     ) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
         current = storage.get(target.resource, namespace, target.name)
         obj = storage.patched(target.resource, current, patch, content_type)
+        warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current)
+        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
         try:
             entry = storage.update(
-                target.resource, namespace, target.name, obj, subresource=target.subresource
+                target.resource,
+                namespace,
+                target.name,
+                obj,
+                subresource=target.subresource,
+                dry_run=options.dry_run,
             )
         except ApiError as exc:
             # A write that slipped in while webhooks ran is not the client's conflict: re-patch.
             if exc.code == 409 and not explicit:
                 raise _RetryablePatchConflict(exc) from exc
             raise
-        return object_response(target.resource, entry)
+        return object_response(target.resource, entry, warnings=warnings)
 
     async def delete(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
-        preconditions = await _requests.read_delete_options(request)
-        entry = await self._delete_one(
-            request, target, storage.get(target.resource, namespace, target.name), preconditions
-        )
+        body = await _requests.read_delete_options(request)
+        options = _options.write_options("delete", request.query_params, body.get("dryRun"))
+        preconditions = body.get("preconditions") or {}
+        current = storage.get(target.resource, namespace, target.name)
+        entry = await self._delete_one(request, target, current, preconditions, options.dry_run)
         if target.resource.delete_returns_object:
             return object_response(target.resource, entry)
         details = _status.resource_details(target.resource, entry.name, uid=entry.uid)
         return json_response(_status.success(details))
 
     async def _delete_one(
-        self, request: Request, target: Target, current: Entry, preconditions: Any
+        self, request: Request, target: Target, current: Entry, preconditions: Any, dry_run: bool
     ) -> Entry:
-        await self._admit(request, target, "DELETE", None, current)
+        await self._admit(request, target, "DELETE", None, current, dry_run=dry_run)
         return self.deps.storage.delete(
-            target.resource, current.namespace, current.name, preconditions
+            target.resource, current.namespace, current.name, preconditions, dry_run=dry_run
         )
 
     async def delete_collection(self, target: Target, request: Request) -> Response:
+        dry_run = _options.write_options("delete", request.query_params).dry_run
         page = self.deps.storage.list_entries(target.resource, _filter(target, request))
-        deleted = [await self._delete_one(request, target, entry, {}) for entry in page.entries]
+        deleted = [
+            await self._delete_one(request, target, entry, {}, dry_run) for entry in page.entries
+        ]
         result = ListPage(entries=tuple(deleted), rv=self.deps.storage.resource_version)
         return list_response(request, target.resource, result, self.deps.clock())
 
@@ -243,6 +269,7 @@ class ResourceHandlers:
         old: Entry | None,
         *,
         name: str = "",
+        dry_run: bool = False,
     ) -> JsonObj | None:
         admission = self.deps.admission
         if not admission.needed():
@@ -262,6 +289,7 @@ class ResourceHandlers:
             user=_requests.user_of(request, self.deps.default_user, self.deps.user_agents),
             namespace_labels=self._namespace_labels(namespace),
             user_info=_requests.user_info_of(request),
+            dry_run=dry_run,
         )
         return await admission.admit(attrs)
 
@@ -274,9 +302,12 @@ class ResourceHandlers:
         old: Entry | None,
         *,
         name: str = "",
+        dry_run: bool = False,
     ) -> JsonObj:
         """Admit a write whose object exists; webhooks can patch it but never remove it."""
-        admitted = await self._admit(request, target, operation, obj, old, name=name)
+        admitted = await self._admit(
+            request, target, operation, obj, old, name=name, dry_run=dry_run
+        )
         return obj if admitted is None else admitted
 
     def _namespace_labels(self, namespace: str) -> dict[str, str]:

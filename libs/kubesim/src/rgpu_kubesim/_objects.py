@@ -64,7 +64,7 @@ class Entry:
 
 
 def make_entry(resource: Resource, obj: dict[str, Any]) -> Entry:
-    """Encode ``obj`` (kind/apiVersion are dropped; metadata must be complete)."""
+    """Encode ``obj`` (kind/apiVersion are dropped; no resourceVersion means 0: a dry run)."""
     obj.pop("kind", None)
     obj.pop("apiVersion", None)
     meta = obj["metadata"]
@@ -72,7 +72,7 @@ def make_entry(resource: Resource, obj: dict[str, Any]) -> Entry:
     return Entry(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
-        rv=int(meta["resourceVersion"]),
+        rv=int(meta.get("resourceVersion") or 0),
         uid=meta.get("uid", ""),
         body=orjson.dumps(obj),
         labels=labels,

@@ -2,8 +2,10 @@
 
 A client paging through 100,000 pods gets ``limit`` items and an opaque continue token per
 page; every page reports the first page's resourceVersion, so a watch started from it replays
-whatever changed while the client paged. Tokens older than the retained window are 410, like
-kube's after compaction.
+whatever changed while the client paged. Each page is cut from the state at that version.
+Tokens older than the retained window are 410, like kube's after compaction, and the Status
+carries a token that continues at the latest version (the client may accept an inconsistent
+list rather than start over).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import orjson
 
 from rgpu_kubesim import _status
 from rgpu_kubesim._objects import Entry, Key
+from rgpu_kubesim.errors import ApiError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +30,9 @@ class ListPage:
     remaining: int | None = None
 
 
+LATEST = -1
+"""The version in a continue token that continues at the newest state (kube's -1)."""
+
 CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can "
     "start a new list without the continue parameter, or use the continue token in this "
@@ -34,6 +40,18 @@ CONTINUE_EXPIRED = (
     "results in an inconsistent list - objects that were created, modified, or deleted "
     "between the time the first chunk was returned and now may show up in the list."
 )
+
+
+def continue_expired(latest_token: str) -> ApiError:
+    """410 for a stale continue token, offering ``latest_token`` in the Status's metadata."""
+    error = _status.expired(CONTINUE_EXPIRED)
+    error.status["metadata"] = {"continue": latest_token}
+    return error
+
+
+def list_too_old() -> ApiError:
+    """410 for a list at an exact version older than the retained history."""
+    return _status.expired("The resourceVersion for the provided list is too old.")
 
 
 def parse_resource_version(text: str) -> int:

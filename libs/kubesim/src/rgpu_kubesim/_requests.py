@@ -56,14 +56,14 @@ async def read_patch(request: Request) -> tuple[str, Any]:
 
 
 async def read_delete_options(request: Request) -> Mapping[str, Any]:
-    """DeleteOptions.preconditions from the optional body."""
+    """The optional DeleteOptions body (preconditions, dryRun, ...); empty without one."""
     raw = await request.body()
     if not raw.strip():
         return {}
     options = _decode(raw, media_type(request))
     if not isinstance(options, dict):
         raise _status.bad_request("the DeleteOptions body must be a JSON object")
-    return options.get("preconditions") or {}
+    return options
 
 
 def flag(query: Mapping[str, str], name: str) -> bool:
@@ -79,13 +79,6 @@ def integer(query: Mapping[str, str], name: str, default: int) -> int:
             f"{name}: invalid value {value!r}: must be a non-negative integer"
         )
     return int(value)
-
-
-def reject_dry_run(query: Mapping[str, str]) -> None:
-    if query.get("dryRun"):
-        raise _status.bad_request(
-            "dryRun is not supported by the simulated apiserver; remove the dryRun parameter"
-        )
 
 
 def wants_table(request: Request) -> bool:

@@ -62,7 +62,7 @@ RESOURCES: tuple[Resource, ...] = (
         kind="Namespace",
         namespaced=False,
         short_names=("ns",),
-        subresources=("status",),
+        subresources=("status", "finalize"),
         field_labels=("status.phase",),
         status_is_subresource=True,
         delete_returns_object=True,
@@ -153,7 +153,7 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType(
-    {"status": "", "binding": "Binding", "token": "TokenRequest"}
+    {"status": "", "finalize": "", "binding": "Binding", "token": "TokenRequest"}
 )
 """Kind served by a subresource; empty means the parent's kind."""
 

@@ -7,7 +7,7 @@ always unregistered: on timeout, on a cut, and when the client goes away.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -34,8 +34,14 @@ def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status_code, media_type=JSON)
 
 
-def object_response(resource: Resource, entry: Entry, status_code: int = 200) -> Response:
-    return Response(full_bytes(resource, entry), status_code=status_code, media_type=JSON)
+def object_response(
+    resource: Resource, entry: Entry, status_code: int = 200, warnings: Iterable[str] = ()
+) -> Response:
+    """The object as stored; each warning becomes a ``Warning: 299 - "..."`` header."""
+    response = Response(full_bytes(resource, entry), status_code=status_code, media_type=JSON)
+    for text in warnings:
+        response.headers.append("Warning", "299 - " + orjson.dumps(text).decode())
+    return response
 
 
 def error_response(error: ApiError) -> Response:

@@ -20,6 +20,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
+from rgpu_kubesim import _namespaces
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._app import create_app
 from rgpu_kubesim._authn import Authenticator
@@ -60,6 +61,9 @@ class ApiOptions:
     """Wall clock in epoch seconds; tokens are issued and expire by it (a seam for tests)."""
     token_reviewers: frozenset[str] | None = None
     """Users allowed to create TokenReviews; None lets everyone (the simulator has no RBAC)."""
+    namespace_finalize_seconds: float = 0.2
+    """How long a deleted namespace stays Terminating before the namespace controller removes
+    it (kube's takes a few seconds); new content in it is refused meanwhile."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,10 +188,12 @@ async def run_apiserver(
     )
     sock = listening_socket(host, port)
     try:
-        async with serving(create_app(deps), sock):
+        async with serving(create_app(deps), sock), anyio.create_task_group() as tg:
+            await tg.start(_namespaces.run_controller, storage, options.namespace_finalize_seconds)
             try:
                 yield SimApiServer(url=socket_url(sock), store=Store(storage), faults=faults)
             finally:
+                tg.cancel_scope.cancel()
                 # Open watches would otherwise hold the graceful shutdown until they time out.
                 storage.hub.cut_all()
     finally:

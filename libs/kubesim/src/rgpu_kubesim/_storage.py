@@ -9,7 +9,6 @@ HTTP requests and direct `Store` calls behave identically.
 
 from __future__ import annotations
 
-import bisect
 import random
 import time
 import uuid
@@ -17,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rgpu_kubesim import _status, _strategies
+from rgpu_kubesim import _namespaces, _status, _strategies
+from rgpu_kubesim._listing import Listing
 from rgpu_kubesim._objects import (
     Entry,
     Key,
@@ -28,13 +28,7 @@ from rgpu_kubesim._objects import (
     ordered,
     timestamp,
 )
-from rgpu_kubesim._paging import (
-    CONTINUE_EXPIRED,
-    ListPage,
-    decode_continue,
-    encode_continue,
-    parse_resource_version,
-)
+from rgpu_kubesim._paging import ListPage, parse_resource_version
 from rgpu_kubesim._patching import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -101,6 +95,8 @@ class Storage:
         self._sorted: dict[str, list[Key] | None] = {r.plural: [] for r in RESOURCES}
         self._logs = {r.plural: EventLog(watch_window, 0) for r in RESOURCES}
         self.hub = WatchHub()
+        self._listing = Listing(self._objects, self._sorted, self._logs, lambda: self._rv)
+        self._terminating: set[str] = set()
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
 
@@ -127,58 +123,18 @@ class Storage:
         resource_version: str = "",
         match: str = "",
     ) -> ListPage:
-        """Entries in key order; ``limit``/``continue_token`` page through them."""
-        rv, start = self._list_start(resource, continue_token, resource_version, match)
-        keys = self._keys_in(resource, wanted.namespace, start)
-        table = self._objects[resource.plural]
-        chosen: list[Entry] = []
-        for index, key in enumerate(keys):
-            entry = table[key]
-            if wanted.admits(entry.namespace, entry.labels, entry.fields):
-                if limit and len(chosen) == limit:
-                    token = encode_continue(rv, chosen[-1].key)
-                    remaining = None if wanted.labels or wanted.fields else len(keys) - index
-                    return ListPage(
-                        entries=tuple(chosen), rv=rv, continue_token=token, remaining=remaining
-                    )
-                chosen.append(entry)
-        return ListPage(entries=tuple(chosen), rv=rv)
-
-    def _list_start(
-        self, resource: Resource, token: str, resource_version: str, match: str
-    ) -> tuple[int, Key | None]:
-        if token:
-            if resource_version not in ("", "0"):
-                raise _status.bad_request(
-                    "specifying resource version is not allowed when using continue"
-                )
-            rv, start = decode_continue(token)
-            if rv < self._logs[resource.plural].oldest_resumable():
-                raise _status.expired(CONTINUE_EXPIRED)
-            return rv, start
-        self._check_list_version(resource, resource_version, match)
-        return self._rv, None
-
-    def _check_list_version(self, resource: Resource, resource_version: str, match: str) -> None:
-        if resource_version in ("", "0"):
-            return
-        requested = parse_resource_version(resource_version)
-        if requested > self._rv:
-            raise _status.too_large(requested, self._rv)
-        if match == "Exact" and requested != self._rv:
-            raise _status.too_old(requested, self._rv)
+        """One page of matching entries; see `Listing.page`."""
+        return self._listing.page(
+            resource,
+            wanted,
+            limit=limit,
+            continue_token=continue_token,
+            resource_version=resource_version,
+            match=match,
+        )
 
     def _keys_in(self, resource: Resource, namespace: str | None, after: Key | None) -> list[Key]:
-        keys = self._sorted[resource.plural]
-        if keys is None:
-            keys = self._sorted[resource.plural] = sorted(self._objects[resource.plural])
-        low, high = 0, len(keys)
-        if namespace is not None and resource.namespaced:
-            low = bisect.bisect_left(keys, (namespace, ""))
-            high = bisect.bisect_left(keys, (namespace + "\x00", ""))
-        if after is not None:
-            low = max(low, bisect.bisect_right(keys, after))
-        return keys[low:high]
+        return self._listing.keys_in(resource, namespace, after)
 
     def open_watch(
         self,
@@ -191,6 +147,11 @@ class Storage:
         """Register a watcher; the caller must `close_watch` it when the stream ends."""
         watcher = Watcher(resource, wanted, capacity=self._capacity)
         if send_initial or resource_version in ("", "0"):
+            if resource_version not in ("", "0"):
+                # A streaming list at a version not older than one this server has not reached.
+                requested = parse_resource_version(resource_version)
+                if requested > self._rv:
+                    raise _status.too_large(requested, self._rv)
             initial = self._state_lines(resource, watcher)
         else:
             requested = parse_resource_version(resource_version)
@@ -225,10 +186,13 @@ class Storage:
         _strategies.apply_defaults(resource, body)
         return body
 
-    def create(self, resource: Resource, namespace: str, obj: object) -> Entry:
+    def create(
+        self, resource: Resource, namespace: str, obj: object, *, dry_run: bool = False
+    ) -> Entry:
+        """Store a new object; with ``dry_run`` only answer what would be stored."""
         body = self.normalize(resource, namespace, obj)
-        self.require_namespace(resource, namespace)
         meta = body["metadata"]
+        self.require_namespace(resource, namespace, str(meta.get("name") or ""))
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(self._rng.choices(_NAME_ALPHABET, k=5))
         _strategies.prepare_for_create(resource, body)
@@ -240,15 +204,27 @@ class Storage:
         meta["creationTimestamp"] = timestamp(self._clock())
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)
-        return self._commit(resource, ADDED, body, None)
+        return self._commit(resource, ADDED, body, None, dry_run=dry_run)
 
-    def require_namespace(self, resource: Resource, namespace: str) -> None:
-        """Creating in a namespace that does not exist is a 404 for the namespace."""
-        if resource.namespaced and ("", namespace) not in self._objects["namespaces"]:
+    def require_namespace(self, resource: Resource, namespace: str, name: str = "") -> None:
+        """Creating in a missing namespace is a 404; in a terminating one, a 403."""
+        if not resource.namespaced:
+            return
+        found = self._objects["namespaces"].get(("", namespace))
+        if found is None:
             raise _status.not_found(_NAMESPACES, namespace)
+        if _namespaces.is_terminating(found):
+            raise _namespaces.being_terminated(resource, name, namespace)
 
     def update(
-        self, resource: Resource, namespace: str, name: str, obj: object, *, subresource: str = ""
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        obj: object,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
     ) -> Entry:
         body = self.normalize(resource, namespace, obj, name=name)
         current = self.get(resource, namespace, name)
@@ -259,7 +235,10 @@ class Storage:
         _strategies.validate(resource, new, old)
         if new == old:
             return current
-        return self._commit(resource, MODIFIED, new, current)
+        entry = self._commit(resource, MODIFIED, new, current, dry_run=dry_run)
+        if resource is _NAMESPACES and not dry_run and _namespaces.releasable(new):
+            self._commit(resource, DELETED, new, entry)
+        return entry
 
     def _check_version(self, resource: Resource, body: JsonObj, current: Entry) -> None:
         wanted = body["metadata"].get("resourceVersion")
@@ -301,10 +280,13 @@ class Storage:
         content_type: str,
         *,
         subresource: str = "",
+        dry_run: bool = False,
     ) -> Entry:
         current = self.get(resource, namespace, name)
         body = self.patched(resource, current, patch, content_type)
-        return self.update(resource, namespace, name, body, subresource=subresource)
+        return self.update(
+            resource, namespace, name, body, subresource=subresource, dry_run=dry_run
+        )
 
     def delete(
         self,
@@ -312,15 +294,45 @@ class Storage:
         namespace: str,
         name: str,
         preconditions: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
     ) -> Entry:
+        """Delete now (a namespace only starts terminating); ``dry_run`` changes nothing."""
         current = self.get(resource, namespace, name)
         _check_preconditions(resource, current, preconditions or {})
         if resource is _NAMESPACES:
-            if name in _UNDELETABLE_NAMESPACES:
-                message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
-                raise _status.failure(403, message, details={"name": name, "kind": "namespaces"})
-            self._delete_namespace_contents(name)
+            return self._terminate_namespace(current, dry_run=dry_run)
+        if dry_run:
+            return current
         return self._commit(resource, DELETED, current.decode(), current)
+
+    def _terminate_namespace(self, current: Entry, *, dry_run: bool) -> Entry:
+        name = current.name
+        if name in _UNDELETABLE_NAMESPACES:
+            message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+            raise _status.failure(403, message, details={"name": name, "kind": "namespaces"})
+        if _namespaces.is_terminating(current):
+            raise _namespaces.already_terminating(_NAMESPACES, name)
+        body = _namespaces.terminating(current.decode(), timestamp(self._clock()))
+        entry = self._commit(_NAMESPACES, MODIFIED, body, current, dry_run=dry_run)
+        if not dry_run:
+            self._delete_namespace_contents(name)
+            self._terminating.add(name)
+        return entry
+
+    def finalize_namespaces(self) -> None:
+        """The namespace controller's pass: empty, finalize and release terminating namespaces."""
+        for name in sorted(self._terminating):
+            self._terminating.discard(name)
+            current = self._objects["namespaces"].get(("", name))
+            if current is None:
+                continue
+            self._delete_namespace_contents(name)
+            body = _namespaces.finalized(current.decode())
+            if body != current.decode():
+                current = self._commit(_NAMESPACES, MODIFIED, body, current)
+            if _namespaces.releasable(body):
+                self._commit(_NAMESPACES, DELETED, current.decode(), current)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         for resource in RESOURCES:
@@ -349,7 +361,20 @@ class Storage:
         _set_condition(pod.setdefault("status", {}), "PodScheduled", timestamp(self._clock()))
         return self._commit(_PODS, MODIFIED, pod, current)
 
-    def _commit(self, resource: Resource, kind: str, obj: JsonObj, prev: Entry | None) -> Entry:
+    def _commit(
+        self,
+        resource: Resource,
+        kind: str,
+        obj: JsonObj,
+        prev: Entry | None,
+        *,
+        dry_run: bool = False,
+    ) -> Entry:
+        if dry_run:
+            # What would be stored: a create has no resourceVersion yet, an update keeps its own.
+            if prev is None:
+                obj["metadata"].pop("resourceVersion", None)
+            return make_entry(resource, ordered(obj))
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         entry = make_entry(resource, ordered(obj))

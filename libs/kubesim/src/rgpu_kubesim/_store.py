@@ -115,7 +115,11 @@ class Store:
         namespace: str | None = None,
         preconditions: Mapping[str, str] | None = None,
     ) -> JsonObj:
-        """Delete now and return the object as last stored (409 if a precondition fails)."""
+        """Delete now and return the object as last stored (409 if a precondition fails).
+
+        A namespace is not removed at once: it comes back Terminating, its content is deleted,
+        and the server's namespace controller removes it shortly after (as kube's does).
+        """
         kind = _resource(resource)
         entry = self._storage.delete(kind, _namespace(kind, namespace, None), name, preconditions)
         return full_object(kind, entry)

@@ -153,6 +153,14 @@ def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresour
             meta.pop(key, None)
     if subresource == "status":
         return {**old, "status": new.get("status", {})}
+    if resource.plural == "namespaces":
+        # Only the finalize subresource changes spec.finalizers (the namespace controller's).
+        source = new if subresource == "finalize" else old
+        finalizers = (source.get("spec") or {}).get("finalizers")
+        spec = {k: v for k, v in (new.get("spec") or {}).items() if k != "finalizers"}
+        new["spec"] = {**spec, "finalizers": finalizers} if finalizers else spec
+        if subresource == "finalize":
+            return {**old, "spec": new["spec"]}
     if resource.status_is_subresource:
         if "status" in old:
             new["status"] = old["status"]

@@ -35,6 +35,7 @@ class Attributes:
     namespace_labels: Mapping[str, str]
     user_info: Mapping[str, Any] | None = None
     """The full UserInfo of a bearer-authenticated requester (uid, groups, extra)."""
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

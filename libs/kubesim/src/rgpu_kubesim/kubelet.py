@@ -23,11 +23,13 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
+from . import _pod_status
 from ._container_env import resolve_env
+from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
 from ._informer import DELETED, Informer, KubeHttp
 from ._lupine_errors import SimOptionError
 from ._lupine_state import LupineGpu
-from ._quantity import parse_quantity
+from ._pod_addresses import PodAddresses
 
 __all__ = [
     "ENV_ANNOTATION",
@@ -47,8 +49,6 @@ RUN_SECONDS_ANNOTATION: Final = "sim.rgpu.io/run-seconds"
 """How long the pod runs before it succeeds (seconds, a decimal number)."""
 BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
-_DEFAULT_MEMORY_BYTES: Final = 1 << 30
-_MIB: Final = 1 << 20
 
 
 class LupineClientSink(Protocol):
@@ -129,70 +129,8 @@ class RunRecord:
     """The pod was deleted before it finished."""
 
 
-def _requesting(pod: Mapping[str, Any], resource: str) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec", {})
-    found = []
-    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-        resources = container.get("resources") or {}
-        if resource in (resources.get("limits") or {}) or resource in (
-            resources.get("requests") or {}
-        ):
-            found.append(container)
-    return found
-
-
-def _endpoint(env: Mapping[str, Mapping[str, str]], names: list[str], variable: str) -> str:
-    """The one server every requesting container names; raises ``_StartFailure`` otherwise."""
-    values = {name: env.get(name, {}).get(variable, "") for name in names}
-    empty = [name for name, value in values.items() if not value]
-    if empty:
-        raise _StartFailure(f"{variable} resolved empty in container(s) {', '.join(empty)}")
-    distinct = sorted(set(values.values()))
-    if len(distinct) > 1:
-        raise _StartFailure(f"{variable} names different servers in one pod: {distinct}")
-    return distinct[0]
-
-
-def _visible(gpus: Sequence[LupineGpu], visible: str, variable: str) -> list[str]:
-    by_token = {g.uuid: g.uuid for g in gpus} | {str(g.index): g.uuid for g in gpus}
-    tokens = [t.strip() for t in visible.split(",") if t.strip()]
-    unknown = [t for t in tokens if t not in by_token]
-    if unknown:
-        raise _StartFailure(f"{variable}={visible} names GPUs the server does not have: {unknown}")
-    return [by_token[t] for t in tokens]
-
-
-def _devices(
-    gpus: Sequence[LupineGpu], env: Mapping[str, Mapping[str, str]], names: list[str], variable: str
-) -> list[str]:
-    chosen: list[str] = []
-    for name in names:
-        visible = env.get(name, {}).get(variable, "")
-        uuids = _visible(gpus, visible, variable) if visible else [g.uuid for g in gpus]
-        chosen.extend(u for u in uuids if u not in chosen)
-    return chosen
-
-
-def _memory_bytes(containers: list[Mapping[str, Any]], resource: str) -> int:
-    amounts = []
-    for container in containers:
-        resources = container.get("resources") or {}
-        raw = (resources.get("limits") or {}).get(resource) or (
-            resources.get("requests") or {}
-        ).get(resource)
-        try:
-            amounts.append(int(parse_quantity(raw)) * _MIB if raw is not None else 0)
-        except ValueError:
-            continue
-    return max(amounts, default=0) or _DEFAULT_MEMORY_BYTES
-
-
 def _transient(status: int) -> bool:
     return status == 429 or status >= 500
-
-
-class _StartFailure(Exception):
-    """The containers cannot run as asked (no endpoint, server unreachable, unknown GPU)."""
 
 
 class _Gone(Exception):
@@ -227,6 +165,7 @@ class KubeletEmulator:
         self._records: dict[str, RunRecord] = {}
         self._running: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
+        self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
 
     @property
@@ -276,28 +215,49 @@ class KubeletEmulator:
         if self._running.get(uid) is scope:
             del self._running[uid]
         self._disconnect(uid)
+        self._addresses.release(uid)
 
     async def _lifecycle(self, pod: dict[str, Any]) -> None:
         await anyio.sleep(self.config.start_delay_seconds)
         path = _path(pod)
         current = await self._read(path, str(pod["metadata"]["uid"]))
         record = self._start(current)
+        where = await self._placement(current)
         env_json = orjson.dumps(record.env).decode()
         await self._write(path, {"metadata": {"annotations": {ENV_ANNOTATION: env_json}}})
         if record.phase == "Failed":
-            status = {
-                "phase": "Failed",
-                "reason": "RemoteGPUUnavailable",
-                "message": record.message,
-            }
-            await self._write(f"{path}/status", {"status": status})
+            end = _pod_status.Exit(
+                phase="Failed",
+                exit_code=1,
+                reason="Error",
+                finished_at=_now_rfc3339(),
+                message=record.message,
+                pod_reason="RemoteGPUUnavailable",
+            )
+            await self._write_status(path, _pod_status.terminated(current, where, end))
             return
-        await self._write(
-            f"{path}/status", {"status": {"phase": "Running", "startTime": _now_rfc3339()}}
-        )
+        await self._write_status(path, _pod_status.running(current, where))
         await anyio.sleep(self._run_seconds(current))
         self._finish(record.uid)
-        await self._write(f"{path}/status", {"status": {"phase": "Succeeded"}})
+        done = _pod_status.Exit(
+            phase="Succeeded", exit_code=0, reason="Completed", finished_at=_now_rfc3339()
+        )
+        await self._write_status(path, _pod_status.terminated(current, where, done))
+
+    async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
+        """The node's InternalIP and the pod's address in the node's pod range."""
+        name = str(pod["spec"]["nodeName"])
+        response = await self._send(lambda: self.api.client.get(f"/api/v1/nodes/{name}"))
+        node: dict[str, Any] = orjson.loads(response.content) if response.status_code == 200 else {}
+        addresses = (node.get("status") or {}).get("addresses") or ()
+        internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
+        pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
+        # A node without an InternalIP gets its pod range's gateway, as a bridge would have it.
+        host_ip = internal[0] if internal else self._addresses.gateway(node, name)
+        return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=_now_rfc3339())
+
+    async def _write_status(self, path: str, status: Mapping[str, Any]) -> None:
+        await self._write(f"{path}/status", {"status": status})
 
     # -- starting and stopping containers ----------------------------------------------------
 
@@ -313,14 +273,14 @@ class KubeletEmulator:
             annotations=MappingProxyType(dict(meta.get("annotations") or {})),
             started_at=time.monotonic(),
         )
-        requesting = _requesting(pod, self.config.count_resource)
+        requesting = containers_asking(pod, self.config.count_resource)
         names = [str(c["name"]) for c in requesting]
         try:
             if names:
-                endpoint = _endpoint(record.env, names, self.config.endpoint_env)
+                endpoint = endpoint_of(record.env, names, self.config.endpoint_env)
                 record = replace(record, endpoint=endpoint)
                 record = self._connect(record, requesting, names, str(meta["name"]))
-        except _StartFailure as failure:
+        except StartFailure as failure:
             record = replace(
                 record, phase="Failed", message=str(failure), finished_at=record.started_at
             )
@@ -336,9 +296,9 @@ class KubeletEmulator:
     ) -> RunRecord:
         server = self.lupine(record.endpoint)
         if server is None or server.fault == "down":
-            raise _StartFailure(f"cannot connect to lupine at {record.endpoint}: nothing answers")
-        gpus = _devices(server.gpus, record.env, names, self.config.visible_devices_env)
-        memory = _memory_bytes(requesting, self.config.memory_resource)
+            raise StartFailure(f"cannot connect to lupine at {record.endpoint}: nothing answers")
+        gpus = devices(server.gpus, record.env, names, self.config.visible_devices_env)
+        memory = memory_bytes(requesting, self.config.memory_resource)
         server.add_client(record.uid, gpus, memory_bytes=memory, hostname=hostname)
         return replace(record, gpus=tuple(gpus))
 
