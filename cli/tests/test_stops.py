@@ -1,0 +1,191 @@
+"""However the command holding a stack ends, no service process may outlive it.
+
+The command here is a small stand-in built from the same shared pieces ``rgpu up`` and
+``rgpu demo`` use (``die_with_parent``, ``run_until_stopped``, a ``ProcessGroup`` stopped in
+the cleanup), with sleepers for services, so each way of stopping costs a second, not a stack
+start. ``test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm`` runs the real thing once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from rgpu_cli.processes import ServiceProcess, free_port, wait_ready
+from rgpu_kubesim import run_apiserver
+from rgpu_kubesim.fleet import FleetSpec, plan_fleet
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+COMMAND = """
+import os, sys
+import anyio
+from rgpu_cli.processes import ProcessGroup, die_with_parent, run_until_stopped
+
+async def hold():
+    group = ProcessGroup()
+    try:
+        with open(os.devnull, "wb") as log:
+            for _ in range(2):
+                group.spawn([sys.executable, "-c", "import time; time.sleep(600)"],
+                            env=os.environ, log=log)
+        print(os.getpid(), *(p.pid for p in group.members), flush=True)
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await group.stop()
+
+die_with_parent()
+anyio.run(run_until_stopped, hold)
+"""
+
+GONE_WITHIN = 15.0
+"""Seconds to wait for every process to end: a deadline for a hang, not a speed check."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_gone(pids: Sequence[int]) -> list[int]:
+    deadline = time.monotonic() + GONE_WITHIN
+    while time.monotonic() < deadline and any(map(_alive, pids)):
+        time.sleep(0.05)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def _started(args: Sequence[str]) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    process = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    pids: list[int] = []
+    try:
+        assert process.stdout is not None
+        pids = [int(word) for word in process.stdout.readline().split()]
+        assert len(pids) == 3, f"the command did not start (exit {process.poll()})"
+        yield process, pids
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name
+)
+def test_no_service_outlives_the_command_however_it_is_signalled(sig: signal.Signals) -> None:
+    for process, (command, *services) in _started([sys.executable, "-c", COMMAND]):
+        process.send_signal(sig)
+        assert _wait_gone([command, *services]) == []
+        if sig != signal.SIGKILL:
+            assert process.wait() == 0  # unwound and stopped its services itself
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name
+)
+def test_no_service_outlives_the_uv_run_that_started_the_command(sig: signal.Signals) -> None:
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    args = [uv, "run", "--no-sync", "python", "-c", COMMAND]
+    for process, pids in _started(args):
+        process.send_signal(sig)
+        assert _wait_gone(pids) == []
+
+
+async def _hanging_lupine(address: str, connected: anyio.Event, tg: anyio.abc.TaskGroup) -> int:
+    """A lupine port that accepts and never answers, so discovery's probe stays in flight."""
+    listener = await anyio.create_tcp_listener(local_host=address, local_port=0)
+
+    async def hold(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            connected.set()
+            await anyio.sleep_forever()
+
+    await tg.start(partial(_serve, listener, hold))
+    return int(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+
+async def _serve(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    handler: Callable[[anyio.abc.SocketStream], Awaitable[None]],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    async with listener:
+        task_status.started()
+        await listener.serve(handler)
+
+
+@pytest.mark.anyio
+async def test_discovery_exits_within_5s_of_sigterm_with_a_long_poll_and_probes_in_flight(
+    tmp_path: Path,
+) -> None:
+    probing = anyio.Event()
+    plan = plan_fleet(FleetSpec(servers=1, clients=1, seed=3))
+    async with run_apiserver() as sim, anyio.create_task_group() as tg:
+        for server in plan.servers:
+            port = await _hanging_lupine(server.address, probing, tg)
+            sim.store.create("nodes", server.node(port=port, now=datetime.now(UTC)))
+        discovery = _discovery(sim.url, tmp_path)
+        try:
+            discovery.start()
+            await wait_ready(discovery, timeout=50)
+            async with httpx.AsyncClient(base_url=discovery.url, timeout=60) as client:
+                revision = (await client.get("/v1/fleet")).headers["x-rgpu-revision"]
+                answers: list[httpx.Response] = []
+
+                async def long_poll() -> None:
+                    answers.append(await client.get(f"/v1/fleet?since={revision}&wait=60"))
+
+                tg.start_soon(long_poll)
+                await probing.wait()
+                assert discovery.process is not None
+                discovery.process.send_signal(signal.SIGTERM)
+                with anyio.fail_after(5):  # the issue's bound: gone within 5 s of SIGTERM
+                    while discovery.alive():
+                        await anyio.sleep(0.02)
+            assert discovery.process.returncode == 0
+            assert [(a.status_code, a.json()["code"]) for a in answers] == [(503, "stopping")]
+        finally:
+            await discovery.group.stop()
+            tg.cancel_scope.cancel()
+
+
+def _discovery(kube_url: str, log_dir: Path) -> ServiceProcess:
+    port = free_port()
+    env = {
+        "RGPU_KUBE_URL": kube_url,
+        "RGPU_LISTEN": f"127.0.0.1:{port}",
+        "RGPU_PROBE_INTERVAL_SECONDS": "1",
+        # Far longer than the bound: only cancelling the probe can let discovery exit in time.
+        "RGPU_PROBE_TIMEOUT_SECONDS": "60",
+        "RGPU_LOG_FORMAT": "json",
+    }
+    return ServiceProcess(
+        service="discovery", env=env, log_dir=log_dir, url=f"http://127.0.0.1:{port}"
+    )
