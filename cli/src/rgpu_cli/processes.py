@@ -202,8 +202,13 @@ class ServiceProcess:
             return ""
 
 
+READY_TIMEOUT_SECONDS = 90.0
+"""A service imports in about 1 s of CPU, but four starting together on a busy 2-core machine
+have taken 30 s of wall time."""
+
+
 async def wait_ready(
-    service: ServiceProcess, timeout: float = 30.0, *, verify: bool = True
+    service: ServiceProcess, timeout: float = READY_TIMEOUT_SECONDS, *, verify: bool = True
 ) -> None:
     """Wait until ``/readyz`` answers 200; raise with the log tail if it dies or times out.
 
