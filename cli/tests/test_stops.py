@@ -189,3 +189,51 @@ def _discovery(kube_url: str, log_dir: Path) -> ServiceProcess:
     return ServiceProcess(
         service="discovery", env=env, log_dir=log_dir, url=f"http://127.0.0.1:{port}"
     )
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm() -> None:
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    args = [uv, "run", "--no-sync", "rgpu", "up", "--sim", "--servers", "1", "--clients", "1"]
+    env = {**os.environ, "COLUMNS": "300"}
+    process = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    pids: list[int] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "stops everything" in line:
+                break
+        pids = _descendants(process.pid)
+        assert sum("rgpu_" in Path(f"/proc/{pid}/cmdline").read_text() for pid in pids) == 4
+        process.send_signal(signal.SIGTERM)
+        assert _wait_gone(pids) == []
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
