@@ -47,8 +47,7 @@ async def hold():
         print(os.getpid(), *(p.pid for p in group.members), flush=True)
         await anyio.sleep_forever()
     finally:
-        with anyio.CancelScope(shield=True):
-            await group.stop()
+        await group.stop()
 
 die_with_parent()
 anyio.run(run_until_stopped, hold)

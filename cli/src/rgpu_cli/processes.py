@@ -1,9 +1,9 @@
-"""The demo and the end-to-end tests run the four services as real,
+"""``rgpu up``, the demo and the end-to-end tests run the four services as real,
 separate processes over real HTTP — the way they run in a cluster — and must start them, wait for
 them to be ready, kill and restart them, and always clean them up — however the command that
 started them ends. Two mechanisms make "always" hold: the services of one stack share a process
-group of their own (``ProcessGroup``), so one signal reaches all of them and a terminal's
-Ctrl-C reaches only the command, which stops them in order; and each service asks the kernel
+group of their own (``ProcessGroup``), so one signal stops all of them at once and a terminal's
+Ctrl-C reaches only the command, which then stops them itself; and each service asks the kernel
 for SIGKILL when the command dies (Linux ``PR_SET_PDEATHSIG``), which covers the command being
 killed outright, when no code of ours runs. The command can ask the same for itself
 (``die_with_parent``), so stopping the ``uv run`` (or shell) that started it stops it too."""
@@ -120,11 +120,17 @@ class ProcessGroup:
                 pass
 
     async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """SIGTERM to every member at once, SIGKILL to what is left after ``grace`` seconds."""
-        self.signal(signal.SIGTERM)
-        await self._ended(grace)
-        self.signal(signal.SIGKILL)
-        await self._ended(grace)
+        """SIGTERM to every member at once, SIGKILL to what is left after ``grace`` seconds.
+
+        Shielded: a stop usually runs while the command is being cancelled, and without the
+        shield the first wait would end it, leaving the members to a bare SIGKILL when this
+        process exits. It is bounded by the two ``grace`` waits.
+        """
+        with anyio.CancelScope(shield=True):
+            self.signal(signal.SIGTERM)
+            await self._ended(grace)
+            self.signal(signal.SIGKILL)
+            await self._ended(grace)
 
     async def _ended(self, timeout: float) -> None:
         # Polls instead of blocking in ``wait``: the event loop may be serving the simulated
