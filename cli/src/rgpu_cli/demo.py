@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 
 import anyio
@@ -19,6 +19,7 @@ from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .stack import Stack, StackOptions, run_stack
+from .utilisation import Held, utilisation, utilisation_table
 
 __all__ = ["DemoOptions", "DemoReport", "run_demo"]
 
@@ -104,14 +105,15 @@ async def _watch_progress(stack: Stack, total: int, console: Console, timeout: f
         progress.update(done, completed=_finished(stack))
 
 
-def _utilisation(stack: Stack, wall: float, now: float) -> dict[str, float]:
-    busy: dict[str, float] = defaultdict(float)
-    names = {endpoint: name for name, endpoint in stack.fleet.endpoints().items()}
-    for record in stack.kubelet.records.values():
-        if record.gpus:
-            end = record.finished_at if record.finished_at is not None else now
-            busy[names.get(record.endpoint, record.endpoint)] += end - record.started_at
-    return {name: busy[name] / wall if wall else 0.0 for name in sorted(names.values())}
+def _utilisation(stack: Stack, started: float, now: float) -> dict[str, float]:
+    endpoints = stack.fleet.endpoints()
+    names = {endpoint: name for name, endpoint in endpoints.items()}
+    holds = (
+        Held(server=names[record.endpoint], start=record.started_at, end=record.finished_at)
+        for record in stack.kubelet.records.values()
+        if record.gpus and record.endpoint in names
+    )
+    return utilisation(holds, endpoints, started, now)
 
 
 def _refusals(stack: Stack) -> dict[str, int]:
@@ -122,7 +124,9 @@ def _refusals(stack: Stack) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def _report(stack: Stack, plans: tuple[PodPlan, ...], errors: list[str], wall: float) -> DemoReport:
+def _report(
+    stack: Stack, plans: tuple[PodPlan, ...], errors: list[str], started: float
+) -> DemoReport:
     now = time.monotonic()
     records = list(stack.kubelet.records.values())
     per_card = stack.options.granularity == "card"
@@ -150,10 +154,10 @@ def _report(stack: Stack, plans: tuple[PodPlan, ...], errors: list[str], wall: f
         failed=sum(r.phase == "Failed" for r in records),
         bound=len(waits),
         waits=waits,
-        utilisation=_utilisation(stack, wall, now),
+        utilisation=_utilisation(stack, started, now),
         refusals=_refusals(stack),
         checks=checks,
-        wall_seconds=wall,
+        wall_seconds=now - started,
     )
 
 
@@ -176,7 +180,7 @@ async def run_demo(options: DemoOptions, console: Console) -> DemoReport:
             tg.start_soon(_submit, stack, plans, errors)
             await _watch_progress(stack, len(plans), console, options.timeout_seconds)
             tg.cancel_scope.cancel()
-        return _report(stack, plans, errors, time.monotonic() - started)
+        return _report(stack, plans, errors, started)
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:
@@ -204,12 +208,7 @@ def print_report(report: DemoReport, console: Console) -> None:
         "refusals by reason", ", ".join(f"{k} {v}" for k, v in report.refusals.items()) or "none"
     )
     console.print(summary)
-    util = Table(title="server utilisation")
-    util.add_column("server")
-    util.add_column("busy", justify="right")
-    for name, share in report.utilisation.items():
-        util.add_row(name, f"{share:.0%}")
-    console.print(util)
+    console.print(utilisation_table(report.utilisation))
     for check in report.checks:
         mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
         console.print(

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -23,6 +24,7 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .processes import die_with_parent, run_until_stopped
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
@@ -60,6 +62,7 @@ def demo(
         granularity=granularity,
         work_dir=work_dir,
     )
+    die_with_parent(signal.SIGTERM)
     report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
@@ -85,30 +88,12 @@ async def _up(options: StackOptions, console: Console) -> None:
         for line in lines:
             # Ready to paste: never wrapped by the console width.
             console.print(line, soft_wrap=True, highlight=False)
-        console.print("\nCtrl-C (or SIGTERM) stops everything.")
-        await _until_signalled()
-
-
-async def _until_signalled() -> None:
-    # SIGTERM as well as Ctrl-C: the default SIGTERM action would kill this process without
-    # unwinding, leaving the service processes (their own sessions) running.
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            return
+        console.print("\nCtrl-C (or SIGTERM, SIGHUP) stops everything.")
+        await anyio.sleep_forever()
 
 
 async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
-    async with anyio.create_task_group() as tg:
-        outcome: list[DemoReport] = []
-
-        async def run() -> None:
-            outcome.append(await run_demo(options, console))
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(run)
-        await _until_signalled()
-        tg.cancel_scope.cancel()
-    return outcome[0] if outcome else None
+    return await run_until_stopped(lambda: run_demo(options, console))
 
 
 @app.command()
@@ -134,9 +119,11 @@ def up(
         granularity=granularity,
         apiserver_port=apiserver_port,
     )
+    # Stopping whatever started this command (``uv run``, a shell) stops it, and so the stack.
+    die_with_parent(signal.SIGTERM)
     try:
-        anyio.run(_up, options, Console())
-    except KeyboardInterrupt:
+        anyio.run(run_until_stopped, partial(_up, options, Console()))
+    except KeyboardInterrupt:  # Ctrl-C before the signal receiver was listening
         pass
 
 

@@ -24,7 +24,7 @@ from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
-from .processes import ServiceProcess, free_port, wait_ready
+from .processes import ProcessGroup, ServiceProcess, free_port, wait_ready
 
 __all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
 
@@ -84,9 +84,9 @@ class Stack:
         """Kill (SIGKILL when ``hard``) and start ``service`` again, waiting until ready."""
         process = self.services[service]
         if hard:
-            process.kill()
+            await process.kill()
         else:
-            process.stop()
+            await process.stop()
         process.start()
         await wait_ready(process)
 
@@ -105,11 +105,6 @@ def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
     cert.cert_chain_pems[0].write_to_path(str(cert_file))
     cert.private_key_pem.write_to_path(str(key_file))
     return cert_file, key_file, ca.cert_pem.bytes()
-
-
-def _stop_all(services: Mapping[str, ServiceProcess]) -> None:
-    for process in services.values():
-        process.stop()
 
 
 def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
@@ -169,6 +164,7 @@ def _processes(
     ports = {name: free_port() for name in SERVICES}
     webhook_port = free_port()
     common = _service_env(options, sim_url, ports)
+    group = ProcessGroup()
     processes = {}
     for name in SERVICES:
         env = {
@@ -183,7 +179,11 @@ def _processes(
                 "RGPU_TLS_KEY_FILE": str(key),
             }
         processes[name] = ServiceProcess(
-            service=name, env=env, log_dir=work_dir, url=f"http://127.0.0.1:{ports[name]}"
+            service=name,
+            env=env,
+            log_dir=work_dir,
+            url=f"http://127.0.0.1:{ports[name]}",
+            group=group,
         )
     return processes, f"https://127.0.0.1:{webhook_port}/mutate"
 
@@ -213,7 +213,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         cert, key, ca_pem = _write_certs(work_dir)
         services, webhook_url = _processes(options, sim.url, work_dir, cert, key)
-        stack.callback(_stop_all, services)
+        stack.push_async_callback(services[SERVICES[0]].group.stop)
         for name in SERVICES:
             services[name].start()
         for name in SERVICES:

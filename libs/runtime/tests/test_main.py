@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +14,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from rgpu_runtime import Settings, create_service_app, kube_client, run_service
+from rgpu_runtime import Settings, _main, create_service_app, kube_client, run_service
 
 pytestmark = pytest.mark.process
 
@@ -93,3 +94,13 @@ def _serving_url(process: subprocess.Popen[str]) -> str:
         if entry["message"].startswith("serving on "):
             return str(entry["message"].removeprefix("serving on "))
     raise AssertionError(f"the service exited with {process.wait()} before serving")
+
+
+def test_a_stuck_span_flush_does_not_hold_the_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_main, "SPAN_FLUSH_SECONDS", 0.01)
+    release = threading.Event()
+    try:
+        _main._flush_spans(lambda: release.wait(60))
+        assert any(t.name == "span-flush" and t.is_alive() for t in threading.enumerate())
+    finally:
+        release.set()

@@ -20,8 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._groups import lone_errors
 
-SHUTDOWN_SECONDS = 20.0
-"""Seconds the app's shutdown may take; inside Kubernetes' default 30 s grace period."""
+SHUTDOWN_SECONDS = 2.0
+"""Seconds the app's shutdown may take before its lifespan is cancelled: our shutdowns only
+cancel their task groups and close clients, and a service must be gone within about 5 s of
+SIGTERM (requests get ``_serving.DRAIN_SECONDS`` before this)."""
 
 
 class LifespanError(RuntimeError):

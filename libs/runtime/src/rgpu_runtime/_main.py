@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import anyio
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 EXIT_BAD_SETTINGS = 2
 EXIT_FAILED = 1
+
+SPAN_FLUSH_SECONDS = 1.0
+"""Seconds the last spans get to reach the collector at exit."""
 
 
 def default_listeners(settings: Settings) -> Sequence[Listener]:
@@ -67,8 +71,17 @@ def run_service(
         return _failed(service, lone(exc))
     finally:
         if provider is not None:
-            provider.shutdown()
+            _flush_spans(provider.shutdown)
     return 0
+
+
+def _flush_spans(shutdown: Callable[[], object]) -> None:
+    # The exporter retries an unreachable collector for up to its 10 s timeout; a stopping
+    # service must still be gone within about 5 s of SIGTERM, so the last spans get a bounded
+    # try in a thread the exit does not wait for.
+    flushing = threading.Thread(target=shutdown, name="span-flush", daemon=True)
+    flushing.start()
+    flushing.join(SPAN_FLUSH_SECONDS)
 
 
 def _failed(service: str, exc: BaseException) -> int:

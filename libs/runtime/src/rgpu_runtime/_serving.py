@@ -4,8 +4,9 @@ Each listener is a uvicorn ``Server`` with httptools (DESIGN §9: the fast combi
 uvloop, which ``run_service`` selects). Sockets are bound here, before uvicorn starts, so a
 bad address fails with a clear ``SettingsError`` and port 0 works (tests learn the real
 port from ``running``). The app's lifespan runs once for all listeners (``_lifespan``).
-SIGTERM or SIGINT stops accepting, lets in-flight requests finish (bounded), then runs the
-app's shutdown.
+SIGTERM or SIGINT stops accepting, cuts long-polls at once, lets other requests in flight
+finish for up to ``DRAIN_SECONDS`` (``_draining``), then runs the app's shutdown (bounded by
+``_lifespan.SHUTDOWN_SECONDS``): a service is gone within about 5 s of SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
+from ._draining import Draining
 from ._groups import lone_errors
 from ._lifespan import app_lifespan, with_state
 from ._parse import HostPort
@@ -31,9 +33,13 @@ __all__ = ["Listener", "running", "serve", "serve_listeners"]
 
 logger = logging.getLogger(__name__)
 
-GRACE_SECONDS = 10
-"""Seconds in-flight requests get after SIGTERM; long-polls are cut after this, well inside
-Kubernetes' 30 s termination grace period."""
+DRAIN_SECONDS = 2.0
+"""Seconds ordinary requests in flight get after SIGTERM (ours answer in milliseconds; the
+extender's filter budget is 4 s, and a filter cut short is retried by kube-scheduler)."""
+
+GRACE_SECONDS = 3
+"""uvicorn's own bound (whole seconds) on its connections once stopping: a backstop just past
+``DRAIN_SECONDS``, since the drain has cut every request by then."""
 
 KEEP_ALIVE_SECONDS = 75
 """Idle keep-alive on the server side; longer than our clients' 30 s so they close first."""
@@ -92,11 +98,12 @@ async def serve_listeners(
 async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str, ...]]:
     """Run ``app`` on ``listeners`` while the block runs; yields their base URLs in order.
 
-    On exit, stops accepting, waits up to ``GRACE_SECONDS`` for requests in flight, then
-    runs the app's shutdown. Raises ``SettingsError`` when an address cannot be bound or
-    a certificate cannot be loaded.
+    On exit, stops accepting, cuts long-polls, waits up to ``DRAIN_SECONDS`` for other
+    requests in flight, then runs the app's shutdown. Raises ``SettingsError`` when an
+    address cannot be bound or a certificate cannot be loaded.
     """
     sockets: list[socket.socket] = []
+    draining = Draining()
     try:
         for listener in listeners:
             sockets.append(_bind(listener))
@@ -104,7 +111,8 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
         with lone_errors():
             async with app_lifespan(app) as state, anyio.create_task_group() as tg:
                 for server, sock in zip(servers, sockets, strict=True):
-                    server.config.loaded_app = with_state(server.config.loaded_app, state)
+                    stateful = with_state(server.config.loaded_app, state)
+                    server.config.loaded_app = draining.wrap(stateful)
                     tg.start_soon(server.serve, [sock])
                 urls = tuple(map(_url, sockets, listeners))
                 await _started(servers)
@@ -112,12 +120,19 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
                 try:
                     yield urls
                 finally:
-                    for server in servers:
-                        server.should_exit = True
+                    await _stop(servers, draining)
     finally:
         # uvicorn closes the sockets it served; these close the ones it never got to.
         for sock in sockets:
             sock.close()
+
+
+async def _stop(servers: Sequence[uvicorn.Server], draining: Draining) -> None:
+    for server in servers:
+        server.should_exit = True
+    # Shielded: the block may be exiting because it was cancelled, and the drain is bounded.
+    with anyio.CancelScope(shield=True):
+        await draining.drain(DRAIN_SECONDS)
 
 
 def _server(app: ASGIApp, listener: Listener) -> _Server:
