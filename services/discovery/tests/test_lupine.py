@@ -1,6 +1,6 @@
 """The probe client against real fake lupine servers of both builds, and against scripted
 loopback servers where no fake answers the way a case needs (a 404, garbage, a reset at a
-chosen moment)."""
+chosen moment); then the usage report's parser on its own."""
 
 from __future__ import annotations
 

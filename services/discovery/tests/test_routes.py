@@ -1,4 +1,5 @@
-"""The HTTP surface: long-poll timing, parameter errors, revision discipline, metrics."""
+"""The HTTP surface: long-poll timing, parameter errors, revision discipline, metrics, gzip
+negotiation."""
 
 from __future__ import annotations
 
