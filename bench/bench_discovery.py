@@ -36,10 +36,10 @@ import anyio
 from anyio.abc import ByteStream
 
 from rgpu_discovery import create_app
-from rgpu_discovery.catalog import Catalog
-from rgpu_discovery.fleetstate import FleetState
-from rgpu_discovery.notices import NodeNotices
-from rgpu_discovery.topologystate import TopologyState
+from rgpu_discovery.fleet import FleetState
+from rgpu_discovery.nodes import NodeNotices
+from rgpu_discovery.topology import TopologyState
+from rgpu_discovery.watching import Catalog
 from rgpu_kubesim import run_apiserver, run_lupine
 from rgpu_runtime import Listener, Settings, running
 

@@ -21,7 +21,7 @@ from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
 from rgpu_discovery import create_app
 from rgpu_discovery.lupine import Dialer, dial_tcp
 from rgpu_discovery.nodes import NodeView, node_view
-from rgpu_discovery.reprobing import REPROBE_MIN_INTERVAL
+from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Backoff, Settings
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from rgpu_discovery.errors import MalformedNode
-from rgpu_discovery.nodes import node_name
+from rgpu_discovery.nodes import decode_cards, node_name, port_problem
+
+DEFAULT = 14833
 
 
 def test_server_label_with_empty_value_makes_a_server(build) -> None:
@@ -56,3 +58,24 @@ def test_wrongly_typed_fields_are_read_as_absent(build) -> None:
         {"metadata": {"name": "gpu-a", "labels": ["x"]}, "status": {"addresses": 3}}
     )
     assert (result.is_server, result.internal_ip, result.ready) == (False, None, False)
+
+
+@pytest.mark.parametrize("label", ["", "not-a-port", "0", "70000"])
+def test_unusable_port_label_names_the_problem(build, label: str) -> None:
+    problem = port_problem(build.view(build.node("gpu-a", server=label)), DEFAULT)
+    assert problem is not None
+    assert str(DEFAULT) in problem
+
+
+def test_valid_port_label_has_no_problem(build) -> None:
+    assert port_problem(build.view(build.node("gpu-a", server="24000")), DEFAULT) is None
+
+
+def test_undecodable_register_is_flagged_for_an_event(build) -> None:
+    assert decode_cards(build.view(build.node("gpu-a")).name, "{not json").undecodable
+
+
+def test_missing_register_is_an_error_but_not_an_event() -> None:
+    register = decode_cards("gpu-a", None)
+    assert register.error is not None
+    assert not register.undecodable

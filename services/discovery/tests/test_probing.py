@@ -7,7 +7,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from rgpu_discovery.probestate import UNREACHABLE_AFTER
+from rgpu_discovery.fleet import UNREACHABLE_AFTER
 from rgpu_kubesim.lupine import LupineSpec, open_lupine_fleet, run_lupine
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,5 @@
-"""The HTTP surface: long-poll timing, parameter errors, revision discipline, metrics."""
+"""The HTTP surface: long-poll timing, parameter errors, revision discipline, metrics, gzip
+negotiation."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import time
 
 import anyio
 import pytest
+
+from rgpu_discovery.routes import accepts_gzip
 
 pytestmark = pytest.mark.anyio
 
@@ -156,3 +159,25 @@ async def test_large_fleet_is_gzipped_for_clients_that_accept_it(sim, start, bui
     assert "content-encoding" not in plain.headers
     assert zipped.json() == plain.json()
     assert zipped.headers["vary"] == "Accept-Encoding"
+
+
+@pytest.mark.parametrize(
+    ("header", "accepted"),
+    [
+        (None, False),
+        ("", False),
+        ("identity", False),
+        ("gzip", True),
+        ("GZip, deflate, br", True),
+        ("deflate, gzip;q=0.5", True),
+        ("gzip;q=0", False),
+        ("gzip; q=0.000", False),
+        ("*", True),
+        ("*;q=0, gzip", True),
+        ("gzip;q=0, *", False),
+        ("x-gzip", True),
+        ("gzip;q=nonsense", True),
+    ],
+)
+def test_gzip_is_used_only_when_the_client_accepts_it(header: str | None, accepted: bool) -> None:
+    assert accepts_gzip(header) is accepted

@@ -15,18 +15,15 @@ from starlette.applications import Starlette
 
 from rgpu_runtime import Backoff, Readiness, Settings, create_service_app, kube_client
 
-from .catalog import Catalog
-from .fleetstate import FleetState
-from .flights import ProbeFlights
+from .clients import event_recorder, node_event
+from .fleet import FleetState
 from .instruments import Instruments
-from .kubeevents import event_recorder, node_event
 from .lupine import Dialer, LupineProber, dial_tcp
-from .notices import NodeNotices
-from .probing import ProbeLoop
-from .reprobing import REPROBE_MIN_INTERVAL, Reprober
+from .nodes import NodeNotices
+from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
 from .routes import ROUTES, Deps, State
-from .topologystate import TopologyState
-from .watching import NodeWatch
+from .topology import TopologyState
+from .watching import Catalog, NodeWatch
 
 __all__ = ["WATCH_BACKOFF", "create_app"]
 

@@ -20,9 +20,9 @@ from prometheus_client.registry import Collector
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
 
-from .fleetstate import FleetState
+from .fleet import FleetState
 from .lupine import ProbeOutcome, ProbeResult
-from .topologystate import TopologyState
+from .topology import TopologyState
 
 __all__ = ["RESTART_CAUSES", "Instruments", "OnDemandOutcome"]
 

@@ -16,6 +16,13 @@ failure), and a connection closed or reset before any byte is a failure. Whateve
 before a reset counts: the reset only ends the reading. Every probe is bounded by the probe
 timeout, and every failure comes back as a ``ProbeOutcome`` value: this is the only module
 that sees socket and HTTP parser exceptions.
+
+Lupine reports which GPUs have clients only through its Prometheus text exposition, and a
+busy set read wrongly hands an occupied server to a second tenant. Busy GPUs are the distinct
+``device_uuid`` label values of the ``lupine_client_device_memory_used_bytes`` samples,
+whatever their values (a client holding zero bytes is still connected). Other metrics are
+skipped without being parsed; a sample of that metric whose label set cannot be read makes
+the whole body unusable, because a partly read body could silently drop a busy GPU.
 """
 
 from __future__ import annotations
@@ -32,16 +39,17 @@ from anyio.abc import ByteStream
 
 from rgpu_contracts.ids import GpuUuid
 
-from .usage import UnreadableUsage, busy_gpus
-
 __all__ = [
     "ANSWERED",
     "INLINE_PARSE_BYTES",
     "MAX_BODY_BYTES",
+    "USAGE_METRIC",
     "Dialer",
     "LupineProber",
     "ProbeOutcome",
     "ProbeResult",
+    "UnreadableUsage",
+    "busy_gpus",
     "dial_tcp",
     "split_endpoint",
 ]
@@ -68,6 +76,8 @@ INLINE_PARSE_BYTES: Final = 256 << 10
 """Bodies up to this size are parsed on the event loop (well under a millisecond); larger
 ones in a worker thread, so one huge report never stalls every other probe and request."""
 
+USAGE_METRIC: Final = "lupine_client_device_memory_used_bytes"
+
 _RECEIVE_BYTES: Final = 64 << 10
 _H2_FRAME_HEAD: Final = 9
 _H2_SETTINGS: Final = 0x04
@@ -77,6 +87,7 @@ _RECEIVE_ERRORS: Final = (
     anyio.BrokenResourceError,
     anyio.ClosedResourceError,
 )
+_ESCAPES: Final = {"\\": "\\", '"': '"', "n": "\n"}
 
 Dialer = Callable[[str, int], Awaitable[ByteStream]]
 """Opens one TCP connection to ``(host, port)``; raises ``OSError`` when it cannot."""
@@ -105,6 +116,10 @@ class ProbeOutcome:
     def answered(self) -> bool:
         """Whether the server's lupine port answered at all."""
         return self.result in ANSWERED
+
+
+class UnreadableUsage(ValueError):
+    """Raised when a usage sample's labels are malformed or lack ``device_uuid``."""
 
 
 class _Truncated(Exception):
@@ -296,3 +311,67 @@ def _busy(body: bytes) -> frozenset[GpuUuid]:
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def busy_gpus(text: str) -> frozenset[GpuUuid]:
+    """The GPUs with at least one client, from a lupine ``/metrics`` body.
+
+    Raises ``UnreadableUsage`` naming the line when a usage sample cannot be read.
+    """
+    busy: set[GpuUuid] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.startswith(USAGE_METRIC):
+            continue
+        rest = line[len(USAGE_METRIC) :]
+        if rest[:1] == "{":
+            busy.add(_device_uuid(rest, number))
+        elif rest[:1] in (" ", "\t"):
+            raise UnreadableUsage(f"line {number}: {USAGE_METRIC} sample without labels")
+    return frozenset(busy)
+
+
+def _device_uuid(rest: str, number: int) -> GpuUuid:
+    try:
+        labels = _labels(rest)
+    except (IndexError, ValueError) as exc:
+        raise UnreadableUsage(f"line {number}: malformed label set ({exc})") from None
+    uuid = labels.get("device_uuid")
+    if not uuid:
+        raise UnreadableUsage(f"line {number}: {USAGE_METRIC} sample without device_uuid")
+    return GpuUuid(uuid)
+
+
+def _labels(text: str) -> dict[str, str]:
+    """Parse ``{name="value",...}`` at the start of ``text`` (Prometheus text format 0.0.4)."""
+    labels: dict[str, str] = {}
+    pos = _skip_blanks(text, 1)
+    while text[pos] != "}":
+        eq = text.index("=", pos)
+        name = text[pos:eq].strip()
+        start = _skip_blanks(text, eq + 1)
+        if not name or text[start] != '"':
+            raise ValueError(f'expected name="value" at column {pos}')
+        labels[name], pos = _quoted(text, start + 1)
+        pos = _skip_blanks(text, pos)
+        if text[pos] == ",":
+            pos = _skip_blanks(text, pos + 1)
+    return labels
+
+
+def _skip_blanks(text: str, pos: int) -> int:
+    while text[pos] in " \t":
+        pos += 1
+    return pos
+
+
+def _quoted(text: str, pos: int) -> tuple[str, int]:
+    """Read a label value up to its closing quote; returns the value and the next position."""
+    out: list[str] = []
+    while (char := text[pos]) != '"':
+        if char == "\\":
+            pos += 1
+            out.append(_ESCAPES.get(text[pos], "\\" + text[pos]))
+        else:
+            out.append(char)
+        pos += 1
+    return "".join(out), pos + 1

@@ -1,26 +1,217 @@
-"""A server's Node says it exists; only its lupine port says whether it
-is alive and which GPUs already have clients. Every listed server is probed once per interval,
-concurrently but bounded, and a server that just appeared (or moved) is probed at once rather
-than an interval later, so a new server's busy set is known before anyone is placed on it.
+"""A server's Node says it exists; only its lupine port says whether it is alive and which
+GPUs already have clients. Every listed server is probed once per interval, concurrently but
+bounded, and a server that just appeared (or moved) is probed at once rather than an interval
+later, so a new server's busy set is known before anyone is placed on it (``ProbeLoop``).
 
-The probes themselves go through ``ProbeFlights``, shared with on-demand re-probes: a round
-that meets a probe already in flight for a server waits for it rather than probing twice, and
-the schedule of rounds never moves because of on-demand probes.
+Busy sets learned once per interval (15 s by default) go stale: when a holder pod finishes
+and its lupine client disconnects, discovery keeps reporting its cards busy until the next
+round, and the allocator would refuse the next pod for up to an interval. DESIGN §4's "no
+stale refusals" rule asks for a fresh read before refusing: the allocator asks discovery to
+probe that one server now (``Reprober``). An on-demand probe is the periodic probe (same
+code, same rules), so its result moves the fleet's revision exactly as a periodic one would,
+and long-poll waiters see it at once. A burst of refusals must not hammer a lupine server: a
+server probed less than ``min_interval`` ago is not probed again (the answer is the current
+state), and concurrent requests share the probe in flight.
+
+One probe must never count twice (two counted failures make a server unreachable), so every
+probe, whoever asked, goes through ``ProbeFlights``: while a probe of a server is in flight,
+any other caller for that server waits for it instead of probing again, and its result is
+folded into the fleet exactly once. The schedule of rounds never moves because of on-demand
+probes. Probes run in the flights' own task group, which the lifespan owns, not in the
+caller's task: a caller that gives up (an HTTP client hanging up) never strands those sharing
+its probe, nor leaves a half-counted result. Results are applied in batches — whatever
+finished together is applied together — so a round over thousands of servers publishes a
+handful of revisions, not thousands.
 """
 
 from __future__ import annotations
 
-import anyio
-from anyio.abc import TaskStatus
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
 
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from opentelemetry import trace
+
+from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
 
-from .fleetstate import FleetState
-from .flights import ProbeFlights
+from .errors import NoEndpoint, NotListedYet, UnknownServer
+from .fleet import FleetState, ProbeReport
+from .instruments import Instruments, OnDemandOutcome
+from .lupine import LupineProber, ProbeOutcome
+from .published import Item
 
-__all__ = ["ProbeLoop"]
+__all__ = ["REPROBE_MIN_INTERVAL", "ProbeFlights", "ProbeLoop", "Reprobed", "Reprober"]
+
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+REPROBE_MIN_INTERVAL: Final = 0.25
+"""Seconds a server's last probe stays fresh enough to answer with. A healthy lupine answers
+in about a millisecond, so four probes a second per server is nothing to it, while a burst of
+refusals for one server (every pending pod retried at once) still costs one probe."""
 
 Targets = dict[ServerName, str]
+_NOTEWORTHY = frozenset({"http_error", "bad_body", "timeout", "refused", "unreachable"})
+
+
+class _Flight:
+    """One probe of one endpoint, from launch until its result is in the fleet."""
+
+    __slots__ = ("applied", "endpoint", "landed_at")
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.applied = anyio.Event()
+        self.landed_at: float | None = None
+
+    def in_flight_to(self, endpoint: str) -> bool:
+        """Whether this probe of ``endpoint`` is still running or not yet applied."""
+        return self.endpoint == endpoint and not self.applied.is_set()
+
+    def landed_within(self, endpoint: str, seconds: float, now: float) -> bool:
+        """Whether this probe of ``endpoint`` was applied less than ``seconds`` before ``now``."""
+        landed = self.landed_at
+        return self.endpoint == endpoint and landed is not None and now - landed < seconds
+
+
+Landed = tuple[_Flight, ProbeReport]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Running:
+    tg: TaskGroup
+    send: MemoryObjectSendStream[Landed]
+
+
+class ProbeFlights:
+    """Probes servers for every caller, one probe per server at a time; ``run`` must be running.
+
+    ``clock`` (seconds, monotonic) dates each applied result, for ``reprobe``'s rate limit.
+    """
+
+    def __init__(
+        self,
+        *,
+        fleet: FleetState,
+        prober: LupineProber,
+        instruments: Instruments,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self._fleet = fleet
+        self._prober = prober
+        self._instruments = instruments
+        self._clock = clock
+        # The latest probe of each server, in flight or landed: whom to join, when last probed.
+        self._flights: dict[ServerName, _Flight] = {}
+        # Every probe not yet applied, including any whose server moved or left since.
+        self._airborne: set[_Flight] = set()
+        self._running: _Running | None = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host the probes and fold their results into the fleet, until cancelled."""
+        send, receive = anyio.create_memory_object_stream[Landed](math.inf)
+        try:
+            # Streams outermost: they must stay open while the task group waits on its tasks.
+            async with send, receive, anyio.create_task_group() as tg:
+                self._running = _Running(tg=tg, send=send)
+                tg.start_soon(self._apply, receive)
+                task_status.started()
+        finally:
+            self._running = None
+            self._release_waiters()
+
+    async def probe(self, server: ServerName, endpoint: str) -> OnDemandOutcome:
+        """Probe ``server`` at ``endpoint``, or share the probe of it already in flight.
+
+        Returns once the result is in the fleet (or ``run`` stopped): ``probed`` when this
+        call started the probe, ``coalesced`` when it shared one. Raises ``RuntimeError`` when
+        ``run`` is not running.
+        """
+        flight = self._flights.get(server)
+        outcome: OnDemandOutcome = "coalesced"
+        if flight is None or not flight.in_flight_to(endpoint):
+            flight = self._launch(server, endpoint)
+            outcome = "probed"
+        await flight.applied.wait()
+        return outcome
+
+    async def reprobe(
+        self, server: ServerName, endpoint: str, min_interval: float
+    ) -> OnDemandOutcome:
+        """Like ``probe``, but answers ``rate_limited`` at once, without probing, when a probe
+        of ``endpoint`` was applied less than ``min_interval`` seconds ago."""
+        flight = self._flights.get(server)
+        if flight is not None and flight.landed_within(endpoint, min_interval, self._clock()):
+            return "rate_limited"
+        return await self.probe(server, endpoint)
+
+    def retain(self, servers: Iterable[ServerName]) -> None:
+        """Forget the probe history of every server not in ``servers`` (gone from the fleet)."""
+        gone = self._flights.keys() - set(servers)
+        for name in gone:
+            del self._flights[name]
+        self._instruments.forget(gone)
+
+    def _launch(self, server: ServerName, endpoint: str) -> _Flight:
+        if self._running is None:
+            raise RuntimeError("ProbeFlights.run is not running: start it in the lifespan first")
+        flight = _Flight(endpoint)
+        self._flights[server] = flight
+        self._airborne.add(flight)
+        self._running.tg.start_soon(self._fly, server, flight, self._running.send)
+        return flight
+
+    async def _fly(
+        self, server: ServerName, flight: _Flight, send: MemoryObjectSendStream[Landed]
+    ) -> None:
+        with tracer.start_as_current_span("discovery.lupine.probe") as span:
+            span.set_attribute("rgpu.server", server)
+            span.set_attribute("rgpu.endpoint", flight.endpoint)
+            outcome = await self._prober.probe(flight.endpoint)
+            span.set_attribute("rgpu.probe.result", outcome.result)
+            span.set_attribute("rgpu.probe.connections", outcome.connections)
+        self._instruments.probed(server, outcome)
+        _log(server, flight.endpoint, outcome)
+        send.send_nowait(
+            (flight, ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome))
+        )
+
+    async def _apply(self, receive: MemoryObjectReceiveStream[Landed]) -> None:
+        async for first in receive:
+            batch = [first, *_drain(receive)]
+            self._fleet.apply_probes(report for _, report in batch)
+            now = self._clock()
+            for flight, _ in batch:
+                flight.landed_at = now
+                flight.applied.set()
+                self._airborne.discard(flight)
+
+    def _release_waiters(self) -> None:
+        # At shutdown a probe may never land; its waiters answer with the state as it is.
+        for flight in self._airborne:
+            flight.applied.set()
+        self._airborne.clear()
+
+
+def _drain(receive: MemoryObjectReceiveStream[Landed]) -> Iterator[Landed]:
+    while True:
+        try:
+            yield receive.receive_nowait()
+        except anyio.WouldBlock:
+            return
+
+
+def _log(server: ServerName, endpoint: str, outcome: ProbeOutcome) -> None:
+    if outcome.result in _NOTEWORTHY:
+        logger.debug(
+            "probe of %s: %s (%s)", endpoint, outcome.result, outcome.detail, extra={"node": server}
+        )
 
 
 class ProbeLoop:
@@ -73,3 +264,57 @@ class ProbeLoop:
     async def _probe_one(self, server: ServerName, endpoint: str) -> None:
         async with self._limiter:
             await self._flights.probe(server, endpoint)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reprobed:
+    """What the fleet says about one server once an on-demand probe request was served."""
+
+    outcome: OnDemandOutcome
+    revision: int
+    """The fleet's revision right after the probe's result was applied."""
+    server: Item[Server]
+    """The server as published in that revision, with its JSON."""
+
+
+class Reprober:
+    """Serves on-demand probe requests by server name."""
+
+    def __init__(
+        self,
+        *,
+        fleet: FleetState,
+        flights: ProbeFlights,
+        instruments: Instruments,
+        min_interval: float = REPROBE_MIN_INTERVAL,
+    ) -> None:
+        self._fleet = fleet
+        self._flights = flights
+        self._instruments = instruments
+        self._min_interval = min_interval
+
+    async def reprobe(self, name: str) -> Reprobed:
+        """Probe server ``name`` now (or share or skip, see the module), then report it.
+
+        Raises ``NotListedYet`` before the first Node list, ``UnknownServer`` when the fleet
+        has no server ``name`` (also when it left during the probe) and ``NoEndpoint`` when
+        the server has no lupine endpoint.
+        """
+        server = ServerName(name)
+        endpoint = self._endpoint(server)
+        outcome = await self._flights.reprobe(server, endpoint, self._min_interval)
+        self._instruments.requested(outcome)
+        item = self._fleet.item(server)
+        if item is None:
+            raise UnknownServer(name)
+        return Reprobed(outcome=outcome, revision=self._fleet.snapshot().revision, server=item)
+
+    def _endpoint(self, server: ServerName) -> str:
+        if not self._fleet.snapshot().listed:
+            raise NotListedYet("fleet")
+        item = self._fleet.item(server)
+        if item is None:
+            raise UnknownServer(server)
+        if item.value.endpoint is None:
+            raise NoEndpoint(server, item.value.error)
+        return item.value.endpoint

@@ -1,49 +1,134 @@
-"""The fleet is only as good as discovery's view of the Nodes, and
-that view must survive everything the apiserver does — restarts, dropped watches, ``410
-Expired``, minutes of downtime — without ever dropping the last good fleet.
+"""The fleet is only as good as discovery's view of the Nodes, and that view must survive
+everything the apiserver does — restarts, dropped watches, ``410 Expired``, minutes of
+downtime — without ever dropping the last good fleet.
 
 The runtime's ``Reflector`` does the list+watch (bookmarks, relist by diff on 410, backoff,
-stalled watches reopened); this module feeds its changes to the ``Catalog`` and turns its
-troubles into readiness and metrics. A failed list changes nothing; ``/readyz`` turns ready
-after the first list that succeeds and stays ready while the apiserver is away, serving the
-last good fleet.
+stalled watches reopened) over ``clients.NodeApi``; this module feeds its changes to the
+``Catalog`` and turns its troubles into readiness and metrics. A failed list changes nothing;
+``/readyz`` turns ready after the first list that succeeds and stays ready while the
+apiserver is away, serving the last good fleet.
 
 One watch on all Nodes serves both the fleet (server Nodes) and the topology (client Nodes):
 a relabel that turns a node into a server arrives as one event on one stream, instead of as
-a race between two, and the apiserver keeps one connection per replica, not two.
+a race between two, and the apiserver keeps one connection per replica, not two. The
+``Catalog`` routes each Node (or a whole list) to the right state, removes it from the other,
+and lets ``NodeNotices`` report what is wrong with server Nodes.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
-from typing import Any, cast
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
-from opentelemetry import trace
 
+from rgpu_contracts.ids import ServerName
 from rgpu_runtime import (
     Backoff,
     KubeClient,
-    Listing,
     ObjectChange,
     Readiness,
     Reflector,
     ReflectorTiming,
-    WatchEvent,
     WatchTrouble,
-    kube_pages,
 )
 
-from .catalog import Catalog
+from .clients import NodeApi
+from .errors import MalformedNode
+from .fleet import FleetState
 from .instruments import Instruments
+from .nodes import NodeNotices, NodeView, node_name, node_view
+from .topology import TopologyState
 
-__all__ = ["NodeWatch"]
+__all__ = ["Catalog", "NodeWatch"]
 
 logger = logging.getLogger(__name__)
-tracer = trace.get_tracer(__name__)
+
+
+class Catalog:
+    """Applies Node lists and watch events to the fleet and the topology."""
+
+    def __init__(
+        self,
+        *,
+        fleet: FleetState,
+        topology: TopologyState,
+        notices: NodeNotices,
+        topology_keys: Sequence[str],
+    ) -> None:
+        self.fleet = fleet
+        self.topology = topology
+        self._notices = notices
+        self._keys = tuple(topology_keys)
+
+    def relist(self, objects: Iterable[Mapping[str, object]]) -> None:
+        """Replace everything with the Nodes of a complete list."""
+        with _collector_paused():
+            self._relist(objects)
+
+    def _relist(self, objects: Iterable[Mapping[str, object]]) -> None:
+        views = [view for view in map(self._view, objects) if view is not None]
+        servers = [view for view in views if view.is_server]
+        registers = self.fleet.replace_all(servers)
+        self.topology.replace_all(view for view in views if not view.is_server)
+        self._notices.retain(view.name for view in servers)
+        for view in servers:
+            self._notices.server(view, registers[ServerName(view.name)])
+
+    def observe(self, kind: str, obj: Mapping[str, object]) -> None:
+        """Apply one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``)."""
+        if kind == "DELETED":
+            self._delete(obj)
+            return
+        view = self._view(obj)
+        if view is None:
+            return
+        if view.is_server:
+            self.topology.remove(view.name)
+            self._notices.server(view, self.fleet.apply(view))
+        else:
+            self._notices.forget(view.name)
+            self.fleet.remove(ServerName(view.name))
+            self.topology.apply(view)
+
+    def _delete(self, obj: Mapping[str, object]) -> None:
+        try:
+            name = node_name(obj)
+        except MalformedNode as exc:
+            logger.warning("%s", exc)
+            return
+        self._notices.forget(name)
+        self.fleet.remove(ServerName(name))
+        self.topology.remove(name)
+
+    def _view(self, obj: Mapping[str, object]) -> NodeView | None:
+        try:
+            return node_view(obj, self._keys)
+        except MalformedNode as exc:
+            logger.warning("%s", exc)
+            return None
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector while a whole Node list is applied.
+
+    Building a fleet allocates ~100,000 objects, which triggers dozens of collections, and
+    each older-generation one walks the entire Node list just decoded: measured, that is two
+    thirds of a 5,000-server relist (0.9 s against 0.3 s). Nothing built here forms reference
+    cycles, so the pause frees nothing late; the collector resumes right after.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _node(obj: dict[str, Any]) -> dict[str, Any]:
@@ -62,14 +147,14 @@ class NodeWatch:
         instruments: Instruments,
         backoff: Backoff,
     ) -> None:
-        self._kube = kube
         self._catalog = catalog
         self._readiness = readiness
         self._instruments = instruments
+        nodes = NodeApi(kube)
         self.reflector = Reflector[dict[str, Any]](
             name="nodes",
-            list_pages=self._pages,
-            watch=self._watch,
+            list_pages=nodes.pages,
+            watch=nodes.watch,
             transform=_node,
             on_change=self._changed,
             on_relist=self._relisted,
@@ -85,25 +170,6 @@ class NodeWatch:
             await tg.start(self.reflector.run)
             logger.info("first Node list: %d nodes", len(self.reflector.values))
             self._readiness.set_ready()
-
-    async def _pages(self) -> AsyncIterator[Listing]:
-        # A plain span, not the current one: this generator yields to the reflector between
-        # pages, and a context attached here must not leak into its code.
-        with tracer.start_span("discovery.nodes.list") as span:
-            count = 0
-            async for page in kube_pages(self._kube, self._kube.core.list_node):
-                count += len(page.items)
-                yield page
-            span.set_attribute("rgpu.nodes", count)
-
-    async def _watch(self, version: str) -> AsyncIterator[WatchEvent]:
-        with tracer.start_span("discovery.nodes.watch") as span:
-            span.set_attribute("rgpu.resource_version", version)
-            stream = self._kube.watch(self._kube.core.list_node, resource_version=version)
-            # The runtime's watch is an async generator; closing it closes the connection.
-            async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
-                async for event in events:
-                    yield event
 
     def _changed(self, change: ObjectChange[dict[str, Any]]) -> None:
         obj = change.after if change.after is not None else change.before

@@ -14,11 +14,11 @@ from anyio.abc import SocketAttribute, SocketStream
 from prometheus_client import CollectorRegistry
 
 from rgpu_contracts.ids import ServerName
-from rgpu_discovery.fleetstate import FleetState
-from rgpu_discovery.flights import ProbeFlights
+from rgpu_discovery.fleet import FleetState
 from rgpu_discovery.instruments import Instruments
 from rgpu_discovery.lupine import LupineProber
-from rgpu_discovery.topologystate import TopologyState
+from rgpu_discovery.probing import ProbeFlights
+from rgpu_discovery.topology import TopologyState
 
 pytestmark = pytest.mark.anyio
 

@@ -4,11 +4,11 @@ import logging
 
 import pytest
 
-from rgpu_discovery.catalog import Catalog
-from rgpu_discovery.fleetstate import FleetState
-from rgpu_discovery.kubeevents import NodeEvent
-from rgpu_discovery.notices import REASON_BAD_REGISTER, NodeNotices
-from rgpu_discovery.topologystate import TopologyState
+from rgpu_discovery.clients import NodeEvent
+from rgpu_discovery.fleet import FleetState
+from rgpu_discovery.nodes import REASON_BAD_REGISTER, NodeNotices
+from rgpu_discovery.topology import TopologyState
+from rgpu_discovery.watching import Catalog
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_recreated_node_with_same_garbage_is_reported_again(
 def test_port_fallback_is_logged_once_per_node_and_value(
     catalog: Catalog, build, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rgpu_discovery.notices")
+    caplog.set_level(logging.INFO, logger="rgpu_discovery.nodes")
     for label in ("not-a-port", "not-a-port", "70000", "not-a-port", "24000"):
         catalog.observe("MODIFIED", build.node("gpu-a", server=label))
     logged = [(r.node, r.getMessage()) for r in caplog.records]
@@ -96,6 +96,6 @@ def test_port_fallback_is_logged_once_per_node_and_value(
 def test_empty_port_label_is_logged_at_info_not_warning(
     catalog: Catalog, build, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rgpu_discovery.notices")
+    caplog.set_level(logging.INFO, logger="rgpu_discovery.nodes")
     catalog.observe("ADDED", build.node("gpu-a", server=""))
     assert [r.levelno for r in caplog.records] == [logging.INFO]

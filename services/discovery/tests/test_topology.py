@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from rgpu_contracts import Topology
-from rgpu_discovery.topologystate import TopologyState
+from rgpu_discovery.topology import TopologyState
 
 RACK = "topology.rgpu.io/rack"
 ZONE = "topology.kubernetes.io/zone"

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import orjson
 import pytest
 
 from rgpu_contracts import Fleet
-from rgpu_discovery.fleetstate import FleetState, ProbeReport
-from rgpu_discovery.lupine import ProbeOutcome
+from rgpu_discovery.fleet import FleetState, ProbeReport, ProbeState, build_server
+from rgpu_discovery.lupine import ProbeOutcome, ProbeResult
+from rgpu_discovery.nodes import decode_cards
+
+DEFAULT = 14833
 
 
 @pytest.fixture
@@ -175,3 +179,158 @@ def test_body_is_the_fleet_contract_sorted_by_name(fleet: FleetState, build) -> 
 def test_revision_starts_at_the_clock_in_ms_so_a_restart_never_reuses_one() -> None:
     before = time.time_ns() // 1_000_000
     assert FleetState(default_port=14833).snapshot().revision >= before
+
+
+BUSY = ProbeState(probed=True, usage_reported=True, busy=frozenset({"GPU-1"}))
+
+
+def outcome(result: ProbeResult, *busy: str) -> ProbeOutcome:
+    return ProbeOutcome(result=result, busy=frozenset(busy))
+
+
+def test_never_probed_server_is_reachable_with_unknown_usage() -> None:
+    state = ProbeState()
+    assert (state.reachable, state.usage_reported, state.busy, state.probed) == (
+        True,
+        False,
+        frozenset(),
+        False,
+    )
+
+
+def test_usage_reply_replaces_busy_set() -> None:
+    assert BUSY.after(outcome("usage", "GPU-2")).busy == {"GPU-2"}
+
+
+def test_empty_usage_reply_clears_busy_set() -> None:
+    state = BUSY.after(outcome("usage"))
+    assert (state.busy, state.usage_reported) == (frozenset(), True)
+
+
+def test_404_means_no_usage_reporting_but_reachable() -> None:
+    state = BUSY.after(outcome("no_usage"))
+    assert (state.reachable, state.usage_reported, state.busy) == (True, False, frozenset())
+
+
+@pytest.mark.parametrize(
+    "result", ["http_error", "bad_body", "h2_alive", "timeout", "refused", "unreachable"]
+)
+def test_anything_but_a_usage_reply_keeps_the_busy_set(result: ProbeResult) -> None:
+    state = BUSY.after(outcome(result))
+    assert (state.busy, state.usage_reported) == ({"GPU-1"}, True)
+
+
+@pytest.mark.parametrize("result", ["timeout", "refused", "unreachable"])
+def test_one_failed_probe_keeps_server_reachable(result: ProbeResult) -> None:
+    assert BUSY.after(outcome(result)).reachable
+
+
+def test_two_failed_probes_in_a_row_make_server_unreachable() -> None:
+    state = BUSY.after(outcome("timeout")).after(outcome("refused"))
+    assert not state.reachable
+    assert not state.after(outcome("unreachable")).reachable
+
+
+def test_an_answer_between_failures_resets_the_count() -> None:
+    state = BUSY.after(outcome("timeout")).after(outcome("h2_alive")).after(outcome("timeout"))
+    assert state.reachable
+
+
+@pytest.mark.parametrize("result", ["usage", "no_usage", "http_error", "bad_body", "h2_alive"])
+def test_any_answer_makes_an_unreachable_server_reachable(result: ProbeResult) -> None:
+    down = BUSY.after(outcome("timeout")).after(outcome("timeout"))
+    assert down.after(outcome(result)).reachable
+
+
+@pytest.fixture
+def server(build):
+    def make(**node_args: object):
+        manifest = build.node("gpu-a", **node_args)
+        v = build.view(manifest)
+        return build_server(v, decode_cards(v.name, v.register), ProbeState(), DEFAULT)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("label", "port"),
+    [
+        ("", DEFAULT),
+        ("24000", 24000),
+        ("not-a-port", DEFAULT),
+        ("0", DEFAULT),
+        ("70000", DEFAULT),
+        ("65535", 65535),
+        ("-1", DEFAULT),
+        ("\uff11\uff12\uff13", DEFAULT),
+    ],
+)
+def test_port_comes_from_label_or_falls_back_to_default(server, label: str, port: int) -> None:
+    built = server(server=label, annotation="[]")
+    assert (built.port, built.endpoint) == (port, f"10.0.0.1:{port}")
+    assert built.error is None
+
+
+def test_ipv6_internal_ip_is_bracketed(server) -> None:
+    built = server(server="24000", ip="fd00::7", annotation="[]")
+    assert built.endpoint == "[fd00::7]:24000"
+
+
+def test_no_internal_ip_lists_server_with_error_and_no_cards(build, server) -> None:
+    built = server(ip=None, annotation=build.register(build.card("GPU-1")))
+    assert built.endpoint is None
+    assert built.cards == ()
+    assert built.error is not None
+    assert "InternalIP" in built.error
+
+
+def test_mixed_modes_keep_only_remote_cards_and_absent_health_is_unhealthy(
+    server, load_fixture: Callable[[str], object]
+) -> None:
+    examples = load_fixture("hami/node-register-examples.json")
+    assert isinstance(examples, dict)
+    built = server(annotation=examples["mixed_modes_one_unhealthy"])
+    assert [(c.id, c.index, c.healthy) for c in built.cards] == [
+        ("gpu-a/GPU-aaa", 0, True),
+        ("gpu-a/GPU-bbb", 1, False),
+    ]
+    assert built.cards[0].model == "NVIDIA-H100-80GB-HBM3"
+    assert built.cards[0].memory_mib == 81920
+
+
+def test_card_fields_come_from_register_with_original_model(build, server) -> None:
+    annotation = build.register(
+        build.card("GPU-9", 3, devmem=1000, devcore=50, numa=1, type="NVIDIA A100 (odd name)")
+    )
+    (card,) = server(annotation=annotation).cards
+    assert (card.id, card.server, card.uuid, card.index) == ("gpu-a/GPU-9", "gpu-a", "GPU-9", 3)
+    assert (card.memory_mib, card.cores, card.numa, card.model) == (
+        1000,
+        50,
+        1,
+        "NVIDIA A100 (odd name)",
+    )
+
+
+@pytest.mark.parametrize("key", ["garbage", "not_json_legacy_codec"])
+def test_undecodable_register_lists_server_with_error_and_no_cards(
+    server, load_fixture: Callable[[str], object], key: str
+) -> None:
+    examples = load_fixture("hami/node-register-examples.json")
+    assert isinstance(examples, dict)
+    built = server(annotation=examples[key])
+    assert built.cards == ()
+    assert built.error is not None
+    assert "hami.io/node-nvidia-register" in built.error
+
+
+def test_topology_labels_are_copied_onto_server(build, server) -> None:
+    built = server(labels={build.rack: "r1", "other": "x"}, annotation="[]")
+    assert built.topology == ((build.rack, "r1"),)
+
+
+def test_probe_state_is_carried_onto_server(build) -> None:
+    v = build.view(build.node("gpu-a", annotation="[]"))
+    probe = ProbeState(reachable=False, usage_reported=True, busy=frozenset({"GPU-1"}))
+    built = build_server(v, decode_cards(v.name, v.register), probe, DEFAULT)
+    assert (built.reachable, built.usage_reported, built.busy) == (False, True, {"GPU-1"})

@@ -1,11 +1,21 @@
-"""The fleet is one value many readers wait on, changed by two
-writers (the Node watch and the probes); its revision must move exactly when something
-allocation-relevant changed, and never on a no-op.
+"""The fleet is one value many readers wait on, changed by two writers (the Node watch and the
+probes); its revision must move exactly when something allocation-relevant changed, and never
+on a no-op.
 
-Each server is rebuilt alone when its Node or its probe result changes, and compared with
-the previous ``Server`` value: the contract holds only allocation-relevant facts, so
-"equal" means "no change". Only then is a new snapshot published, with the revision bumped
-by one; the other 4,999 servers are reused as they are.
+A ``Server`` is its Node's facts, its decoded register annotation (both from ``nodes``) and
+what probing knows, put together by ``build_server`` under HAMi's compatibility contract
+(DESIGN §3): port from the label, endpoint from the first InternalIP. Each server is rebuilt
+alone when its Node or its probe result changes, and compared with the previous ``Server``
+value: the contract holds only allocation-relevant facts, so "equal" means "no change". Only
+then is a new snapshot published, with the revision bumped by one; the other 4,999 servers
+are reused as they are.
+
+Probe results must be folded into what the fleet says about a server by one rule, or a
+single lost packet would flap a server out of the fleet. The rule (``ProbeState``): a server
+is unreachable only after two probes in a row got no answer; a reply that carried a readable
+usage report replaces the busy set (even with an empty one); a ``404`` means the build
+reports no usage (busy unknown, not busy-free); every other outcome keeps the last busy set,
+because forgetting a busy GPU on a hiccup would double-book it.
 """
 
 from __future__ import annotations
@@ -13,23 +23,82 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 from rgpu_contracts.fleet import Fleet, Server
-from rgpu_contracts.ids import ServerName
+from rgpu_contracts.hami import join_endpoint
+from rgpu_contracts.hami import port_from_label as _port_rule
+from rgpu_contracts.ids import GpuUuid, ServerName
 from rgpu_runtime import Versioned
 
 from .lupine import ProbeOutcome
-from .nodes import NodeView
-from .probestate import ProbeState
+from .nodes import NodeView, Register, decode_cards
 from .published import Item, Published, initial_revision
-from .servers import Register, build_server, decode_cards
 
-__all__ = ["FleetSnapshot", "FleetState", "ProbeReport"]
+__all__ = [
+    "UNREACHABLE_AFTER",
+    "FleetSnapshot",
+    "FleetState",
+    "ProbeReport",
+    "ProbeState",
+    "build_server",
+]
 
 logger = logging.getLogger(__name__)
 
+UNREACHABLE_AFTER: Final = 2
+"""Consecutive unanswered probes before a server counts as unreachable."""
+
 FleetSnapshot = Published[Server]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeState:
+    """What probing knows about one server; the default is "never probed"."""
+
+    reachable: bool = True
+    usage_reported: bool = False
+    busy: frozenset[GpuUuid] = frozenset()
+    failures: int = 0
+    probed: bool = False
+
+    def after(self, outcome: ProbeOutcome) -> ProbeState:
+        """The state once ``outcome`` is known."""
+        if not outcome.answered:
+            failures = self.failures + 1
+            return replace(
+                self, failures=failures, reachable=failures < UNREACHABLE_AFTER, probed=True
+            )
+        alive = replace(self, failures=0, reachable=True, probed=True)
+        if outcome.result == "usage":
+            return replace(alive, usage_reported=True, busy=outcome.busy)
+        if outcome.result == "no_usage":
+            return replace(alive, usage_reported=False, busy=frozenset())
+        return alive
+
+
+def build_server(
+    view: NodeView, register: Register, probe: ProbeState, default_port: int
+) -> Server:
+    """The fleet's view of server node ``view``."""
+    port = _port_rule(view.server_label, default_port).port
+    endpoint = None if view.internal_ip is None else join_endpoint(view.internal_ip, port)
+    problems = [register.error] if register.error else []
+    if endpoint is None:
+        problems.insert(0, "node has no InternalIP address, so lupine cannot be reached")
+    return Server(
+        name=ServerName(view.name),
+        endpoint=endpoint,
+        port=port,
+        ready=view.ready,
+        reachable=probe.reachable,
+        usage_reported=probe.usage_reported,
+        busy=probe.busy,
+        topology=view.topology,
+        cards=register.cards if endpoint is not None else (),
+        error="; ".join(problems) or None,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

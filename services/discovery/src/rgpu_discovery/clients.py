@@ -1,0 +1,109 @@
+"""Discovery's one peer besides lupine is the apiserver: it lists and watches Nodes and files
+Events about them. This module is everything discovery says to it, so the rest of the service
+sees Node dicts and ``NodeEvent`` values, never the Kubernetes client.
+
+Listing and watching are traced as ``discovery.nodes.list`` and ``discovery.nodes.watch``; the
+runtime's ``KubeClient`` already bounds each call and wraps its errors.
+
+An operator looks for a broken node in ``kubectl describe node``, so a register annotation
+discovery cannot read is reported there, as a Kubernetes Event. Posting must never slow the
+Node watch or fail it: the runtime's ``EventRecorder`` queues without blocking, drops when the
+apiserver cannot keep up, and logs a failed post once — the problem stays visible in the
+fleet's ``error`` field anyway. Nodes are cluster-scoped, so their Events are filed in
+``default``, as the kubelet files them.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Final, cast
+
+from opentelemetry import trace
+from prometheus_client import Counter
+
+from rgpu_runtime import (
+    EventRecorder,
+    KubeClient,
+    KubeEvent,
+    Listing,
+    ObjectRef,
+    WatchEvent,
+    kube_pages,
+)
+
+__all__ = ["COMPONENT", "NodeApi", "NodeEvent", "event_recorder", "node_event"]
+
+tracer = trace.get_tracer(__name__)
+
+COMPONENT: Final = "rgpu-discovery"
+
+_OUTCOMES: Final = {"written": "posted"}
+"""Recorder outcomes under discovery's older metric names; the rest keep theirs."""
+
+
+class NodeApi:
+    """The Node list and watch, as the runtime's ``Reflector`` consumes them."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+
+    async def pages(self) -> AsyncIterator[Listing]:
+        """Every Node, page by page."""
+        # A plain span, not the current one: this generator yields to the reflector between
+        # pages, and a context attached here must not leak into its code.
+        with tracer.start_span("discovery.nodes.list") as span:
+            count = 0
+            async for page in kube_pages(self._kube, self._kube.core.list_node):
+                count += len(page.items)
+                yield page
+            span.set_attribute("rgpu.nodes", count)
+
+    async def watch(self, version: str) -> AsyncIterator[WatchEvent]:
+        """Node changes after resourceVersion ``version``."""
+        with tracer.start_span("discovery.nodes.watch") as span:
+            span.set_attribute("rgpu.resource_version", version)
+            stream = self._kube.watch(self._kube.core.list_node, resource_version=version)
+            # The runtime's watch is an async generator; closing it closes the connection.
+            async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
+                async for event in events:
+                    yield event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeEvent:
+    """One Event about Node ``node`` (``uid`` pins it to this incarnation of the node)."""
+
+    node: str
+    uid: str
+    reason: str
+    message: str
+    type: str = "Warning"
+
+
+def node_event(event: NodeEvent) -> KubeEvent:
+    """The runtime Event for ``event`` (the runtime files cluster-scoped ones in ``default``)."""
+    regarding = ObjectRef(kind="Node", name=event.node, uid=event.uid)
+    return KubeEvent(
+        regarding=regarding,
+        reason=event.reason,
+        message=event.message,
+        warning=event.type == "Warning",
+    )
+
+
+def event_recorder(posted: Counter, *, instance: str | None = None) -> EventRecorder:
+    """A recorder counting outcomes in ``posted`` (labelled ``outcome``).
+
+    ``instance`` is the ``reportingInstance``; in a pod the hostname is the pod's name,
+    which is what that field means.
+    """
+
+    def counted(event: KubeEvent, outcome: str) -> None:
+        posted.labels(_OUTCOMES.get(outcome, outcome)).inc()
+
+    return EventRecorder(
+        component=COMPONENT, instance=instance or socket.gethostname(), on_outcome=counted
+    )
