@@ -27,13 +27,14 @@ from rgpu_runtime import (
 )
 
 from .admission import AdmissionPolicy
-from .allocator_client import AllocatorClient
-from .apiserver import Apiserver
-from .deps import Deps
+from .binding import Binding
+from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
+from .filtering import Filtering
+from .instruments import ExtenderMetrics
 from .inventory import Inventory
-from .metrics import ExtenderMetrics
-from .routes import ROUTES
+from .routes import ROUTES, Deps
+from .scoring import Scoring
 
 __all__ = ["MAX_BODY_BYTES", "State", "create_app", "listeners", "main"]
 
@@ -82,7 +83,6 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            apiserver = Apiserver(kube)
             inventory = Inventory()
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
@@ -91,14 +91,33 @@ def create_app(
             await inventory.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
+            allocator = AllocatorClient(allocator_http)
             deps = Deps(
-                settings=settings,
-                allocator=AllocatorClient(allocator_http),
-                apiserver=apiserver,
-                inventory=inventory,
-                events=events,
-                metrics=metrics,
+                filtering=Filtering(
+                    allocator=allocator,
+                    inventory=inventory,
+                    events=events,
+                    metrics=metrics,
+                    resources=settings.resources,
+                    budget=budget,
+                ),
+                scoring=Scoring(
+                    allocator=allocator,
+                    inventory=inventory,
+                    metrics=metrics,
+                    topology_keys=settings.scheduling.topology_keys,
+                    budget=budget,
+                ),
+                binding=Binding(
+                    allocator=allocator,
+                    apiserver=Apiserver(kube),
+                    events=events,
+                    metrics=metrics,
+                    resources=settings.resources,
+                    budget=budget,
+                ),
                 admission=AdmissionPolicy.from_settings(settings),
+                metrics=metrics,
             )
             try:
                 yield {"deps": deps}
