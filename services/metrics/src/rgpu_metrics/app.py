@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TypedDict
 
 import anyio
 import httpx
@@ -29,14 +30,19 @@ from rgpu_runtime import (
 )
 
 from .board import Board
-from .routes import ROUTES
-from .selfmetrics import SourceCollector
-from .sources import POLICY, follow_claims, follow_fleet
-from .state import Deps, State
+from .clients import POLICY, follow_claims, follow_fleet
+from .instruments import SourceCollector
+from .routes import ROUTES, Deps
 
-__all__ = ["create_app", "main"]
+__all__ = ["State", "create_app", "main"]
 
 SERVICE = "metrics"
+
+
+class State(TypedDict):
+    """What the lifespan yields; handlers read it through ``routes.deps``."""
+
+    deps: Deps
 
 
 def create_app(
