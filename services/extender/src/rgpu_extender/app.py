@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    EventRecorder,
     Listener,
     Readiness,
     Settings,
@@ -91,32 +92,12 @@ def create_app(
             await inventory.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
-            allocator = AllocatorClient(allocator_http)
-            deps = Deps(
-                filtering=Filtering(
-                    allocator=allocator,
-                    inventory=inventory,
-                    events=events,
-                    metrics=metrics,
-                    resources=settings.resources,
-                    budget=budget,
-                ),
-                scoring=Scoring(
-                    allocator=allocator,
-                    inventory=inventory,
-                    metrics=metrics,
-                    topology_keys=settings.scheduling.topology_keys,
-                    budget=budget,
-                ),
-                binding=Binding(
-                    allocator=allocator,
-                    apiserver=Apiserver(kube),
-                    events=events,
-                    metrics=metrics,
-                    resources=settings.resources,
-                    budget=budget,
-                ),
-                admission=AdmissionPolicy.from_settings(settings),
+            deps = _deps(
+                settings,
+                allocator=AllocatorClient(allocator_http),
+                apiserver=Apiserver(kube),
+                inventory=inventory,
+                events=events,
                 metrics=metrics,
             )
             try:
@@ -131,6 +112,47 @@ def create_app(
         readiness=readiness,
         registry=registry,
         max_body_bytes=MAX_BODY_BYTES,
+    )
+
+
+def _deps(
+    settings: Settings,
+    *,
+    allocator: AllocatorClient,
+    apiserver: Apiserver,
+    inventory: Inventory,
+    events: EventRecorder,
+    metrics: ExtenderMetrics,
+) -> Deps:
+    """Each verb with the clients and stores it decides with."""
+    budget = settings.scheduling.extender_budget_seconds
+    resources = settings.resources
+    return Deps(
+        filtering=Filtering(
+            allocator=allocator,
+            inventory=inventory,
+            events=events,
+            metrics=metrics,
+            resources=resources,
+            budget=budget,
+        ),
+        scoring=Scoring(
+            allocator=allocator,
+            inventory=inventory,
+            metrics=metrics,
+            topology_keys=settings.scheduling.topology_keys,
+            budget=budget,
+        ),
+        binding=Binding(
+            allocator=allocator,
+            apiserver=apiserver,
+            events=events,
+            metrics=metrics,
+            resources=resources,
+            budget=budget,
+        ),
+        admission=AdmissionPolicy.from_settings(settings),
+        metrics=metrics,
     )
 
 
