@@ -78,6 +78,32 @@ Op = dict[str, Any]
 Path = Sequence[str | int]
 
 
+def is_owned(key: str) -> bool:
+    """Whether an annotation is written only by the scheduler side (bind, allocator)."""
+    return key == ANNOTATION_ENDPOINT or key.startswith(_OWNED_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MutationPolicy:
+    """The settings the webhook's CREATE mutation depends on."""
+
+    count_resource: str
+    memory_resource: str
+    scheduler_name: str
+    card_mode: bool
+    lib_image: str | None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MutationPolicy:
+        return cls(
+            count_resource=settings.resources.count,
+            memory_resource=settings.resources.memory,
+            scheduler_name=settings.scheduling.scheduler_name,
+            card_mode=settings.scheduling.granularity == "card",
+            lib_image=settings.scheduling.lib_image,
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdmissionPolicy:
     """What the webhook decides with: the mutation policy and who may edit owned annotations."""
@@ -197,32 +223,6 @@ def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> 
     return Decision(
         review=review, operation=request.operation, allowed=True, outcome=outcome, pod=pod
     )
-
-
-def is_owned(key: str) -> bool:
-    """Whether an annotation is written only by the scheduler side (bind, allocator)."""
-    return key == ANNOTATION_ENDPOINT or key.startswith(_OWNED_PREFIXES)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MutationPolicy:
-    """The settings the webhook's CREATE mutation depends on."""
-
-    count_resource: str
-    memory_resource: str
-    scheduler_name: str
-    card_mode: bool
-    lib_image: str | None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> MutationPolicy:
-        return cls(
-            count_resource=settings.resources.count,
-            memory_resource=settings.resources.memory,
-            scheduler_name=settings.scheduling.scheduler_name,
-            card_mode=settings.scheduling.granularity == "card",
-            lib_image=settings.scheduling.lib_image,
-        )
 
 
 def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]:
