@@ -16,7 +16,7 @@ from typing import TypedDict
 import anyio
 import httpx
 from anyio.abc import TaskStatus
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
@@ -31,7 +31,7 @@ from rgpu_runtime import (
 
 from .board import Board
 from .clients import POLICY, follow_claims, follow_fleet
-from .instruments import SourceCollector
+from .instruments import SourceCollector, register_process
 from .routes import ROUTES, Deps
 
 __all__ = ["State", "create_app", "main"]
@@ -58,9 +58,7 @@ def create_app(
     policy = POLICY if policy is None else policy
     readiness = Readiness()
     board = Board()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
+    register_process(registry)
     timeout = policy.wait_seconds + policy.margin_seconds
 
     @asynccontextmanager
