@@ -43,7 +43,7 @@ class Deps:
 
 
 def deps(request: Request) -> Deps:
-    """The lifespan's ``Deps``: the one way handlers reach clients and stores."""
+    """The lifespan's ``Deps``: the one way handlers reach the verbs and their clients."""
     return state_value(request, "deps", Deps)
 
 
