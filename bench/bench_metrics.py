@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector
 from rgpu_contracts import ClaimSet, Fleet
 from rgpu_metrics import FollowPolicy, create_app
 from rgpu_metrics.board import Board
-from rgpu_metrics.exposition import expose
+from rgpu_metrics.routes import expose
 from rgpu_placement import CardState, claims_by_server, holding_claims, view_cards
 from rgpu_runtime import Listener, Settings, running
 

@@ -21,7 +21,7 @@ from rgpu_contracts import (
     PodUID,
     Topology,
 )
-from rgpu_extender.allocator_client import AllocatorClient
+from rgpu_extender.clients import AllocatorClient
 from rgpu_extender.errors import (
     AllocatorUnavailable,
     ClaimNotHeld,

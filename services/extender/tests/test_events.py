@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from rgpu_contracts import PodRef, PodUID
 from rgpu_extender.events import UNAVAILABLE, event_recorder, pod_event
-from rgpu_extender.metrics import ExtenderMetrics
+from rgpu_extender.instruments import ExtenderMetrics
 from rgpu_runtime import KubeClient, KubeEvent, TokenBucket, kube_client
 
 pytestmark = pytest.mark.anyio

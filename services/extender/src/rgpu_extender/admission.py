@@ -1,6 +1,17 @@
-"""The webhook's decision for one AdmissionReview — mutate a new GPU
-pod, guard the scheduler-owned annotations on updates, allow everything else — kept apart from
-HTTP so every rule is a plain function call in tests.
+"""The webhook's decision for one AdmissionReview — mutate a new GPU pod, guard the
+scheduler-owned annotations on updates, allow everything else — kept apart from HTTP so every
+rule is a plain function call in tests.
+
+A GPU pod is only schedulable and runnable by rgpu once it names our scheduler, reads its
+endpoint through the downward API and, when memory is capped, preloads HAMi-core (``wiring``
+says what each container gets); the webhook adds all of that at CREATE, refusing what would
+defeat it. The result is idempotent: mutating an already-mutated pod yields no operations, so
+the webhook is safe under ``reinvocationPolicy: IfNeeded`` and under apiserver retries.
+
+The answer is an RFC 6902 JSONPatch, which fails on the apiserver if it ``add``s below a member
+that does not exist yet (a pod without annotations, a container without env) or forgets RFC 6901
+escaping (annotation keys contain ``/``); the ``put``/``append_item``/``insert_first`` helpers
+handle both.
 
 The annotations bind writes are the pod's claim on a GPU server; a user who could edit them
 could point a pod at a server someone else holds, so on UPDATE only rgpu itself (its service
@@ -11,25 +22,86 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 
-from rgpu_contracts import AdmissionRequest, ContractError, admission_allow, admission_deny
+from rgpu_contracts import (
+    ANNOTATION_ENDPOINT,
+    AdmissionRequest,
+    ContractError,
+    admission_allow,
+    admission_deny,
+    pointer,
+)
+from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
 from rgpu_runtime import Settings
 
 from .errors import AdmissionDenied, MalformedReview
-from .metrics import ExtenderMetrics
-from .mutation import MutationPolicy, is_owned, mutate_pod
-from .patching import Op
-from .pods import mapping, pod_label
+from .instruments import ExtenderMetrics
+from .objects import mapping, pod_label
+from .wiring import (
+    COPY_CONTAINER,
+    LIB_VOLUME,
+    copy_container,
+    env_list,
+    lib_env,
+    lib_mount,
+    lib_volume,
+    set_env,
+    wired_env,
+)
 
-__all__ = ["AdmissionPolicy", "Decision", "admit", "decide"]
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "MARKER_ANNOTATION",
+    "AdmissionPolicy",
+    "Decision",
+    "MutationPolicy",
+    "Op",
+    "admit",
+    "decide",
+    "is_owned",
+    "mutate_pod",
+]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
+
+DEFAULT_SCHEDULER = "default-scheduler"
+MARKER_ANNOTATION = "hami.io/webhook-mutated"
+_OWNED_PREFIXES = ("hami.io/remote-gpu-devices-", "rgpu.io/")
+
+Op = dict[str, Any]
+Path = Sequence[str | int]
+
+
+def is_owned(key: str) -> bool:
+    """Whether an annotation is written only by the scheduler side (bind, allocator)."""
+    return key == ANNOTATION_ENDPOINT or key.startswith(_OWNED_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MutationPolicy:
+    """The settings the webhook's CREATE mutation depends on."""
+
+    count_resource: str
+    memory_resource: str
+    scheduler_name: str
+    card_mode: bool
+    lib_image: str | None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MutationPolicy:
+        return cls(
+            count_resource=settings.resources.count,
+            memory_resource=settings.resources.memory,
+            scheduler_name=settings.scheduling.scheduler_name,
+            card_mode=settings.scheduling.granularity == "card",
+            lib_image=settings.scheduling.lib_image,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,12 +204,9 @@ def _object(request: AdmissionRequest) -> Mapping[str, Any]:
     return request.object
 
 
-def _annotations(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return mapping(mapping(mapping(pod).get("metadata")).get("annotations"))
-
-
 def _guard_update(request: AdmissionRequest, policy: AdmissionPolicy) -> None:
-    new, old = _annotations(_object(request)), _annotations(request.old_object)
+    new = mapping(_annotations(_object(request)))
+    old = mapping(_annotations(request.old_object))
     changed = sorted(k for k in {*new, *old} if is_owned(k) and new.get(k) != old.get(k))
     if changed and not policy.trusts(request.user.username):
         raise AdmissionDenied(
@@ -154,3 +223,149 @@ def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> 
     return Decision(
         review=review, operation=request.operation, allowed=True, outcome=outcome, pod=pod
     )
+
+
+def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]:
+    """The JSONPatch a new pod needs; ``()`` for a pod that asks for no cards.
+
+    Raises ``AdmissionDenied`` with a message the pod's author can act on.
+    """
+    demand = _demand(pod, policy)
+    if not demand.asks:
+        return ()
+    _refuse_owned_annotations(pod, policy)
+    _refuse_node_name(pod)
+    # Container edits use the original indices, so they go before the copy container is
+    # inserted at the front of initContainers.
+    return (
+        *_container_ops(demand, policy),
+        *_pod_lib_ops(pod, demand, policy),
+        *_scheduler_ops(pod, policy),
+        *_marker_ops(pod),
+    )
+
+
+def _demand(pod: Mapping[str, Any], policy: MutationPolicy) -> PodDemand:
+    try:
+        return read_demand(
+            pod, count_resource=policy.count_resource, memory_resource=policy.memory_resource
+        )
+    except InvalidQuantity as exc:
+        raise AdmissionDenied(f"pod {pod_label(pod)}: {exc}") from exc
+
+
+def _annotations(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The pod's annotations; ``None`` when absent (a patch must then create the member)."""
+    value = mapping(mapping(pod).get("metadata")).get("annotations")
+    return value if isinstance(value, Mapping) else None
+
+
+def _refuse_owned_annotations(pod: Mapping[str, Any], policy: MutationPolicy) -> None:
+    owned = sorted(key for key in _annotations(pod) or {} if is_owned(key))
+    if owned:
+        raise AdmissionDenied(
+            f"pod {pod_label(pod)} sets annotation(s) {', '.join(owned)}, which "
+            f"{policy.scheduler_name} writes when it binds the pod to a GPU server; remove them "
+            "from the pod's metadata.annotations"
+        )
+
+
+def _refuse_node_name(pod: Mapping[str, Any]) -> None:
+    node = mapping(pod.get("spec")).get("nodeName")
+    if node:
+        raise AdmissionDenied(
+            f"pod {pod_label(pod)} sets spec.nodeName={node!r}, which skips the scheduler and "
+            "so the remote-GPU allocation; remove spec.nodeName and use a nodeSelector or node "
+            "affinity to choose nodes"
+        )
+
+
+def _needs_lib(container: ContainerDemand, policy: MutationPolicy) -> bool:
+    return policy.lib_image is not None and container.memory_mib > 0
+
+
+def _container_ops(demand: PodDemand, policy: MutationPolicy) -> Iterator[Op]:
+    for container in demand.requesting:
+        body = container.slot.body
+        base = ["spec", container.slot.section, container.slot.index]
+        env = env_list(body)
+        new_env = set_env(env, wired_env(card_mode=policy.card_mode))
+        if _needs_lib(container, policy):
+            new_env = lib_env(
+                new_env, memory_mib=container.memory_mib, container=container.slot.name
+            )
+            yield from _mount_ops(base, body)
+        if new_env != env:
+            yield put([*base, "env"], new_env, exists="env" in body)
+
+
+def _names(items: object) -> set[str]:
+    return {str(mapping(i).get("name")) for i in items} if isinstance(items, list) else set()
+
+
+def _list_or_none(value: object) -> list[Any] | None:
+    return value if isinstance(value, list) else None
+
+
+def _mount_ops(base: list[str | int], body: Mapping[str, Any]) -> Iterator[Op]:
+    mounts = body.get("volumeMounts")
+    if LIB_VOLUME not in _names(mounts):
+        yield append_item([*base, "volumeMounts"], _list_or_none(mounts), lib_mount())
+
+
+def _pod_lib_ops(pod: Mapping[str, Any], demand: PodDemand, policy: MutationPolicy) -> Iterator[Op]:
+    if policy.lib_image is None or not any(_needs_lib(c, policy) for c in demand.requesting):
+        return
+    spec = mapping(pod.get("spec"))
+    volumes, inits = spec.get("volumes"), spec.get("initContainers")
+    if LIB_VOLUME not in _names(volumes):
+        yield append_item(["spec", "volumes"], _list_or_none(volumes), lib_volume())
+    if COPY_CONTAINER not in _names(inits):
+        copier = copy_container(policy.lib_image)
+        yield insert_first(["spec", "initContainers"], _list_or_none(inits), copier)
+
+
+def _scheduler_ops(pod: Mapping[str, Any], policy: MutationPolicy) -> Iterator[Op]:
+    spec = mapping(pod.get("spec"))
+    current = str(spec.get("schedulerName") or "")
+    if current == policy.scheduler_name:
+        return
+    if current not in ("", DEFAULT_SCHEDULER):
+        raise AdmissionDenied(
+            f"pod {pod_label(pod)} asks for remote GPUs but names scheduler {current!r}; only "
+            f"{policy.scheduler_name!r} can allocate them: set spec.schedulerName to "
+            f"{policy.scheduler_name!r} or leave it empty"
+        )
+    yield put(["spec", "schedulerName"], policy.scheduler_name, exists="schedulerName" in spec)
+
+
+def _marker_ops(pod: Mapping[str, Any]) -> Iterator[Op]:
+    annotations = _annotations(pod)
+    if (annotations or {}).get(MARKER_ANNOTATION) != "true":
+        yield put_member(["metadata", "annotations"], annotations, MARKER_ANNOTATION, "true")
+
+
+def put(path: Path, value: object, *, exists: bool) -> Op:
+    """Set the value at ``path``: ``replace`` when it exists, ``add`` when it does not."""
+    return {"op": "replace" if exists else "add", "path": pointer(*path), "value": value}
+
+
+def put_member(parent: Path, current: Mapping[str, Any] | None, key: str, value: object) -> Op:
+    """Set ``parent[key]``, creating the parent object when ``current`` is absent."""
+    if current is None:
+        return {"op": "add", "path": pointer(*parent), "value": {key: value}}
+    return put([*parent, key], value, exists=key in current)
+
+
+def append_item(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
+    """Append to the list at ``parent``, creating the list when ``current`` is absent."""
+    if current is None:
+        return {"op": "add", "path": pointer(*parent), "value": [value]}
+    return {"op": "add", "path": pointer(*parent, "-"), "value": value}
+
+
+def insert_first(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
+    """Insert at index 0 of the list at ``parent``, creating the list when absent."""
+    if current is None:
+        return {"op": "add", "path": pointer(*parent), "value": [value]}
+    return {"op": "add", "path": pointer(*parent, 0), "value": value}

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    EventRecorder,
     Listener,
     Readiness,
     Settings,
@@ -27,13 +28,14 @@ from rgpu_runtime import (
 )
 
 from .admission import AdmissionPolicy
-from .allocator_client import AllocatorClient
-from .apiserver import Apiserver
-from .deps import Deps
+from .binding import Binding
+from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
+from .filtering import Filtering
+from .instruments import ExtenderMetrics
 from .inventory import Inventory
-from .metrics import ExtenderMetrics
-from .routes import ROUTES
+from .routes import ROUTES, Deps
+from .scoring import Scoring
 
 __all__ = ["MAX_BODY_BYTES", "State", "create_app", "listeners", "main"]
 
@@ -82,7 +84,6 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            apiserver = Apiserver(kube)
             inventory = Inventory()
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
@@ -91,14 +92,13 @@ def create_app(
             await inventory.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
-            deps = Deps(
-                settings=settings,
+            deps = _deps(
+                settings,
                 allocator=AllocatorClient(allocator_http),
-                apiserver=apiserver,
+                apiserver=Apiserver(kube),
                 inventory=inventory,
                 events=events,
                 metrics=metrics,
-                admission=AdmissionPolicy.from_settings(settings),
             )
             try:
                 yield {"deps": deps}
@@ -112,6 +112,47 @@ def create_app(
         readiness=readiness,
         registry=registry,
         max_body_bytes=MAX_BODY_BYTES,
+    )
+
+
+def _deps(
+    settings: Settings,
+    *,
+    allocator: AllocatorClient,
+    apiserver: Apiserver,
+    inventory: Inventory,
+    events: EventRecorder,
+    metrics: ExtenderMetrics,
+) -> Deps:
+    """Each verb with the clients and stores it decides with."""
+    budget = settings.scheduling.extender_budget_seconds
+    resources = settings.resources
+    return Deps(
+        filtering=Filtering(
+            allocator=allocator,
+            inventory=inventory,
+            events=events,
+            metrics=metrics,
+            resources=resources,
+            budget=budget,
+        ),
+        scoring=Scoring(
+            allocator=allocator,
+            inventory=inventory,
+            metrics=metrics,
+            topology_keys=settings.scheduling.topology_keys,
+            budget=budget,
+        ),
+        binding=Binding(
+            allocator=allocator,
+            apiserver=apiserver,
+            events=events,
+            metrics=metrics,
+            resources=resources,
+            budget=budget,
+        ),
+        admission=AdmissionPolicy.from_settings(settings),
+        metrics=metrics,
     )
 
 

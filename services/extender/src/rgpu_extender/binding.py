@@ -15,9 +15,9 @@ import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
-from opentelemetry import trace
 
 from rgpu_contracts import (
     ANNOTATION_ENDPOINT,
@@ -29,17 +29,23 @@ from rgpu_contracts import (
     PodUID,
 )
 from rgpu_placement import InvalidQuantity, read_demand
-from rgpu_runtime import KubeConflict, KubeError, KubeUnavailable
+from rgpu_runtime import (
+    EventRecorder,
+    KubeConflict,
+    KubeError,
+    KubeUnavailable,
+    ResourceSettings,
+)
 
-from .deps import Deps
+from .clients import AllocatorClient, Apiserver
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid, PodNotServable
 from .events import ALLOCATED, BIND_FAILED, pod_event
-from .pods import mapping
+from .instruments import ExtenderMetrics, observed
+from .objects import mapping
 
-__all__ = ["BindOutcome", "bind_pod", "bound_node", "unreadable"]
+__all__ = ["BindOutcome", "Binding", "bound_node"]
 
 logger = logging.getLogger(__name__)
-tracer = trace.get_tracer(__name__)
 
 _ASSIGNED = re.compile(r'already assigned to node "?([^"\s]+)"?')
 
@@ -59,89 +65,166 @@ def bound_node(message: str) -> str | None:
     return match.group(1) if match else None
 
 
-async def bind_pod(raw: object, deps: Deps) -> BindOutcome:
-    """Decide ``/bind`` for the ExtenderBindingArgs ``raw``; never raises for bad input."""
-    started = time.perf_counter()
-    with tracer.start_as_current_span("extender.bind") as span:
-        outcome = await _bind(raw, deps)
-        span.set_attribute("k8s.pod", outcome.pod)
-        span.set_attribute("rgpu.outcome", outcome.outcome)
-    deps.metrics.verb_done("bind", outcome.outcome, time.perf_counter() - started)
-    return outcome
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Binding:
+    """The ``/bind`` verb with the two services it writes to; built once by the lifespan."""
 
+    allocator: AllocatorClient
+    apiserver: Apiserver
+    events: EventRecorder
+    metrics: ExtenderMetrics
+    resources: ResourceSettings
+    budget: float
+    """Seconds the whole bind may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
 
-def _cleanup_seconds(deps: Deps) -> float:
-    # Kept back from the budget so a release (or read-back) still fits after a slow Binding.
-    return min(1.0, deps.budget / 4)
+    @property
+    def cleanup_seconds(self) -> float:
+        """Kept back from the budget so a release (or read-back) still fits after a slow
+        Binding."""
+        return min(1.0, self.budget / 4)
 
+    async def bind_pod(self, raw: object) -> BindOutcome:
+        """Decide ``/bind`` for the ExtenderBindingArgs ``raw``; never raises for bad input."""
+        return await observed("bind", self.metrics, self._bind(raw), time.perf_counter())
 
-def unreadable(message: str, deps: Deps) -> BindOutcome:
-    """The reply to a body that is not JSON at all (bind still answers 200 with ``Error``)."""
-    deps.metrics.verb_done("bind", "malformed", 0.0)
-    return _failed("malformed", message, "")
+    def unreadable(self, message: str) -> BindOutcome:
+        """The reply to a body that is not JSON at all (bind still answers 200 with ``Error``)."""
+        self.metrics.verb_done("bind", "malformed", 0.0)
+        return _failed("malformed", message, "")
 
+    async def _bind(self, raw: object) -> BindOutcome:
+        try:
+            args = ExtenderBindingArgs.from_dict(raw)
+        except ContractError as exc:
+            return _failed("malformed", f"invalid ExtenderBindingArgs: {exc}", "")
+        label = f"{args.pod_namespace}/{args.pod_name}"
+        with anyio.move_on_after(self.budget - self.cleanup_seconds) as scope:
+            outcome = await self._commit_and_bind(args, label)
+        if scope.cancelled_caught:
+            outcome = await self._after_timeout(args, label)
+        return outcome
 
-async def _bind(raw: object, deps: Deps) -> BindOutcome:
-    try:
-        args = ExtenderBindingArgs.from_dict(raw)
-    except ContractError as exc:
-        return _failed("malformed", f"invalid ExtenderBindingArgs: {exc}", "")
-    label = f"{args.pod_namespace}/{args.pod_name}"
-    with anyio.move_on_after(deps.budget - _cleanup_seconds(deps)) as scope:
-        outcome = await _commit_and_bind(args, deps, label)
-    if scope.cancelled_caught:
-        outcome = await _after_timeout(args, deps, label)
-    return outcome
+    async def _commit_and_bind(self, args: ExtenderBindingArgs, label: str) -> BindOutcome:
+        try:
+            allocation = _checked(await self.allocator.commit(args.pod_uid, args.node), args)
+        except ClaimNotHeld as exc:
+            if exc.absent and await self._asks_nothing(args):
+                return await self._bind_plain(args, label)
+            # Not our claim to release: another pod (or nobody) holds it.
+            return self._told(args, _failed("claim_not_held", exc.message, label))
+        except (AllocatorUnavailable, PeerReplyInvalid) as exc:
+            return await self._release_after(args, _failed("commit_failed", exc.message, label))
+        try:
+            await self._post_binding(args, dict(allocation.annotations))
+        except KubeError as exc:
+            return await self._binding_failed(args, exc, label)
+        return self._bound(args, allocation, label)
 
-
-async def _commit_and_bind(args: ExtenderBindingArgs, deps: Deps, label: str) -> BindOutcome:
-    try:
-        allocation = _checked(await deps.allocator.commit(args.pod_uid, args.node), args)
-    except ClaimNotHeld as exc:
-        if exc.absent and await _asks_nothing(args, deps):
-            return await _bind_plain(args, deps, label)
-        # Not our claim to release: another pod (or nobody) holds it.
-        return _told(deps, args, _failed("claim_not_held", exc.message, label))
-    except (AllocatorUnavailable, PeerReplyInvalid) as exc:
-        return await _release_after(args, deps, _failed("commit_failed", exc.message, label))
-    annotations = dict(allocation.annotations)
-    try:
-        await deps.apiserver.bind(
+    async def _post_binding(self, args: ExtenderBindingArgs, annotations: dict[str, str]) -> None:
+        await self.apiserver.bind(
             args.pod_namespace,
             args.pod_name,
             uid=args.pod_uid,
             node=args.node,
             annotations=annotations,
         )
-    except KubeError as exc:
-        return await _binding_failed(args, deps, exc, label)
-    return _bound(deps, args, allocation, label)
 
+    async def _asks_nothing(self, args: ExtenderBindingArgs) -> bool:
+        """Whether the pod asks for no cards (kube-scheduler delegates every bind to the binder
+        extender when ``managedResources`` is empty, GPU pods or not)."""
+        count, memory = self.resources.count, self.resources.memory
+        try:
+            pod = await self._read_pod(args)
+            demand = read_demand(pod, count_resource=count, memory_resource=memory)
+        except (KubeError, PodNotServable, InvalidQuantity):
+            return False
+        return not demand.asks
 
-async def _asks_nothing(args: ExtenderBindingArgs, deps: Deps) -> bool:
-    """Whether the pod asks for no cards (kube-scheduler delegates every bind to the binder
-    extender when ``managedResources`` is empty, GPU pods or not)."""
-    resources = deps.settings.resources
-    try:
-        pod = await deps.apiserver.read_pod(
-            args.pod_namespace, args.pod_name, timeout=_cleanup_seconds(deps)
+    async def _read_pod(self, args: ExtenderBindingArgs) -> dict[str, Any]:
+        return await self.apiserver.read_pod(
+            args.pod_namespace, args.pod_name, timeout=self.cleanup_seconds
         )
-        demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
-    except (KubeError, PodNotServable, InvalidQuantity):
-        return False
-    return not demand.asks
 
+    async def _bind_plain(self, args: ExtenderBindingArgs, label: str) -> BindOutcome:
+        try:
+            await self._post_binding(args, {})
+        except KubeError as exc:
+            if _already_there(exc, args):
+                return _already(label)
+            message = f"binding pod {label} to {args.node}: {exc.message}"
+            return _failed("bind_failed", message, label)
+        return BindOutcome(result=ExtenderBindingResult(), outcome="bound_without_gpu", pod=label)
 
-async def _bind_plain(args: ExtenderBindingArgs, deps: Deps, label: str) -> BindOutcome:
-    try:
-        await deps.apiserver.bind(
-            args.pod_namespace, args.pod_name, uid=args.pod_uid, node=args.node, annotations={}
-        )
-    except KubeError as exc:
-        if isinstance(exc, KubeConflict) and bound_node(exc.kube_message) == args.node:
+    async def _binding_failed(
+        self, args: ExtenderBindingArgs, exc: KubeError, label: str
+    ) -> BindOutcome:
+        if _already_there(exc, args):
             return _already(label)
-        return _failed("bind_failed", f"binding pod {label} to {args.node}: {exc.message}", label)
-    return BindOutcome(result=ExtenderBindingResult(), outcome="bound_without_gpu", pod=label)
+        failed = _failed("bind_failed", f"binding pod {label} to {args.node}: {exc.message}", label)
+        if isinstance(exc, KubeUnavailable):
+            return await self._verify(args, failed)
+        return await self._release_after(args, failed)
+
+    async def _after_timeout(self, args: ExtenderBindingArgs, label: str) -> BindOutcome:
+        message = (
+            f"binding pod {label} to {args.node} did not finish within the "
+            f"{self.budget:g}s budget (RGPU_EXTENDER_BUDGET_SECONDS)"
+        )
+        return await self._verify(args, _failed("timeout", message, label))
+
+    async def _verify(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
+        """Settle a Binding whose outcome is unknown by reading the pod back."""
+        node = await self._node_of(args, failed.pod)
+        if node == args.node:
+            return _already(failed.pod)
+        if node is None:
+            # Unknown either way: keep the claim. If the pod was not bound, its booking lapses
+            # after RGPU_BOOKING_TTL_SECONDS; releasing now could free a server a bound pod uses.
+            message = f"{failed.result.error}; the pod's claim is kept until its booking expires"
+            return self._told(args, _failed(failed.outcome, message, failed.pod))
+        return await self._release_after(args, failed)
+
+    async def _node_of(self, args: ExtenderBindingArgs, label: str) -> str | None:
+        """The pod's ``spec.nodeName`` read back (empty when unbound), ``None`` when unknown."""
+        with anyio.move_on_after(self.cleanup_seconds):
+            try:
+                pod = await self._read_pod(args)
+            except KubeError as exc:
+                logger.info("cannot read back pod %s after a failed bind: %s", label, exc)
+            else:
+                return str(mapping(pod.get("spec")).get("nodeName") or "")
+        return None
+
+    async def _release_after(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
+        message = failed.result.error
+        with anyio.move_on_after(self.cleanup_seconds) as scope:
+            try:
+                await self.allocator.release(args.pod_uid)
+            except (AllocatorUnavailable, PeerReplyInvalid) as exc:
+                message = f"{message}; releasing its claim failed too ({exc.message})"
+        if scope.cancelled_caught:
+            message = f"{message}; releasing its claim timed out (it lapses with its booking)"
+        return self._told(args, _failed(failed.outcome, message, failed.pod))
+
+    def _told(self, args: ExtenderBindingArgs, outcome: BindOutcome) -> BindOutcome:
+        message = outcome.result.error
+        event = pod_event(pod=_ref(args), reason=BIND_FAILED, message=message, warning=True)
+        self.events.record(event)
+        return outcome
+
+    def _bound(self, args: ExtenderBindingArgs, allocation: Allocation, label: str) -> BindOutcome:
+        cards = ", ".join(allocation.cards) or "none"
+        message = (
+            f"remote GPU server {allocation.server} at {allocation.endpoint} with cards {cards}, "
+            f"pod bound to {args.node}"
+        )
+        self.events.record(pod_event(pod=_ref(args), reason=ALLOCATED, message=message))
+        return BindOutcome(result=ExtenderBindingResult(), outcome="bound", pod=label)
+
+
+def _already_there(exc: KubeError, args: ExtenderBindingArgs) -> bool:
+    """Whether ``exc`` says the pod is already bound, to the very node asked for."""
+    return isinstance(exc, KubeConflict) and bound_node(exc.kube_message) == args.node
 
 
 def _checked(allocation: Allocation, args: ExtenderBindingArgs) -> Allocation:
@@ -158,58 +241,6 @@ def _checked(allocation: Allocation, args: ExtenderBindingArgs) -> Allocation:
     return allocation
 
 
-async def _binding_failed(
-    args: ExtenderBindingArgs, deps: Deps, exc: KubeError, label: str
-) -> BindOutcome:
-    if isinstance(exc, KubeConflict) and bound_node(exc.kube_message) == args.node:
-        return _already(label)
-    failed = _failed("bind_failed", f"binding pod {label} to {args.node}: {exc.message}", label)
-    if isinstance(exc, KubeUnavailable):
-        return await _verify(args, deps, failed)
-    return await _release_after(args, deps, failed)
-
-
-async def _after_timeout(args: ExtenderBindingArgs, deps: Deps, label: str) -> BindOutcome:
-    message = (
-        f"binding pod {label} to {args.node} did not finish within the "
-        f"{deps.budget:g}s budget (RGPU_EXTENDER_BUDGET_SECONDS)"
-    )
-    return await _verify(args, deps, _failed("timeout", message, label))
-
-
-async def _verify(args: ExtenderBindingArgs, deps: Deps, failed: BindOutcome) -> BindOutcome:
-    """Settle a Binding whose outcome is unknown by reading the pod back."""
-    node: str | None = None
-    with anyio.move_on_after(_cleanup_seconds(deps)):
-        try:
-            pod = await deps.apiserver.read_pod(
-                args.pod_namespace, args.pod_name, timeout=_cleanup_seconds(deps)
-            )
-            node = str(mapping(pod.get("spec")).get("nodeName") or "")
-        except KubeError as exc:
-            logger.info("cannot read back pod %s after a failed bind: %s", failed.pod, exc)
-    if node == args.node:
-        return _already(failed.pod)
-    if node is None:
-        # Unknown either way: keep the claim. If the pod was not bound, its booking lapses
-        # after RGPU_BOOKING_TTL_SECONDS; releasing now could free a server a bound pod uses.
-        message = f"{failed.result.error}; the pod's claim is kept until its booking expires"
-        return _told(deps, args, _failed(failed.outcome, message, failed.pod))
-    return await _release_after(args, deps, failed)
-
-
-async def _release_after(args: ExtenderBindingArgs, deps: Deps, failed: BindOutcome) -> BindOutcome:
-    message = failed.result.error
-    with anyio.move_on_after(_cleanup_seconds(deps)) as scope:
-        try:
-            await deps.allocator.release(args.pod_uid)
-        except (AllocatorUnavailable, PeerReplyInvalid) as exc:
-            message = f"{message}; releasing its claim failed too ({exc.message})"
-    if scope.cancelled_caught:
-        message = f"{message}; releasing its claim timed out (it lapses with its booking)"
-    return _told(deps, args, _failed(failed.outcome, message, failed.pod))
-
-
 def _failed(outcome: str, message: str, label: str) -> BindOutcome:
     return BindOutcome(result=ExtenderBindingResult(error=message), outcome=outcome, pod=label)
 
@@ -218,25 +249,5 @@ def _ref(args: ExtenderBindingArgs) -> PodRef:
     return PodRef(uid=PodUID(args.pod_uid), namespace=args.pod_namespace, name=args.pod_name)
 
 
-def _told(deps: Deps, args: ExtenderBindingArgs, outcome: BindOutcome) -> BindOutcome:
-    event = pod_event(
-        pod=_ref(args), reason=BIND_FAILED, message=outcome.result.error, warning=True
-    )
-    deps.events.record(event)
-    return outcome
-
-
 def _already(label: str) -> BindOutcome:
     return BindOutcome(result=ExtenderBindingResult(), outcome="already_bound", pod=label)
-
-
-def _bound(
-    deps: Deps, args: ExtenderBindingArgs, allocation: Allocation, label: str
-) -> BindOutcome:
-    cards = ", ".join(allocation.cards) or "none"
-    message = (
-        f"remote GPU server {allocation.server} at {allocation.endpoint} with cards {cards}, "
-        f"pod bound to {args.node}"
-    )
-    deps.events.record(pod_event(pod=_ref(args), reason=ALLOCATED, message=message))
-    return BindOutcome(result=ExtenderBindingResult(), outcome="bound", pod=label)

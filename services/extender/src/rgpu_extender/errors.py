@@ -17,8 +17,7 @@ Hierarchy::
      ├── Conflict
      │    └── ClaimNotHeld          commit refused: this pod uid holds no claim (404/409)
      ├── Unavailable
-     │    ├── AllocatorUnavailable  allocator unreachable, timed out or answered 5xx  (retryable)
-     │    └── DiscoveryUnavailable  discovery unreachable, timed out or answered 5xx  (retryable)
+     │    └── AllocatorUnavailable  allocator unreachable, timed out or answered 5xx  (retryable)
      └── UpstreamError
           └── PeerReplyInvalid      a peer answered with a status or body we cannot use
 """
@@ -32,7 +31,6 @@ __all__ = [
     "AdmissionDenied",
     "AllocatorUnavailable",
     "ClaimNotHeld",
-    "DiscoveryUnavailable",
     "InvalidQuantity",
     "MalformedReview",
     "PeerReplyInvalid",
@@ -114,12 +112,6 @@ class AllocatorUnavailable(Unavailable):
     """Raised when the allocator cannot be reached, timed out, or answered 5xx; retry later."""
 
     default_code = "allocator_unavailable"
-
-
-class DiscoveryUnavailable(Unavailable):
-    """Raised when discovery cannot be reached, timed out, or answered 5xx; retry later."""
-
-    default_code = "discovery_unavailable"
 
 
 class PeerReplyInvalid(UpstreamError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rgpu_contracts import PodRef
 from rgpu_runtime import EventRecorder, KubeEvent, ObjectRef, TokenBucket
 
-from .metrics import ExtenderMetrics
+from .instruments import ExtenderMetrics
 
 __all__ = ["ALLOCATED", "BIND_FAILED", "UNAVAILABLE", "event_recorder", "pod_event"]
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from opentelemetry import trace
 
 import rgpu_placement as placement
 from rgpu_contracts import (
@@ -27,18 +26,19 @@ from rgpu_contracts import (
     PodRef,
 )
 from rgpu_placement import PodDemand, read_demand
+from rgpu_runtime import EventRecorder, ResourceSettings
 
-from .deps import Deps
+from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
-from .inventory import FleetView
-from .pods import pod_label, pod_ref
+from .instruments import ExtenderMetrics, observed
+from .inventory import FleetView, Inventory
+from .objects import node_name, pod_label, pod_ref
 from .wiring import check_wired
 
-__all__ = ["SERVER_NODE_REASON", "FilterOutcome", "filter_pod", "unreadable"]
+__all__ = ["SERVER_NODE_REASON", "FilterOutcome", "Filtering"]
 
 logger = logging.getLogger(__name__)
-tracer = trace.get_tracer(__name__)
 
 SERVER_NODE_REASON = (
     "node serves the remote GPU pool (hami.io/lupine-server); GPU clients run elsewhere"
@@ -54,81 +54,87 @@ class FilterOutcome:
     pod: str = ""
 
 
-async def filter_pod(raw: object, deps: Deps) -> FilterOutcome:
-    """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
-    started = time.perf_counter()
-    with tracer.start_as_current_span("extender.filter") as span:
-        outcome = await _filter(raw, deps)
-        span.set_attribute("k8s.pod", outcome.pod)
-        span.set_attribute("rgpu.outcome", outcome.outcome)
-    deps.metrics.verb_done("filter", outcome.outcome, time.perf_counter() - started)
-    return outcome
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filtering:
+    """The ``/filter`` verb with what it decides with; built once by the lifespan."""
 
+    allocator: AllocatorClient
+    inventory: Inventory
+    events: EventRecorder
+    metrics: ExtenderMetrics
+    resources: ResourceSettings
+    budget: float
+    """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
 
-def unreadable(message: str, deps: Deps) -> FilterOutcome:
-    """The reply to a body that is not JSON at all (filter still answers 200 with ``Error``)."""
-    deps.metrics.verb_done("filter", "malformed", 0.0)
-    return _error("malformed", message)
+    async def filter_pod(self, raw: object) -> FilterOutcome:
+        """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
+        return await observed("filter", self.metrics, self._filter(raw), time.perf_counter())
+
+    def unreadable(self, message: str) -> FilterOutcome:
+        """The reply to a body that is not JSON at all (filter still answers 200 with ``Error``)."""
+        self.metrics.verb_done("filter", "malformed", 0.0)
+        return _error("malformed", message)
+
+    async def _filter(self, raw: object) -> FilterOutcome:
+        try:
+            args = ExtenderArgs.from_dict(raw)
+        except ContractError as exc:
+            return _error("malformed", f"invalid ExtenderArgs: {exc}")
+        label = pod_label(args.pod)
+        try:
+            demand = self._demand(args.pod)
+        except PodNotServable as exc:
+            self._tell(pod_ref(args.pod), exc.message)
+            return _unresolvable(args, exc.message, exc.code, label)
+        if not demand.asks:
+            return FilterOutcome(result=_keep(args, args.candidate_names()), outcome="no_request")
+        return await self._place(args, demand, label)
+
+    def _demand(self, pod: Mapping[str, Any]) -> PodDemand:
+        count, memory = self.resources.count, self.resources.memory
+        try:
+            demand = read_demand(pod, count_resource=count, memory_resource=memory)
+        except placement.InvalidQuantity as exc:
+            raise InvalidQuantity.wrapping(exc) from exc
+        if demand.asks:
+            check_wired(pod, demand)
+        return demand
+
+    async def _place(self, args: ExtenderArgs, demand: PodDemand, label: str) -> FilterOutcome:
+        fleet = self.inventory.fleet
+        if fleet is None:
+            message = "remote GPU inventory not synced yet (no fleet from discovery); retrying"
+            return _error("not_synced", message, label)
+        ref = pod_ref(args.pod)
+        if not ref.uid:
+            message = f"pod {label} has no metadata.uid; cannot book a server"
+            return _error("malformed", message, label)
+        servers, clients = _split(args.candidate_names(), fleet)
+        if not clients:
+            return _outcome(args, (), (), servers, "no_client_nodes", label)
+        request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
+        try:
+            with anyio.fail_after(self.budget):
+                answer = await self.allocator.allocate(request)
+        except TimeoutError:
+            message = f"allocator did not answer within {self.budget:g}s; retrying"
+            logger.warning("filter of pod %s: %s", label, message)
+            return _error("timeout", message, label)
+        except (AllocatorUnavailable, PeerReplyInvalid) as exc:
+            logger.warning("filter of pod %s: %s", label, exc.message)
+            return _error("allocator_error", exc.message, label)
+        if isinstance(answer, NoFit):
+            self._tell(ref, answer.message)
+            failed = tuple((node, answer.message) for node in clients)
+            return _outcome(args, (), failed, servers, "no_fit", label)
+        return _outcome(args, clients, (), servers, "fit", label)
+
+    def _tell(self, pod: PodRef, message: str) -> None:
+        self.events.record(pod_event(pod=pod, reason=UNAVAILABLE, message=message, warning=True))
 
 
 def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
     return FilterOutcome(result=ExtenderFilterResult(error=message), outcome=outcome, pod=pod)
-
-
-async def _filter(raw: object, deps: Deps) -> FilterOutcome:
-    try:
-        args = ExtenderArgs.from_dict(raw)
-    except ContractError as exc:
-        return _error("malformed", f"invalid ExtenderArgs: {exc}")
-    label = pod_label(args.pod)
-    try:
-        demand = _demand(args.pod, deps)
-    except PodNotServable as exc:
-        _tell(deps, pod_ref(args.pod), exc.message)
-        return _unresolvable(args, exc.message, exc.code, label)
-    if not demand.asks:
-        return FilterOutcome(result=_keep(args, args.candidate_names()), outcome="no_request")
-    return await _place(args, demand, deps, label)
-
-
-def _demand(pod: Mapping[str, Any], deps: Deps) -> PodDemand:
-    resources = deps.settings.resources
-    try:
-        demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
-    except placement.InvalidQuantity as exc:
-        raise InvalidQuantity.wrapping(exc) from exc
-    if demand.asks:
-        check_wired(pod, demand)
-    return demand
-
-
-async def _place(args: ExtenderArgs, demand: PodDemand, deps: Deps, label: str) -> FilterOutcome:
-    fleet = deps.inventory.fleet
-    if fleet is None:
-        message = "remote GPU inventory not synced yet (no fleet from discovery); retrying"
-        return _error("not_synced", message, label)
-    ref = pod_ref(args.pod)
-    if not ref.uid:
-        return _error("malformed", f"pod {label} has no metadata.uid; cannot book a server", label)
-    servers, clients = _split(args.candidate_names(), fleet)
-    if not clients:
-        return _outcome(args, (), (), servers, "no_client_nodes", label)
-    request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
-    try:
-        with anyio.fail_after(deps.budget):
-            answer = await deps.allocator.allocate(request)
-    except TimeoutError:
-        message = f"allocator did not answer within {deps.budget:g}s; retrying"
-        logger.warning("filter of pod %s: %s", label, message)
-        return _error("timeout", message, label)
-    except (AllocatorUnavailable, PeerReplyInvalid) as exc:
-        logger.warning("filter of pod %s: %s", label, exc.message)
-        return _error("allocator_error", exc.message, label)
-    if isinstance(answer, NoFit):
-        _tell(deps, ref, answer.message)
-        failed = tuple((node, answer.message) for node in clients)
-        return _outcome(args, (), failed, servers, "no_fit", label)
-    return _outcome(args, clients, (), servers, "fit", label)
 
 
 def _split(
@@ -172,14 +178,5 @@ def _keep(args: ExtenderArgs, names: Iterable[str]) -> ExtenderFilterResult:
     if args.nodes is None:
         return ExtenderFilterResult(node_names=tuple(names))
     wanted = set(names)
-    items = [n for n in args.nodes.get("items") or () if _node_name(n) in wanted]
+    items = [n for n in args.nodes.get("items") or () if node_name(n) in wanted]
     return ExtenderFilterResult(nodes={**args.nodes, "items": items})
-
-
-def _node_name(node: object) -> str:
-    meta = node.get("metadata") if isinstance(node, Mapping) else None
-    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-
-
-def _tell(deps: Deps, pod: PodRef, message: str) -> None:
-    deps.events.record(pod_event(pod=pod, reason=UNAVAILABLE, message=message, warning=True))

@@ -9,6 +9,8 @@ to echo for a malformed review, so those answer 400 with an ``ErrorBody``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -16,41 +18,59 @@ from starlette.routing import BaseRoute, Route
 from rgpu_contracts import encode_host_priorities
 from rgpu_runtime import BadRequest, json_response, read_json, state_value
 
-from . import binding, filtering
-from .admission import admit
-from .deps import Deps
-from .scoring import prioritize
+from .admission import AdmissionPolicy, admit
+from .binding import Binding
+from .filtering import Filtering
+from .instruments import ExtenderMetrics
+from .scoring import Scoring
 
-__all__ = ["ROUTES", "deps"]
+__all__ = ["ROUTES", "Deps", "deps"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deps:
+    """Everything a handler may use; built by the lifespan, read by handlers via ``deps()``.
+
+    Each verb carries the clients and stores it decides with, opened once by the lifespan, so
+    a handler only reads its body, calls its verb and writes the reply.
+    """
+
+    filtering: Filtering
+    scoring: Scoring
+    binding: Binding
+    admission: AdmissionPolicy
+    metrics: ExtenderMetrics
 
 
 def deps(request: Request) -> Deps:
-    """The lifespan's ``Deps``: the one way handlers reach clients and stores."""
+    """The lifespan's ``Deps``: the one way handlers reach the verbs and their clients."""
     return state_value(request, "deps", Deps)
 
 
 async def filter_nodes(request: Request) -> Response:
+    verb = deps(request).filtering
     try:
         raw = await read_json(request)
     except BadRequest as exc:
-        outcome = filtering.unreadable(exc.message, deps(request))
+        outcome = verb.unreadable(exc.message)
     else:
-        outcome = await filtering.filter_pod(raw, deps(request))
+        outcome = await verb.filter_pod(raw)
     return json_response(outcome.result.to_dict())
 
 
 async def prioritize_nodes(request: Request) -> Response:
-    outcome = await prioritize(await read_json(request), deps(request))
+    outcome = await deps(request).scoring.prioritize(await read_json(request))
     return json_response(encode_host_priorities(outcome.priorities))
 
 
 async def bind_pod(request: Request) -> Response:
+    verb = deps(request).binding
     try:
         raw = await read_json(request)
     except BadRequest as exc:
-        outcome = binding.unreadable(exc.message, deps(request))
+        outcome = verb.unreadable(exc.message)
     else:
-        outcome = await binding.bind_pod(raw, deps(request))
+        outcome = await verb.bind_pod(raw)
     return json_response(outcome.result.to_dict())
 
 

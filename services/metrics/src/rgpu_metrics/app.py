@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TypedDict
 
 import anyio
 import httpx
 from anyio.abc import TaskStatus
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
@@ -29,14 +30,19 @@ from rgpu_runtime import (
 )
 
 from .board import Board
-from .routes import ROUTES
-from .selfmetrics import SourceCollector
-from .sources import POLICY, follow_claims, follow_fleet
-from .state import Deps, State
+from .clients import POLICY, follow_claims, follow_fleet
+from .instruments import SourceCollector, register_process
+from .routes import ROUTES, Deps
 
-__all__ = ["create_app", "main"]
+__all__ = ["State", "create_app", "main"]
 
 SERVICE = "metrics"
+
+
+class State(TypedDict):
+    """What the lifespan yields; handlers read it through ``routes.deps``."""
+
+    deps: Deps
 
 
 def create_app(
@@ -52,9 +58,7 @@ def create_app(
     policy = POLICY if policy is None else policy
     readiness = Readiness()
     board = Board()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
+    register_process(registry)
     timeout = policy.wait_seconds + policy.margin_seconds
 
     @asynccontextmanager

@@ -1,9 +1,10 @@
-"""How fresh the exported picture is must be computed when scraped.
+"""The exporter's own series: the process's, and how fresh the exported picture is.
 
-``rgpu_source_age_seconds`` grows while a source is away; a stored gauge would only change
-when the follower runs, so this collector reads the followers' status and the board at
-scrape time instead. It lives on the app's own registry beside the process and latency
-metrics; the card families are rendered by the board (see ``rendering``).
+Freshness must be computed when scraped: ``rgpu_source_age_seconds`` grows while a source is
+away, and a stored gauge would only change when the follower runs, so this collector reads the
+followers' status and the board at scrape time instead. It lives on the app's own registry
+beside the process and latency metrics; the card families are rendered by the board (see
+``rendering``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -18,7 +20,17 @@ from rgpu_runtime import FollowStatus
 
 from .board import Board
 
-__all__ = ["SourceCollector"]
+__all__ = ["SourceCollector", "register_process"]
+
+
+def register_process(registry: CollectorRegistry) -> None:
+    """Add the process, platform and garbage-collector families to the app's own registry.
+
+    A fresh ``CollectorRegistry`` carries none of them, unlike prometheus_client's default one.
+    """
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
 
 
 class SourceCollector(Collector):

@@ -1,15 +1,21 @@
-"""An operator asks "why are GPU pods not scheduling?" of Prometheus
-first; the extender answers with each verb's latency and outcome, the webhook's decisions and
-whether pod events are being written or dropped, all on the app's own registry.
+"""An operator asks "why are GPU pods not scheduling?" of Prometheus and the traces
+first; the extender answers with each verb's span, latency and outcome, the webhook's decisions
+and whether pod events are being written or dropped, all on the app's own registry.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["ExtenderMetrics"]
+__all__ = ["ExtenderMetrics", "VerbOutcome", "observed"]
+
+tracer = trace.get_tracer(__name__)
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
 """Seconds; a filter costs about a millisecond per loopback hop and must stay inside the
@@ -63,3 +69,33 @@ class ExtenderMetrics:
         """Record one finished verb."""
         self.verb_seconds.labels(verb, outcome).observe(seconds)
         self.outcomes.labels(verb, outcome).inc()
+
+
+class VerbOutcome(Protocol):
+    """What every verb's outcome tells spans and metrics."""
+
+    @property
+    def outcome(self) -> str:
+        """One word for how the verb ended (``fit``, ``no_fit``, ``bound``, ...)."""
+        ...
+
+    @property
+    def pod(self) -> str:
+        """``namespace/name`` of the pod, or empty when the request named none."""
+        ...
+
+
+OutcomeT = TypeVar("OutcomeT", bound=VerbOutcome)
+
+
+async def observed(
+    verb: str, metrics: ExtenderMetrics, decision: Awaitable[OutcomeT], started: float
+) -> OutcomeT:
+    """Await ``decision`` in the span ``extender.<verb>`` and record it, timed from ``started``
+    (a ``time.perf_counter()`` reading)."""
+    with tracer.start_as_current_span(f"extender.{verb}") as span:
+        outcome = await decision
+        span.set_attribute("k8s.pod", outcome.pod)
+        span.set_attribute("rgpu.outcome", outcome.outcome)
+    metrics.verb_done(verb, outcome.outcome, time.perf_counter() - started)
+    return outcome

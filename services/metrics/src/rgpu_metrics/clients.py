@@ -1,5 +1,6 @@
-"""The exporter mirrors two peers — discovery's fleet and the allocator's claims — and must
-survive either going away; this names the two long-polls and how the exporter paces them.
+"""All the exporter's peer I/O: it mirrors two peers — discovery's fleet and the allocator's
+claims — and must survive either going away; this names the two long-polls (the sources) and
+how the exporter paces them.
 
 Each is an ``rgpu_runtime.Follower``: each new revision goes to the board at once, a failure
 leaves the last snapshot in place (the series stay, their age grows) while the follower backs

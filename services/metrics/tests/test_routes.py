@@ -1,15 +1,20 @@
-"""Scrape assembly: registry and card block in one body, in the negotiated format."""
+"""GET /metrics: scrape assembly (registry and card block in one body, in the negotiated
+format), and parts sent as consecutive body messages under one exact Content-Length."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.types import Message
 
 from rgpu_metrics.board import Board
-from rgpu_metrics.exposition import expose
+from rgpu_metrics.routes import PartsResponse, expose
+
+pytestmark = pytest.mark.anyio
 
 
 def setup(make) -> tuple[CollectorRegistry, Board]:
@@ -42,3 +47,29 @@ def test_parts_join_to_the_body(make):
     exposition = expose(*setup(make), "")
     assert b"".join(exposition.parts) == exposition.body
     assert len(exposition.parts) > 2
+
+
+async def send_all(response: PartsResponse) -> list[Message]:
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await response({"type": "http", "method": "GET"}, receive, send)
+    return sent
+
+
+async def test_parts_are_sent_in_order_and_only_the_last_ends_the_body():
+    sent = await send_all(PartsResponse([b"ab", b"", b"cde"], content_type="text/plain"))
+    start, *bodies = sent
+    assert dict(start["headers"])[b"content-length"] == b"5"
+    assert [(m["body"], m["more_body"]) for m in bodies] == [(b"ab", True), (b"cde", False)]
+
+
+async def test_no_parts_still_end_the_response_with_an_empty_body():
+    start, body = await send_all(PartsResponse([], content_type="text/plain"))
+    assert dict(start["headers"])[b"content-length"] == b"0"
+    assert body == {"type": "http.response.body", "body": b""}

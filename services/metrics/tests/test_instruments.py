@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rgpu_metrics.board import Board
-from rgpu_metrics.selfmetrics import SourceCollector
+from rgpu_metrics.instruments import SourceCollector
 from rgpu_runtime import FollowStatus
 
 pytestmark = pytest.mark.anyio

@@ -1,9 +1,11 @@
-"""Filter, bind and the webhook all read raw pod JSON (as kube-scheduler
-and the apiserver send it), and must agree on who the pod is (where each container sits and what
-it asks for is ``rgpu_placement.read_demand``'s to say).
+"""Filter, prioritize, bind and the webhook all read raw pod and Node JSON (as
+kube-scheduler and the apiserver send it), and must agree on who the pod is and which node is
+which (where each container sits and what it asks for is ``rgpu_placement.read_demand``'s to
+say).
 
-Pods arrive as plain JSON mappings, not typed objects: the extender only reads a handful of
-fields, and decoding the whole PodSpec would cost time on kube-scheduler's serial hot path.
+Objects arrive as plain JSON mappings, not typed objects: the extender only reads a handful of
+fields, and decoding the whole PodSpec or Node would cost time on kube-scheduler's serial hot
+path.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from rgpu_contracts import PodRef, PodUID
 
-__all__ = ["mapping", "pod_label", "pod_ref"]
+__all__ = ["mapping", "node_labels", "node_name", "pod_label", "pod_ref"]
 
 
 def mapping(value: object) -> Mapping[str, Any]:
@@ -40,3 +42,14 @@ def pod_ref(pod: Mapping[str, Any]) -> PodRef:
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
     )
+
+
+def node_name(node: object) -> str:
+    """A Node's ``metadata.name`` (empty when absent)."""
+    return str(mapping(mapping(node).get("metadata")).get("name", ""))
+
+
+def node_labels(node: object) -> Mapping[str, str]:
+    """A Node's ``metadata.labels`` as strings."""
+    labels: Mapping[str, Any] = mapping(mapping(mapping(node).get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in labels.items()}

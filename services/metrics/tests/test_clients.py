@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from rgpu_contracts import ClaimSet, Fleet
 from rgpu_metrics.board import Board
-from rgpu_metrics.sources import POLICY, follow_claims, follow_fleet
+from rgpu_metrics.clients import POLICY, follow_claims, follow_fleet
 from rgpu_runtime import Follower, FollowPolicy, UpstreamError, http_client
 
 pytestmark = pytest.mark.anyio

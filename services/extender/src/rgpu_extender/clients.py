@@ -1,13 +1,19 @@
-"""The allocator's API answers in several contracts by status (an
-``Allocation``, a ``NoFit`` on 409, an ``ErrorBody`` otherwise), and the extender must turn
-every one of them, and every transport failure, into a value or one of our errors: filter and
-bind reply inside kube-scheduler's timeout, never with a traceback.
+"""Every call the extender makes to a peer, in one place, so each verb sees values and our
+own errors only and replies inside kube-scheduler's timeout, never with a traceback.
+
+The allocator's API answers in several contracts by status (an ``Allocation``, a ``NoFit`` on
+409, an ``ErrorBody`` otherwise); ``AllocatorClient`` turns every one of them, and every
+transport failure, into a value or one of our errors. The extender makes two apiserver calls of
+its own — bind a pod, read it back when a bind's outcome is unknown — and ``Apiserver`` bounds
+each in time and fails with runtime's ``KubeError`` family, never a kubernetes_asyncio
+exception. (Discovery is followed by ``inventory``; Events go through the runtime's
+``EventRecorder``.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -21,11 +27,11 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
 )
-from rgpu_runtime import Unavailable, response_error, upstream_error
+from rgpu_runtime import KubeClient, Unavailable, response_error, upstream_error
 
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid
 
-__all__ = ["AllocatorClient"]
+__all__ = ["AllocatorClient", "Apiserver"]
 
 T = TypeVar("T")
 
@@ -94,6 +100,28 @@ class AllocatorClient:
         except _CALL_ERRORS as exc:
             error = upstream_error(exc, peer=str(self._http.base_url.join(url)))
             raise AllocatorUnavailable(f"allocator: {error.message}") from exc
+
+
+class Apiserver:
+    """The extender's view of the Kubernetes API, over runtime's ``KubeClient``."""
+
+    __slots__ = ("_kube",)
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        """POST the pod's Binding with ``annotations``; raises ``KubeConflict`` when bound."""
+        await self._kube.bind_pod(namespace, name, uid=uid, node=node, annotations=annotations)
+
+    async def read_pod(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
+        """The pod as JSON; raises ``KubeNotFound`` when it is gone."""
+        core = self._kube.core
+        return await self._kube.call_raw(
+            core.read_namespaced_pod, name, namespace, request_timeout=timeout
+        )
 
 
 def _path(uid: str) -> str:
