@@ -813,7 +813,7 @@ def _modules(directory: Path) -> tuple[tuple[Path, str, ast.Module], ...]:
 @cache
 def _service_code(service: str) -> Code:
     own = _modules(ROOT / "services" / service / "src")
-    names = {n for _, text, _ in own for n in re.findall(r"\b[a-z_][a-z0-9_]*\b", text)}
+    names = {n for _, text, _ in own for n in re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text)}
     runtime = _modules(ROOT / "libs" / "runtime" / "src")
     helpers = tuple(h for module in runtime for h in _helpers_used(module, names))
     return _analyse(own + helpers)
@@ -822,10 +822,20 @@ def _service_code(service: str) -> Code:
 def _helpers_used(
     module: tuple[Path, str, ast.Module], names: set[str]
 ) -> Iterator[tuple[Path, str, ast.Module]]:
-    """The runtime functions (as one-function modules) whose names the service mentions."""
+    """The runtime functions (as one-function modules) whose names the service mentions; a
+    class the service names also brings its private methods, which the service never names."""
     path, text, tree = module
+    private = {
+        method
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in names
+        for method in node.body
+        if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef)
+        and method.name.startswith("_")
+    }
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        if function and (node.name in names or node in private):
             yield path, text, ast.Module(body=[node], type_ignores=[])
 
 
