@@ -31,6 +31,7 @@ import rgpu_extender
 import rgpu_metrics
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -163,9 +164,10 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
 
 
 async def wait_for_holder(stack: Stack) -> None:
-    with anyio.fail_after(10):
-        while "rgpu_card_holder_info{" not in await stack.scrape("metrics"):
-            await anyio.sleep(0.05)
+    async def holder_shown() -> bool:
+        return "rgpu_card_holder_info{" in await stack.scrape("metrics")
+
+    await eventually(holder_shown, timeout=10, what="a card holder in metrics' /metrics")
 
 
 def honor_labels() -> bool:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+import rgpu_testkit
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k8s"
@@ -145,15 +146,7 @@ def open_watch(
     return opened
 
 
-async def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError(f"condition still false after {timeout} s")
-
-
 @pytest.fixture
 def eventually() -> Callable[..., Awaitable[None]]:
     """await eventually(lambda: ...): poll a condition the test cannot await directly."""
-    return _eventually
+    return rgpu_testkit.eventually

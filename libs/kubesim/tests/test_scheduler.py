@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from rgpu_kubesim import ApiError, SimApiServer, SimOptionError
 from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -293,14 +294,6 @@ def add_pod(sim: SimApiServer, name: str, **kwargs: Any) -> str:
 def node_of(sim: SimApiServer, name: str) -> str | None:
     node: str | None = sim.store.get("pods", name, namespace="default")["spec"].get("nodeName")
     return node
-
-
-async def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while True:
-            if check():
-                return
-            await anyio.sleep(0.01)
 
 
 async def refused_once(emulator: SchedulerEmulator, uid: str) -> PodRecord:

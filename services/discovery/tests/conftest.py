@@ -24,6 +24,7 @@ from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.reprobing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Backoff, Settings
+from rgpu_testkit import eventually
 
 TOPOLOGY_KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone")
 FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2)
@@ -173,17 +174,21 @@ class Discovery:
 
     async def ready(self, timeout: float = 5.0) -> None:
         """Wait for ``/readyz`` to answer 200."""
-        with anyio.fail_after(timeout):
+
+        async def ready() -> bool:
             # Polling is the point here: it is how a kubelet sees readiness.
-            while (await self.client.get("/readyz")).status_code != 200:
-                await anyio.sleep(0.02)
+            return (await self.client.get("/readyz")).status_code == 200
+
+        await eventually(ready, timeout=timeout, what="discovery's /readyz answering 200")
 
     async def counted(self, name: str, minimum: float, **labels: str) -> None:
         """Wait until counter ``name`` reaches ``minimum`` (summed over every label value when
         no ``labels`` are given); counters have no change event, so this polls."""
-        with anyio.fail_after(5.0):
-            while self._value(name, labels) < minimum:
-                await anyio.sleep(0.02)
+        await eventually(
+            lambda: self._value(name, labels) >= minimum,
+            timeout=5.0,
+            what=f"counter {name}{labels or ''} reaching {minimum}",
+        )
 
     def _value(self, name: str, labels: dict[str, str]) -> float:
         return self.sample(name, **labels) if labels else self.total(name)

@@ -92,10 +92,10 @@ class FakeDiscovery:
         """Serve ``servers`` (when given) as the next fleet revision and ``topology`` (when
         given) as the next topology revision, whatever revision it carries."""
         if servers:
-            revision = self.fleet.revision + 1
+            revision = self.fleets.value.revision + 1
             self.publish_fleet(Fleet(revision=revision, observed_at=time.time(), servers=servers))
         if topology is not None:
-            next_revision = self.topology.revision + 1
+            next_revision = self.topologies.value.revision + 1
             self.publish_topology(dataclasses.replace(topology, revision=next_revision))
 
     def release(self) -> None:
@@ -158,12 +158,13 @@ class FakeDiscovery:
     async def _probe(self, request: Request) -> Response:
         name = request.path_params["name"]
         self.probes.append(name)
-        found = self.probed.get(name) or self.fleet.server(name)
+        fleet = self.fleets.value
+        found = self.probed.get(name) or fleet.server(name)
         if found is None:
             return _error(404, "not_found", f"no server {name!r} in the fleet")
         if self.probe_status != 200:
             return _error(self.probe_status, "not_probed", f"server {name!r} was not probed")
-        return _json(200, found.to_dict(), self.fleet.revision)
+        return _json(200, found.to_dict(), fleet.revision)
 
 
 def _advance(store: Versioned[V], value: V) -> None:
