@@ -9,7 +9,6 @@ loopback, which decodes the protobuf ``ExportTraceServiceRequest``s.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ import rgpu_discovery
 import rgpu_extender
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings, instrument_app
-from rgpu_testkit import eventually
+from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
 
@@ -113,15 +112,8 @@ def node(name: str, *, server: bool) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if server:
         labels["hami.io/lupine-server"] = "14833"
-        card = {"count": 10, "devmem": 40960, "devcore": 100, "mode": "remote", "health": True}
-        annotations["hami.io/node-nvidia-register"] = json.dumps([{**card, "id": "GPU-0"}])
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+        annotations["hami.io/node-nvidia-register"] = register_annotation([register_card()])
+    return node_manifest(name=name, labels=labels, annotations=annotations, address="127.0.0.2")
 
 
 @pytest.fixture

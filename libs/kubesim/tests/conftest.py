@@ -67,18 +67,14 @@ Manifest = Callable[..., dict[str, Any]]
 
 
 def _pod(name: str, *, namespace: str = "default", **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, **extra.pop("metadata", {})},
-        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
-    }
+    body = rgpu_testkit.pod_manifest(name=name, namespace=namespace)
+    body["metadata"].update(extra.pop("metadata", {}))
     body.update(extra)
     return body
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    return rgpu_testkit.node_manifest(name=name, labels=labels)
 
 
 def _lease(name: str, *, namespace: str = "default", holder: str = "a") -> dict[str, Any]:

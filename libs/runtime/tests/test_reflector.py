@@ -24,7 +24,7 @@ from rgpu_runtime import (
     kube_client,
     kube_pages,
 )
-from rgpu_testkit import eventually
+from rgpu_testkit import eventually, pod_manifest
 
 kubesim = pytest.importorskip("rgpu_kubesim")
 
@@ -42,12 +42,7 @@ class FakeClock:
 
 
 def pod(name: str, namespace: str = "team-a") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
+    return pod_manifest(name=name, namespace=namespace)
 
 
 def name_of(obj: dict[str, Any]) -> str | None:

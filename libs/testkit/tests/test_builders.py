@@ -12,6 +12,8 @@ from rgpu_testkit import (
     node_manifest,
     pod_manifest,
     pod_ref,
+    register_annotation,
+    register_card,
     server,
     topology,
 )
@@ -75,3 +77,9 @@ def test_node_manifest_is_ready_with_optional_address_and_taints() -> None:
     assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.2"}]
     assert node["spec"] == {"taints": [{"key": "k"}]}
     assert node_manifest()["status"]["conditions"][0]["status"] == "True"
+
+
+def test_register_annotation_is_compact_json_of_the_cards() -> None:
+    value = register_annotation([register_card(uuid="GPU-x", index=1, healthy=False)])
+    assert value.startswith('[{"id":"GPU-x","index":1,')
+    assert '"health":false' in value

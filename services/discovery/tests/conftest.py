@@ -3,7 +3,6 @@ annotations shaped like HAMi's device plugin writes them, and settings dicts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 
+import rgpu_testkit as testkit
 from rgpu_contracts import Fleet, Server, Topology
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
 from rgpu_discovery import create_app
@@ -35,22 +35,12 @@ ZONE = "topology.kubernetes.io/zone"
 
 def _register(*cards: Mapping[str, object]) -> str:
     """A register annotation value (compact JSON, as Go writes it)."""
-    return json.dumps(list(cards), separators=(",", ":"))
+    return testkit.register_annotation(dict(card) for card in cards)
 
 
 def _card(uuid: str, index: int = 0, **extra: object) -> dict[str, object]:
     """One remote, healthy register entry; ``extra`` overrides or removes (value ``None``)."""
-    entry: dict[str, object] = {
-        "id": uuid,
-        "index": index,
-        "count": 10,
-        "devmem": 40960,
-        "devcore": 100,
-        "type": "NVIDIA-A100-SXM4-40GB",
-        "numa": 0,
-        "mode": "remote",
-        "health": True,
-    }
+    entry: dict[str, object] = {**testkit.register_card(uuid=uuid, index=index), "numa": 0}
     entry.update(extra)
     return {key: value for key, value in entry.items() if value is not None}
 

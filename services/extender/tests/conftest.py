@@ -50,6 +50,7 @@ COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"
 ENDPOINT_PATH = "metadata.annotations['hami.io/lupine-endpoint']"
 NAMESPACE = "ml-team"
+IMAGE = "registry.example.com/ml/trainer:1.4"
 
 Json = dict[str, Any]
 
@@ -85,12 +86,9 @@ class Build:
             limits[COUNT] = count
         if memory is not None:
             limits[MEMORY] = memory
-        body: Json = {"name": name, "image": "registry.example.com/ml/trainer:1.4"}
-        body["resources"] = {"limits": limits}
-        if env is not None:
-            body["env"] = env
-        elif wired and count is not None:
-            body["env"] = [Build.endpoint_env()]
+        if env is None and wired and count is not None:
+            env = [Build.endpoint_env()]
+        body = testkit.container_manifest(name=name, image=IMAGE, limits=limits, env=env)
         return {**body, **extra}
 
     @staticmethod
@@ -111,15 +109,16 @@ class Build:
         **spec: Any,
     ) -> Json:
         """A pod in ``ml-team`` with ``containers`` (default: one asking for one card)."""
-        meta: Json = {"name": name, "namespace": NAMESPACE, "uid": uid}
-        if annotations is not None:
-            meta["annotations"] = dict(annotations)
-        body: Json = {"containers": list(containers) or [Build.container(count="1")], **spec}
-        if init:
-            body["initContainers"] = list(init)
-        if scheduler is not None:
-            body["schedulerName"] = scheduler
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+        return testkit.pod_manifest(
+            name=name,
+            namespace=NAMESPACE,
+            uid=uid,
+            annotations=annotations,
+            containers=list(containers) or [Build.container(count="1")],
+            init_containers=init,
+            scheduler=scheduler,
+            spec=spec,
+        )
 
     @staticmethod
     def filter_args(the_pod: Json, nodes: Iterable[str]) -> Json:

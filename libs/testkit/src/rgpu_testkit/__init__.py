@@ -24,7 +24,14 @@ from ._contracts import (
 )
 from ._discovery import FakeDiscovery
 from ._eventually import eventually
-from ._manifests import Json, container_manifest, node_manifest, pod_manifest
+from ._manifests import (
+    Json,
+    container_manifest,
+    node_manifest,
+    pod_manifest,
+    register_annotation,
+    register_card,
+)
 
 __all__ = [
     "AUTO_ENDPOINT",
@@ -42,6 +49,8 @@ __all__ = [
     "node_manifest",
     "pod_manifest",
     "pod_ref",
+    "register_annotation",
+    "register_card",
     "server",
     "topology",
 ]

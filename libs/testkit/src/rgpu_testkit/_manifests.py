@@ -8,10 +8,18 @@ JSON, and a test may break the shape on purpose.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Json", "container_manifest", "node_manifest", "pod_manifest"]
+__all__ = [
+    "Json",
+    "container_manifest",
+    "node_manifest",
+    "pod_manifest",
+    "register_annotation",
+    "register_card",
+]
 
 Json = dict[str, Any]
 
@@ -96,3 +104,32 @@ def node_manifest(
         "spec": spec,
         "status": node_status,
     }
+
+
+def register_card(
+    *,
+    uuid: str = "GPU-0",
+    index: int = 0,
+    count: int = 10,
+    memory_mib: int = 40960,
+    cores: int = 100,
+    model: str = "NVIDIA-A100-SXM4-40GB",
+    mode: str = "remote",
+    healthy: bool = True,
+) -> Json:
+    """One card as HAMi's device plugin registers it on a node (``count`` = share slots)."""
+    return {
+        "id": uuid,
+        "index": index,
+        "count": count,
+        "devmem": memory_mib,
+        "devcore": cores,
+        "type": model,
+        "mode": mode,
+        "health": healthy,
+    }
+
+
+def register_annotation(cards: Iterable[Json]) -> str:
+    """The register annotation's value for ``cards``: compact JSON, as Go writes it."""
+    return json.dumps(list(cards), separators=(",", ":"))
