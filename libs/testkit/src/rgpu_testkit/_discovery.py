@@ -119,7 +119,9 @@ class FakeDiscovery:
     def _build_app(self) -> Starlette:
         routes = [
             Route("/v1/fleet", self._served(lambda: self.fleets, "fleet"), methods=["GET"]),
-            Route("/v1/topology", self._served(lambda: self.topologies, "topology")),
+            Route(
+                "/v1/topology", self._served(lambda: self.topologies, "topology"), methods=["GET"]
+            ),
             Route("/v1/servers/{name}/probe", self._probe, methods=["POST"]),
         ]
         return create_service_app(service="discovery", routes=routes)
