@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import rgpu_discovery
 import rgpu_extender
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings
+from rgpu_testkit import node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
 
@@ -30,29 +30,9 @@ def _node(name: str, *, server: bool, rack: str = "r1") -> dict[str, Any]:
     annotations = {}
     if server:
         labels["hami.io/lupine-server"] = "14833"
-        cards = [
-            {
-                "id": f"GPU-{name}-{i}",
-                "index": i,
-                "count": 10,
-                "devmem": 40960,
-                "devcore": 100,
-                "type": "NVIDIA-A100-SXM4-40GB",
-                "mode": "remote",
-                "health": True,
-            }
-            for i in range(2)
-        ]
-        annotations["hami.io/node-nvidia-register"] = json.dumps(cards)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+        cards = (register_card(uuid=f"GPU-{name}-{i}", index=i) for i in range(2))
+        annotations["hami.io/node-nvidia-register"] = register_annotation(cards)
+    return node_manifest(name=name, labels=labels, annotations=annotations, address="127.0.0.2")
 
 
 @dataclass

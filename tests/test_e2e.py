@@ -25,6 +25,7 @@ from rgpu_cli.status import fetch_snapshot, status_table
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
 from rgpu_runtime import Settings
+from rgpu_testkit import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -52,12 +53,6 @@ async def _submit(stack: Stack, plans: tuple[PodPlan, ...]) -> None:
 
 def _phases(stack: Stack) -> dict[str, str]:
     return {r.key: r.phase for r in stack.kubelet.records.values()}
-
-
-async def _until(predicate: Any, timeout: float, what: str) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.05)
 
 
 def _assert_clean_run(stack: Stack) -> None:
@@ -89,8 +84,10 @@ async def test_a_workload_that_saturates_the_fleet_drains_without_sharing() -> N
     plans = _pods(9, seed=5, run=(0.5, 1.5))
     async with run_stack(_options()) as stack:
         await _submit(stack, plans)
-        await _until(
-            lambda: list(_phases(stack).values()).count("Succeeded") == 9, 90, "all pods done"
+        await eventually(
+            lambda: list(_phases(stack).values()).count("Succeeded") == 9,
+            timeout=90,
+            what="all pods done",
         )
         _assert_clean_run(stack)
 
@@ -104,22 +101,22 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
     holder, parked = _pods(2, seed=8, run=(4.0, 4.0))
     async with run_stack(_options(servers=1)) as stack:
         await _submit(stack, (holder,))
-        await _until(
+        await eventually(
             lambda: (
                 (r := _record(stack, holder.namespace + "/" + holder.name)) is not None
                 and r.phase == "Running"
             ),
-            30,
-            "holder running",
+            timeout=30,
+            what="holder running",
         )
         await _submit(stack, (parked,))
         parked_key = f"{parked.namespace}/{parked.name}"
-        await _until(
+        await eventually(
             lambda: any(
                 r.key == parked_key and r.refusals for r in stack.scheduler.records.values()
             ),
-            10,
-            "parked pod refused",
+            timeout=10,
+            what="parked pod refused",
         )
         holder_key = f"{holder.namespace}/{holder.name}"
         if how == "is deleted":
@@ -128,16 +125,18 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
             )
             freed = time.monotonic()
         else:
-            await _until(
-                lambda: _record(stack, holder_key).finished_at is not None, 20, "holder finished"
+            await eventually(
+                lambda: _record(stack, holder_key).finished_at is not None,
+                timeout=20,
+                what="holder finished",
             )
             freed = _record(stack, holder_key).finished_at
-        await _until(
+        await eventually(
             lambda: any(
                 r.key == parked_key and r.bound_at for r in stack.scheduler.records.values()
             ),
-            15,
-            "parked pod bound",
+            timeout=15,
+            what="parked pod bound",
         )
         bound_at = next(r.bound_at for r in stack.scheduler.records.values() if r.key == parked_key)
         assert bound_at - freed <= 2.0, (
@@ -178,7 +177,7 @@ async def receiver() -> AsyncIterator[tuple[_Receiver, str]]:
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
-        await _until(lambda: server.started, 10, "receiver started")
+        await eventually(lambda: server.started, timeout=10, what="receiver started")
         port = server.servers[0].sockets[0].getsockname()[1]
         yield sink, f"http://127.0.0.1:{port}"
         server.should_exit = True
@@ -193,10 +192,10 @@ async def test_one_trace_spans_extender_and_allocator_for_a_filter(
     (plan,) = _pods(1, seed=9, run=(0.5, 0.5))
     async with run_stack(options) as stack:
         await _submit(stack, (plan,))
-        await _until(
+        await eventually(
             lambda: _phases(stack).get(f"{plan.namespace}/{plan.name}") == "Succeeded",
-            30,
-            "pod done",
+            timeout=30,
+            what="pod done",
         )
 
         def joined() -> bool:
@@ -208,27 +207,29 @@ async def test_one_trace_spans_extender_and_allocator_for_a_filter(
             }
             return any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
 
-        await _until(joined, 15, "a filter trace with allocator spans")
+        await eventually(joined, timeout=15, what="a filter trace with allocator spans")
 
 
 async def test_killing_allocator_and_extender_mid_run_loses_no_booking() -> None:
     plans = _pods(12, seed=11, run=(1.0, 2.5))
     async with run_stack(_options()) as stack:
         await _submit(stack, plans)
-        await _until(
+        await eventually(
             lambda: sum(r.bound_at is not None for r in stack.scheduler.records.values()) >= 3,
-            30,
-            "first pods bound",
+            timeout=30,
+            what="first pods bound",
         )
         await stack.restart("allocator", hard=True)
-        await _until(
+        await eventually(
             lambda: list(_phases(stack).values()).count("Succeeded") >= 5,
-            60,
-            "progress after restart",
+            timeout=60,
+            what="progress after restart",
         )
         await stack.restart("extender", hard=True)
-        await _until(
-            lambda: list(_phases(stack).values()).count("Succeeded") == 12, 90, "all pods done"
+        await eventually(
+            lambda: list(_phases(stack).values()).count("Succeeded") == 12,
+            timeout=90,
+            what="all pods done",
         )
         _assert_clean_run(stack)
 
@@ -238,10 +239,10 @@ async def test_status_and_explain_show_the_holder_and_why_the_other_pod_waits() 
     async with run_stack(_options(servers=1)) as stack:
         await _submit(stack, (holder,))
         holder_key = f"{holder.namespace}/{holder.name}"
-        await _until(
+        await eventually(
             lambda: (r := _record(stack, holder_key)) is not None and r.phase == "Running",
-            30,
-            "run",
+            timeout=30,
+            what="run",
         )
         await _submit(stack, (waiting,))
 

@@ -31,6 +31,7 @@ import rgpu_extender
 import rgpu_metrics
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings
+from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
 
@@ -54,20 +55,13 @@ def promtool() -> str:
 
 
 def server_node(name: str) -> dict[str, Any]:
-    card = {"count": 10, "devmem": 40960, "devcore": 100, "type": "NVIDIA-A100", "mode": "remote"}
-    cards = [{**card, "id": f"GPU-{name}-{i}", "index": i, "health": True} for i in range(2)]
-    return node(name, {"hami.io/lupine-server": "14833"}, json.dumps(cards))
+    cards = (register_card(uuid=f"GPU-{name}-{i}", index=i, model="NVIDIA-A100") for i in range(2))
+    return node(name, {"hami.io/lupine-server": "14833"}, register_annotation(cards))
 
 
 def node(name: str, labels: Mapping[str, str], register: str | None = None) -> dict[str, Any]:
     annotations = {} if register is None else {"hami.io/node-nvidia-register": register}
-    return {
-        "metadata": {"name": name, "labels": dict(labels), "annotations": annotations},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return node_manifest(name=name, labels=labels, annotations=annotations, address="127.0.0.2")
 
 
 class Stack:
@@ -163,9 +157,10 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
 
 
 async def wait_for_holder(stack: Stack) -> None:
-    with anyio.fail_after(10):
-        while "rgpu_card_holder_info{" not in await stack.scrape("metrics"):
-            await anyio.sleep(0.05)
+    async def holder_shown() -> bool:
+        return "rgpu_card_holder_info{" in await stack.scrape("metrics")
+
+    await eventually(holder_shown, timeout=10, what="a card holder in metrics' /metrics")
 
 
 def honor_labels() -> bool:

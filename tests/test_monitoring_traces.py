@@ -9,7 +9,6 @@ loopback, which decodes the protobuf ``ExportTraceServiceRequest``s.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import rgpu_discovery
 import rgpu_extender
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings, instrument_app
+from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
 
@@ -75,9 +75,7 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:
-                await anyio.sleep(0.01)
+        await eventually(lambda: server.started, timeout=10)
         port = server.servers[0].sockets[0].getsockname()[1]
         yield sink, f"http://127.0.0.1:{port}/v1/traces"
         server.should_exit = True
@@ -114,15 +112,8 @@ def node(name: str, *, server: bool) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if server:
         labels["hami.io/lupine-server"] = "14833"
-        card = {"count": 10, "devmem": 40960, "devcore": 100, "mode": "remote", "health": True}
-        annotations["hami.io/node-nvidia-register"] = json.dumps([{**card, "id": "GPU-0"}])
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.2"}],
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+        annotations["hami.io/node-nvidia-register"] = register_annotation([register_card()])
+    return node_manifest(name=name, labels=labels, annotations=annotations, address="127.0.0.2")
 
 
 @pytest.fixture
@@ -168,9 +159,12 @@ def fixture_pod(wired: Wired, args: dict[str, Any]) -> dict[str, Any]:
 async def filter_and_bind(wired: Wired, load: Load) -> dict[str, Any]:
     args = load("k8s/extender-filter-args.json")
     pod = fixture_pod(wired, args)
-    with anyio.fail_after(10):
-        while (await wired.extender.post("/filter", json={**args, "Pod": pod})).json()["Error"]:
-            await anyio.sleep(0.05)
+
+    async def filtered() -> bool:
+        answer = await wired.extender.post("/filter", json={**args, "Pod": pod})
+        return not answer.json()["Error"]
+
+    await eventually(filtered, timeout=10, what="the extender's filter passing the pod")
     bind = {**load("k8s/extender-bind-args.json"), "PodUID": pod["metadata"]["uid"]}
     assert (await wired.extender.post("/bind", json=bind)).json() == {"Error": ""}
     return pod

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+import rgpu_testkit
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k8s"
@@ -66,18 +67,14 @@ Manifest = Callable[..., dict[str, Any]]
 
 
 def _pod(name: str, *, namespace: str = "default", **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, **extra.pop("metadata", {})},
-        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
-    }
+    body = rgpu_testkit.pod_manifest(name=name, namespace=namespace)
+    body["metadata"].update(extra.pop("metadata", {}))
     body.update(extra)
     return body
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    return rgpu_testkit.node_manifest(name=name, labels=labels)
 
 
 def _lease(name: str, *, namespace: str = "default", holder: str = "a") -> dict[str, Any]:
@@ -145,15 +142,7 @@ def open_watch(
     return opened
 
 
-async def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError(f"condition still false after {timeout} s")
-
-
 @pytest.fixture
 def eventually() -> Callable[..., Awaitable[None]]:
     """await eventually(lambda: ...): poll a condition the test cannot await directly."""
-    return _eventually
+    return rgpu_testkit.eventually

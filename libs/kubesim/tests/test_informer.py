@@ -14,6 +14,7 @@ import pytest
 
 from rgpu_kubesim import SimApiServer
 from rgpu_kubesim._informer import Informer, InformerTiming, KubeHttp
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -65,14 +66,6 @@ def add_node(sim: SimApiServer, name: str, version: str = "1") -> None:
 
 def relabel(sim: SimApiServer, name: str, version: str) -> None:
     sim.store.patch("nodes", name, {"metadata": {"labels": {"v": version}}})
-
-
-async def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while True:
-            if check():
-                return
-            await anyio.sleep(0.01)
 
 
 async def test_list_then_watch_delivers_each_change_with_the_previous_state(

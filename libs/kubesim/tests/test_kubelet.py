@@ -20,6 +20,7 @@ from rgpu_kubesim.kubelet import (
     RunRecord,
     resolve_env,
 )
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -108,14 +109,6 @@ def pod_status(sim: SimApiServer, name: str) -> dict[str, Any]:
 
 def phase(sim: SimApiServer, name: str) -> str:
     return str(pod_status(sim, name).get("phase"))
-
-
-async def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while True:
-            if check():
-                return
-            await anyio.sleep(0.01)
 
 
 def endpoint_of(lupines: LupineFleet, name: str) -> str:

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from rgpu_kubesim import ApiError, SimApiServer, SimOptionError
 from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator
+from rgpu_testkit import container_manifest, eventually, node_manifest, pod_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -246,20 +247,9 @@ def make_node(
     taints: list[dict[str, str]] | None = None,
     unschedulable: bool = False,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"taints": taints} if taints else {}
-    if unschedulable:
-        spec["unschedulable"] = True
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-        "status": {
-            "conditions": [
-                {"type": "Ready", "status": ready, "lastHeartbeatTime": "2026-11-29T10:00:00Z"}
-            ]
-        },
-    }
+    return node_manifest(
+        name=name, ready=ready, labels=labels, taints=taints or (), unschedulable=unschedulable
+    )
 
 
 def make_pod(
@@ -270,15 +260,14 @@ def make_pod(
     spec: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "registry.local/cuda-app:1"}
-    if gpus is not None:
-        container["resources"] = {"limits": {GPU: str(gpus)}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
-        "spec": {"schedulerName": scheduler_name, "containers": [container], **(spec or {})},
-    }
+    limits = None if gpus is None else {GPU: str(gpus)}
+    return pod_manifest(
+        name=name,
+        scheduler=scheduler_name,
+        annotations=annotations or {},
+        containers=[container_manifest(image="registry.local/cuda-app:1", limits=limits)],
+        spec=spec,
+    )
 
 
 def add_nodes(sim: SimApiServer, *names: str) -> None:
@@ -293,14 +282,6 @@ def add_pod(sim: SimApiServer, name: str, **kwargs: Any) -> str:
 def node_of(sim: SimApiServer, name: str) -> str | None:
     node: str | None = sim.store.get("pods", name, namespace="default")["spec"].get("nodeName")
     return node
-
-
-async def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while True:
-            if check():
-                return
-            await anyio.sleep(0.01)
 
 
 async def refused_once(emulator: SchedulerEmulator, uid: str) -> PodRecord:

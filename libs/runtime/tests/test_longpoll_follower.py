@@ -31,6 +31,7 @@ from rgpu_runtime import (
     http_client,
     json_response,
 )
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -128,12 +129,6 @@ async def following(
         tg.cancel_scope.cancel()
 
 
-async def until(check: Callable[[], bool]) -> None:
-    with anyio.fail_after(5):
-        while not check():
-            await anyio.sleep(0.001)
-
-
 @pytest.fixture
 def pace() -> Pace:
     return Pace()
@@ -200,7 +195,7 @@ async def test_an_unchanged_answer_is_not_retaken_and_spaces_the_next_call(pace:
     script = Script([Thing(revision=1), Thing(revision=1), 304])
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
-        await until(lambda: len(script.requests) >= 5)
+        await eventually(lambda: len(script.requests) >= 5)
     assert taken == [Thing(revision=1)]
     # The clock stands still during calls, so each pause is the whole minimum interval.
     assert pace.pauses[:3] == [0.25, 0.25, 0.25]
@@ -227,7 +222,7 @@ async def test_an_outage_keeps_the_value_backs_off_capped_and_asks_afresh(
             follower = make_follower(http, pace, taken)
             async with anyio.create_task_group() as tg:
                 await tg.start(follower.run)
-                await until(lambda: len(script.requests) >= 8)
+                await eventually(lambda: len(script.requests) >= 8)
                 tg.cancel_scope.cancel()
     up, failures, error, value = during[0]
     assert (up, failures, value) == (False, 5, Thing(revision=1))
@@ -249,7 +244,7 @@ async def test_an_older_revision_is_dropped_once_and_taken_when_it_persists(pace
     )
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
-        await until(lambda: len(taken) == 3)
+        await eventually(lambda: len(taken) == 3)
     assert [thing.revision for thing in taken] == [5, 6, 2]
 
 
@@ -260,7 +255,7 @@ async def test_a_replica_behind_answering_in_turn_with_the_followed_one_is_never
     script = Script([ahead, behind, ahead, behind, ahead, behind, Thing(revision=6)])
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
-        await until(lambda: len(taken) == 2)
+        await eventually(lambda: len(taken) == 2)
     assert [thing.revision for thing in taken] == [5, 6]
 
 
@@ -268,7 +263,7 @@ async def test_after_a_failure_an_older_revision_is_taken_at_once(pace: Pace) ->
     script = Script([Thing(revision=5), refused(), Thing(revision=2)])
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
-        await until(lambda: len(taken) == 2)
+        await eventually(lambda: len(taken) == 2)
     assert [thing.revision for thing in taken] == [5, 2]
 
 

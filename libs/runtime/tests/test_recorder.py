@@ -20,6 +20,7 @@ from rgpu_runtime import (
     event_body,
     kube_client,
 )
+from rgpu_testkit import eventually
 
 kubesim = pytest.importorskip("rgpu_kubesim")
 
@@ -133,10 +134,8 @@ async def cluster() -> AsyncIterator[tuple[Any, KubeClient]]:
 
 
 async def written(sim: Any, count: int) -> list[dict[str, Any]]:
-    with anyio.fail_after(5):
-        while len(found := sim.store.list("events", namespace="ml-team")) < count:
-            await anyio.sleep(0.005)
-    return list(found)
+    await eventually(lambda: len(sim.store.list("events", namespace="ml-team")) >= count)
+    return list(sim.store.list("events", namespace="ml-team"))
 
 
 async def test_queued_events_are_written_as_core_v1_events() -> None:
@@ -166,9 +165,7 @@ async def test_a_failed_write_is_counted_forgotten_and_the_writer_carries_on() -
         sim.faults.set_error(verb="create", resource="events", rate=1.0, code=500)
         await tg.start(recorder.run, kube)
         recorder.record(event("first"))
-        with anyio.fail_after(5):
-            while not recorder.counts.get("failed"):
-                await anyio.sleep(0.005)
+        await eventually(lambda: recorder.counts.get("failed"))
         sim.faults.clear()
         recorder.record(event("first"))
         (only,) = await written(sim, 1)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from rgpu_runtime import (
     kube_client,
     kube_pages,
 )
+from rgpu_testkit import eventually, pod_manifest
 
 kubesim = pytest.importorskip("rgpu_kubesim")
 
@@ -41,12 +42,7 @@ class FakeClock:
 
 
 def pod(name: str, namespace: str = "team-a") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
+    return pod_manifest(name=name, namespace=namespace)
 
 
 def name_of(obj: dict[str, Any]) -> str | None:
@@ -87,12 +83,6 @@ class Followed:
     def _changed(self, change: ObjectChange[str]) -> None:
         name = change.after if change.after is not None else change.before
         self.changes.append((change.type, str(name)))
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    with anyio.fail_after(5):
-        while not condition():
-            await anyio.sleep(0.005)
 
 
 @asynccontextmanager
@@ -140,7 +130,7 @@ async def test_watched_adds_updates_and_deletes_reach_the_consumer_in_order() ->
             sim.store.create("pods", pod("p-1"), namespace="team-a")
             sim.store.patch("pods", "p-0", {"metadata": {"labels": {"a": "b"}}}, namespace="team-a")
             sim.store.delete("pods", "p-1", namespace="team-a")
-            await until(lambda: len(followed.changes) == 4)
+            await eventually(lambda: len(followed.changes) == 4)
             assert followed.changes[1:] == [
                 ("ADDED", "p-1"),
                 ("MODIFIED", "p-0"),
@@ -157,7 +147,7 @@ async def test_after_410_the_relist_reports_only_what_was_missed_as_a_diff() -> 
         async with following(sim) as followed:
             sim.faults.set_error(verb="watch", resource="pods", rate=1.0, code=500)
             sim.faults.cut_watches()
-            await until(lambda: bool(followed.troubles))
+            await eventually(lambda: bool(followed.troubles))
             sim.store.delete("pods", "gone", namespace="team-a")
             sim.store.patch(
                 "pods", "changed", {"metadata": {"labels": {"x": "y"}}}, namespace="team-a"
@@ -165,7 +155,7 @@ async def test_after_410_the_relist_reports_only_what_was_missed_as_a_diff() -> 
             sim.store.create("pods", pod("new"), namespace="team-a")
             sim.faults.expire_before()
             sim.faults.clear()
-            await until(lambda: followed.lists == 2 and len(followed.changes) == 6)
+            await eventually(lambda: followed.lists == 2 and len(followed.changes) == 6)
             assert sorted(followed.changes[3:]) == [
                 ("ADDED", "new"),
                 ("DELETED", "gone"),
@@ -185,12 +175,12 @@ async def test_a_bookmark_moves_the_resume_point_so_a_cut_watch_needs_no_relist(
             # Changes elsewhere move the global version; only a bookmark tells this watch.
             sim.store.create("pods", pod("other", "team-b"), namespace="team-b")
             target = str(sim.store.resource_version)
-            await until(lambda: followed.reflector.resource_version == target)
+            await eventually(lambda: followed.reflector.resource_version == target)
             assert followed.changes == [("ADDED", "p-0")]
             sim.faults.expire_before(int(target))
             sim.faults.cut_watches()
             sim.store.create("pods", pod("p-1"), namespace="team-a")
-            await until(lambda: ("ADDED", "p-1") in followed.changes)
+            await eventually(lambda: ("ADDED", "p-1") in followed.changes)
             assert followed.lists == 1
             assert int(target) > int(listed_at)
 
@@ -200,15 +190,15 @@ async def test_a_watch_silent_beyond_the_stall_limit_is_reopened_from_its_versio
     async with apiserver() as sim:
         sim.store.create("pods", pod("p-0"), namespace="team-a")
         async with following(sim, stall=60.0, clock=clock) as followed:
-            await until(lambda: len(followed.watched_from) == 1)
+            await eventually(lambda: len(followed.watched_from) == 1)
             version = followed.reflector.resource_version
             clock.now += 61
-            await until(lambda: len(followed.watched_from) == 2)
+            await eventually(lambda: len(followed.watched_from) == 2)
             assert followed.watched_from == [version, version]
             assert [t.reason for t in followed.troubles] == ["stalled"]
             assert followed.lists == 1
             sim.store.create("pods", pod("p-1"), namespace="team-a")
-            await until(lambda: ("ADDED", "p-1") in followed.changes)
+            await eventually(lambda: ("ADDED", "p-1") in followed.changes)
 
 
 async def test_the_cache_age_grows_with_silence_and_resets_on_news() -> None:
@@ -220,7 +210,7 @@ async def test_the_cache_age_grows_with_silence_and_resets_on_news() -> None:
         assert reflector.age() == 30.0
         assert not reflector.fresh(within=10.0)
         sim.store.create("pods", pod("p-0"), namespace="team-a")
-        await until(lambda: reflector.age() == 0.0)
+        await eventually(lambda: reflector.age() == 0.0)
         assert reflector.fresh(within=10.0)
 
 
@@ -238,12 +228,12 @@ async def test_before_the_first_list_the_cache_is_infinitely_old_and_failures_ba
                 synced.set()
 
             tg.start_soon(start)
-            await until(lambda: len(followed.troubles) >= 2)
+            await eventually(lambda: len(followed.troubles) >= 2)
             assert math.isinf(followed.reflector.age())
             assert not synced.is_set()
             assert {(t.reason, t.phase) for t in followed.troubles} == {("error", "list")}
             sim.faults.clear()
-            await until(synced.is_set)
+            await eventually(synced.is_set)
             tg.cancel_scope.cancel()
 
 
@@ -273,7 +263,7 @@ async def test_a_consumer_that_swaps_whole_lists_gets_each_relist_as_one_diff() 
             sim.store.create("pods", pod("p-1"), namespace="team-a")
             sim.faults.expire_before()
             sim.faults.clear()
-            await until(lambda: len(batches) == 2)
+            await eventually(lambda: len(batches) == 2)
             tg.cancel_scope.cancel()
     assert batches == [
         ([("ADDED", "p-0")], ["p-0"]),

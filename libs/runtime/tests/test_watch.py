@@ -10,6 +10,7 @@ import pytest
 
 from rgpu_runtime import KubeClient, KubeExpired, KubeUnavailable, WatchEvent
 from rgpu_runtime._watch import decode_event
+from rgpu_testkit import pod_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -86,12 +87,7 @@ kubesim = pytest.importorskip("rgpu_kubesim")
 
 
 def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
+    return pod_manifest(name=name)
 
 
 async def test_against_the_simulated_apiserver_list_watch_and_bind_work() -> None:

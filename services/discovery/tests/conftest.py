@@ -3,7 +3,6 @@ annotations shaped like HAMi's device plugin writes them, and settings dicts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 
+import rgpu_testkit as testkit
 from rgpu_contracts import Fleet, Server, Topology
 from rgpu_contracts.hami import ANNOTATION_REGISTER, LABEL_SERVER
 from rgpu_discovery import create_app
@@ -24,6 +24,7 @@ from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Backoff, Settings
+from rgpu_testkit import eventually
 
 TOPOLOGY_KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone")
 FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2)
@@ -34,22 +35,12 @@ ZONE = "topology.kubernetes.io/zone"
 
 def _register(*cards: Mapping[str, object]) -> str:
     """A register annotation value (compact JSON, as Go writes it)."""
-    return json.dumps(list(cards), separators=(",", ":"))
+    return testkit.register_annotation(dict(card) for card in cards)
 
 
 def _card(uuid: str, index: int = 0, **extra: object) -> dict[str, object]:
     """One remote, healthy register entry; ``extra`` overrides or removes (value ``None``)."""
-    entry: dict[str, object] = {
-        "id": uuid,
-        "index": index,
-        "count": 10,
-        "devmem": 40960,
-        "devcore": 100,
-        "type": "NVIDIA-A100-SXM4-40GB",
-        "numa": 0,
-        "mode": "remote",
-        "health": True,
-    }
+    entry: dict[str, object] = {**testkit.register_card(uuid=uuid, index=index), "numa": 0}
     entry.update(extra)
     return {key: value for key, value in entry.items() if value is not None}
 
@@ -173,17 +164,21 @@ class Discovery:
 
     async def ready(self, timeout: float = 5.0) -> None:
         """Wait for ``/readyz`` to answer 200."""
-        with anyio.fail_after(timeout):
+
+        async def ready() -> bool:
             # Polling is the point here: it is how a kubelet sees readiness.
-            while (await self.client.get("/readyz")).status_code != 200:
-                await anyio.sleep(0.02)
+            return (await self.client.get("/readyz")).status_code == 200
+
+        await eventually(ready, timeout=timeout, what="discovery's /readyz answering 200")
 
     async def counted(self, name: str, minimum: float, **labels: str) -> None:
         """Wait until counter ``name`` reaches ``minimum`` (summed over every label value when
         no ``labels`` are given); counters have no change event, so this polls."""
-        with anyio.fail_after(5.0):
-            while self._value(name, labels) < minimum:
-                await anyio.sleep(0.02)
+        await eventually(
+            lambda: self._value(name, labels) >= minimum,
+            timeout=5.0,
+            what=f"counter {name}{labels or ''} reaching {minimum}",
+        )
 
     def _value(self, name: str, labels: dict[str, str]) -> float:
         return self.sample(name, **labels) if labels else self.total(name)

@@ -20,6 +20,7 @@ from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+import rgpu_testkit as testkit
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
     ANNOTATION_ENDPOINT,
@@ -31,9 +32,6 @@ from rgpu_contracts import (
     ContainerAssignment,
     ErrorBody,
     Fleet,
-    GpuUuid,
-    NodeName,
-    NodeTopology,
     NoFit,
     PodRef,
     PodUID,
@@ -52,6 +50,7 @@ COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"
 ENDPOINT_PATH = "metadata.annotations['hami.io/lupine-endpoint']"
 NAMESPACE = "ml-team"
+IMAGE = "registry.example.com/ml/trainer:1.4"
 
 Json = dict[str, Any]
 
@@ -87,12 +86,9 @@ class Build:
             limits[COUNT] = count
         if memory is not None:
             limits[MEMORY] = memory
-        body: Json = {"name": name, "image": "registry.example.com/ml/trainer:1.4"}
-        body["resources"] = {"limits": limits}
-        if env is not None:
-            body["env"] = env
-        elif wired and count is not None:
-            body["env"] = [Build.endpoint_env()]
+        if env is None and wired and count is not None:
+            env = [Build.endpoint_env()]
+        body = testkit.container_manifest(name=name, image=IMAGE, limits=limits, env=env)
         return {**body, **extra}
 
     @staticmethod
@@ -113,15 +109,16 @@ class Build:
         **spec: Any,
     ) -> Json:
         """A pod in ``ml-team`` with ``containers`` (default: one asking for one card)."""
-        meta: Json = {"name": name, "namespace": NAMESPACE, "uid": uid}
-        if annotations is not None:
-            meta["annotations"] = dict(annotations)
-        body: Json = {"containers": list(containers) or [Build.container(count="1")], **spec}
-        if init:
-            body["initContainers"] = list(init)
-        if scheduler is not None:
-            body["schedulerName"] = scheduler
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+        return testkit.pod_manifest(
+            name=name,
+            namespace=NAMESPACE,
+            uid=uid,
+            annotations=annotations,
+            containers=list(containers) or [Build.container(count="1")],
+            init_containers=init,
+            scheduler=scheduler,
+            spec=spec,
+        )
 
     @staticmethod
     def filter_args(the_pod: Json, nodes: Iterable[str]) -> Json:
@@ -172,34 +169,17 @@ class Build:
 
 
 class Make:
-    """Contract values the fake peers serve; defaults describe a small healthy fleet."""
+    """Contract values the fake peers serve (the kit's builders); defaults describe a small
+    healthy fleet."""
 
     @staticmethod
     def card(server: str, index: int) -> Card:
-        uuid = GpuUuid(f"GPU-{server}-{index}")
-        return Card(
-            id=card_id(server, uuid),
-            server=ServerName(server),
-            uuid=uuid,
-            index=index,
-            memory_mib=40960,
-            cores=100,
-            model="NVIDIA A100-SXM4-40GB",
-            numa=0,
-            healthy=True,
-        )
+        return testkit.card(server=server, index=index)
 
-    def server(self, name: str, *, labels: Mapping[str, str] | None = None) -> Server:
-        return Server(
-            name=ServerName(name),
-            endpoint=f"10.0.3.{len(name)}:14833",
-            port=14833,
-            ready=True,
-            reachable=True,
-            usage_reported=True,
-            busy=frozenset(),
-            topology=tuple(sorted((labels or {}).items())),
-            cards=(self.card(name, 0), self.card(name, 1)),
+    @staticmethod
+    def server(name: str, *, labels: Mapping[str, str] | None = None) -> Server:
+        return testkit.server(
+            name=name, cards=2, endpoint=f"10.0.3.{len(name)}:14833", labels=labels
         )
 
     @staticmethod
@@ -212,18 +192,13 @@ class Make:
             total=4,
         )
 
-    def fleet(self, *servers: Server, revision: int = 1) -> Fleet:
-        return Fleet(revision=revision, observed_at=1.0, servers=servers)
+    @staticmethod
+    def fleet(*servers: Server, revision: int = 1) -> Fleet:
+        return testkit.fleet(servers=servers, revision=revision, observed_at=1.0)
 
     @staticmethod
     def topology(nodes: Mapping[str, Mapping[str, str]], revision: int = 1) -> Topology:
-        return Topology(
-            revision=revision,
-            nodes=tuple(
-                NodeTopology(name=NodeName(n), labels=tuple(sorted(labels.items())))
-                for n, labels in nodes.items()
-            ),
-        )
+        return testkit.topology(nodes=nodes, revision=revision)
 
 
 RACK, ZONE, REGION = (
@@ -370,39 +345,12 @@ class FakeAllocator:
         return _json(200, committed.to_dict())
 
 
-class FakeDiscovery:
-    """Discovery's long-poll API over two ``Versioned`` values; ``available`` = False → 503."""
+class FakeDiscovery(testkit.FakeDiscovery):
+    """The kit's fake discovery; this suite's tests read ``fleet`` as the versioned store."""
 
-    def __init__(self, fleet: Fleet, topology: Topology) -> None:
-        self.fleet = Versioned(fleet, revision=fleet.revision)
-        self.topology = Versioned(topology, revision=topology.revision)
-        self.available = True
-        self.polls = 0
-
-    @property
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        self.polls += 1
-        if not self.available:
-            body = ErrorBody(code="unavailable", message="not listed yet", retryable=True)
-            return _json(503, body.to_dict())
-        store: Versioned[Any] = self.fleet if request.url.path == "/v1/fleet" else self.topology
-        params = request.url.params
-        if "wait" in params and "since" not in params:
-            body = ErrorBody(code="bad_poll_parameter", message="wait needs since")
-            return _json(400, body.to_dict())
-        since = int(params.get("since", "-1"))
-        wait = float(params.get("wait", "0"))
-        _, value = await store.wait_newer(since, wait)
-        return _json(200, value.to_dict())
-
-    def publish_fleet(self, fleet: Fleet) -> None:
-        # The contract's revision is what clients compare, so keep the two in step.
-        while self.fleet.revision < fleet.revision - 1:
-            self.fleet.publish(self.fleet.value)
-        self.fleet.publish(fleet)
+    @property  # type: ignore[override]
+    def fleet(self) -> Versioned[Fleet]:
+        return self.fleets
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

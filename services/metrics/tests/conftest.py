@@ -19,21 +19,17 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+import rgpu_testkit as testkit
 from rgpu_contracts import (
     Card,
     Claim,
     ClaimSet,
-    ClaimState,
     Fleet,
-    GpuUuid,
-    PodRef,
-    PodUID,
     Server,
-    ServerName,
-    card_id,
 )
 from rgpu_metrics import FollowPolicy, create_app
 from rgpu_runtime import Settings
+from rgpu_testkit import eventually
 
 T = TypeVar("T", Fleet, ClaimSet)
 
@@ -41,25 +37,15 @@ MIB = 1 << 20
 
 
 class Make:
-    """Builders for the contract values the sources serve; defaults make a healthy server."""
+    """The kit's builders for the contract values the sources serve; defaults make a healthy
+    server."""
 
     @staticmethod
     def card(server: str, index: int, *, healthy: bool = True, memory_mib: int = 40960) -> Card:
-        uuid = GpuUuid(f"GPU-{server}-{index}")
-        return Card(
-            id=card_id(server, uuid),
-            server=ServerName(server),
-            uuid=uuid,
-            index=index,
-            memory_mib=memory_mib,
-            cores=100,
-            model="NVIDIA A100-SXM4-40GB",
-            numa=0,
-            healthy=healthy,
-        )
+        return testkit.card(server=server, index=index, healthy=healthy, memory_mib=memory_mib)
 
+    @staticmethod
     def server(
-        self,
         name: str,
         *,
         cards: int = 4,
@@ -69,26 +55,22 @@ class Make:
         unhealthy: Iterable[int] = (),
         endpoint: str | None = "10.0.0.1:14833",
     ) -> Server:
-        sick = set(unhealthy)
-        made = tuple(self.card(name, i, healthy=i not in sick) for i in range(cards))
-        return Server(
-            name=ServerName(name),
-            endpoint=endpoint,
-            port=14833,
+        return testkit.server(
+            name=name,
+            cards=cards,
             ready=ready,
             reachable=reachable,
-            usage_reported=True,
-            busy=frozenset(made[i].uuid for i in busy),
-            topology=(),
-            cards=made,
+            busy=busy,
+            unhealthy=unhealthy,
+            endpoint=endpoint,
         )
 
     @staticmethod
     def fleet(*servers: Server, revision: int = 1) -> Fleet:
-        return Fleet(revision=revision, observed_at=0.0, servers=servers)
+        return testkit.fleet(servers=servers, revision=revision)
 
+    @staticmethod
     def claim(
-        self,
         server: str,
         indices: Iterable[int],
         *,
@@ -97,18 +79,14 @@ class Make:
         namespace: str = "team-a",
         booked_at: float = 1.0,
     ) -> Claim:
-        return Claim(
-            pod=PodRef(uid=PodUID(f"uid-{namespace}-{pod}"), namespace=namespace, name=pod),
-            server=ServerName(server),
-            cards=tuple(self.card(server, i).id for i in indices),
-            containers=(),
-            state=ClaimState(state),
-            booked_at=booked_at,
+        ref = testkit.pod_ref(name=pod, namespace=namespace, uid=f"uid-{namespace}-{pod}")
+        return testkit.claim(
+            server=server, cards=indices, pod=ref, state=state, booked_at=booked_at
         )
 
     @staticmethod
     def claims(*claims: Claim, revision: int = 1) -> ClaimSet:
-        return ClaimSet(revision=revision, claims=claims)
+        return testkit.claim_set(claims=claims, revision=revision)
 
 
 @pytest.fixture
@@ -233,13 +211,6 @@ def open_client(
 async def client(open_client: OpenClient) -> AsyncIterator[httpx.AsyncClient]:
     async with open_client() as http:
         yield http
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Wait until ``check()`` is true; fail the test after ``timeout`` seconds."""
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.005)
 
 
 @pytest.fixture
