@@ -834,8 +834,9 @@ def _helpers_used(
         and method.name.startswith("_")
     }
     for node in ast.walk(tree):
-        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        if function and (node.name in names or node in private):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+            node.name in names or node in private
+        ):
             yield path, text, ast.Module(body=[node], type_ignores=[])
 
 
