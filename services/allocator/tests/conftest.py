@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_allocator import create_app
-from rgpu_allocator.leases import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
+from rgpu_allocator.claims import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
 from rgpu_contracts import (
     AllocationRequest,
     Card,

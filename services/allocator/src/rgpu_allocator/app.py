@@ -26,26 +26,20 @@ from rgpu_runtime import (
     kube_client,
 )
 
-from .committing import Finder
-from .core import Core, Policy
-from .discovery_client import DiscoveryClient
-from .events import COMPONENT
+from .booking import Booking
+from .claims import MANAGED_BY_SELECTOR, Ledger
+from .clients import COMPONENT, DiscoveryClient, KubeApi
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
-from .kube_api import KubeApi
-from .leases import MANAGED_BY_SELECTOR
-from .ledger import Ledger
+from .judging import Judge, Policy, Remover
+from .leases import Finder, LeaseWriter
 from .pods import PodIndex
-from .reconciling import Reconciler
-from .repairing import Repairer
-from .reprobing import Reprober
-from .revalidating import Revalidator
+from .rechecking import Reprober, Revalidator
+from .repair import Repairer
 from .routes import ROUTES, Deps, State
-from .service import AllocatorService
-from .sweeping import Sweeper
+from .sweeping import Reconciler, Sweeper
 from .wakeup import Nudger, Refused
 from .watching import LeaseHooks, watch_leases, watch_pods, watch_timing
-from .writing import LeaseWriter
 
 __all__ = ["create_app"]
 
@@ -83,20 +77,11 @@ def create_app(
             )
             refused = Refused()
             nudger = Nudger(api, refused, clock=time.time, count=instruments.nudges.inc)
-            core = Core(
-                policy=policy,
-                ledger=ledger,
-                pods=pods,
-                inputs=inputs,
-                api=api,
-                writer=LeaseWriter(api, ledger, instruments, on_freed=nudger.notify),
-                instruments=instruments,
-                refused=refused,
-                on_capacity=nudger.notify,
-            )
-            repairer = Repairer(core)
-            reconciler = Reconciler(core, repairer)
-            discovery = DiscoveryClient(http)
+            judge = Judge(ledger=ledger, pods=pods, inputs=inputs, ttl=policy.ttl)
+            writer = LeaseWriter(api, ledger, instruments, on_freed=nudger.notify)
+            remover = Remover(judge, writer, instruments)
+            repairer = Repairer(policy, judge, writer, api, instruments)
+            reconciler = Reconciler(judge, writer, remover, repairer, refused)
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             async with anyio.create_task_group() as tg:
                 await tg.start(events.run, kube)
@@ -116,15 +101,28 @@ def create_app(
                     reconciler.pod_changed,
                     instruments,
                 )
-                await tg.start(Sweeper(core, reconciler, repairer).run)
+                await tg.start(Sweeper(judge, api, remover, reconciler, repairer).run)
                 readiness.set_ready()
-                service = AllocatorService(
-                    core=core,
-                    revalidator=Revalidator(core),
-                    reprober=Reprober(discovery, instruments),
-                    finder=Finder(core),
+                booking = Booking(
+                    policy=policy,
+                    judge=judge,
+                    writer=writer,
+                    remover=remover,
+                    finder=Finder(api, ledger),
+                    revalidator=Revalidator(judge, api, writer, remover),
+                    reprober=Reprober(DiscoveryClient(http), instruments),
+                    refused=refused,
+                    instruments=instruments,
                 )
-                yield {"deps": Deps(service=service)}
+                deps = Deps(
+                    booking=booking,
+                    policy=policy,
+                    ledger=ledger,
+                    pods=pods,
+                    inputs=inputs,
+                    refused=refused,
+                )
+                yield {"deps": deps}
                 tg.cancel_scope.cancel()
 
     return create_service_app(

@@ -14,10 +14,9 @@ from anyio.abc import TaskStatus
 
 from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, WatchTrouble
 
+from .claims import LeaseRecord, Ledger, decode_lease
+from .clients import KubeApi
 from .instruments import Instruments
-from .kube_api import KubeApi
-from .leases import LeaseRecord, decode_lease
-from .ledger import Ledger
 from .pods import PodIndex, PodInfo, pod_info
 
 __all__ = [
