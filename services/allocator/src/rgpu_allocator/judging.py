@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -36,7 +36,7 @@ from .clients import KubeApi
 from .inputs import Inputs
 from .instruments import Instruments
 from .leases import Edited, LeaseWriter, Pending
-from .pods import PodIndex, pod_info
+from .pods import PodIndex, PodInfo, pod_info
 
 __all__ = [
     "ClaimsGone",
@@ -47,7 +47,8 @@ __all__ = [
     "Policy",
     "ReleaseLookup",
     "Remover",
-    "confirmed_invalid",
+    "Seen",
+    "read_pod",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ LeaseLookup = Callable[[str], LeaseRecord | None]
 PendingLookup = Callable[[str], tuple[Claim, ...]]
 """This replica's bookings still being written, per server (see ``leases.Pending``)."""
 
+
+Seen = Mapping[PodUID, PodInfo | None]
+"""Pods read fresh from the apiserver, by the uid their claim names (``None``: it is gone)."""
 
 ReleaseLookup = Callable[[str, float], bool]
 """Whether a card left a placed claim after a moment (see ``Ledger.released_after``)."""
@@ -95,6 +99,11 @@ def _never_released(card: str, moment: float) -> bool:
     return False
 
 
+def _merely_old(claim: Claim, pod: PodInfo | None) -> bool:
+    """Whether only the claim's age, not a fact about its pod, makes it invalid."""
+    return pod is not None and pod.uid == claim.pod.uid and not pod.finished
+
+
 def _uuid(card: CardId) -> str:
     return split_card_id(card)[1]
 
@@ -110,6 +119,7 @@ class Occupancy:
         "_pending",
         "_pods",
         "_released",
+        "_trusted",
         "_ttl",
         "uid",
     )
@@ -125,8 +135,10 @@ class Occupancy:
         pending: PendingLookup = _nothing_pending,
         released: ReleaseLookup = _never_released,
         observed_at: float = float("inf"),
+        trusted: bool = True,
     ) -> None:
         self._leases = leases
+        self._trusted = trusted
         self._pending = pending
         self._released = released
         self._observed = observed_at
@@ -137,10 +149,18 @@ class Occupancy:
         self._cache: dict[str, tuple[Claim, ...]] = {}
 
     def validity(self, claim: Claim) -> Validity:
-        """The verdict on any claim, from the pod cache at this decision's time."""
+        """The verdict on any claim, from the pod cache at this decision's time.
+
+        On a cache that is not ``trusted`` (its watch has been silent too long) "the pod is
+        still unbound and the claim is old" may only mean the binding was missed: that claim
+        is ``UNKNOWN`` (it keeps blocking until a fresh read decides), never ``INVALID``.
+        """
         uid = claim.pod.uid
         pod = self._pods.get(uid)
-        return judge(claim, pod, now=self._now, ttl=self._ttl, gone=self._pods.gone(uid))
+        verdict = judge(claim, pod, now=self._now, ttl=self._ttl, gone=self._pods.gone(uid))
+        if verdict is Validity.INVALID and not self._trusted and _merely_old(claim, pod):
+            return Validity.UNKNOWN
+        return verdict
 
     def blocking(self, server: str) -> tuple[Claim, ...]:
         """Claims of other pods on ``server`` that are valid or not yet known to be invalid."""
@@ -217,6 +237,10 @@ class ClaimsGone:
         return self
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Judge:
     """Verdicts on claims from the caches (Leases, pods, fleet) at the current time."""
@@ -229,6 +253,9 @@ class Judge:
     """Bookings this replica is writing right now; they count as held meanwhile."""
     clock: Callable[[], float] = field(default=time.time)
     """Wall-clock seconds: claim times are compared across replicas."""
+    pods_trusted: Callable[[], bool] = field(default=_always)
+    """Whether the pod cache heard from the apiserver recently enough to drop claims on
+    (DESIGN §10, "stale caches are noticed")."""
 
     def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now."""
@@ -242,27 +269,31 @@ class Judge:
             pending=self.pending.claims,
             released=self.ledger.released_after,
             observed_at=view.fleet.observed_at if view is not None else float("inf"),
+            trusted=self.pods_trusted(),
         )
 
-    def validity(self, claim: Claim) -> Validity:
-        return self.occupancy(claim.pod.uid).validity(claim)
+    def validity(self, claim: Claim, seen: Seen | None = None) -> Validity:
+        """The verdict on ``claim`` now, from its pod as read fresh (``seen``) if it was, else
+        from the pod cache."""
+        uid = claim.pod.uid
+        if seen is None or uid not in seen:
+            return self.occupancy(uid).validity(claim)
+        pod = seen[uid]
+        if pod is None or pod.uid != uid:
+            return Validity.INVALID
+        return judge(claim, pod, now=self.clock(), ttl=self.ttl)
 
     def live(self, uid: str) -> tuple[Claim, ...]:
         """``uid``'s claims that still hold their cards."""
         return tuple(c for c in self.ledger.claims_of(uid) if self.validity(c).blocks)
 
 
-async def confirmed_invalid(judge_: Judge, api: KubeApi, claim: Claim) -> bool:
-    """Whether ``claim`` is invalid, checked against a fresh read of its pod when the cache
-    cannot tell (or says it still holds)."""
-    if judge_.validity(claim) is Validity.INVALID:
-        return True
+async def read_pod(api: KubeApi, claim: Claim) -> PodInfo | None:
+    """``claim``'s pod as the apiserver has it now; ``None`` when it is gone (or another pod
+    took its name)."""
     raw = await api.get_pod(claim.pod.namespace, claim.pod.name)
     pod = pod_info(raw) if raw is not None else None
-    if pod is None or pod.uid != claim.pod.uid:
-        return True
-    verdict = judge(claim, pod, now=judge_.clock(), ttl=judge_.ttl)
-    return verdict is Validity.INVALID
+    return pod if pod is not None and pod.uid == claim.pod.uid else None
 
 
 class Remover:
@@ -275,35 +306,38 @@ class Remover:
         self._writer = writer
         self._instruments = instruments
 
-    def why_invalid(self, claim: Claim, gone: Collection[str] = ()) -> str:
+    def why_invalid(self, claim: Claim, seen: Seen) -> str:
         """A metric label for why ``claim`` no longer holds its cards."""
         uid = claim.pod.uid
         pods = self._judge.pods
-        if uid in gone or pods.gone(uid):
+        pod = seen[uid] if uid in seen else pods.get(uid)
+        if (uid in seen and pod is None) or (uid not in seen and pods.gone(uid)):
             return "deleted"
-        pod = pods.get(uid)
         if pod is not None and (pod.uid != uid or pod.finished):
             return "finished"
         return "expired"
 
-    async def drop_invalid(self, server: str, gone: Collection[str] = ()) -> int:
-        """Remove the claims on ``server`` that are invalid (or whose pods were just confirmed
-        ``gone`` by a fresh read); returns how many were removed."""
+    async def drop_invalid(self, server: str, seen: Seen | None = None) -> int:
+        """Remove the claims on ``server`` that are invalid, each judged again as found in the
+        Lease being written (its state, booking time and commit), on the pods read fresh
+        (``seen``) or else the pod cache; returns how many were removed.
+
+        A claim judged invalid on an earlier read may have been committed since: judged again
+        here, the commit restarts its clock and it stays (DESIGN §10).
+        """
+        fresh: Seen = seen or {}
 
         def change(record: LeaseRecord | None) -> Edited[tuple[Claim, ...]]:
             if record is None:
                 return Edited(None, ())
-            dead = tuple(
-                c
-                for c in record.claims
-                if c.pod.uid in gone or self._judge.validity(c) is Validity.INVALID
-            )
-            kept = tuple(c for c in record.claims if c not in dead)
+            verdicts = [(c, self._judge.validity(c, fresh)) for c in record.claims]
+            dead = tuple(c for c, v in verdicts if v is Validity.INVALID)
+            kept = tuple(c for c, v in verdicts if v is not Validity.INVALID)
             return Edited(kept if dead else None, dead)
 
         dropped = await self._writer.edit(server, change, op="sweep")
         for claim in dropped:
-            self._instruments.sweep_removals.labels(self.why_invalid(claim, gone)).inc()
+            self._instruments.sweep_removals.labels(self.why_invalid(claim, fresh)).inc()
             logger.info("removed invalid claim of %s on %s", claim.pod.key, server)
         return len(dropped)
 
@@ -312,7 +346,7 @@ class Remover:
         removed = 0
         with tracer.start_as_current_span("release", attributes={"pod.uid": uid}):
             for claim in self._judge.ledger.claims_of(uid):
-                removed += await self._drop_one(claim.server, uid, keep=None)
+                removed += await self._writer.edit(claim.server, _released(uid), op="release")
         return removed
 
     async def settle(self, uid: str) -> Claim | None:
@@ -323,24 +357,30 @@ class Remover:
         keep = winner(c for c in claims if self._judge.validity(c).blocks)
         for claim in claims:
             loser = keep is None or claim.server != keep.server
-            if loser and await self._drop_one(claim.server, uid, keep=keep):
+            if loser and await self._drop_loser(claim.server, uid, keep):
                 self._instruments.sweep_removals.labels("duplicate").inc()
         return keep
 
-    async def _drop_one(self, server: str, uid: str, *, keep: Claim | None) -> int:
-        """Remove ``uid``'s claim from ``server`` unless, read fresh, it now beats ``keep``."""
+    async def _drop_loser(self, server: str, uid: str, keep: Claim | None) -> int:
+        """Remove ``uid``'s claim from ``server`` unless, as found in the Lease, it still holds
+        and beats ``keep`` (it was committed meanwhile: the next settle keeps it instead)."""
 
         def change(record: LeaseRecord | None) -> Edited[int]:
             claim = record.claim_of(uid) if record is not None else None
             if record is None or claim is None:
                 return Edited(None, 0)
-            if (
-                keep is not None
-                and self._judge.validity(claim).blocks
-                and precedence(claim) < precedence(keep)
-            ):
-                # It moved ahead (committed meanwhile): the next settle keeps this one instead.
+            holds = self._judge.validity(claim).blocks
+            if holds and (keep is None or precedence(claim) < precedence(keep)):
                 return Edited(None, 0)
             return Edited(record.without(uid), 1)
 
         return await self._writer.edit(server, change, op="release")
+
+
+def _released(uid: str) -> Callable[[LeaseRecord | None], Edited[int]]:
+    def change(record: LeaseRecord | None) -> Edited[int]:
+        if record is None or record.claim_of(uid) is None:
+            return Edited(None, 0)
+        return Edited(record.without(uid), 1)
+
+    return change

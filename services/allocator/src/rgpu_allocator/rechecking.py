@@ -32,15 +32,16 @@ from collections.abc import Callable, Sequence
 import anyio
 from opentelemetry import trace
 
-from rgpu_contracts import Claim, Server
+from rgpu_contracts import Claim, PodUID, Server
 from rgpu_placement import FleetView, Validity
 from rgpu_runtime import TokenBucket
 
 from .clients import DiscoveryClient, KubeApi
 from .errors import DiscoveryUnavailable
 from .instruments import Instruments
-from .judging import Judge, Remover, confirmed_invalid
+from .judging import Judge, Remover, read_pod
 from .leases import LeaseWriter
+from .pods import PodInfo
 
 __all__ = ["MAX_SERVERS", "PROBES_PER_SECOND", "PROBE_TIMEOUT", "Reprober", "Revalidator"]
 
@@ -167,11 +168,19 @@ class Revalidator:
         record = await self._writer.reread(server) if self._lease_due(server) else before
         if record is None:
             return before is not None
-        confirmed = [c.pod.uid for c in record.claims if await self._invalid(c)]
-        removed = await self._remover.drop_invalid(server, confirmed) if confirmed else 0
+        seen: dict[PodUID, PodInfo | None] = {}
+        doomed = [c for c in record.claims if await self._invalid(c, seen)]
+        # The removal judges each claim again on the Lease it writes: one committed since
+        # this look stays.
+        removed = await self._remover.drop_invalid(server, seen) if doomed else 0
         return removed > 0 or record != before
 
-    async def _invalid(self, claim: Claim) -> bool:
+    async def _invalid(self, claim: Claim, seen: dict[PodUID, PodInfo | None]) -> bool:
+        """Whether ``claim`` is invalid, on the cache or else on a fresh read of its pod (kept
+        in ``seen``) when the budget allows."""
         if self._judge.validity(claim) is Validity.INVALID:
             return True
-        return self._budget.take() and await confirmed_invalid(self._judge, self._api, claim)
+        if not self._budget.take():
+            return False
+        seen[claim.pod.uid] = await read_pod(self._api, claim)
+        return self._judge.validity(claim, seen) is Validity.INVALID

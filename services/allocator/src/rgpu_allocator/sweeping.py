@@ -22,13 +22,13 @@ import anyio
 from anyio.abc import TaskStatus
 from opentelemetry import trace
 
-from rgpu_contracts import Claim, ClaimState, NodeName, PodUID
+from rgpu_contracts import ClaimState, NodeName, PodUID
 from rgpu_placement import Validity, winner
 from rgpu_runtime import KubeError, RgpuError
 
 from .claims import LeaseRecord
 from .clients import KubeApi
-from .judging import Judge, Remover, confirmed_invalid
+from .judging import Judge, Remover, read_pod
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo
 from .repair import Repairer
@@ -191,13 +191,12 @@ class Sweeper:
     async def _sweep_lease(self, record: LeaseRecord, budget: int) -> int:
         verdicts = [(c, self._judge.validity(c)) for c in record.claims]
         unknown = [c for c, v in verdicts if v is Validity.UNKNOWN][: max(budget, 0)]
-        confirmed = [c.pod.uid for c in unknown if await self._confirmed(c)]
+        seen = {c.pod.uid: await read_pod(self._api, c) for c in unknown}
+        confirmed = any(self._judge.validity(c, seen) is Validity.INVALID for c in unknown)
         if confirmed or any(v is Validity.INVALID for _, v in verdicts):
-            await self._remover.drop_invalid(record.server, confirmed)
+            # Judged again on the Lease as written: a claim committed since this look stays.
+            await self._remover.drop_invalid(record.server, seen)
         return budget - len(unknown)
-
-    async def _confirmed(self, claim: Claim) -> bool:
-        return await confirmed_invalid(self._judge, self._api, claim)
 
     def _queue_pods(self) -> None:
         judge = self._judge
