@@ -20,7 +20,7 @@ from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 
 from rgpu_allocator import create_app
-from rgpu_allocator.claims import MANAGED_BY_SELECTOR, Ledger
+from rgpu_allocator.claims import MANAGED_BY_SELECTOR, Ledger, encode_lease
 from rgpu_allocator.clients import COMPONENT, KubeApi
 from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
@@ -31,6 +31,7 @@ from rgpu_allocator.rechecking import Revalidator
 from rgpu_allocator.repair import Repairer
 from rgpu_allocator.sweeping import Reconciler, Sweeper
 from rgpu_allocator.wakeup import Refused
+from rgpu_contracts import Claim, ClaimState, ServerName
 from rgpu_placement import Validity
 from rgpu_runtime import EventRecorder, kube_client
 
@@ -244,6 +245,44 @@ async def test_a_commit_is_judged_on_its_commit_time_not_its_booking_time(build,
         b_clock.now = T0 + TTL - 1 + TTL
         lapsed = await b.remover.drop_invalid(SERVER)
     assert (kept, lapsed) == (0, 1)
+
+
+def write_lease(sim, cluster, server: str, *claims: Claim) -> None:
+    """Store ``claims`` in ``server``'s Lease as another replica would."""
+    found = cluster.lease(server)
+    version = found["metadata"]["resourceVersion"] if found is not None else None
+    body = encode_lease(
+        server=server, namespace="rgpu-system", claims=claims, resource_version=version
+    )
+    if found is not None:
+        sim.store.replace("leases", body, namespace="rgpu-system")
+    else:
+        sim.store.create("leases", body, namespace="rgpu-system")
+
+
+async def test_settling_duplicates_keeps_a_claim_committed_since_they_were_judged(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server(SERVER), build.server("gpu-b")))
+    pod = cluster.pod("twice")
+    async with replica_a(kit, sim, discovery, FakeClock()) as client:
+        await client.post("/v1/allocations", json=kit.ask(pod))
+    booked = Claim.from_dict(cluster.claims(SERVER)[0])
+    # A racing replica booked the same pod on the other server.
+    twin = dataclasses.replace(booked, server=ServerName("gpu-b"), cards=())
+    write_lease(sim, cluster, "gpu-b", twin)
+    async with replica_b(kit, sim, FakeClock(T0 + TTL + 1)) as b:
+        for server in (SERVER, "gpu-b"):
+            await b.writer.reread(server)
+        cache_pod(sim, b, pod)
+        # B finds both bookings expired; another replica's commit lands before B writes.
+        committed = dataclasses.replace(
+            booked, state=ClaimState.COMMITTED, committed_at=T0 + TTL - 1
+        )
+        write_lease(sim, cluster, SERVER, committed)
+        await b.remover.settle(pod.uid)
+    assert cluster.holders() == {SERVER: ["twice"], "gpu-b": []}
+    assert states(cluster) == {"twice": "committed"}
 
 
 async def test_a_booking_that_expired_before_its_commit_is_refused(build, kit, sim, cluster):
