@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
-from rgpu_allocator.leases import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
+from rgpu_allocator.claims import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
 from rgpu_contracts import (
     AllocationRequest,
     Card,

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from rgpu_allocator.annotations import ANNOTATION_VISIBLE_DEVICES
-from rgpu_allocator.leases import MANAGED_BY_LABEL
+from rgpu_allocator.claims import MANAGED_BY_LABEL
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
     ANNOTATION_ENDPOINT,

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
-from rgpu_allocator.leases import encode_lease
+from rgpu_allocator.claims import encode_lease
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
     CardId,

@@ -3,6 +3,7 @@ loopback: replicas racing, and a replica killed between booking and commit."""
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 
 import anyio
@@ -96,3 +97,61 @@ async def test_booking_of_a_killed_allocator_still_expires(build, kit, sim, clus
         await kit.wait_for(expired)
         got = await client.post("/v1/allocations", json=kit.ask(waiter))
     assert got.status_code == 200
+
+
+RACE_ROUNDS = 6
+RACE_TTL = 1.0
+
+
+async def race_round(kit, cluster, replicas, rng: random.Random, round_: int) -> list[str]:
+    """Book three pods, wait about the TTL, then commit and bind them on either replica while
+    three more pods ask for the same servers; returns the committed pods whose claim is gone."""
+    first = [cluster.pod(f"r{round_}-a{i}") for i in range(3)]
+    then = [cluster.pod(f"r{round_}-b{i}") for i in range(3)]
+    for i, pod in enumerate(first):
+        await replicas[i % 2].post("/v1/allocations", json=kit.ask(pod))
+    await anyio.sleep(RACE_TTL * rng.uniform(0.95, 1.02))
+    committed: dict[str, str] = {}
+
+    async def commit(pod) -> None:
+        url = f"/v1/allocations/{pod.uid}/commit"
+        answer = await rng.choice(replicas).post(url, json={"node": "client-1"})
+        if answer.status_code == 200:
+            cluster.bind(pod)
+            committed[pod.name] = answer.json()["server"]
+
+    async def book(pod) -> None:
+        await rng.choice(replicas).post("/v1/allocations", json=kit.ask(pod))
+
+    async with anyio.create_task_group() as tg:
+        for a, b in zip(first, then, strict=True):
+            tg.start_soon(commit, a)
+            tg.start_soon(book, b)
+    # Both replicas sweep (every TTL / 3) and re-validate in this time.
+    await anyio.sleep(RACE_TTL / 2)
+    stored = cluster.holders()
+    assert all(len(names) <= 1 for names in stored.values()), stored
+    for pod in (*first, *then):
+        cluster.delete(pod)
+    return [name for name, server in committed.items() if stored.get(server) != [name]]
+
+
+async def test_commits_landing_as_their_bookings_expire_are_never_lost_across_two_processes(
+    build, kit, sim, cluster
+):
+    """DESIGN §10, the issue's soak in small: refusals re-validate expiring bookings and both
+    replicas sweep while the commits of those bookings land."""
+    discovery = kit.FakeDiscovery(build.fleet(*(build.server(f"gpu-{i}") for i in range(3))))
+    rng = random.Random(14)
+    lost: list[str] = []
+
+    async def empty() -> bool:
+        return not any(cluster.holders().values())
+
+    async with kit.discovery_server(discovery) as url:
+        env = kit.allocator_env(sim.url, RGPU_DISCOVERY_URL=url, RGPU_BOOKING_TTL_SECONDS="1")
+        async with kit.allocator_process(env) as one, kit.allocator_process(env) as two:
+            for round_ in range(RACE_ROUNDS):
+                lost += await race_round(kit, cluster, (one.client, two.client), rng, round_)
+                await kit.wait_for(empty)
+    assert lost == []

@@ -8,9 +8,8 @@ which for the watches means their first list is in.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 
 import anyio
 import httpx
@@ -26,26 +25,20 @@ from rgpu_runtime import (
     kube_client,
 )
 
-from .committing import Finder
-from .core import Core, Policy
-from .discovery_client import DiscoveryClient
-from .events import COMPONENT
+from .booking import Booking
+from .claims import MANAGED_BY_SELECTOR, Ledger
+from .clients import COMPONENT, DiscoveryClient, KubeApi
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
-from .kube_api import KubeApi
-from .leases import MANAGED_BY_SELECTOR
-from .ledger import Ledger
+from .judging import Judge, Policy, Remover
+from .leases import Finder, LeaseWriter
 from .pods import PodIndex
-from .reconciling import Reconciler
-from .repairing import Repairer
-from .reprobing import Reprober
-from .revalidating import Revalidator
+from .rechecking import Reprober, Revalidator
+from .repair import Repairer
 from .routes import ROUTES, Deps, State
-from .service import AllocatorService
-from .sweeping import Sweeper
+from .sweeping import Reconciler, Sweeper
 from .wakeup import Nudger, Refused
-from .watching import LeaseHooks, watch_leases, watch_pods, watch_timing
-from .writing import LeaseWriter
+from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = ["create_app"]
 
@@ -58,8 +51,10 @@ def create_app(
     *,
     discovery_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
-    """Build the allocator app; ``discovery_transport`` replaces the network (tests)."""
+    """Build the allocator app; ``discovery_transport`` replaces the network and ``clock``
+    the wall clock claims are stamped and judged with (tests)."""
     registry = CollectorRegistry() if registry is None else registry
     readiness = Readiness()
     policy = Policy.from_settings(settings)
@@ -83,21 +78,29 @@ def create_app(
             )
             refused = Refused()
             nudger = Nudger(api, refused, clock=time.time, count=instruments.nudges.inc)
-            core = Core(
-                policy=policy,
+            trust = cache_trust(policy.ttl)
+
+            def pods_trusted() -> bool:
+                # The pod watch feeds the reconciler, which judges: the cycle closes here,
+                # and ``pod_watch`` is built below before anything can call this.
+                return pod_watch.fresh(trust)
+
+            judge = Judge(
                 ledger=ledger,
                 pods=pods,
                 inputs=inputs,
-                api=api,
-                writer=LeaseWriter(api, ledger, instruments, on_freed=nudger.notify),
-                instruments=instruments,
-                refused=refused,
-                on_capacity=nudger.notify,
+                ttl=policy.ttl,
+                clock=clock,
+                pods_trusted=pods_trusted,
             )
-            repairer = Repairer(core)
-            reconciler = Reconciler(core, repairer)
-            discovery = DiscoveryClient(http)
+            writer = LeaseWriter(api, ledger, instruments, on_freed=nudger.notify)
+            remover = Remover(judge, writer, instruments)
+            repairer = Repairer(policy, judge, writer, api, instruments)
+            reconciler = Reconciler(judge, writer, remover, repairer, refused)
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
+            timing = watch_timing(policy.ttl)
+            lease_watch = lease_reflector(api, ledger, lease_hooks, instruments, timing=timing)
+            pod_watch = pod_reflector(api, pods, reconciler.pod_changed, instruments, timing=timing)
             async with anyio.create_task_group() as tg:
                 await tg.start(events.run, kube)
                 await tg.start(nudger.run)
@@ -105,26 +108,30 @@ def create_app(
                 # Decisions wait for the first fleet themselves; starting must not.
                 tg.start_soon(follow_fleet(http, inputs, nudger.notify).run)
                 tg.start_soon(follow_topology(http, inputs).run)
-                timing = watch_timing(policy.ttl)
-                await tg.start(
-                    partial(watch_leases, timing=timing), api, ledger, lease_hooks, instruments
-                )
-                await tg.start(
-                    partial(watch_pods, timing=timing),
-                    api,
-                    pods,
-                    reconciler.pod_changed,
-                    instruments,
-                )
-                await tg.start(Sweeper(core, reconciler, repairer).run)
+                await tg.start(lease_watch.run)
+                await tg.start(pod_watch.run)
+                await tg.start(Sweeper(judge, api, remover, reconciler, repairer).run)
                 readiness.set_ready()
-                service = AllocatorService(
-                    core=core,
-                    revalidator=Revalidator(core),
-                    reprober=Reprober(discovery, instruments),
-                    finder=Finder(core),
+                booking = Booking(
+                    policy=policy,
+                    judge=judge,
+                    writer=writer,
+                    remover=remover,
+                    finder=Finder(api, ledger),
+                    revalidator=Revalidator(judge, api, writer, remover),
+                    reprober=Reprober(DiscoveryClient(http), instruments),
+                    refused=refused,
+                    instruments=instruments,
                 )
-                yield {"deps": Deps(service=service)}
+                deps = Deps(
+                    booking=booking,
+                    policy=policy,
+                    ledger=ledger,
+                    pods=pods,
+                    inputs=inputs,
+                    refused=refused,
+                )
+                yield {"deps": deps}
                 tg.cancel_scope.cancel()
 
     return create_service_app(

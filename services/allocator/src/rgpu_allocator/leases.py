@@ -1,148 +1,257 @@
-"""Claims are stored durably in one Lease per server, and every replica
-(and every restart) must read and write that storage in exactly the same shape.
+"""Every change to a claim is a read-modify-write of one server's Lease with compare-and-swap
+on ``metadata.resourceVersion``, and that loop — including what to do when another replica
+won — must be written once and be right.
 
-A Lease is named after its server (``rgpu-<server>``, hashed past 63 characters so it stays a
-valid, readable name), labelled ``app.kubernetes.io/managed-by: rgpu``, carries the server
-name and the claims (JSON list of ``Claim.to_dict()``) in annotations, and names the sole
-holder pod in ``spec.holderIdentity`` so ``kubectl get leases`` shows who holds what.
+An edit is a pure function from the Lease as last read to an ``Edited``: the claims the Lease
+should hold (or ``None``: nothing to write) and the value the caller wants back. The writer
+first trusts the cached copy (most writes then take one round trip); on ``409`` it re-reads
+the Lease and asks the edit again, so the decision is always made on what the apiserver holds.
+A bounded number of attempts keeps a hot Lease from stalling a caller forever.
+
+Reading belongs here too: a commit must find a booking even when another replica wrote it a
+moment ago and the Lease watch has not delivered it yet (``Finder``). And inside one replica,
+many requests are decided at once, every decision deterministic — without care a burst of
+pods all choose the same best server and lose the compare-and-swap to each other one by one:
+
+* ``Pending``: a booking being written counts as held for every other decision in this
+  replica until the write ends (kube-scheduler "assumes" pods the same way), so concurrent
+  decisions spread over different servers; across replicas, compare-and-swap still decides.
+* ``KeyedLocks``: one lock per key (a pod uid, a server), created on demand and dropped when
+  nobody holds or waits for it, so requests for the same pod, or writes to the same Lease,
+  go one at a time without an ever-growing table of locks.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-import orjson
+import anyio
+from opentelemetry import trace
 
-from rgpu_contracts import Claim, ContractError, PodUID, ServerName
+from rgpu_contracts import Claim, PodUID, ServerName
+from rgpu_runtime import KubeConflict, KubeNotFound
 
-__all__ = [
-    "ANNOTATION_CLAIMS",
-    "ANNOTATION_SERVER",
-    "MANAGED_BY_LABEL",
-    "MANAGED_BY_SELECTOR",
-    "MANAGED_BY_VALUE",
-    "LeaseRecord",
-    "decode_lease",
-    "encode_lease",
-    "holder_of",
-    "lease_name",
-]
+from .claims import LeaseRecord, Ledger, decode_lease, encode_lease, lease_name
+from .clients import KubeApi
+from .errors import ClaimNotFound, Contended, LeaseUnreadable, NamespaceMissing
+from .instruments import Instruments
 
-ANNOTATION_CLAIMS = "rgpu.io/claims"
-ANNOTATION_SERVER = "rgpu.io/server"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "rgpu"
-MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+__all__ = ["ATTEMPTS", "Edit", "Edited", "Finder", "KeyedLocks", "LeaseWriter", "Pending"]
 
-_PREFIX = "rgpu-"
-_MAX_NAME = 63
-_HASH_CHARS = 10
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
+T = TypeVar("T")
 
-def lease_name(server: str) -> str:
-    """The Lease that stores ``server``'s claims: ``rgpu-<server>``, or a readable prefix plus a
-    hash of the full name when that would exceed 63 characters."""
-    name = _PREFIX + server
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(server.encode()).hexdigest()[:_HASH_CHARS]
-    keep = _MAX_NAME - len(_PREFIX) - len(digest) - 1
-    return f"{_PREFIX}{server[:keep].rstrip('.-')}-{digest}"
+ATTEMPTS = 8
+"""Compare-and-swap rounds before giving up with a retryable error; with a handful of
+replicas, losing eight times in a row means something is badly wrong, not merely busy."""
+
+WATCH_GRACE = 0.5
+"""Seconds to wait for the Lease watch to deliver another replica's booking before listing
+the Leases: watch delivery takes milliseconds, a commit comes a whole scheduling cycle later."""
+RELIST_INTERVAL = 1.0
+"""At most one full Lease list per second for claims nobody has seen."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseRecord:
-    """One server's Lease as last read: its claims and the version to compare-and-swap on.
+@dataclass(frozen=True, slots=True)
+class Edited(Generic[T]):
+    """What an edit decided: the claims to write (``None``: write nothing) and its result."""
 
-    ``problem`` is set when the claims annotation could not be read; such a server is treated
-    as fully held (never overwritten blindly) until a human fixes or deletes the Lease.
-    """
-
-    name: str
-    server: ServerName
-    resource_version: str
-    claims: tuple[Claim, ...]
-    problem: str | None = None
-
-    def without(self, uid: str) -> tuple[Claim, ...]:
-        """The claims of every pod except ``uid``."""
-        return tuple(c for c in self.claims if c.pod.uid != uid)
-
-    def claim_of(self, uid: str) -> Claim | None:
-        return next((c for c in self.claims if c.pod.uid == uid), None)
+    claims: tuple[Claim, ...] | None
+    value: T
 
 
-def _mapping(raw: object) -> Mapping[str, object]:
-    return raw if isinstance(raw, Mapping) else {}
+Edit = Callable[[LeaseRecord | None], Edited[T]]
+"""Given the Lease as read (``None``: it does not exist), what to write and what to answer.
+It may raise one of our errors to abandon the write (the caller's request fails with it)."""
 
 
-def _decode_claims(text: str, server: str) -> tuple[tuple[Claim, ...], str | None]:
-    try:
-        raw = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        return (), f"{ANNOTATION_CLAIMS} is not JSON ({exc})"
-    if not isinstance(raw, list):
-        return (), f"{ANNOTATION_CLAIMS} must be a JSON list of claims"
-    try:
-        claims = tuple(Claim.from_dict(item, f"[{i}]") for i, item in enumerate(raw))
-    except ContractError as exc:
-        return (), f"{ANNOTATION_CLAIMS}{exc.path}: {exc.reason}"
-    stray = next((c for c in claims if c.server != server), None)
-    if stray is not None:
-        return (), f"{ANNOTATION_CLAIMS} holds a claim for server {stray.server!r}"
-    return claims, None
-
-
-def decode_lease(raw: Mapping[str, object]) -> LeaseRecord | None:
-    """Read a Lease written by ``encode_lease``; ``None`` when it names no server (not ours)."""
-    meta = _mapping(raw.get("metadata"))
-    annotations = _mapping(meta.get("annotations"))
-    server = annotations.get(ANNOTATION_SERVER)
-    if not isinstance(server, str) or not server:
-        return None
-    text = annotations.get(ANNOTATION_CLAIMS, "[]")
-    claims, problem = _decode_claims(text if isinstance(text, str) else "", server)
-    version = meta.get("resourceVersion")
+def _foreign(server: str, raw: dict[str, Any]) -> LeaseRecord:
+    meta = raw.get("metadata") or {}
     return LeaseRecord(
-        name=str(meta.get("name", "")),
+        name=lease_name(server),
         server=ServerName(server),
-        resource_version=version if isinstance(version, str) else "",
-        claims=claims,
-        problem=problem,
+        resource_version=str(meta.get("resourceVersion", "")),
+        claims=(),
+        problem=f"Lease {lease_name(server)} exists but was not written by rgpu",
     )
 
 
-def holder_of(claims: Iterable[Claim]) -> PodUID | None:
-    """The one pod holding the server, or ``None`` when free or shared (card granularity)."""
-    holders = {c.pod.uid for c in claims}
-    return next(iter(holders)) if len(holders) == 1 else None
+class KeyedLocks:
+    """A lock per key, alive only while someone holds or waits for it."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key) or (anyio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
 
-def encode_lease(
-    *, server: str, namespace: str, claims: Iterable[Claim], resource_version: str | None
-) -> dict[str, object]:
-    """The Lease body that stores ``claims`` for ``server``.
+class Pending:
+    """Bookings of this replica whose Lease write is in flight, per server."""
 
-    With ``resource_version`` the body is a compare-and-swap replace; without it, a create.
-    Claims are sorted by pod uid so equal states give byte-equal Leases.
-    """
-    ordered = sorted(claims, key=lambda c: c.pod.uid)
-    metadata: dict[str, object] = {
-        "name": lease_name(server),
-        "namespace": namespace,
-        "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-        "annotations": {
-            ANNOTATION_SERVER: server,
-            ANNOTATION_CLAIMS: orjson.dumps([c.to_dict() for c in ordered]).decode(),
-        },
-    }
-    if resource_version is not None:
-        metadata["resourceVersion"] = resource_version
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": metadata,
-        "spec": {"holderIdentity": holder_of(ordered)},
-    }
+    __slots__ = ("_by_server",)
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, dict[PodUID, Claim]] = {}
+
+    def claims(self, server: str) -> tuple[Claim, ...]:
+        found = self._by_server.get(server)
+        return tuple(found.values()) if found else ()
+
+    @contextmanager
+    def hold(self, claim: Claim) -> Iterator[None]:
+        """Count ``claim`` as held while the block runs."""
+        self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim
+        try:
+            yield
+        finally:
+            held = self._by_server.get(claim.server, {})
+            held.pop(claim.pod.uid, None)
+            if not held:
+                self._by_server.pop(claim.server, None)
+
+
+class LeaseWriter:
+    """Writes claims to Leases with compare-and-swap and keeps the ledger up to date."""
+
+    __slots__ = ("_api", "_instruments", "_ledger", "_locks", "_on_freed")
+
+    def __init__(
+        self,
+        api: KubeApi,
+        ledger: Ledger,
+        instruments: Instruments,
+        *,
+        on_freed: Callable[[], None],
+    ) -> None:
+        self._api = api
+        self._ledger = ledger
+        self._instruments = instruments
+        self._on_freed = on_freed
+        self._locks = KeyedLocks()
+
+    async def reread(self, server: str) -> LeaseRecord | None:
+        """Read ``server``'s Lease from the apiserver and bring the ledger up to date."""
+        raw = await self._api.get_lease(lease_name(server))
+        if raw is None:
+            self._ledger.forget(server)
+            return None
+        record = decode_lease(raw) or _foreign(server, raw)
+        self._ledger.apply(record)
+        return record
+
+    async def edit(self, server: str, change: Edit[T], *, op: str) -> T:
+        """Apply ``change`` to ``server``'s Lease; returns the value of the edit that was
+        written (or that decided nothing needed writing).
+
+        Raises ``LeaseUnreadable`` when the Lease holds claims we cannot read, ``Contended``
+        after ``ATTEMPTS`` lost races, ``KubeUnavailable`` when the apiserver is away, and
+        whatever ``change`` raises.
+        """
+        # Writes of one replica to one Lease go one at a time: racing ourselves only adds 409s.
+        async with self._locks.hold(server):
+            with tracer.start_as_current_span(
+                "lease.write", attributes={"op": op, "server": server}
+            ):
+                return await self._edit(server, change, op)
+
+    async def _edit(self, server: str, change: Edit[T], op: str) -> T:
+        record = self._ledger.lease(server)
+        for _ in range(ATTEMPTS):
+            if record is not None and record.problem:
+                raise LeaseUnreadable(f"Lease {record.name}: {record.problem}")
+            edited = change(record)
+            if edited.claims is None:
+                return edited.value
+            try:
+                self._took(await self._write(server, record, edited.claims))
+            except (KubeConflict, KubeNotFound):
+                self._instruments.cas_conflicts.labels(op).inc()
+                record = await self.reread(server)
+            else:
+                return edited.value
+        raise Contended(
+            f"Lease {lease_name(server)} kept changing under {op}; another writer is busy, retry"
+        )
+
+    async def _write(
+        self, server: str, record: LeaseRecord | None, claims: tuple[Claim, ...]
+    ) -> dict[str, Any]:
+        version = record.resource_version if record is not None else None
+        body = encode_lease(
+            server=server, namespace=self._api.namespace, claims=claims, resource_version=version
+        )
+        if record is None:
+            try:
+                return await self._api.create_lease(body)
+            except KubeNotFound as exc:
+                raise NamespaceMissing(
+                    f"cannot store claims: namespace {self._api.namespace!r} does not exist; "
+                    "create it or point RGPU_NAMESPACE at rgpu's namespace"
+                ) from exc
+        return await self._api.replace_lease(record.name, body)
+
+    def _took(self, raw: dict[str, Any]) -> None:
+        record = decode_lease(raw)
+        # The watch will echo this write, but the ledger will have it already: capacity freed
+        # by our own write is announced here or never.
+        if record is not None and self._ledger.apply(record).freed:
+            self._on_freed()
+
+
+class Finder:
+    """Finds a pod's claims, waiting briefly for the watch and then listing if need be."""
+
+    __slots__ = ("_api", "_ledger", "_listed", "_monotonic")
+
+    def __init__(
+        self, api: KubeApi, ledger: Ledger, *, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._api = api
+        self._ledger = ledger
+        self._monotonic = monotonic
+        self._listed = -RELIST_INTERVAL
+
+    async def claims(self, uid: str) -> tuple[Claim, ...]:
+        """``uid``'s claims; raises ``ClaimNotFound`` when none exist even after a fresh list."""
+        ledger = self._ledger
+        deadline = self._monotonic() + WATCH_GRACE
+        while not ledger.claims_of(uid) and (left := deadline - self._monotonic()) > 0:
+            await ledger.wait_newer(ledger.revision, left)
+        if not ledger.claims_of(uid) and self._monotonic() - self._listed >= RELIST_INTERVAL:
+            await self._relist()
+        found = ledger.claims_of(uid)
+        if not found:
+            raise ClaimNotFound(f"no claim for pod uid {uid}; book it first (POST /v1/allocations)")
+        return found
+
+    async def _relist(self) -> None:
+        self._listed = self._monotonic()
+        listing = await self._api.list_leases()
+        for raw in listing.items:
+            record = decode_lease(raw)
+            if record is not None:
+                self._ledger.apply(record)

@@ -13,7 +13,7 @@ kept to reading requests and writing answers; every decision lives below.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,16 +22,26 @@ from starlette.routing import BaseRoute, Route
 from rgpu_contracts import AllocationRequest, CommitRequest, NoFit
 from rgpu_runtime import Poll, json_response, read_json, state_value
 
-from .service import AllocatorService
+from .booking import Booking
+from .claims import Ledger
+from .inputs import Inputs
+from .judging import Policy
+from .pods import PodIndex
+from .wakeup import Refused
 
-__all__ = ["ROUTES", "Deps", "State", "deps"]
+__all__ = ["ROUTES", "Deps", "State", "deps", "status"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deps:
     """What handlers need from the lifespan."""
 
-    service: AllocatorService
+    booking: Booking
+    policy: Policy
+    ledger: Ledger
+    pods: PodIndex
+    inputs: Inputs
+    refused: Refused
 
 
 class State(TypedDict):
@@ -45,9 +55,27 @@ def deps(request: Request) -> Deps:
     return state_value(request, "deps", Deps)
 
 
+def status(d: Deps) -> dict[str, Any]:
+    """What an operator asks first: is the input fresh, how much is held."""
+    view = d.inputs.view
+    age = d.inputs.fleet_age()
+    return {
+        "granularity": d.policy.granularity,
+        "fleetRevision": view.fleet.revision if view is not None else None,
+        "fleetAgeSeconds": None if age is None else round(age, 3),
+        "discoveryError": d.inputs.discovery_error,
+        "servers": len(view.facts) if view is not None else 0,
+        "leases": len(d.ledger),
+        "claims": sum(len(r.claims) for r in d.ledger.leases()),
+        "pods": len(d.pods),
+        "refusedWaiting": len(d.refused),
+        "synced": d.pods.synced and d.ledger.synced,
+    }
+
+
 async def post_allocation(request: Request) -> Response:
     request_body = AllocationRequest.from_dict(await read_json(request))
-    answer = await deps(request).service.allocate(request_body)
+    answer = await deps(request).booking.allocate(request_body)
     if isinstance(answer, NoFit):
         return json_response(answer.to_dict(), 409)
     return json_response(answer.to_dict())
@@ -60,26 +88,26 @@ def _node(body: object) -> str:
 async def post_commit(request: Request) -> Response:
     node = _node(await read_json(request))
     uid = request.path_params["uid"]
-    return json_response((await deps(request).service.commit(uid, node)).to_dict())
+    return json_response((await deps(request).booking.commit(uid, node)).to_dict())
 
 
 async def delete_allocation(request: Request) -> Response:
-    await deps(request).service.release(request.path_params["uid"])
+    await deps(request).booking.release(request.path_params["uid"])
     return Response(status_code=204)
 
 
 async def get_allocation(request: Request) -> Response:
-    return json_response(deps(request).service.get(request.path_params["uid"]).to_dict())
+    return json_response(deps(request).booking.lookup(request.path_params["uid"]).to_dict())
 
 
 async def get_claims(request: Request) -> Response:
     poll = Poll.from_query(request.query_params)
-    claims = await deps(request).service.claims(poll.since, poll.wait)
+    claims = await deps(request).booking.claims(poll.since, poll.wait)
     return json_response(claims.to_dict(), headers={"Cache-Control": "no-store"})
 
 
 async def get_status(request: Request) -> Response:
-    return json_response(deps(request).service.status())
+    return json_response(status(deps(request)))
 
 
 ROUTES: list[BaseRoute] = [

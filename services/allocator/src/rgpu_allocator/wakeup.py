@@ -23,7 +23,7 @@ from rgpu_contracts import PodRef, PodUID
 from rgpu_runtime import KubeError, KubeNotFound
 
 from .annotations import ANNOTATION_RETRY_AT
-from .kube_api import KubeApi
+from .clients import KubeApi
 
 __all__ = ["Nudger", "Refused", "retry_stamp"]
 

@@ -9,23 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import anyio
-from anyio.abc import TaskStatus
-
 from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, WatchTrouble
 
+from .claims import LeaseRecord, Ledger, decode_lease
+from .clients import KubeApi
 from .instruments import Instruments
-from .kube_api import KubeApi
-from .leases import LeaseRecord, decode_lease
-from .ledger import Ledger
 from .pods import PodIndex, PodInfo, pod_info
 
 __all__ = [
     "LeaseHooks",
     "PodHooks",
+    "cache_trust",
+    "lease_reflector",
     "pod_changed",
-    "watch_leases",
-    "watch_pods",
+    "pod_reflector",
     "watch_timing",
 ]
 
@@ -49,6 +46,14 @@ def watch_timing(ttl: float) -> ReflectorTiming:
     return ReflectorTiming(stall_seconds=max(ttl / 2, 1.0))
 
 
+def cache_trust(ttl: float) -> float:
+    """Seconds a cache may go without news from the apiserver and still be judged on: past
+    the stall limit plus one watchdog look, its watch is known dead and claims are not
+    dropped on it (DESIGN §10); decisions then read fresh or wait."""
+    timing = watch_timing(ttl)
+    return timing.stall_seconds + timing.stall_check_seconds
+
+
 def _restarts(resource: str, instruments: Instruments) -> Callable[[WatchTrouble], None]:
     def restarted(trouble: WatchTrouble) -> None:
         instruments.watch_restarts.labels(resource).inc()
@@ -56,23 +61,23 @@ def _restarts(resource: str, instruments: Instruments) -> Callable[[WatchTrouble
     return restarted
 
 
-async def watch_pods(
+def pod_reflector(
     api: KubeApi,
     pods: PodIndex,
     hooks: PodHooks,
     instruments: Instruments,
     *,
     timing: ReflectorTiming | None = None,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Mirror every pod into ``pods``; returns from ``tg.start`` once the first list is in."""
+) -> Reflector[PodInfo]:
+    """The reflector mirroring every pod into ``pods``; its ``run`` reports started once the
+    first list is in, its ``fresh()`` says whether the mirror can be judged on."""
 
     def relisted(changes: Sequence[ObjectChange[PodInfo]], fresh: Mapping[str, PodInfo]) -> None:
         # The index swaps the list in (and remembers deleted uids) in one step.
         for before, after in pods.replace_all({info.uid: info for info in fresh.values()}):
             hooks(before, after)
 
-    reflector = Reflector[PodInfo](
+    return Reflector[PodInfo](
         name="pods",
         list_pages=api.pod_pages,
         watch=api.watch_pods,
@@ -82,7 +87,6 @@ async def watch_pods(
         on_trouble=_restarts("pods", instruments),
         timing=timing,
     )
-    await reflector.run(task_status=task_status)
 
 
 def pod_changed(pods: PodIndex, hooks: PodHooks) -> Callable[[ObjectChange[PodInfo]], None]:
@@ -97,16 +101,15 @@ def pod_changed(pods: PodIndex, hooks: PodHooks) -> Callable[[ObjectChange[PodIn
     return changed
 
 
-async def watch_leases(
+def lease_reflector(
     api: KubeApi,
     ledger: Ledger,
     hooks: LeaseHooks,
     instruments: Instruments,
     *,
     timing: ReflectorTiming | None = None,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Mirror the claim Leases into ``ledger``; returns from ``tg.start`` after the first list."""
+) -> Reflector[LeaseRecord]:
+    """The reflector mirroring the claim Leases into ``ledger``."""
 
     def relisted(
         changes: Sequence[ObjectChange[LeaseRecord]], fresh: Mapping[str, LeaseRecord]
@@ -115,7 +118,7 @@ async def watch_leases(
         if ledger.replace_all(fresh.values()).freed and not first:
             hooks.freed()
 
-    reflector = Reflector[LeaseRecord](
+    return Reflector[LeaseRecord](
         name="leases",
         list_pages=api.lease_pages,
         watch=api.watch_leases,
@@ -125,7 +128,6 @@ async def watch_leases(
         on_trouble=_restarts("leases", instruments),
         timing=timing,
     )
-    await reflector.run(task_status=task_status)
 
 
 def _touch(record: LeaseRecord | None, hooks: LeaseHooks) -> None:

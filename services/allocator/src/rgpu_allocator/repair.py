@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -31,9 +32,11 @@ from rgpu_contracts import (
     split_card_id,
 )
 
-from .core import Core
-from .events import pod_event
-from .leases import LeaseRecord
+from .claims import LeaseRecord
+from .clients import KubeApi, pod_event
+from .instruments import Instruments
+from .judging import Judge, Policy
+from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
 
 __all__ = ["Repairer"]
@@ -45,10 +48,12 @@ REPORTED = 10_000
 """Conflicts remembered so each is reported once, not on every sweep."""
 
 
-class _Conflict(Exception):
-    def __init__(self, holders: Sequence[Claim]) -> None:
-        super().__init__("repair conflict")
-        self.holders = tuple(holders)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Outcome:
+    """What a repair's Lease edit found: whether it wrote, or who holds the cards instead."""
+
+    wrote: bool = False
+    holders: tuple[Claim, ...] = ()
 
 
 def _names(raw: Mapping[str, Any]) -> list[str]:
@@ -90,66 +95,72 @@ def _claim(pod: PodInfo, raw: Mapping[str, Any], now: float) -> Claim:
 class Repairer:
     """Restores missing claims of bound, running pods from their annotations."""
 
-    __slots__ = ("_core", "_reported")
+    __slots__ = ("_api", "_instruments", "_judge", "_policy", "_reported", "_writer")
 
-    def __init__(self, core: Core) -> None:
-        self._core = core
+    def __init__(
+        self,
+        policy: Policy,
+        judge: Judge,
+        writer: LeaseWriter,
+        api: KubeApi,
+        instruments: Instruments,
+    ) -> None:
+        self._policy = policy
+        self._judge = judge
+        self._writer = writer
+        self._api = api
+        self._instruments = instruments
         self._reported: OrderedDict[str, None] = OrderedDict()
 
     def eligible(self, pod: PodInfo) -> bool:
         """Whether ``pod`` may be repaired: ours, bound, running, annotated."""
-        ours = pod.scheduler_name == self._core.policy.scheduler_name
+        ours = pod.scheduler_name == self._policy.scheduler_name
         return ours and pod.bound and pod.phase == "Running" and pod.has_allocated
 
     def needed(self, pod: PodInfo) -> bool:
-        return self.eligible(pod) and not self._core.ledger.claims_of(pod.uid)
+        return self.eligible(pod) and not self._judge.ledger.claims_of(pod.uid)
 
     async def repair(self, pod: PodInfo) -> bool:
         """Rebuild ``pod``'s claim if still needed on a fresh read; returns whether it did."""
-        raw = await self._core.api.get_pod(pod.namespace, pod.name)
+        raw = await self._api.get_pod(pod.namespace, pod.name)
         fresh = pod_info(raw) if raw is not None else None
         if raw is None or fresh is None or fresh.uid != pod.uid or not self.needed(fresh):
             return False
         with tracer.start_as_current_span("repair", attributes={"pod": pod.ref.key}):
             try:
-                claim = _claim(fresh, raw, self._core.clock())
+                claim = _claim(fresh, raw, self._judge.clock())
             except ContractError as exc:
                 await self._report(fresh, f"cannot repair from {ANNOTATION_ALLOCATED}: {exc}")
                 return False
             return await self._write(fresh, claim)
 
+    def _restore(self, pod: PodInfo, claim: Claim, record: LeaseRecord | None) -> Edited[_Outcome]:
+        if record is not None and record.claim_of(pod.uid) is not None:
+            return Edited(None, _Outcome())
+        held = self._judge.occupancy(pod.uid, leases=lambda s: record)
+        holders = tuple(
+            c
+            for c in held.blocking(claim.server)
+            if self._policy.granularity == "server" or set(c.cards) & set(claim.cards)
+        )
+        if holders:
+            return Edited(None, _Outcome(holders=holders))
+        return Edited((*(record.claims if record is not None else ()), claim), _Outcome(wrote=True))
+
     async def _write(self, pod: PodInfo, claim: Claim) -> bool:
-        core = self._core
-        wrote = False
-
-        def change(record: LeaseRecord | None) -> tuple[Claim, ...] | None:
-            nonlocal wrote
-            if record is not None and record.claim_of(pod.uid) is not None:
-                return None
-            held = core.occupancy(pod.uid, leases=lambda s: record)
-            holders = [
-                c
-                for c in held.blocking(claim.server)
-                if core.policy.granularity == "server" or set(c.cards) & set(claim.cards)
-            ]
-            if holders:
-                raise _Conflict(holders)
-            wrote = True
-            return (*(record.claims if record is not None else ()), claim)
-
-        try:
-            await core.writer.edit(claim.server, change, op="repair")
-        except _Conflict as conflict:
-            await self._conflict(pod, claim, conflict.holders)
-            return False
-        if wrote:
-            core.instruments.repairs.inc()
+        outcome = await self._writer.edit(
+            claim.server, lambda record: self._restore(pod, claim, record), op="repair"
+        )
+        if outcome.holders:
+            await self._conflict(pod, claim, outcome.holders)
+        elif outcome.wrote:
+            self._instruments.repairs.inc()
             logger.warning("repaired the missing claim of %s on %s", pod.ref.key, claim.server)
-        return wrote
+        return outcome.wrote
 
     async def _conflict(self, pod: PodInfo, claim: Claim, holders: Sequence[Claim]) -> None:
         names = ", ".join(sorted(h.pod.key for h in holders))
-        self._core.instruments.repair_conflicts.inc()
+        self._instruments.repair_conflicts.inc()
         await self._report(
             pod,
             f"its claim on {claim.server} is missing and cannot be restored: {names} now holds "
@@ -165,4 +176,4 @@ class Repairer:
             self._reported.popitem(last=False)
         logger.warning("pod %s: %s", pod.ref.key, message)
         event = pod_event(pod.ref, reason="RemoteGPUClaimConflict", message=message)
-        self._core.api.record_event(event)
+        self._api.record_event(event)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rgpu_allocator.leases import (
+from rgpu_allocator.claims import (
     ANNOTATION_CLAIMS,
     ANNOTATION_SERVER,
     MANAGED_BY_LABEL,

@@ -1,28 +1,47 @@
-"""The allocator talks to the apiserver about exactly four things —
-its claim Leases, Pods, pod annotations (the wake-up nudge) and Events — and every call must
-be bounded in time and fail with our ``KubeError`` family, never a library exception.
+"""Everything the allocator says to its peers goes through here, bounded in time and failing
+with our own error family, never a library exception.
 
-Everything here works on plain dicts (``call_raw``): decoding 100,000 pods into
-kubernetes_asyncio models would cost seconds and gigabytes. Pods are listed page by page and
-handed over one page at a time so a full relist never holds the whole cluster in memory.
+The apiserver is asked about exactly four things — its claim Leases, Pods, pod annotations
+(the wake-up nudge) and Events (what the allocator cannot resolve on its own, such as a repair
+that would double-book, must reach ``kubectl describe pod``). Everything works on plain dicts
+(``call_raw``): decoding 100,000 pods into kubernetes_asyncio models would cost seconds and
+gigabytes. Pods are listed page by page and handed over one page at a time so a full relist
+never holds the whole cluster in memory.
+
+Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
+pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
+(The fleet and the topology are followed by long-poll, see ``inputs``.)
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
+import httpx
+
+from rgpu_contracts import PodRef, Server
 from rgpu_runtime import (
     EventRecorder,
     KubeClient,
     KubeEvent,
     KubeNotFound,
     Listing,
+    ObjectRef,
+    Unavailable,
+    UpstreamError,
     WatchEvent,
     kube_pages,
+    request_json,
 )
 
-__all__ = ["CALL_TIMEOUT", "KubeApi"]
+from .errors import DiscoveryUnavailable
+
+__all__ = ["CALL_TIMEOUT", "COMPONENT", "DiscoveryClient", "KubeApi", "pod_event"]
+
+COMPONENT = "rgpu-allocator"
+"""The Events' reporting component."""
 
 CALL_TIMEOUT = 3.0
 """Seconds for one read or write on the decision path: kube-scheduler gives the extender 5 s
@@ -136,3 +155,41 @@ class KubeApi:
     def record_event(self, event: KubeEvent) -> None:
         """Queue a core/v1 Event; never blocks or raises (see ``EventRecorder``)."""
         self._events.record(event)
+
+
+def pod_event(pod: PodRef, *, reason: str, message: str, warning: bool = True) -> KubeEvent:
+    """An Event about ``pod``."""
+    regarding = ObjectRef(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
+    return KubeEvent(regarding=regarding, reason=reason, message=message, warning=warning)
+
+
+NOTHING_TO_PROBE = frozenset({404, 409})
+"""Discovery's answers for a server it cannot probe: unknown name, or no endpoint."""
+
+
+class DiscoveryClient:
+    """Asks discovery for on-demand probes over an ``httpx.AsyncClient``."""
+
+    __slots__ = ("_http",)
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+
+    async def probe(self, server: str, timeout: float) -> Server | None:
+        """``server``'s state after discovery probed its lupine now (or a moment ago).
+
+        ``None`` when discovery has nothing to probe (unknown server, no endpoint). Raises
+        ``DiscoveryUnavailable`` when discovery cannot be reached within ``timeout``, is not
+        ready, or answers something that is not a ``Server``.
+        """
+        path = f"/v1/servers/{quote(server, safe='')}/probe"
+        try:
+            return await request_json(
+                self._http, "POST", path, decode=Server.from_dict, timeout=timeout
+            )
+        except UpstreamError as exc:
+            if exc.peer_status in NOTHING_TO_PROBE:
+                return None
+            raise DiscoveryUnavailable(f"discovery {path}: {exc.message}") from exc
+        except Unavailable as exc:
+            raise DiscoveryUnavailable(f"discovery {path}: {exc.message}") from exc
