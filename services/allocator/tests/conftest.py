@@ -191,13 +191,15 @@ class Cluster:
         annotations: Mapping[str, str] | None = None,
         containers: Sequence[str] = ("main",),
         init: Sequence[str] = (),
+        limits: Mapping[str, str] | None = None,
     ) -> PodRef:
+        """A pod; ``limits`` go on each of its (app) ``containers``."""
         manifest = testkit.pod_manifest(
             name=name,
             namespace=namespace,
             scheduler=scheduler,
             annotations=dict(annotations or {}),
-            containers=[testkit.container_manifest(name=c) for c in containers],
+            containers=[testkit.container_manifest(name=c, limits=limits) for c in containers],
             init_containers=[testkit.container_manifest(name=c) for c in init],
         )
         made = self.sim.store.create("pods", manifest)

@@ -33,7 +33,7 @@ from rgpu_allocator.sweeping import Reconciler, Sweeper
 from rgpu_allocator.wakeup import Refused
 from rgpu_contracts import Claim, ClaimState, ServerName
 from rgpu_placement import Validity
-from rgpu_runtime import EventRecorder, kube_client
+from rgpu_runtime import EventRecorder, ResourceSettings, kube_client
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +80,9 @@ class ReplicaB:
         instruments = Instruments(
             CollectorRegistry(), ledger=Ledger(), pods=PodIndex(), inputs=Inputs(())
         )
-        repairer = Repairer(policy, self.judge, self.writer, self.api, instruments)
+        repairer = Repairer(
+            policy, self.judge, self.writer, self.api, instruments, resources=ResourceSettings()
+        )
         reconciler = Reconciler(self.judge, self.writer, self.remover, repairer, Refused())
         return Sweeper(self.judge, self.api, self.remover, reconciler, repairer)
 

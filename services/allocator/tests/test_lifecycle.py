@@ -23,6 +23,8 @@ from rgpu_contracts import (
 
 pytestmark = pytest.mark.anyio
 
+ONE_CARD = {"nvidia.com/remote-gpu": "1"}
+
 
 def allocated(build, server: str, *indexes: int) -> str:
     cards = "".join(f"{server}/{build.uuid(server, i)},RemoteGPU,40000,100:" for i in indexes)
@@ -207,7 +209,9 @@ async def test_forged_annotation_on_another_schedulers_pod_reserves_nothing(
 async def test_missing_claim_of_a_running_pod_is_repaired(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=2)))
     running = cluster.pod(
-        "running", annotations={ANNOTATION_ALLOCATED: allocated(build, "gpu-a", 0, 1)}
+        "running",
+        annotations={ANNOTATION_ALLOCATED: allocated(build, "gpu-a", 0, 1)},
+        limits=ONE_CARD,
     )
     cluster.bind(running)
     async with kit.running_allocator(sim.url, discovery) as client:
@@ -222,14 +226,14 @@ async def test_missing_claim_of_a_running_pod_is_repaired(build, kit, sim, clust
     assert claim["state"] == "bound"
     assert claim["containers"] == [{"name": "main", "cards": claim["cards"]}]
     assert refused.status_code == 409
-    assert "rgpu_allocator_repairs_total 1.0" in metrics
+    assert 'rgpu_allocator_repairs_total{outcome="repaired"} 1.0' in metrics
 
 
 async def test_repair_conflict_is_reported_as_an_event_not_resolved(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=1)))
     text = allocated(build, "gpu-a", 0)
-    one = cluster.pod("one", annotations={ANNOTATION_ALLOCATED: text})
-    two = cluster.pod("two", annotations={ANNOTATION_ALLOCATED: text})
+    one = cluster.pod("one", annotations={ANNOTATION_ALLOCATED: text}, limits=ONE_CARD)
+    two = cluster.pod("two", annotations={ANNOTATION_ALLOCATED: text}, limits=ONE_CARD)
     cluster.bind(one)
     cluster.bind(two)
     async with kit.running_allocator(sim.url, discovery) as client:

@@ -95,7 +95,9 @@ def create_app(
             )
             writer = LeaseWriter(api, ledger, instruments, on_freed=nudger.notify)
             remover = Remover(judge, writer, instruments)
-            repairer = Repairer(policy, judge, writer, api, instruments)
+            repairer = Repairer(
+                policy, judge, writer, api, instruments, resources=settings.resources
+            )
             reconciler = Reconciler(judge, writer, remover, repairer, refused)
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             timing = watch_timing(policy.ttl)

@@ -4,6 +4,8 @@ each with the right status and an ``ErrorBody`` that says what happened and what
 Hierarchy (bases from ``rgpu_runtime.errors``)::
 
     RgpuError
+     ├── BadRequest
+     │    └── TooLong              400  a uid or name past Kubernetes' own length limit
      ├── NotFound
      │    └── ClaimNotFound        404  no claim for that pod uid (never booked, released, swept)
      ├── Conflict
@@ -23,7 +25,7 @@ A "nothing fits" answer is not an error: it is a ``NoFit`` value served with sta
 
 from __future__ import annotations
 
-from rgpu_runtime.errors import Conflict, NotFound, Unavailable
+from rgpu_runtime.errors import BadRequest, Conflict, NotFound, Unavailable
 
 __all__ = [
     "BookingExpired",
@@ -36,7 +38,15 @@ __all__ = [
     "NamespaceMissing",
     "NotSynced",
     "ServerTaken",
+    "TooLong",
 ]
+
+
+class TooLong(BadRequest):
+    """Raised at the HTTP edge for a pod uid, name or node name longer than Kubernetes allows:
+    no such object can exist, so the request is refused before anything looks it up."""
+
+    default_code = "too_long"
 
 
 class ClaimNotFound(NotFound):

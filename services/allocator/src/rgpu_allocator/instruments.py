@@ -19,7 +19,10 @@ from .claims import Ledger
 from .inputs import Inputs
 from .pods import PodIndex
 
-__all__ = ["Instruments"]
+__all__ = ["REPAIR_OUTCOMES", "Instruments"]
+
+REPAIR_OUTCOMES = ("repaired", "refused_untrusted")
+"""Every outcome is exported from the start, so an alert on refusals has a series at 0."""
 
 _DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
@@ -79,9 +82,14 @@ class Instruments:
         )
         self.repairs = PromCounter(
             "rgpu_allocator_repairs",
-            "Claims restored from a bound pod's allocated-devices annotation.",
+            "Repairs from a bound pod's allocated-devices annotation, by outcome: repaired (the "
+            "claim restored) or refused_untrusted (the pod or its annotation cannot be trusted; "
+            "an Event on the pod says why, nothing booked).",
+            ["outcome"],
             registry=registry,
         )
+        for outcome in REPAIR_OUTCOMES:
+            self.repairs.labels(outcome=outcome)
         self.repair_conflicts = PromCounter(
             "rgpu_allocator_repair_conflicts",
             "Repairs refused because another pod holds the cards (reported as Events).",

@@ -3,10 +3,15 @@ running on that server would silently lose their protection and the server would
 out again. A bound, running pod of our scheduler carries the truth in its
 ``hami.io/remote-gpu-devices-allocated`` annotation, so its claim is rebuilt from there.
 
-Only pods of ``RGPU_SCHEDULER_NAME`` are trusted: the webhook denies users these annotations on
-our pods, but on any other pod a forged annotation must reserve nothing. A repair that would
-overlap another pod's claim is never resolved silently: it is logged, counted, and reported
-as a Kubernetes Event on the pod, once per conflict.
+But the annotation is text on a pod, and not every pod passes the webhook that guards it: a pod
+that asks for no GPU, or sets ``spec.nodeName`` itself, is never sent there. So nothing in it
+is taken on trust (DESIGN §10): a claim is rebuilt only for a pod that asks for the count
+resource, runs ``RGPU_SCHEDULER_NAME``, and whose annotation names cards of one server of the
+fleet exactly as rgpu would have given them for the pod's own demand (``server``
+granularity: every healthy card, each ask fitting; ``card``: the effective count, each card
+large enough; per container the cards ``rgpu_placement.assign`` gives). Anything else is a
+refused repair: an Event on the pod and a metric, and nothing booked. A repair that would
+overlap another pod's claim is never resolved silently either. Each is reported once.
 """
 
 from __future__ import annotations
@@ -21,16 +26,28 @@ from opentelemetry import trace
 
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
+    Card,
     CardId,
     Claim,
     ClaimState,
     ContainerAssignment,
     ContractError,
     NodeName,
-    ServerName,
+    PodUID,
     decode_devices,
     split_card_id,
 )
+from rgpu_placement import (
+    Demand,
+    FleetView,
+    Granularity,
+    InvalidQuantity,
+    ServerFacts,
+    assign,
+    demand_of,
+    read_demand,
+)
+from rgpu_runtime import ResourceSettings
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
@@ -39,13 +56,19 @@ from .judging import Judge, Policy
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
 
-__all__ = ["Repairer"]
+__all__ = ["REFUSED_REASON", "Repairer", "Untrusted", "vet"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
 REPORTED = 10_000
-"""Conflicts remembered so each is reported once, not on every sweep."""
+"""Refusals and conflicts remembered so each is reported once, not on every sweep."""
+WHY_CHARS = 300
+"""A refusal's reason is trimmed to this in Events and logs: it may quote the annotation."""
+REFUSED_REASON = "RemoteGPURepairRefused"
+"""The Event reason of a refused repair."""
+CONFLICT_REASON = "RemoteGPUClaimConflict"
+"""The Event reason of a repair that found the cards held by another pod."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,35 +79,141 @@ class _Outcome:
     holders: tuple[Claim, ...] = ()
 
 
-def _names(raw: Mapping[str, Any]) -> list[str]:
-    spec = raw.get("spec") or {}
-    listed = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    return [str(c.get("name", "")) for c in listed if isinstance(c, Mapping)]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Untrusted:
+    """Why a pod's annotation cannot be turned into a claim (a sentence, pod-facing)."""
+
+    why: str
 
 
-def _parts(raw: Mapping[str, Any]) -> tuple[tuple[CardId, ...], ...]:
+def _parts(raw: Mapping[str, Any]) -> tuple[tuple[CardId, ...], ...] | Untrusted:
     annotations = (raw.get("metadata") or {}).get("annotations") or {}
-    decoded = decode_devices(str(annotations.get(ANNOTATION_ALLOCATED, "")))
+    try:
+        decoded = decode_devices(str(annotations.get(ANNOTATION_ALLOCATED, "")))
+    except (ContractError, ValueError) as exc:
+        # ValueError: a memory or cores field past Python's int-parsing digit limit.
+        return Untrusted(why=f"it cannot be read ({exc})")
     return tuple(tuple(entry.card for entry in part) for part in decoded)
 
 
-def _claim(pod: PodInfo, raw: Mapping[str, Any], now: float) -> Claim:
-    """The claim ``raw``'s annotation describes; raises ``ContractError`` when unusable."""
-    parts = _parts(raw)
-    cards = tuple(dict.fromkeys(card for part in parts for card in part))
-    servers = {split_card_id(card)[0] for card in cards}
+def _demand(raw: Mapping[str, Any], resources: ResourceSettings) -> Demand | Untrusted:
+    try:
+        pod = read_demand(raw, count_resource=resources.count, memory_resource=resources.memory)
+    except InvalidQuantity as exc:
+        return Untrusted(why=f"the pod's own request cannot be read ({exc})")
+    if not pod.asks:
+        return Untrusted(why=f"the pod does not ask for {resources.count}")
+    return demand_of(pod.requests())
+
+
+def _server(cards: Sequence[CardId], view: FleetView) -> ServerFacts | Untrusted:
+    servers = sorted({split_card_id(card)[0] for card in cards})
     if len(servers) != 1:
-        raise ContractError(ANNOTATION_ALLOCATED, f"names {len(servers)} servers, expected 1")
-    names = _names(raw)
-    # A pod spec never changes its containers, so names and parts line up; "#i" only if an
-    # annotation was written for more containers than the pod has.
-    named = [names[i] if i < len(names) else f"#{i}" for i in range(len(parts))]
-    assigned = zip(named, parts, strict=True)
+        return Untrusted(why=f"it names {len(servers)} servers ({', '.join(servers)}), not 1")
+    facts = view.facts.get(servers[0])
+    if facts is None:
+        return Untrusted(why=f"server {servers[0]} is not in the fleet")
+    unknown = [c for c in cards if c not in view.cards]
+    if unknown:
+        return Untrusted(why=f"server {facts.name} has no card {unknown[0]}")
+    return facts
+
+
+def _server_fit(cards: Sequence[Card], demand: Demand, facts: ServerFacts) -> str | None:
+    missing = {c.id for c in facts.healthy} - {c.id for c in cards}
+    if missing:
+        return (
+            f"it names {len(cards)} cards of {facts.name}, not every healthy card "
+            f"({len(facts.healthy)}) as server granularity gives"
+        )
+    for ask in demand.asks:
+        enough = sum(1 for c in cards if c.memory_mib >= ask.memory_mib)
+        if enough < ask.count:
+            return (
+                f"a container asks for {ask.count} card(s) of {ask.memory_mib} MiB, and only "
+                f"{enough} of the named cards have that much"
+            )
+    return None
+
+
+def _card_fit(cards: Sequence[Card], demand: Demand) -> str | None:
+    if len(cards) != demand.effective_count:
+        return f"it names {len(cards)} cards and the pod needs {demand.effective_count}"
+    small = [c for c in cards if c.memory_mib < demand.max_memory_mib]
+    if small:
+        return (
+            f"card {small[0].id} has {small[0].memory_mib} MiB, less than the "
+            f"{demand.max_memory_mib} MiB the pod asks for"
+        )
+    return None
+
+
+def _fit(
+    cards: tuple[Card, ...], demand: Demand, facts: ServerFacts, granularity: Granularity
+) -> tuple[ContainerAssignment, ...] | Untrusted:
+    problem = _server_fit(cards, demand, facts) if granularity == "server" else None
+    problem = _card_fit(cards, demand) if granularity == "card" else problem
+    if problem is not None:
+        return Untrusted(why=problem)
+    return assign(demand.containers, cards, granularity)
+
+
+def _same(given: Sequence[Sequence[CardId]], expected: Sequence[ContainerAssignment]) -> bool:
+    return [frozenset(p) for p in given] == [frozenset(a.cards) for a in expected]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Placement:
+    """What a trusted annotation says: the server, the pod's cards, each container's share."""
+
+    facts: ServerFacts
+    cards: tuple[CardId, ...]
+    containers: tuple[ContainerAssignment, ...]
+
+
+def _placement(
+    parts: Sequence[Sequence[CardId]], demand: Demand, view: FleetView, granularity: Granularity
+) -> _Placement | Untrusted:
+    ids = tuple(dict.fromkeys(card for part in parts for card in part))
+    facts = _server(ids, view) if ids else Untrusted(why="it names no card")
+    if isinstance(facts, Untrusted):
+        return facts
+    containers = _fit(tuple(view.cards[c] for c in ids), demand, facts, granularity)
+    if isinstance(containers, Untrusted):
+        return containers
+    if not _same(parts, containers):
+        return Untrusted(why="its cards per container differ from what rgpu assigns")
+    return _Placement(facts=facts, cards=ids, containers=containers)
+
+
+def vet(
+    raw: Mapping[str, Any],
+    pod: PodInfo,
+    *,
+    view: FleetView,
+    resources: ResourceSettings,
+    granularity: Granularity,
+    now: float,
+) -> Claim | Untrusted:
+    """The claim ``raw``'s annotation describes, if rgpu could have given it for the pod's
+    own demand on the current fleet; otherwise why not. (The scheduler is checked before.)"""
+    demand = _demand(raw, resources)
+    if isinstance(demand, Untrusted):
+        return demand
+    parts = _parts(raw)
+    if isinstance(parts, Untrusted):
+        return parts
+    if len(parts) != len(demand.containers):
+        counts = f"{len(parts)} container parts and the pod {len(demand.containers)} containers"
+        return Untrusted(why=f"it has {counts}")
+    placed = _placement(parts, demand, view, granularity)
+    if isinstance(placed, Untrusted):
+        return placed
     return Claim(
         pod=pod.ref,
-        server=ServerName(servers.pop()),
-        cards=cards,
-        containers=tuple(ContainerAssignment(name=n, cards=p) for n, p in assigned),
+        server=placed.facts.name,
+        cards=placed.cards,
+        containers=placed.containers,
         state=ClaimState.BOUND,
         booked_at=now,
         committed_at=now,
@@ -93,9 +222,18 @@ def _claim(pod: PodInfo, raw: Mapping[str, Any], now: float) -> Claim:
 
 
 class Repairer:
-    """Restores missing claims of bound, running pods from their annotations."""
+    """Restores missing claims of bound, running pods from their annotations, when trusted."""
 
-    __slots__ = ("_api", "_instruments", "_judge", "_policy", "_reported", "_writer")
+    __slots__ = (
+        "_api",
+        "_instruments",
+        "_judge",
+        "_policy",
+        "_refused",
+        "_reported",
+        "_resources",
+        "_writer",
+    )
 
     def __init__(
         self,
@@ -104,35 +242,84 @@ class Repairer:
         writer: LeaseWriter,
         api: KubeApi,
         instruments: Instruments,
+        *,
+        resources: ResourceSettings,
     ) -> None:
         self._policy = policy
         self._judge = judge
         self._writer = writer
         self._api = api
         self._instruments = instruments
+        self._resources = resources
         self._reported: OrderedDict[str, None] = OrderedDict()
+        self._refused: OrderedDict[PodUID, int | None] = OrderedDict()
+        """Refused pods and the fleet revision they were refused on (``None``: whatever the
+        fleet). The pod's spec cannot change and only trusted users may change its
+        annotation, so only a new fleet can turn a refusal around; until then the pod is not
+        read again on every sweep."""
 
     def eligible(self, pod: PodInfo) -> bool:
-        """Whether ``pod`` may be repaired: ours, bound, running, annotated."""
-        ours = pod.scheduler_name == self._policy.scheduler_name
-        return ours and pod.bound and pod.phase == "Running" and pod.has_allocated
+        """Whether ``pod`` claims cards: bound, running, annotated (trust is judged later)."""
+        return pod.bound and pod.phase == "Running" and pod.has_allocated
 
     def needed(self, pod: PodInfo) -> bool:
-        return self.eligible(pod) and not self._judge.ledger.claims_of(pod.uid)
+        """Whether ``pod`` claims cards it holds no claim for, and was not refused already."""
+        return (
+            self.eligible(pod)
+            and not self._judge.ledger.claims_of(pod.uid)
+            and not self._settled(pod.uid)
+        )
+
+    def _settled(self, uid: PodUID) -> bool:
+        if uid not in self._refused:
+            return False
+        refused_on = self._refused[uid]
+        view = self._judge.inputs.view
+        return refused_on is None or (view is not None and view.fleet.revision == refused_on)
 
     async def repair(self, pod: PodInfo) -> bool:
-        """Rebuild ``pod``'s claim if still needed on a fresh read; returns whether it did."""
+        """Rebuild ``pod``'s claim if still needed on a fresh read and trusted; returns
+        whether it did."""
+        if pod.scheduler_name != self._policy.scheduler_name:
+            # schedulerName is immutable: the cached pod is as good as a fresh read.
+            why = f"it runs {pod.scheduler_name}, not rgpu's {self._policy.scheduler_name}"
+            await self._refuse(pod, Untrusted(why=why), revision=None)
+            return False
+        view = self._judge.inputs.view
+        if view is None:
+            return False  # judged against the fleet, so not before discovery sent one
         raw = await self._api.get_pod(pod.namespace, pod.name)
         fresh = pod_info(raw) if raw is not None else None
         if raw is None or fresh is None or fresh.uid != pod.uid or not self.needed(fresh):
             return False
         with tracer.start_as_current_span("repair", attributes={"pod": pod.ref.key}):
-            try:
-                claim = _claim(fresh, raw, self._judge.clock())
-            except ContractError as exc:
-                await self._report(fresh, f"cannot repair from {ANNOTATION_ALLOCATED}: {exc}")
+            vetted = vet(
+                raw,
+                fresh,
+                view=view,
+                resources=self._resources,
+                granularity=self._policy.granularity,
+                now=self._judge.clock(),
+            )
+            if isinstance(vetted, Untrusted):
+                await self._refuse(fresh, vetted, revision=view.fleet.revision)
                 return False
-            return await self._write(fresh, claim)
+            return await self._write(fresh, vetted)
+
+    async def _refuse(self, pod: PodInfo, untrusted: Untrusted, *, revision: int | None) -> None:
+        self._refused[pod.uid] = revision
+        self._refused.move_to_end(pod.uid)
+        while len(self._refused) > REPORTED:
+            self._refused.popitem(last=False)
+        why = untrusted.why if len(untrusted.why) <= WHY_CHARS else f"{untrusted.why[:WHY_CHARS]}…"
+        message = (
+            f"no claim restored from {ANNOTATION_ALLOCATED}: {why}. If rgpu did not place this "
+            "pod, the annotation is forged: delete the pod. If it did (the fleet or "
+            "RGPU_GRANULARITY changed since), the pod holds no server: delete it to schedule "
+            "it again"
+        )
+        if await self._report(pod, message, reason=REFUSED_REASON):
+            self._instruments.repairs.labels(outcome="refused_untrusted").inc()
 
     def _restore(self, pod: PodInfo, claim: Claim, record: LeaseRecord | None) -> Edited[_Outcome]:
         if record is not None and record.claim_of(pod.uid) is not None:
@@ -154,7 +341,7 @@ class Repairer:
         if outcome.holders:
             await self._conflict(pod, claim, outcome.holders)
         elif outcome.wrote:
-            self._instruments.repairs.inc()
+            self._instruments.repairs.labels(outcome="repaired").inc()
             logger.warning("repaired the missing claim of %s on %s", pod.ref.key, claim.server)
         return outcome.wrote
 
@@ -165,15 +352,17 @@ class Repairer:
             pod,
             f"its claim on {claim.server} is missing and cannot be restored: {names} now holds "
             f"the same cards; one of the pods must be deleted by an operator",
+            reason=CONFLICT_REASON,
         )
 
-    async def _report(self, pod: PodInfo, message: str) -> None:
+    async def _report(self, pod: PodInfo, message: str, *, reason: str) -> bool:
+        """Log and record ``message`` as an Event once per pod; returns whether it was new."""
         key = f"{pod.uid}:{message}"
         if key in self._reported:
-            return
+            return False
         self._reported[key] = None
         while len(self._reported) > REPORTED:
             self._reported.popitem(last=False)
         logger.warning("pod %s: %s", pod.ref.key, message)
-        event = pod_event(pod.ref, reason="RemoteGPUClaimConflict", message=message)
-        self._api.record_event(event)
+        self._api.record_event(pod_event(pod.ref, reason=reason, message=message))
+        return True

@@ -8,6 +8,10 @@ kept to reading requests and writing answers; every decision lives below.
 * ``GET /v1/allocations/{uid}`` → ``200 Allocation`` | ``404``
 * ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
+
+Bodies are held to the runtime's app-wide limit while they stream (413 past it), and every uid,
+name and node name is held to Kubernetes' own length limit (400 naming the field): nothing
+longer can name a real object, and nothing unbounded reaches a Lease or a log line.
 """
 
 from __future__ import annotations
@@ -19,17 +23,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_contracts import AllocationRequest, CommitRequest, NoFit
+from rgpu_contracts import AllocationRequest, CommitRequest, NoFit, PodRef
 from rgpu_runtime import Poll, json_response, read_json, state_value
 
 from .booking import Booking
 from .claims import Ledger
+from .errors import TooLong
 from .inputs import Inputs
 from .judging import Policy
 from .pods import PodIndex
 from .wakeup import Refused
 
-__all__ = ["ROUTES", "Deps", "State", "deps", "status"]
+__all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
+
+MAX_UID_CHARS = 128
+"""Kubernetes' limit on ``metadata.uid`` (its own uids are 36-character UUIDs)."""
+MAX_NAME_CHARS = 253
+"""Kubernetes' limit on an object name (a DNS subdomain): pods and nodes."""
+MAX_NAMESPACE_CHARS = 63
+"""Kubernetes' limit on a namespace name (a DNS label)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,8 +85,34 @@ def status(d: Deps) -> dict[str, Any]:
     }
 
 
+def _bounded(field: str, value: str, limit: int) -> str:
+    if len(value) > limit:
+        raise TooLong(
+            f"{field} is {len(value)} characters, longer than Kubernetes allows ({limit}); "
+            "send the value of the real object"
+        )
+    return value
+
+
+def _uid(request: Request) -> str:
+    return _bounded("uid", request.path_params["uid"], MAX_UID_CHARS)
+
+
+def _checked(request: AllocationRequest) -> AllocationRequest:
+    _pod(request.pod)
+    for i, node in enumerate(request.candidate_nodes):
+        _bounded(f"candidateNodes[{i}]", node, MAX_NAME_CHARS)
+    return request
+
+
+def _pod(pod: PodRef) -> None:
+    _bounded("pod.uid", pod.uid, MAX_UID_CHARS)
+    _bounded("pod.name", pod.name, MAX_NAME_CHARS)
+    _bounded("pod.namespace", pod.namespace, MAX_NAMESPACE_CHARS)
+
+
 async def post_allocation(request: Request) -> Response:
-    request_body = AllocationRequest.from_dict(await read_json(request))
+    request_body = _checked(AllocationRequest.from_dict(await read_json(request)))
     answer = await deps(request).booking.allocate(request_body)
     if isinstance(answer, NoFit):
         return json_response(answer.to_dict(), 409)
@@ -82,22 +120,22 @@ async def post_allocation(request: Request) -> Response:
 
 
 def _node(body: object) -> str:
-    return CommitRequest.from_dict(body).node
+    return _bounded("node", CommitRequest.from_dict(body).node, MAX_NAME_CHARS)
 
 
 async def post_commit(request: Request) -> Response:
+    uid = _uid(request)
     node = _node(await read_json(request))
-    uid = request.path_params["uid"]
     return json_response((await deps(request).booking.commit(uid, node)).to_dict())
 
 
 async def delete_allocation(request: Request) -> Response:
-    await deps(request).booking.release(request.path_params["uid"])
+    await deps(request).booking.release(_uid(request))
     return Response(status_code=204)
 
 
 async def get_allocation(request: Request) -> Response:
-    return json_response(deps(request).booking.lookup(request.path_params["uid"]).to_dict())
+    return json_response(deps(request).booking.lookup(_uid(request)).to_dict())
 
 
 async def get_claims(request: Request) -> Response:
