@@ -208,6 +208,11 @@ def test_tls_cert_without_key_is_refused() -> None:
         Settings.from_env({"RGPU_TLS_CERT_FILE": "/tls/tls.crt"}, service="extender")
 
 
+def test_a_client_ca_without_a_serving_certificate_is_refused() -> None:
+    with pytest.raises(SettingsError, match=r"RGPU_SCHEDULER_CLIENT_CA_FILE='/ca\.crt' asks"):
+        Settings.from_env({"RGPU_SCHEDULER_CLIENT_CA_FILE": "/ca.crt"}, service="extender")
+
+
 def test_tls_key_without_cert_is_refused() -> None:
     with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE is not: set both or neither"):
         Settings.from_env({"RGPU_TLS_KEY_FILE": "/tls/tls.key"}, service="extender")

@@ -169,8 +169,9 @@ class HttpSettings:
     """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
     scheduler_client_ca_file: str | None = None
     """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
-    listener requires a client certificate signed by it (kube-scheduler's extender
-    ``tlsConfig``). Unset means no client certificate, as in the dev overlay."""
+    listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
+    certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
+    and no client certificate, as in the dev overlay."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
     1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
@@ -336,12 +337,18 @@ def _http(env: _Env, service: str) -> HttpSettings:
     if (cert is None) != (key is None):
         given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
         raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
+    client_ca = _read(env, "RGPU_SCHEDULER_CLIENT_CA_FILE", p.word, None)
+    if client_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
         webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
         tls_cert_file=cert.strip() if cert else None,
         tls_key_file=key.strip() if key else None,
-        scheduler_client_ca_file=_read(env, "RGPU_SCHEDULER_CLIENT_CA_FILE", p.word, None),
+        scheduler_client_ca_file=client_ca,
         max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
     )
 
