@@ -22,6 +22,7 @@ from ._authguard import (
 from ._backoff import Backoff
 from ._bodylimit import BodyLimitMiddleware, body_limit
 from ._bounds import (
+    ADMISSION_REVIEW_MAX_BYTES,
     DNS_LABEL_MAX,
     DNS_SUBDOMAIN_MAX,
     MAX_JSON_DEPTH,
@@ -98,6 +99,7 @@ from .errors import (
 )
 
 __all__ = [
+    "ADMISSION_REVIEW_MAX_BYTES",
     "AUDIENCE",
     "CALLER_AUTH_STATE",
     "DEFAULT_MAX_BODY_BYTES",

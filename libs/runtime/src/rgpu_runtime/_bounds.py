@@ -19,6 +19,7 @@ from starlette.requests import Request
 from .errors import BadRequest
 
 __all__ = [
+    "ADMISSION_REVIEW_MAX_BYTES",
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
     "MAX_JSON_DEPTH",
@@ -31,6 +32,11 @@ __all__ = [
     "read_bounded_json",
 ]
 
+ADMISSION_REVIEW_MAX_BYTES = (3 << 20) + (3 << 19) + (64 << 10)
+"""The body limit for a webhook's ``/mutate``: the apiserver refuses requests over 3 MiB, so the
+``object`` it sends is at most that; an UPDATE also carries ``oldObject``, at most what etcd
+stores (1.5 MiB); 64 KiB covers the review's envelope and userInfo. Anything larger did not
+come from the apiserver."""
 DNS_SUBDOMAIN_MAX = 253
 """Kubernetes' limit on object names (pods, nodes, namespaces' objects): RFC 1123 subdomain."""
 DNS_LABEL_MAX = 63
