@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,15 +26,19 @@ from rgpu_runtime import (
     BearerAuth,
     CallerAuth,
     KubeClient,
+    Listener,
     Settings,
     TokenRequestSource,
     VerdictCache,
+    bearer_auth,
     caller_auth,
     caller_of,
     create_service_app,
+    http_client,
     json_response,
     kube_client,
     require_caller,
+    running,
 )
 
 kubesim = pytest.importorskip("rgpu_kubesim")
@@ -231,3 +236,21 @@ async def test_auth_none_admits_anyone_and_warns_at_start(
         reply = await client.post("/v1/allocations")
     assert reply.status_code == 200
     assert reply.json() == {"caller": None}
+
+
+async def test_a_caller_configured_by_settings_reaches_a_guarded_route_over_loopback(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(await cluster.source().token())  # what the kubelet would project
+    caller = Settings.from_env({"RGPU_TOKEN_FILE": str(token_file)}, service="extender")
+    auth = bearer_auth(caller)
+    assert auth is not None
+    app = guarded_app(auth_for(cluster))
+    async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
+        client = http_client(base_url=url, timeout=5.0)
+        client.auth = auth
+        async with client:
+            reply = await client.post("/v1/allocations")
+    assert reply.status_code == 200
+    assert reply.json() == {"caller": EXTENDER}
