@@ -227,6 +227,17 @@ async def test_the_cache_is_keyed_by_hash_and_bounded_in_size(cluster: Cluster) 
     assert all(len(key) == 32 and key not in {t.encode() for t in tokens} for key in keys)
 
 
+async def test_an_empty_allow_list_refuses_everyone_and_warns_at_start(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = auth_for(cluster, RGPU_ALLOWED_CALLERS="")
+    assert any("RGPU_ALLOWED_CALLERS is empty" in r.getMessage() for r in caplog.records)
+    async with serving(auth, BearerAuth(cluster.source())) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 403
+    assert "allowed callers are nobody" in reply.json()["message"]
+
+
 async def test_auth_none_admits_anyone_and_warns_at_start(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -284,6 +284,12 @@ def caller_auth(
             "reach it may book, commit, release or probe); set RGPU_AUTH=tokenreview",
             settings.service,
         )
+    elif not auth.allowed_callers:
+        logger.warning(
+            "RGPU_ALLOWED_CALLERS is empty: %s refuses every caller on its guarded routes (403); "
+            "list the callers' accounts, e.g. system:serviceaccount:rgpu-system:rgpu-extender",
+            settings.service,
+        )
     return CallerAuth(
         kube=kube,
         allowed=auth.allowed_callers,
