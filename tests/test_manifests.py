@@ -949,11 +949,10 @@ list method passed to a watch (``KubeClient.watch(core.list_node, ...)`` or ``wa
 _API_CLASSES = (CoreV1Api, CoordinationV1Api, EventsV1Api, AuthenticationV1Api)
 _RUNTIME_ENTRY_POINTS: Mapping[str, frozenset[str]] = {
     "caller_auth": frozenset({"create_token_review"}),
-    "CallerAuth": frozenset({"create_token_review"}),
-    "EventRecorder": frozenset({"create_namespaced_event"}),
 }
-"""Runtime names whose use implies API calls made deeper inside the runtime, in methods the
-service never names (the guard's TokenReview, the recorder's Event writes)."""
+"""Runtime functions whose use implies API calls made deeper inside the runtime, in a class
+the service never names (``caller_auth`` builds the ``CallerAuth`` whose TokenReview the
+guard runs)."""
 _API_NAME = re.compile(r"(read|list|create|patch|replace|delete|delete_collection)_[a-z_]+")
 
 
@@ -1017,27 +1016,30 @@ def _modules(directory: Path) -> tuple[tuple[Path, str, ast.Module], ...]:
 @cache
 def _service_code(service: str) -> Code:
     own = _modules(ROOT / "services" / service / "src")
-    names = {n for _, text, _ in own for n in re.findall(r"\b[a-z_][a-z0-9_]*\b", text)}
+    names = {n for _, text, _ in own for n in re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text)}
     runtime = _modules(ROOT / "libs" / "runtime" / "src")
     helpers = tuple(h for module in runtime for h in _helpers_used(module, names))
-    code = _analyse(own + helpers)
-    identifiers = {n for _, text, _ in own for n in re.findall(r"\b[A-Za-z_]\w*\b", text)}
-    implied = {
-        method
-        for name, methods in _RUNTIME_ENTRY_POINTS.items()
-        if name in identifiers
-        for method in methods
-    }
-    return Code(api_methods=code.api_methods | implied, watched=code.watched)
+    return _analyse(own + helpers)
 
 
 def _helpers_used(
     module: tuple[Path, str, ast.Module], names: set[str]
 ) -> Iterator[tuple[Path, str, ast.Module]]:
-    """The runtime functions (as one-function modules) whose names the service mentions."""
+    """The runtime functions (as one-function modules) whose names the service mentions; a
+    class the service names also brings its private methods, which the service never names."""
     path, text, tree = module
+    private = {
+        method
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in names
+        for method in node.body
+        if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef)
+        and method.name.startswith("_")
+    }
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+            node.name in names or node in private
+        ):
             yield path, text, ast.Module(body=[node], type_ignores=[])
 
 
@@ -1045,7 +1047,20 @@ def _services_ready(service: str) -> Code:
     modules = _modules(ROOT / "services" / service / "src")
     if all(path.name == "__init__.py" for path, _, _ in modules):
         pytest.fail(f"services/{service}/src has no modules yet; rerun once the service lands")
-    return _service_code(service)
+    return _with_runtime_entry_points(_service_code(service), modules)
+
+
+def _with_runtime_entry_points(
+    code: Code, modules: tuple[tuple[Path, str, ast.Module], ...]
+) -> Code:
+    identifiers = {n for _, text, _ in modules for n in re.findall(r"\b[A-Za-z_]\w*\b", text)}
+    implied = {
+        method
+        for name, methods in _RUNTIME_ENTRY_POINTS.items()
+        if name in identifiers
+        for method in methods
+    }
+    return Code(api_methods=code.api_methods | implied, watched=code.watched)
 
 
 def _needed(code: Code, grant: Grant) -> bool:
