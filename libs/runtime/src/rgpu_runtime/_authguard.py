@@ -169,7 +169,10 @@ class CallerAuth:
         return verdict
 
     async def _review(self, token: str, now: float) -> _Verdict:
-        assert self._kube is not None and self._authn is not None
+        if self._kube is None or self._authn is None:
+            raise Unavailable(
+                "token review is not configured: RGPU_AUTH=tokenreview needs a Kubernetes client"
+            )
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
