@@ -30,6 +30,13 @@ EVERY_KEY = {
     "RGPU_EXTENDER_BUDGET_SECONDS": "3",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
+    "RGPU_AUTH": "None",
+    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender, ops",
+    "RGPU_AUTH_CACHE_SECONDS": "30",
+    "RGPU_TOKEN_FILE": "/tokens/rgpu",
+    "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE": "/ca/ca.crt",
+    "RGPU_MAX_BODY_BYTES": "8388608",
     "POD_NAMESPACE": "rgpu-system",
     "KUBECONFIG": "/home/op/.kube/config",
     "KUBERNETES_SERVICE_HOST": "10.0.0.1",
@@ -63,6 +70,12 @@ def test_every_key_is_read_into_its_field() -> None:
     assert str(s.http.webhook_listen) == "[::1]:9443"
     assert (s.http.tls_cert_file, s.http.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
+    assert s.auth.mode == "none"
+    assert s.auth.allowed_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
+    assert s.auth.cache_seconds == 30.0
+    assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
+    assert s.http.scheduler_client_ca_file == "/ca/ca.crt"
+    assert s.http.max_body_bytes == 8 << 20
 
 
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
@@ -94,6 +107,10 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert str(s.http.webhook_listen) == "127.0.0.1:8443"
     assert s.http.tls_cert_file is None
     assert (s.log.level, s.log.format) == ("INFO", "json")
+    assert (s.auth.mode, s.auth.allowed_callers, s.auth.cache_seconds) == ("tokenreview", (), 60.0)
+    assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
+    assert s.http.scheduler_client_ca_file is None
+    assert s.http.max_body_bytes == 1 << 20
 
 
 @pytest.mark.parametrize(
@@ -149,6 +166,13 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_RESOURCE_COUNT", "nvidia.com/", "is not a Kubernetes qualified name"),
         ("RGPU_NAMESPACE", "RGPU_System", "expected a DNS-1123 label"),
         ("RGPU_SCHEDULER_NAME", "rgpu scheduler", "expected a single word without spaces"),
+        ("RGPU_AUTH", "off", "expected one of tokenreview, none"),
+        ("RGPU_ALLOWED_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
+        ("RGPU_AUTH_CACHE_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_TOKEN_ACCOUNT", "Rgpu_Extender", "expected a service-account name"),
+        ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
+        ("RGPU_MAX_BODY_BYTES", "100", "expected a whole number of bytes, 1024.."),
+        ("RGPU_MAX_BODY_BYTES", "1MiB", "expected a whole number of bytes"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:
@@ -182,6 +206,11 @@ def test_keys_without_the_rgpu_prefix_are_ignored() -> None:
 def test_tls_cert_without_key_is_refused() -> None:
     with pytest.raises(SettingsError, match="RGPU_TLS_KEY_FILE is not: set both or neither"):
         Settings.from_env({"RGPU_TLS_CERT_FILE": "/tls/tls.crt"}, service="extender")
+
+
+def test_a_client_ca_without_a_serving_certificate_is_refused() -> None:
+    with pytest.raises(SettingsError, match=r"RGPU_SCHEDULER_CLIENT_CA_FILE='/ca\.crt' asks"):
+        Settings.from_env({"RGPU_SCHEDULER_CLIENT_CA_FILE": "/ca.crt"}, service="extender")
 
 
 def test_tls_key_without_cert_is_refused() -> None:

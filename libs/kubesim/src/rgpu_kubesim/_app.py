@@ -25,12 +25,14 @@ _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
+    if not isinstance(exc, ApiError):  # handlers are keyed by class; never reached
+        raise exc
     return error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):  # handlers are keyed by class; never reached
+        raise exc
     if exc.status_code == 405:
         return error_response(_status.method_not_allowed())
     if exc.status_code == 404:

@@ -9,7 +9,31 @@ telemetry, serving and ``main``.
 from __future__ import annotations
 
 from ._app import ServiceLifespan, create_service_app
+from ._authguard import (
+    AUDIENCE,
+    CALLER_AUTH_STATE,
+    Caller,
+    CallerAuth,
+    VerdictCache,
+    caller_auth,
+    caller_of,
+    require_caller,
+)
 from ._backoff import Backoff
+from ._bodylimit import BodyLimitMiddleware, body_limit
+from ._bounds import (
+    ADMISSION_REVIEW_MAX_BYTES,
+    DNS_LABEL_MAX,
+    DNS_SUBDOMAIN_MAX,
+    MAX_JSON_DEPTH,
+    UID_MAX,
+    bounded_int,
+    check_dns_label,
+    check_dns_subdomain,
+    check_uid,
+    decode_json,
+    read_bounded_json,
+)
 from ._bucket import TokenBucket
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._http import http_client, request_json, response_error, upstream_error
@@ -31,8 +55,10 @@ from ._reflector import (
 )
 from ._serving import Listener, running, serve, serve_listeners
 from ._settings import (
+    DEFAULT_MAX_BODY_BYTES,
     KNOWN_KEYS,
     SERVICES,
+    AuthSettings,
     HttpSettings,
     KubeSettings,
     LogSettings,
@@ -43,11 +69,19 @@ from ._settings import (
     Settings,
 )
 from ._telemetry import instrument_app, setup_telemetry, tracer
+from ._tokensource import (
+    BearerAuth,
+    FileTokenSource,
+    TokenRequestSource,
+    TokenSource,
+    bearer_auth,
+)
 from ._versioned import Versioned
 from ._watch import WatchEvent
 from .errors import (
     BadRequest,
     Conflict,
+    Forbidden,
     KubeConflict,
     KubeError,
     KubeExpired,
@@ -59,24 +93,40 @@ from .errors import (
     PayloadTooLarge,
     RgpuError,
     SettingsError,
+    Unauthorized,
     Unavailable,
     UpstreamError,
 )
 
 __all__ = [
+    "ADMISSION_REVIEW_MAX_BYTES",
+    "AUDIENCE",
+    "CALLER_AUTH_STATE",
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
+    "DNS_LABEL_MAX",
+    "DNS_SUBDOMAIN_MAX",
     "KNOWN_KEYS",
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_SINCE_DIGITS",
     "MAX_WAIT_SECONDS",
     "SERVICES",
+    "UID_MAX",
+    "AuthSettings",
     "Backoff",
     "BadRequest",
+    "BearerAuth",
+    "BodyLimitMiddleware",
+    "Caller",
+    "CallerAuth",
     "Conflict",
     "EventRecorder",
+    "FileTokenSource",
     "FollowPolicy",
     "FollowStatus",
     "Follower",
+    "Forbidden",
     "HostPort",
     "HttpSettings",
     "JsonFormatter",
@@ -110,13 +160,26 @@ __all__ = [
     "Settings",
     "SettingsError",
     "TokenBucket",
+    "TokenRequestSource",
+    "TokenSource",
+    "Unauthorized",
     "Unavailable",
     "UpstreamError",
+    "VerdictCache",
     "Versioned",
     "WatchEvent",
     "WatchTrouble",
+    "bearer_auth",
+    "body_limit",
+    "bounded_int",
+    "caller_auth",
+    "caller_of",
+    "check_dns_label",
+    "check_dns_subdomain",
+    "check_uid",
     "configure_logging",
     "create_service_app",
+    "decode_json",
     "default_listeners",
     "event_body",
     "http_client",
@@ -125,8 +188,10 @@ __all__ = [
     "kube_client",
     "kube_pages",
     "object_key",
+    "read_bounded_json",
     "read_json",
     "request_json",
+    "require_caller",
     "response_error",
     "run_service",
     "running",

@@ -87,7 +87,8 @@ def _error_response(
 
 async def on_rgpu_error(request: Request, exc: Exception) -> Response:
     """Answer an ``RgpuError`` with its status and body (plus ``Retry-After`` when known)."""
-    assert isinstance(exc, RgpuError)
+    if not isinstance(exc, RgpuError):  # handlers are keyed by class; never reached
+        raise exc
     if exc.status_code >= 500:
         logger.warning(
             "%s %s failed: %s",
@@ -104,14 +105,16 @@ async def on_rgpu_error(request: Request, exc: Exception) -> Response:
 
 async def on_contract_error(request: Request, exc: Exception) -> Response:
     """Answer a payload that does not match its contract with 400 naming path and reason."""
-    assert isinstance(exc, ContractError)
+    if not isinstance(exc, ContractError):  # handlers are keyed by class; never reached
+        raise exc
     body = ErrorBody(code="bad_request", message=f"invalid request body: {exc}", retryable=False)
     return _error_response(body, 400)
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:
     """Answer Starlette's own errors (404, 405) with an ``ErrorBody``."""
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):  # handlers are keyed by class; never reached
+        raise exc
     return _error_response(_http_body(request, exc), exc.status_code, exc.headers)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar, cast
@@ -20,6 +21,7 @@ from .errors import SettingsError
 
 Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]
+AuthMode = Literal["tokenreview", "none"]
 T = TypeVar("T")
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
@@ -33,6 +35,9 @@ _DEFAULT_LISTEN = {
 
 KNOWN_KEYS = (
     "RGPU_ALLOCATOR_URL",
+    "RGPU_ALLOWED_CALLERS",
+    "RGPU_AUTH",
+    "RGPU_AUTH_CACHE_SECONDS",
     "RGPU_BOOKING_TTL_SECONDS",
     "RGPU_DEFAULT_PORT",
     "RGPU_DISCOVERY_URL",
@@ -43,19 +48,26 @@ KNOWN_KEYS = (
     "RGPU_LISTEN",
     "RGPU_LOG_FORMAT",
     "RGPU_LOG_LEVEL",
+    "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
     "RGPU_RESOURCE_MEMORY",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE",
     "RGPU_SCHEDULER_NAME",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
+    "RGPU_TOKEN_ACCOUNT",
+    "RGPU_TOKEN_FILE",
     "RGPU_TOPOLOGY_KEYS",
     "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_LISTEN",
 )
 
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_MAX_BODY_BYTES_CEILING = 1 << 30
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -155,6 +167,40 @@ class HttpSettings:
     """``RGPU_TLS_CERT_FILE``: PEM certificate for the webhook; unset means no TLS listener."""
     tls_key_file: str | None = None
     """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
+    scheduler_client_ca_file: str | None = None
+    """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
+    listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
+    certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
+    and no client certificate, as in the dev overlay."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
+    1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
+    ``nodeCacheCapable`` sends) with room, and bounds memory per request. Raise it when
+    kube-scheduler sends full Nodes to the extender."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthSettings:
+    """How services prove who they are to each other (DESIGN §10)."""
+
+    mode: AuthMode = "tokenreview"
+    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with
+    audience ``rgpu`` that TokenReview confirms) or ``none`` (any caller; an explicit choice,
+    logged as a warning at start). Secure by default."""
+    allowed_callers: tuple[str, ...] = ()
+    """``RGPU_ALLOWED_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
+    guarded routes accept; empty so no caller is trusted unless listed. No wildcards."""
+    cache_seconds: float = 60.0
+    """``RGPU_AUTH_CACHE_SECONDS``: how long a TokenReview verdict is reused; a minute keeps the
+    apiserver off the booking path yet lets a deleted account lose access quickly (never
+    longer than the token's own expiry)."""
+    token_file: str = "/var/run/secrets/rgpu/token"
+    """``RGPU_TOKEN_FILE``: the projected token (audience ``rgpu``) a caller sends; re-read as
+    the kubelet rotates it. The path the k8s/ Deployments mount it at."""
+    token_account: str | None = None
+    """``RGPU_TOKEN_ACCOUNT``: a service-account name in ``RGPU_NAMESPACE`` to mint tokens for
+    through TokenRequest instead of reading ``token_file``; for the simulated cluster, where
+    no kubelet projects tokens. Unset in a real cluster."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +226,7 @@ class Settings:
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
     @classmethod
@@ -197,6 +244,7 @@ class Settings:
             scheduling=_scheduling(env),
             peers=_peers(env),
             kube=_kube(env),
+            auth=_auth(env),
             log=_log(env),
         )
 
@@ -289,12 +337,66 @@ def _http(env: _Env, service: str) -> HttpSettings:
     if (cert is None) != (key is None):
         given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
         raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
+    client_ca = _read(env, "RGPU_SCHEDULER_CLIENT_CA_FILE", p.word, None)
+    if client_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
         webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
         tls_cert_file=cert.strip() if cert else None,
         tls_key_file=key.strip() if key else None,
+        scheduler_client_ca_file=client_ca,
+        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
     )
+
+
+def _byte_count(key: str, value: str) -> int:
+    text = value.strip()
+    expected = f"expected a whole number of bytes, 1024..{_MAX_BODY_BYTES_CEILING}"
+    # Digits are counted before int() so a huge value is refused, not converted.
+    if not text.isdigit() or len(text) > 10:
+        raise p.bad(key, value, expected)
+    number = int(text)
+    if not 1024 <= number <= _MAX_BODY_BYTES_CEILING:
+        raise p.bad(key, value, expected)
+    return number
+
+
+def _auth(env: _Env) -> AuthSettings:
+    d = AuthSettings()
+    mode = env.get("RGPU_AUTH")
+    return AuthSettings(
+        mode=d.mode
+        if mode is None
+        else cast(AuthMode, p.choice("RGPU_AUTH", mode, ("tokenreview", "none"))),
+        allowed_callers=_read(env, "RGPU_ALLOWED_CALLERS", _usernames, d.allowed_callers),
+        cache_seconds=_read(env, "RGPU_AUTH_CACHE_SECONDS", p.seconds, d.cache_seconds),
+        token_file=_read(env, "RGPU_TOKEN_FILE", p.word, d.token_file),
+        token_account=_read(env, "RGPU_TOKEN_ACCOUNT", _account_name, None),
+    )
+
+
+def _account_name(key: str, value: str) -> str:
+    text = value.strip()
+    if len(text) > 253 or not _DNS_SUBDOMAIN.fullmatch(text):
+        raise p.bad(key, value, "expected a service-account name (a DNS-1123 subdomain)")
+    return text
+
+
+def _usernames(key: str, value: str) -> tuple[str, ...]:
+    names = p.csv(value)
+    for name in names:
+        if "*" in name or any(c.isspace() for c in name):
+            raise p.bad(
+                key,
+                value,
+                f"{name!r}: list exact usernames, e.g. "
+                "system:serviceaccount:rgpu-system:rgpu-extender (no wildcards or spaces)",
+            )
+    return names
 
 
 def _address(env: _Env, key: str, default: str) -> HostPort:

@@ -10,6 +10,8 @@ Hierarchy::
     Exception
      └── RgpuError                 status_code, code, retryable, retry_after
           ├── BadRequest           400  the caller sent something we cannot use
+          ├── Unauthorized         401  no caller token, or one TokenReview did not confirm
+          ├── Forbidden            403  a confirmed caller that is not allowed here
           ├── NotFound             404  the thing asked for does not exist (here)
           ├── Conflict             409  the request lost a race or contradicts current state
           ├── PayloadTooLarge      413  a request body over the limit
@@ -34,6 +36,7 @@ from rgpu_contracts import ErrorBody
 __all__ = [
     "BadRequest",
     "Conflict",
+    "Forbidden",
     "KubeConflict",
     "KubeError",
     "KubeExpired",
@@ -45,6 +48,7 @@ __all__ = [
     "PayloadTooLarge",
     "RgpuError",
     "SettingsError",
+    "Unauthorized",
     "Unavailable",
     "UpstreamError",
 ]
@@ -86,6 +90,22 @@ class BadRequest(RgpuError):
 
     status_code = 400
     default_code = "bad_request"
+
+
+class Unauthorized(RgpuError):
+    """Raised when a guarded route gets no bearer token, or one TokenReview does not confirm;
+    send a current projected ServiceAccount token (audience ``rgpu``)."""
+
+    status_code = 401
+    default_code = "unauthorized"
+
+
+class Forbidden(RgpuError):
+    """Raised when a confirmed caller is not on a guarded route's allow-list; run the caller
+    as a listed account or list it (``RGPU_ALLOWED_CALLERS``)."""
+
+    status_code = 403
+    default_code = "forbidden"
 
 
 class NotFound(RgpuError):

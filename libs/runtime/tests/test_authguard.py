@@ -1,0 +1,267 @@
+"""Guarded routes admit only callers TokenReview confirms and the allow-list names.
+
+Each test runs a real app (LifespanManager + ASGITransport) whose guard reviews tokens with the
+simulated apiserver over real HTTP; callers get their tokens through TokenRequest, as the
+services do in the simulated cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rgpu_runtime import (
+    CALLER_AUTH_STATE,
+    BearerAuth,
+    CallerAuth,
+    KubeClient,
+    Listener,
+    Settings,
+    TokenRequestSource,
+    VerdictCache,
+    bearer_auth,
+    caller_auth,
+    caller_of,
+    create_service_app,
+    http_client,
+    json_response,
+    kube_client,
+    require_caller,
+    running,
+)
+
+kubesim = pytest.importorskip("rgpu_kubesim")
+
+pytestmark = pytest.mark.anyio
+
+NS = "rgpu-system"
+EXTENDER = f"system:serviceaccount:{NS}:rgpu-extender"
+
+
+@dataclass
+class FakeClock:
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Cluster:
+    sim: Any
+    kube: KubeClient
+    clock: FakeClock
+
+    def source(self, account: str = "rgpu-extender", **kwargs: Any) -> TokenRequestSource:
+        return TokenRequestSource(self.kube, namespace=NS, account=account, **kwargs)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    clock = FakeClock()
+    async with kubesim.run_apiserver(options=kubesim.ApiOptions(clock=clock)) as sim:
+        sim.store.create("namespaces", {"metadata": {"name": NS}})
+        for name in ("rgpu-extender", "intruder"):
+            sim.store.create("serviceaccounts", {"metadata": {"name": name, "namespace": NS}})
+        settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="allocator")
+        async with kube_client(settings, timeout=2.0) as kube:
+            yield Cluster(sim=sim, kube=kube, clock=clock)
+
+
+async def book(request: Request) -> Response:
+    caller = caller_of(request.scope)
+    return json_response({"caller": None if caller is None else caller.username})
+
+
+def guarded_app(auth: CallerAuth) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        yield {CALLER_AUTH_STATE: auth}
+
+    routes = [Route("/v1/allocations", book, methods=["POST"], middleware=[require_caller()])]
+    open_route = Route("/v1/fleet", book, methods=["GET"])
+    return create_service_app(service="allocator", routes=[*routes, open_route], lifespan=lifespan)
+
+
+@asynccontextmanager
+async def serving(
+    auth: CallerAuth, client_auth: httpx.Auth | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with LifespanManager(guarded_app(auth)) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://allocator", auth=client_auth
+        ) as client:
+            yield client
+
+
+def auth_for(cluster: Cluster, **settings: str) -> CallerAuth:
+    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_ALLOWED_CALLERS": EXTENDER, **settings}
+    return caller_auth(
+        Settings.from_env(env, service="allocator"), cluster.kube, clock=cluster.clock
+    )
+
+
+async def test_a_confirmed_allowed_caller_gets_through_and_is_named(cluster: Cluster) -> None:
+    async with serving(auth_for(cluster), BearerAuth(cluster.source())) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"caller": EXTENDER}
+
+
+async def test_a_request_without_a_token_is_refused_with_401_naming_the_fix(
+    cluster: Cluster,
+) -> None:
+    async with serving(auth_for(cluster)) as client:
+        reply = await client.post("/v1/allocations")
+        unguarded = await client.get("/v1/fleet")
+    assert reply.status_code == 401
+    body = reply.json()
+    assert body["code"] == "unauthorized"
+    assert "Authorization: Bearer" in body["message"] and "RGPU_TOKEN_FILE" in body["message"]
+    assert unguarded.status_code == 200
+
+
+async def test_a_token_for_another_audience_is_refused_with_401(cluster: Cluster) -> None:
+    source = cluster.source(audience="https://kubernetes.default.svc.cluster.local")
+    async with serving(auth_for(cluster), BearerAuth(source)) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 401
+    assert "audience" in reply.json()["message"]
+
+
+async def test_a_garbage_or_oversized_token_is_refused_with_401(cluster: Cluster) -> None:
+    async with serving(auth_for(cluster)) as client:
+        forged = await client.post("/v1/allocations", headers={"Authorization": "Bearer a.b.c"})
+        huge = await client.post(
+            "/v1/allocations", headers={"Authorization": "Bearer " + "x" * 20000}
+        )
+    assert (forged.status_code, huge.status_code) == (401, 401)
+    assert "longer than" in huge.json()["message"]
+
+
+async def test_an_expired_token_is_refused_with_401(cluster: Cluster) -> None:
+    token = await cluster.source(seconds=600).token()
+    cluster.clock.now += 601
+    async with serving(auth_for(cluster)) as client:
+        reply = await client.post("/v1/allocations", headers={"Authorization": f"Bearer {token}"})
+    assert reply.status_code == 401
+    assert "expired" in reply.json()["message"]
+
+
+async def test_a_confirmed_account_not_on_the_allow_list_gets_403_naming_it_and_the_setting(
+    cluster: Cluster,
+) -> None:
+    async with serving(auth_for(cluster), BearerAuth(cluster.source("intruder"))) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 403
+    message = reply.json()["message"]
+    assert f"system:serviceaccount:{NS}:intruder may not POST /v1/allocations" in message
+    assert EXTENDER in message and "RGPU_ALLOWED_CALLERS" in message
+
+
+async def test_tokenreview_down_is_503_retryable_never_a_pass(cluster: Cluster) -> None:
+    cluster.sim.faults.set_error(verb="create", resource="tokenreviews", rate=1.0, code=503)
+    async with serving(auth_for(cluster), BearerAuth(cluster.source())) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 503
+    assert reply.json()["retryable"] is True
+    assert "TokenReview is unreachable" in reply.json()["message"]
+
+
+async def test_a_cached_verdict_is_reused_within_the_ttl_without_tokenreview(
+    cluster: Cluster,
+) -> None:
+    auth = auth_for(cluster, RGPU_AUTH_CACHE_SECONDS="60")
+    async with serving(auth, BearerAuth(cluster.source())) as client:
+        assert (await client.post("/v1/allocations")).status_code == 200
+        cluster.sim.faults.set_error(verb="create", resource="tokenreviews", rate=1.0, code=503)
+        cluster.clock.now += 59
+        assert (await client.post("/v1/allocations")).status_code == 200
+        cluster.clock.now += 2
+        assert (await client.post("/v1/allocations")).status_code == 503
+
+
+async def test_a_cached_verdict_never_outlives_the_tokens_own_expiry(cluster: Cluster) -> None:
+    auth = auth_for(cluster, RGPU_AUTH_CACHE_SECONDS="86400")
+    token = await cluster.source(seconds=600).token()
+    headers = {"Authorization": f"Bearer {token}"}
+    async with serving(auth) as client:
+        assert (await client.post("/v1/allocations", headers=headers)).status_code == 200
+        cluster.clock.now += 601
+        reply = await client.post("/v1/allocations", headers=headers)
+    assert reply.status_code == 401
+
+
+async def test_the_cache_is_keyed_by_hash_and_bounded_in_size(cluster: Cluster) -> None:
+    cache = VerdictCache(max_entries=2)
+    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_ALLOWED_CALLERS": EXTENDER}
+    settings = Settings.from_env(env, service="allocator")
+    auth = CallerAuth(
+        kube=cluster.kube,
+        allowed=settings.auth.allowed_callers,
+        cache_seconds=60.0,
+        clock=cluster.clock,
+        cache=cache,
+    )
+    tokens = [await cluster.source(seconds=600 + i).token() for i in range(3)]
+    async with serving(auth) as client:
+        for token in tokens:
+            reply = await client.post(
+                "/v1/allocations", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert reply.status_code == 200
+    assert len(cache) == 2
+    keys = list(cache._entries)
+    assert all(len(key) == 32 and key not in {t.encode() for t in tokens} for key in keys)
+
+
+async def test_an_empty_allow_list_refuses_everyone_and_warns_at_start(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = auth_for(cluster, RGPU_ALLOWED_CALLERS="")
+    assert any("RGPU_ALLOWED_CALLERS is empty" in r.getMessage() for r in caplog.records)
+    async with serving(auth, BearerAuth(cluster.source())) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 403
+    assert "allowed callers are nobody" in reply.json()["message"]
+
+
+async def test_auth_none_admits_anyone_and_warns_at_start(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = auth_for(cluster, RGPU_AUTH="none")
+    assert any("RGPU_AUTH=none" in r.getMessage() for r in caplog.records)
+    async with serving(auth) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 200
+    assert reply.json() == {"caller": None}
+
+
+async def test_a_caller_configured_by_settings_reaches_a_guarded_route_over_loopback(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(await cluster.source().token())  # what the kubelet would project
+    caller = Settings.from_env({"RGPU_TOKEN_FILE": str(token_file)}, service="extender")
+    auth = bearer_auth(caller)
+    assert auth is not None
+    app = guarded_app(auth_for(cluster))
+    async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
+        client = http_client(base_url=url, timeout=5.0)
+        client.auth = auth
+        async with client:
+            reply = await client.post("/v1/allocations")
+    assert reply.status_code == 200
+    assert reply.json() == {"caller": EXTENDER}
