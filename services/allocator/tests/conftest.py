@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -32,10 +33,15 @@ from rgpu_contracts import (
     Topology,
 )
 from rgpu_kubesim import ApiError, ApiOptions, SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime import BearerAuth, Settings, TokenRequestSource, kube_client
 from rgpu_testkit import FakeDiscovery, eventually
 
 MODEL = "A100"
+NAMESPACE = "rgpu-system"
+EXTENDER_ACCOUNT = "rgpu-extender"
+EXTENDER = f"system:serviceaccount:{NAMESPACE}:{EXTENDER_ACCOUNT}"
+"""The one caller the allocator's writes accept in these tests, as k8s/ deploys it."""
+ACCOUNTS = (EXTENDER_ACCOUNT, "rgpu-allocator", "intruder")
 
 
 class Build:
@@ -130,6 +136,10 @@ def allocator_env(sim_url: str, **extra: str) -> dict[str, str]:
         "RGPU_DISCOVERY_URL": "http://discovery.test",
         "RGPU_LISTEN": "127.0.0.1:0",
         "RGPU_LOG_LEVEL": "WARNING",
+        # Authenticated as k8s/ deploys it: writes need the extender's token (audience rgpu).
+        "RGPU_AUTH": "tokenreview",
+        "RGPU_ALLOWED_CALLERS": EXTENDER,
+        "RGPU_TOKEN_ACCOUNT": "rgpu-allocator",
     }
     env.update(extra)
     return env
@@ -145,6 +155,17 @@ async def wait_fleet(client: httpx.AsyncClient) -> None:
         return status["fleetRevision"] is not None and status["synced"]
 
     await eventually(known, what="the allocator synced a fleet")
+
+
+@contextlib.asynccontextmanager
+async def caller(
+    sim_url: str, account: str = EXTENDER_ACCOUNT, **source: Any
+) -> AsyncIterator[BearerAuth]:
+    """Tokens of ``account`` minted through TokenRequest, as a caller gets them in the
+    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, seconds)."""
+    settings = Settings.from_env({"RGPU_KUBE_URL": sim_url}, service="extender")
+    async with kube_client(settings) as kube:
+        yield BearerAuth(TokenRequestSource(kube, namespace=NAMESPACE, account=account, **source))
 
 
 @contextlib.asynccontextmanager
@@ -164,9 +185,10 @@ async def running_allocator(
         registry=registry,
     )
     async with (
+        caller(sim_url) as auth,
         LifespanManager(app, startup_timeout=20, shutdown_timeout=20) as manager,
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator"
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator", auth=auth
         ) as client,
     ):
         if wait:
@@ -179,8 +201,6 @@ class Cluster:
 
     def __init__(self, sim: SimApiServer) -> None:
         self.sim = sim
-        for namespace in ("ml", "rgpu-system"):
-            self.sim.store.create("namespaces", {"metadata": {"name": namespace}})
 
     def pod(
         self,
@@ -265,7 +285,16 @@ def ask(
 @pytest.fixture
 async def sim() -> AsyncIterator[SimApiServer]:
     async with run_apiserver(options=ApiOptions(bookmark_interval_seconds=0.2)) as server:
+        prepare(server)
         yield server
+
+
+def prepare(sim: SimApiServer) -> None:
+    """The namespaces the tests use and the service accounts callers get tokens for."""
+    for namespace in ("ml", NAMESPACE):
+        sim.store.create("namespaces", {"metadata": {"name": namespace}})
+    for account in ACCOUNTS:
+        sim.store.create("serviceaccounts", {"metadata": {"name": account, "namespace": NAMESPACE}})
 
 
 @pytest.fixture
@@ -304,7 +333,10 @@ async def allocator_process(env: Mapping[str, str]) -> AsyncIterator[AllocatorPr
             with anyio.fail_after(30):
                 await ready.wait()
             assert found, f"the allocator exited ({process.returncode}) before serving"
-            async with httpx.AsyncClient(base_url=found[0], timeout=30) as client:
+            async with (
+                caller(env["RGPU_KUBE_URL"]) as auth,
+                httpx.AsyncClient(base_url=found[0], timeout=30, auth=auth) as client,
+            ):
                 await wait_fleet(client)
                 yield AllocatorProcess(process=process, client=client)
             tg.cancel_scope.cancel()
@@ -331,6 +363,8 @@ class Kit:
     ask = staticmethod(ask)
     discovery_server = staticmethod(FakeDiscovery.serving)
     allocator_env = staticmethod(allocator_env)
+    caller = staticmethod(caller)
+    prepare = staticmethod(prepare)
     running_allocator = staticmethod(running_allocator)
     settings_for = staticmethod(settings_for)
     wait_for = staticmethod(eventually)

@@ -20,6 +20,8 @@ from rgpu_runtime import (
     EventRecorder,
     Readiness,
     Settings,
+    bearer_auth,
+    caller_auth,
     create_service_app,
     http_client,
     kube_client,
@@ -71,7 +73,18 @@ def create_app(
                 timeout=DISCOVERY_TIMEOUT,
                 transport=discovery_transport,
             ) as http,
+            http_client(
+                base_url=settings.peers.discovery_url,
+                timeout=DISCOVERY_TIMEOUT,
+                transport=discovery_transport,
+            ) as probe_http,
         ):
+            # Discovery's probe answers only confirmed callers, so probes carry this service's
+            # token; the fleet and topology long-polls are open reads and never wait for one.
+            token = bearer_auth(settings, kube)
+            if token is not None:
+                probe_http.auth = token
+            auth = caller_auth(settings, kube)
             events = EventRecorder(component=COMPONENT)
             api = KubeApi(
                 kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events
@@ -121,7 +134,7 @@ def create_app(
                     remover=remover,
                     finder=Finder(api, ledger),
                     revalidator=Revalidator(judge, api, writer, remover),
-                    reprober=Reprober(DiscoveryClient(http), instruments),
+                    reprober=Reprober(DiscoveryClient(probe_http), instruments),
                     refused=refused,
                     instruments=instruments,
                 )
@@ -133,7 +146,7 @@ def create_app(
                     inputs=inputs,
                     refused=refused,
                 )
-                yield {"deps": deps}
+                yield {"deps": deps, "caller_auth": auth}
                 tg.cancel_scope.cancel()
 
     return create_service_app(

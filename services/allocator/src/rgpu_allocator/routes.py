@@ -9,6 +9,12 @@ kept to reading requests and writing answers; every decision lives below.
 * ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
+Writes answer only callers the apiserver vouches for (DESIGN §10): commit and release are
+guarded before their body is read (``require_caller``, ``RGPU_ALLOWED_CALLERS``); a booking is
+checked once its body says it is one, because a ``dryRun`` decides without writing and stays
+open like the other reads (``rgpu explain`` asks with it). 401 without a confirmed token, 403
+for an account not on the list.
+
 Bodies are held to the runtime's app-wide limit while they stream (413 past it), and every uid,
 name and node name is held to Kubernetes' own length limit (400 naming the field): nothing
 longer can name a real object, and nothing unbounded reaches a Lease or a log line.
@@ -24,7 +30,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from rgpu_contracts import AllocationRequest, CommitRequest, NoFit, PodRef
-from rgpu_runtime import Poll, json_response, read_json, state_value
+from rgpu_runtime import (
+    CALLER_AUTH_STATE,
+    CallerAuth,
+    Poll,
+    json_response,
+    read_json,
+    require_caller,
+    state_value,
+)
 
 from .booking import Booking
 from .claims import Ledger
@@ -57,9 +71,10 @@ class Deps:
 
 
 class State(TypedDict):
-    """The allocator app's lifespan state."""
+    """The allocator app's lifespan state (``caller_auth`` is ``CALLER_AUTH_STATE``)."""
 
     deps: Deps
+    caller_auth: CallerAuth
 
 
 def deps(request: Request) -> Deps:
@@ -113,6 +128,9 @@ def _pod(pod: PodRef) -> None:
 
 async def post_allocation(request: Request) -> Response:
     request_body = _checked(AllocationRequest.from_dict(await read_json(request)))
+    if not request_body.dry_run:
+        auth = state_value(request, CALLER_AUTH_STATE, CallerAuth)
+        await auth.authenticate(request.headers, action="book a server (POST /v1/allocations)")
     answer = await deps(request).booking.allocate(request_body)
     if isinstance(answer, NoFit):
         return json_response(answer.to_dict(), 409)
@@ -150,8 +168,15 @@ async def get_status(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     Route("/v1/allocations", post_allocation, methods=["POST"]),
-    Route("/v1/allocations/{uid}/commit", post_commit, methods=["POST"]),
-    Route("/v1/allocations/{uid}", delete_allocation, methods=["DELETE"]),
+    Route(
+        "/v1/allocations/{uid}/commit", post_commit, methods=["POST"], middleware=[require_caller()]
+    ),
+    Route(
+        "/v1/allocations/{uid}",
+        delete_allocation,
+        methods=["DELETE"],
+        middleware=[require_caller()],
+    ),
     Route("/v1/allocations/{uid}", get_allocation, methods=["GET"]),
     Route("/v1/claims", get_claims, methods=["GET"]),
     Route("/v1/status", get_status, methods=["GET"]),
