@@ -23,8 +23,13 @@ from rgpu_discovery.lupine import Dialer, dial_tcp
 from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Backoff, Settings
+from rgpu_runtime import Backoff, BearerAuth, Settings, TokenRequestSource, kube_client
 from rgpu_testkit import eventually
+
+NAMESPACE = "rgpu-system"
+ALLOCATOR_ACCOUNT = "rgpu-allocator"
+ALLOCATOR = f"system:serviceaccount:{NAMESPACE}:{ALLOCATOR_ACCOUNT}"
+"""The one caller the on-demand probe accepts in these tests, as k8s/ deploys it."""
 
 TOPOLOGY_KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone")
 FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2)
@@ -106,6 +111,9 @@ def make_settings() -> Callable[..., Settings]:
 
     def make(**overrides: str) -> Settings:
         env = {
+            # Authenticated as k8s/ deploys it: the probe answers the allocator's token only.
+            "RGPU_AUTH": "tokenreview",
+            "RGPU_ALLOWED_CALLERS": ALLOCATOR,
             "RGPU_PROBE_INTERVAL_SECONDS": "0.2",
             "RGPU_PROBE_TIMEOUT_SECONDS": "0.5",
             "RGPU_TOPOLOGY_KEYS": ",".join(TOPOLOGY_KEYS),
@@ -210,7 +218,22 @@ class Discovery:
 async def sim() -> AsyncIterator[SimApiServer]:
     """A fresh simulated apiserver on an ephemeral loopback port."""
     async with run_apiserver() as server:
+        server.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        for account in (ALLOCATOR_ACCOUNT, "intruder"):
+            meta = {"name": account, "namespace": NAMESPACE}
+            server.store.create("serviceaccounts", {"metadata": meta})
         yield server
+
+
+@asynccontextmanager
+async def caller(
+    sim_url: str, account: str = ALLOCATOR_ACCOUNT, **source: Any
+) -> AsyncIterator[BearerAuth]:
+    """Tokens of ``account`` minted through TokenRequest, as the allocator gets them in the
+    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, seconds)."""
+    settings = Settings.from_env({"RGPU_KUBE_URL": sim_url}, service="allocator")
+    async with kube_client(settings) as kube:
+        yield BearerAuth(TokenRequestSource(kube, namespace=NAMESPACE, account=account, **source))
 
 
 @pytest.fixture
@@ -237,9 +260,12 @@ def start(
             reprobe_min_interval=reprobe_min_interval,
         )
         async with (
+            caller(sim.url) as auth,
             LifespanManager(app) as manager,
             httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=manager.app), base_url="http://discovery"
+                transport=httpx.ASGITransport(app=manager.app),
+                base_url="http://discovery",
+                auth=auth,
             ) as client,
         ):
             discovery = Discovery(client=client, registry=registry)
@@ -248,3 +274,9 @@ def start(
             yield discovery
 
     return run
+
+
+@pytest.fixture
+def token_caller() -> Callable[..., AbstractAsyncContextManager[BearerAuth]]:
+    """``async with token_caller(sim_url, account=..., audience=..., seconds=...) as auth:``"""
+    return caller

@@ -13,7 +13,14 @@ import anyio
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import Backoff, Readiness, Settings, create_service_app, kube_client
+from rgpu_runtime import (
+    Backoff,
+    Readiness,
+    Settings,
+    caller_auth,
+    create_service_app,
+    kube_client,
+)
 
 from .clients import event_recorder, node_event
 from .fleet import FleetState
@@ -93,7 +100,10 @@ def create_app(
             await tg.start(flights.run)
             await tg.start(watch.run)
             await tg.start(probes.run)
-            yield {"deps": Deps(fleet=fleet, topology=topology, reprober=reprober)}
+            yield {
+                "deps": Deps(fleet=fleet, topology=topology, reprober=reprober),
+                "caller_auth": caller_auth(settings, kube),
+            }
             tg.cancel_scope.cancel()
 
     return create_service_app(

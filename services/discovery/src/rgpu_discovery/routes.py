@@ -13,7 +13,11 @@ state behind it is built.
   again, and concurrent requests share the probe in flight; the ``X-Rgpu-Probe`` header says
   which happened (``probed``, ``coalesced``, ``rate_limited``). ``404`` for a server the fleet
   does not list, ``409`` for one without an endpoint, ``503`` (retryable) before the first
-  Node list.
+  Node list. Only callers the apiserver vouches for may ask (DESIGN §10): a ServiceAccount
+  token of audience ``rgpu`` that TokenReview confirms as an account on
+  ``RGPU_ALLOWED_CALLERS`` (the allocator's), checked before anything else; ``401`` without
+  one, ``403`` for another account. A probe costs lupine a connection, so nobody else may
+  make discovery open them on demand; the reads above stay open.
 
 Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
 after a re-probe, the fleet revision once the probe's result was applied, so a caller can
@@ -36,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_runtime import Poll, Versioned, state_value
+from rgpu_runtime import CallerAuth, Poll, Versioned, require_caller, state_value
 
 from .errors import NotListedYet
 from .fleet import FleetState
@@ -63,9 +67,10 @@ class Deps:
 
 
 class State(TypedDict):
-    """The lifespan state discovery's app yields."""
+    """The lifespan state discovery's app yields (``caller_auth`` is ``CALLER_AUTH_STATE``)."""
 
     deps: Deps
+    caller_auth: CallerAuth
 
 
 def deps(request: Request) -> Deps:
@@ -147,5 +152,5 @@ def _quality(params: str) -> float:
 ROUTES: list[BaseRoute] = [
     Route("/v1/fleet", get_fleet, methods=["GET"]),
     Route("/v1/topology", get_topology, methods=["GET"]),
-    Route("/v1/servers/{name}/probe", post_probe, methods=["POST"]),
+    Route("/v1/servers/{name}/probe", post_probe, methods=["POST"], middleware=[require_caller()]),
 ]
