@@ -164,7 +164,12 @@ class Build:
 
     @staticmethod
     def settings(**env: str) -> Settings:
-        base = {"RGPU_KUBE_URL": "http://127.0.0.1:9", "RGPU_LOG_FORMAT": "text"}
+        # The allocator is faked at the transport: its callers' tokens are tested there.
+        base = {
+            "RGPU_KUBE_URL": "http://127.0.0.1:9",
+            "RGPU_LOG_FORMAT": "text",
+            "RGPU_AUTH": "none",
+        }
         return Settings.from_env({**base, **env}, service="extender")
 
 

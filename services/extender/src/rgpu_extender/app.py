@@ -21,6 +21,7 @@ from rgpu_runtime import (
     Listener,
     Readiness,
     Settings,
+    bearer_auth,
     create_service_app,
     http_client,
     kube_client,
@@ -84,6 +85,7 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
+            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
             inventory = Inventory()
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
