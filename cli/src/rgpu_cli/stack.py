@@ -39,6 +39,9 @@ def service_account(service: str) -> str:
 
 # The webhook trusts exactly the services that write scheduler-owned annotations, as k8s/base.
 TRUSTED_USERS = ",".join(service_account(s) for s in ("allocator", "extender"))
+# The callers the allocator's writes and discovery's probe accept, as k8s/base/settings.env:
+# each service gets its token through TokenRequest, having no kubelet to project one.
+ALLOWED_CALLERS = ",".join(service_account(s) for s in ("extender", "allocator"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +156,8 @@ def _service_env(options: StackOptions, sim_url: str, ports: Mapping[str, int]) 
         "RGPU_PROBE_INTERVAL_SECONDS": f"{options.probe_interval_seconds:g}",
         "RGPU_PROBE_TIMEOUT_SECONDS": "1",
         "RGPU_TRUSTED_USERS": TRUSTED_USERS,
+        "RGPU_AUTH": "tokenreview",
+        "RGPU_ALLOWED_CALLERS": ALLOWED_CALLERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
     }
@@ -170,6 +175,7 @@ def _processes(
         env = {
             **common,
             "RGPU_LISTEN": f"127.0.0.1:{ports[name]}",
+            "RGPU_TOKEN_ACCOUNT": f"rgpu-{name}",
             **options.extra_env.get(name, {}),
         }
         if name == "extender":
@@ -202,6 +208,9 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             run_apiserver(port=options.apiserver_port, options=api_options)
         )
         sim.store.create("namespaces", {"metadata": {"name": SYSTEM_NAMESPACE}})
+        for name in SERVICES:
+            account = {"name": f"rgpu-{name}", "namespace": SYSTEM_NAMESPACE}
+            sim.store.create("serviceaccounts", {"metadata": account})
         plan = plan_fleet(
             FleetSpec(
                 servers=options.servers,
