@@ -24,6 +24,21 @@ pytestmark = pytest.mark.anyio
 
 Load = Callable[[str], Any]
 
+AUTH = {
+    "RGPU_AUTH": "tokenreview",
+    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+}
+"""Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
+
+
+async def extender_token(sim_url: str) -> str:
+    """The extender's rgpu token, minted by TokenRequest (what its kubelet would project)."""
+    path = "/api/v1/namespaces/rgpu-system/serviceaccounts/rgpu-extender/token"
+    async with httpx.AsyncClient(base_url=sim_url, timeout=10) as api:
+        answer = await api.post(path, json={"spec": {"audiences": ["rgpu"]}})
+    token: str = answer.json()["status"]["token"]
+    return token
+
 
 def _node(name: str, *, server: bool, rack: str = "r1") -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": name, "topology.rgpu.io/rack": rack}
@@ -49,17 +64,25 @@ async def wired() -> AsyncIterator[Wired]:
             sim.store.create("namespaces", {"metadata": {"name": namespace}})
         for name, server in (("gpu-node-1", False), ("gpu-node-2", True), ("cpu-node-1", False)):
             sim.store.create("nodes", _node(name, server=server))
-        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text"}
+        for account in ("rgpu-allocator", "rgpu-extender"):
+            meta = {"name": account, "namespace": "rgpu-system"}
+            sim.store.create("serviceaccounts", {"metadata": meta})
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text", **AUTH}
         discovery = rgpu_discovery.create_app(Settings.from_env(env, service="discovery"))
         async with LifespanManager(discovery) as d:
             to_discovery = httpx.ASGITransport(app=d.app)
             allocator = rgpu_allocator.create_app(
-                Settings.from_env(env, service="allocator"), discovery_transport=to_discovery
+                Settings.from_env(
+                    {**env, "RGPU_TOKEN_ACCOUNT": "rgpu-allocator"}, service="allocator"
+                ),
+                discovery_transport=to_discovery,
             )
             async with LifespanManager(allocator) as a:
                 to_allocator = httpx.ASGITransport(app=a.app)
                 extender = rgpu_extender.create_app(
-                    Settings.from_env(env, service="extender"),
+                    Settings.from_env(
+                        {**env, "RGPU_TOKEN_ACCOUNT": "rgpu-extender"}, service="extender"
+                    ),
                     allocator_transport=to_allocator,
                     discovery_transport=to_discovery,
                 )
@@ -68,7 +91,11 @@ async def wired() -> AsyncIterator[Wired]:
                     httpx.AsyncClient(
                         transport=httpx.ASGITransport(app=e.app), base_url="http://ext"
                     ) as ext,
-                    httpx.AsyncClient(transport=to_allocator, base_url="http://alloc") as alloc,
+                    httpx.AsyncClient(
+                        transport=to_allocator,
+                        base_url="http://alloc",
+                        headers={"Authorization": f"Bearer {await extender_token(sim.url)}"},
+                    ) as alloc,
                 ):
                     yield Wired(sim=sim, extender=ext, allocator=alloc)
 

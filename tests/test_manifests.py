@@ -1071,17 +1071,7 @@ def _needed(code: Code, grant: Grant) -> bool:
     return bool(code.api_methods & set(methods))
 
 
-_GUARD_NOT_WIRED = pytest.mark.xfail(
-    strict=True,
-    reason="tokenreviews create is granted for the guard (DESIGN §10); the service's routes are "
-    "wired to require_caller/caller_auth after the regroup. Remove this mark then.",
-)
-
-
-@pytest.mark.parametrize(
-    "service",
-    [s if s not in RECEIVERS else pytest.param(s, marks=_GUARD_NOT_WIRED) for s in API_CLIENTS],
-)
+@pytest.mark.parametrize("service", API_CLIENTS)
 def test_every_rbac_rule_of_a_service_is_used_by_its_code(render: Render, service: str) -> None:
     code = _services_ready(service)
     unused = sorted(

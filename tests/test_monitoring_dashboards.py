@@ -36,6 +36,23 @@ from rgpu_testkit import eventually, node_manifest, register_annotation, registe
 pytestmark = pytest.mark.anyio
 
 Load = Callable[[str], Any]
+
+AUTH = {
+    "RGPU_AUTH": "tokenreview",
+    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+}
+"""Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
+
+
+async def extender_token(sim_url: str) -> str:
+    """The extender's rgpu token, minted by TokenRequest (what its kubelet would project)."""
+    path = "/api/v1/namespaces/rgpu-system/serviceaccounts/rgpu-extender/token"
+    async with httpx.AsyncClient(base_url=sim_url, timeout=10) as api:
+        answer = await api.post(path, json={"spec": {"audiences": ["rgpu"]}})
+    token: str = answer.json()["status"]["token"]
+    return token
+
+
 Labels = dict[str, str]
 Sample = tuple[str, Labels, float]
 
@@ -85,10 +102,14 @@ async def stack() -> AsyncIterator[Stack]:
         sim.store.create("nodes", server_node("gpu-node-2"))
         for name in ("gpu-node-1", "cpu-node-1"):
             sim.store.create("nodes", node(name, {"kubernetes.io/hostname": name}))
-        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text"}
+        for account in ("rgpu-allocator", "rgpu-extender"):
+            meta = {"name": account, "namespace": "rgpu-system"}
+            sim.store.create("serviceaccounts", {"metadata": meta})
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text", **AUTH}
 
         def settings(service: str) -> Settings:
-            return Settings.from_env(env, service=service)
+            account = {"RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}
+            return Settings.from_env({**env, **account}, service=service)
 
         discovery = rgpu_discovery.create_app(settings("discovery"))
         async with LifespanManager(discovery) as d:
@@ -150,7 +171,8 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
     assert (await stack.clients["extender"].post("/mutate", json=review)).is_success
     stack.sim.faults.set_error(verb="*", resource="leases", rate=1.0, code=500)
     uid = first["metadata"]["uid"]
-    failed = await stack.clients["allocator"].delete(f"/v1/allocations/{uid}")
+    extender = {"Authorization": f"Bearer {await extender_token(stack.sim.url)}"}
+    failed = await stack.clients["allocator"].delete(f"/v1/allocations/{uid}", headers=extender)
     assert failed.status_code >= 500, failed.text
     stack.sim.faults.clear()
     await wait_for_holder(stack)

@@ -41,6 +41,12 @@ pytestmark = pytest.mark.anyio
 
 Load = Callable[[str], Any]
 
+AUTH = {
+    "RGPU_AUTH": "tokenreview",
+    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+}
+"""Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
+
 
 class Receiver:
     """An OTLP/HTTP trace receiver: every span it was sent, by span id."""
@@ -123,10 +129,14 @@ async def wired() -> AsyncIterator[Wired]:
             sim.store.create("namespaces", {"metadata": {"name": namespace}})
         for name, server in (("gpu-node-1", False), ("gpu-node-2", True), ("cpu-node-1", False)):
             sim.store.create("nodes", node(name, server=server))
-        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text"}
+        for account in ("rgpu-allocator", "rgpu-extender"):
+            meta = {"name": account, "namespace": "rgpu-system"}
+            sim.store.create("serviceaccounts", {"metadata": meta})
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text", **AUTH}
 
         def settings(service: str) -> Settings:
-            return Settings.from_env(env, service=service)
+            account = {"RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}
+            return Settings.from_env({**env, **account}, service=service)
 
         discovery = instrument_app(rgpu_discovery.create_app(settings("discovery")))
         async with LifespanManager(discovery) as d:
