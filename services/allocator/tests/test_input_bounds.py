@@ -105,3 +105,19 @@ async def test_since_of_thousands_of_digits_is_refused_naming_since(client):
     got = await client.get("/v1/claims", params={"since": "9" * 5000})
     assert got.status_code == 400, got.text
     assert "since=" in got.json()["message"]
+
+
+async def test_commit_body_over_a_few_kib_is_refused_with_413(client):
+    got = await client.post("/v1/allocations/u-1/commit", content=b" " * 5000)
+    assert got.status_code == 413, got.text
+    assert "limit of 4096 bytes" in got.json()["message"]
+
+
+async def test_booking_body_is_held_to_the_max_body_bytes_setting(build, kit, sim):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    env = {"RGPU_MAX_BODY_BYTES": "2048"}
+    async with kit.running_allocator(sim.url, discovery, **env) as client:
+        body = kit.ask(build.pod(), build.container(), candidates=[f"n-{i}" for i in range(500)])
+        got = await client.post("/v1/allocations", json=body)
+    assert got.status_code == 413, got.text
+    assert "2048 bytes" in got.json()["message"]

@@ -155,4 +155,5 @@ def create_app(
         lifespan=lifespan,
         readiness=readiness,
         registry=registry,
+        max_body_bytes=settings.http.max_body_bytes,
     )

@@ -15,9 +15,10 @@ checked once its body says it is one, because a ``dryRun`` decides without writi
 open like the other reads (``rgpu explain`` asks with it). 401 without a confirmed token, 403
 for an account not on the list.
 
-Bodies are held to the runtime's app-wide limit while they stream (413 past it), and every uid,
-name and node name is held to Kubernetes' own length limit (400 naming the field): nothing
-longer can name a real object, and nothing unbounded reaches a Lease or a log line.
+Bodies are held to a limit while they stream (413 past it): commit's to a few KiB, a
+booking's (candidate node names) to ``RGPU_MAX_BODY_BYTES``. Every uid, name and node name is
+held to Kubernetes' own length limit (400 naming the field): nothing longer can name a real
+object, and nothing unbounded reaches a Lease or a log line.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rgpu_runtime import (
     CALLER_AUTH_STATE,
     CallerAuth,
     Poll,
+    body_limit,
     json_response,
     read_json,
     require_caller,
@@ -56,6 +58,9 @@ MAX_NAME_CHARS = 253
 """Kubernetes' limit on an object name (a DNS subdomain): pods and nodes."""
 MAX_NAMESPACE_CHARS = 63
 """Kubernetes' limit on a namespace name (a DNS label)."""
+SMALL_BODY_BYTES = 4096
+"""Commit's body is one node name (at most 253 characters): anything larger is not a request
+of ours. (Release reads no body at all.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +174,10 @@ async def get_status(request: Request) -> Response:
 ROUTES: list[BaseRoute] = [
     Route("/v1/allocations", post_allocation, methods=["POST"]),
     Route(
-        "/v1/allocations/{uid}/commit", post_commit, methods=["POST"], middleware=[require_caller()]
+        "/v1/allocations/{uid}/commit",
+        post_commit,
+        methods=["POST"],
+        middleware=[require_caller(), body_limit(SMALL_BODY_BYTES)],
     ),
     Route(
         "/v1/allocations/{uid}",
