@@ -151,8 +151,10 @@ def _card_fit(cards: Sequence[Card], demand: Demand) -> str | None:
 def _fit(
     cards: tuple[Card, ...], demand: Demand, facts: ServerFacts, granularity: Granularity
 ) -> tuple[ContainerAssignment, ...] | Untrusted:
-    problem = _server_fit(cards, demand, facts) if granularity == "server" else None
-    problem = _card_fit(cards, demand) if granularity == "card" else problem
+    if granularity == "server":
+        problem = _server_fit(cards, demand, facts)
+    else:
+        problem = _card_fit(cards, demand)
     if problem is not None:
         return Untrusted(why=problem)
     return assign(demand.containers, cards, granularity)
