@@ -463,6 +463,8 @@ def base_env(sim_url: str, discovery_url: str) -> dict[str, str]:
         RGPU_LOG_LEVEL="INFO",
         RGPU_LOG_FORMAT="text",
         RGPU_BOOKING_TTL_SECONDS="3600",
+        # It measures decisions and memory, not the callers' token check.
+        RGPU_AUTH="none",
     )
     return env
 
