@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from rgpu_contracts import CardId, Claim
+import json
+
+import pytest
+
+from rgpu_contracts import CardId, Claim, ContractError, PodRef, PodUID, ServerName
 from rgpu_placement import (
     FleetView,
     Holdings,
+    Nomination,
     ServerFacts,
     Standing,
     Unclaimed,
@@ -139,3 +144,51 @@ def test_card_mode_never_evicts_a_holder_that_outranks_the_pod(make):
     standing = {"vip": (500, 1.0), "low": (1, 1.0)}
     options = run(make, [make.server("a")], Holders(claims, standing), count=3, granularity="card")
     assert options == ()
+
+
+def nomination(**overrides) -> Nomination:
+    fields = {
+        "pod": PodRef(uid=PodUID("uid-urgent"), namespace="ml", name="urgent"),
+        "priority": 100,
+        "cards": (CardId("a/GPU-a-0"),),
+        "victims": (PodRef(uid=PodUID("uid-low"), namespace="ml", name="low"),),
+        "nominated_at": 10.0,
+        "expires_at": 70.0,
+    }
+    return Nomination(**{**fields, **overrides})
+
+
+def test_a_nomination_round_trips_through_its_wire_form():
+    made = nomination()
+    assert Nomination.from_dict(json.loads(json.dumps(made.to_dict()))) == made
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("priority", "high", "nomination.priority"),
+        ("priority", True, "nomination.priority"),
+        ("expiresAt", None, "nomination.expiresAt"),
+        ("cards", ["ok", 3], "nomination.cards[1]"),
+        ("victims", [{"uid": ""}], "nomination.victims[0]"),
+    ],
+)
+def test_a_bad_nomination_names_the_field(field, value, path):
+    raw = {**nomination().to_dict(), field: value}
+    with pytest.raises(ContractError) as caught:
+        Nomination.from_dict(raw)
+    assert caught.value.path.startswith(path)
+
+
+def test_a_nomination_holds_against_lower_and_equal_priority_until_it_expires():
+    made = nomination()
+    assert made.holds_against("uid-other", 100, now=20.0)
+    assert made.holds_against("uid-other", 5, now=69.9)
+    assert not made.holds_against("uid-other", 101, now=20.0)
+    assert not made.holds_against("uid-urgent", 100, now=20.0)
+    assert not made.holds_against("uid-other", 5, now=70.0)
+
+
+def test_a_nomination_reads_as_the_nominee_holding_its_cards():
+    claim = nomination().as_claim(ServerName("a"))
+    assert (claim.pod.name, claim.server, claim.cards) == ("urgent", "a", ("a/GPU-a-0",))

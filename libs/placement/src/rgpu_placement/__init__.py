@@ -66,7 +66,9 @@ from ._precedence import (
     winner,
 )
 from ._preempting import (
+    ANNOTATION_NOMINATION,
     MAX_SUBSETS,
+    Nomination,
     Preemption,
     Standing,
     preemptions,
@@ -80,6 +82,7 @@ from ._validity import (
 )
 
 __all__ = [
+    "ANNOTATION_NOMINATION",
     "MAX_QUANTITY",
     "MAX_SUBSETS",
     "Ask",
@@ -95,6 +98,7 @@ __all__ = [
     "Granularity",
     "Holdings",
     "InvalidQuantity",
+    "Nomination",
     "PlacementError",
     "PodDemand",
     "PodFacts",

@@ -7,21 +7,44 @@ and with them gone the pod fits. Candidates are ranked by the cost of freeing th
 victims, then the lowest highest victim priority, then the least run time lost, then the
 server name. In ``server`` granularity every holder of the server goes; in ``card``
 granularity only the fewest holders whose cards make the request fit.
+
+While the victims terminate, the freed cards are promised to the pod by a ``Nomination``
+stored on the server's Lease (annotation ``rgpu.io/nomination``); every replica, and
+``rgpu explain``, reads the same record. It holds the cards for everyone of lower or equal
+priority until the nominee books, goes away, or the nomination expires.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rgpu_contracts import CardId, Claim, ServerName, split_card_id
+from rgpu_contracts import (
+    CardId,
+    Claim,
+    ClaimState,
+    ContractError,
+    PodRef,
+    ServerName,
+    split_card_id,
+)
 
 from ._demand import Demand
 from ._fitting import Fit, Granularity, Holdings, fit
 from ._fleetview import FleetView, ServerFacts
 
-__all__ = ["MAX_SUBSETS", "Preemption", "Standing", "preemptions"]
+__all__ = [
+    "ANNOTATION_NOMINATION",
+    "MAX_SUBSETS",
+    "Nomination",
+    "Preemption",
+    "Standing",
+    "preemptions",
+]
+
+ANNOTATION_NOMINATION = "rgpu.io/nomination"
+"""The Lease annotation that stores a server's ``Nomination`` (JSON object)."""
 
 MAX_SUBSETS = 4096
 """Victim sets tried per server in card granularity; a server has a handful of cards, so the
@@ -54,6 +77,86 @@ class Preemption:
     @property
     def cost(self) -> tuple[int, int, float, str]:
         return len(self.victims), self.max_priority, self.run_lost, self.server
+
+
+def _number(raw: Mapping[str, object], key: str, path: str) -> float:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ContractError(f"{path}.{key}", "expected a number")
+    return float(value)
+
+
+def _list(raw: Mapping[str, object], key: str, path: str) -> list[object]:
+    value = raw.get(key, [])
+    if not isinstance(value, list):
+        raise ContractError(f"{path}.{key}", "expected a JSON array")
+    return value
+
+
+def _card(raw: object, path: str) -> CardId:
+    if not isinstance(raw, str) or not raw:
+        raise ContractError(path, "expected a card id string")
+    return CardId(raw)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nomination:
+    """A server's cards promised to ``pod`` while its ``victims`` terminate."""
+
+    pod: PodRef
+    priority: int
+    cards: tuple[CardId, ...]
+    """The cards the pod will get (every healthy card in server granularity)."""
+    victims: tuple[PodRef, ...]
+    nominated_at: float
+    expires_at: float
+    """Booking TTL plus the victims' longest grace period after ``nominated_at``."""
+
+    def holds_against(self, uid: str, priority: int, now: float) -> bool:
+        """Whether the promise keeps pod ``uid`` of ``priority`` off these cards at ``now``."""
+        return now < self.expires_at and uid != self.pod.uid and priority <= self.priority
+
+    def as_claim(self, server: ServerName) -> Claim:
+        """The promise in the shape the fit checks read: the nominee holding its cards."""
+        return Claim(
+            pod=self.pod,
+            server=server,
+            cards=self.cards,
+            containers=(),
+            state=ClaimState.BOOKED,
+            booked_at=self.nominated_at,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pod": dict(self.pod.to_dict()),
+            "priority": self.priority,
+            "cards": list(self.cards),
+            "victims": [dict(v.to_dict()) for v in self.victims],
+            "nominatedAt": self.nominated_at,
+            "expiresAt": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "nomination") -> Nomination:
+        """Read a stored nomination; raises ``ContractError`` naming the bad field."""
+        if not isinstance(raw, Mapping):
+            raise ContractError(path, "expected a JSON object")
+        priority = raw.get("priority")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ContractError(f"{path}.priority", "expected an integer")
+        victims = _list(raw, "victims", path)
+        cards = _list(raw, "cards", path)
+        return cls(
+            pod=PodRef.from_dict(raw.get("pod"), f"{path}.pod"),
+            priority=priority,
+            cards=tuple(_card(c, f"{path}.cards[{i}]") for i, c in enumerate(cards)),
+            victims=tuple(
+                PodRef.from_dict(v, f"{path}.victims[{i}]") for i, v in enumerate(victims)
+            ),
+            nominated_at=_number(raw, "nominatedAt", path),
+            expires_at=_number(raw, "expiresAt", path),
+        )
 
 
 StandingOf = Callable[[Claim], Standing | None]
