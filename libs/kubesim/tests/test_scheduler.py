@@ -496,7 +496,7 @@ async def _placements(sim: SimApiServer, scheduler: Start, seed: int) -> list[st
         await eventually(lambda: all(node_of(sim, n) for n in names))
     placed = [node_of(sim, n) for n in names]
     for name in names:
-        sim.store.delete("pods", name, namespace="default")
+        sim.store.delete("pods", name, namespace="default", grace_period_seconds=0)
     return placed
 
 
@@ -708,7 +708,23 @@ async def test_deleting_an_assigned_pod_moves_refused_pods(
     extender.answers["filter"] = sequence(refuse_all(), keep_all)
     async with scheduler() as emulator:
         await refused_once(emulator, uid)
-        sim.store.delete("pods", "holder", namespace="default")
+        sim.store.delete("pods", "holder", namespace="default", grace_period_seconds=0)
+        await eventually(lambda: node_of(sim, "trainer"))
+
+
+async def test_a_terminating_assigned_pod_counts_on_its_node_until_it_is_gone(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    sim.store.create("pods", make_pod("holder", spec={"nodeName": "node-a"}))
+    uid = add_pod(sim, "trainer")
+    extender.answers["filter"] = sequence(refuse_all(), keep_all)
+    async with scheduler() as emulator:
+        await refused_once(emulator, uid)
+        terminating = sim.store.delete("pods", "holder", namespace="default")
+        assert terminating["metadata"]["deletionTimestamp"]
+        assert await stays(lambda: len(extender.bodies("filter")) == 1)
+        sim.store.delete("pods", "holder", namespace="default", grace_period_seconds=0)
         await eventually(lambda: node_of(sim, "trainer"))
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rgpu_kubesim import _namespaces, _status, _strategies
+from rgpu_kubesim import _graceful, _namespaces, _status, _strategies
 from rgpu_kubesim._listing import Listing
 from rgpu_kubesim._objects import (
     Entry,
@@ -296,12 +296,23 @@ class Storage:
         preconditions: Mapping[str, Any] | None = None,
         *,
         dry_run: bool = False,
+        grace_period_seconds: int | None = None,
     ) -> Entry:
-        """Delete now (a namespace only starts terminating); ``dry_run`` changes nothing."""
+        """Delete now, or start terminating: a namespace, or a pod bound to a node.
+
+        A bound pod gets ``deletionTimestamp`` and stays until its kubelet deletes it with
+        ``grace_period_seconds=0``; ``dry_run`` changes nothing.
+        """
         current = self.get(resource, namespace, name)
         _check_preconditions(resource, current, preconditions or {})
         if resource is _NAMESPACES:
             return self._terminate_namespace(current, dry_run=dry_run)
+        if resource is _PODS:
+            body = _graceful.terminating(current.decode(), grace_period_seconds, self._clock())
+            if body is not None:
+                if body == current.decode():
+                    return current
+                return self._commit(_PODS, MODIFIED, body, current, dry_run=dry_run)
         if dry_run:
             return current
         return self._commit(resource, DELETED, current.decode(), current)

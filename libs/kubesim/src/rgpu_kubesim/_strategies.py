@@ -146,7 +146,13 @@ def _same(request: Any, limit: Any) -> bool:
 def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresource: str) -> JsonObj:
     """Carry over what this kind of update may not change; return the object to store."""
     meta = new.setdefault("metadata", {})
-    for key in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ):
         if key in old["metadata"]:
             meta[key] = old["metadata"][key]
         else:
