@@ -515,8 +515,9 @@ async def test_higher_priority_pod_is_scheduled_first(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:
     add_nodes(sim, "node-a")
-    add_pod(sim, "a-low", spec={"priority": 0})
-    add_pod(sim, "b-high", spec={"priority": 1000})
+    sim.store.create("priorityclasses", {"metadata": {"name": "high"}, "value": 1000})
+    add_pod(sim, "a-low")
+    add_pod(sim, "b-high", spec={"priorityClassName": "high"})
     async with scheduler():
         await eventually(lambda: node_of(sim, "a-low") and node_of(sim, "b-high"))
     order = [b["Pod"]["metadata"]["name"] for b in extender.bodies("filter")]

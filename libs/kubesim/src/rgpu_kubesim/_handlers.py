@@ -18,7 +18,16 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim import _fields, _graceful, _options, _requests, _status, _tables, _token_api
+from rgpu_kubesim import (
+    _eviction,
+    _fields,
+    _graceful,
+    _options,
+    _requests,
+    _status,
+    _tables,
+    _token_api,
+)
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
@@ -81,6 +90,8 @@ class ResourceHandlers:
             raise decision.error
         if verb == "create" and target.subresource == "binding":
             return await self.bind(target, request)
+        if verb == "create" and target.subresource == "eviction":
+            return await self.evict(target, request)
         if target.resource.verbs and verb not in target.resource.verbs:
             raise _status.method_not_allowed()
         if verb == "create" and target.subresource == "token":
@@ -273,6 +284,15 @@ class ResourceHandlers:
             raise _status.failure(422, f'Binding "{name}" is invalid: target.name: Required value')
         binding = await self._admitted(request, target, "CREATE", binding, None, name=name)
         self.deps.storage.bind(namespace, name, binding)
+        return json_response(_status.success(code=201), 201)
+
+    async def evict(self, target: Target, request: Request) -> Response:
+        eviction = await _requests.read_object(request)
+        namespace = target.namespace or ""
+        self.deps.storage.get(target.resource, namespace, target.name)
+        if isinstance(eviction, dict):
+            eviction = await self._admitted(request, target, "CREATE", eviction, None)
+        _eviction.evict(self.deps.storage, namespace, target.name, eviction, self.deps.clock())
         return json_response(_status.success(code=201), 201)
 
     # -- admission ---------------------------------------------------------------------------
