@@ -357,3 +357,58 @@ async def test_card_granularity_frees_just_enough_cards(build, kit, sim, cluster
             return got.status_code == 200 and sorted(got.json()["cards"]) == sorted(two_cards)
 
         await kit.wait_for(booked, what="the preemptor booked the freed cards")
+
+
+async def preempted_and_freed(client, kit, cluster, victim: PodRef, nominee: PodRef) -> None:
+    """``nominee`` is refused, nominated on the victim's server, and the victim is gone."""
+    refused = await client.post("/v1/allocations", json=kit.ask(nominee))
+    assert refused.status_code == 409
+    finish(cluster, victim)
+
+    async def freed() -> bool:
+        return cluster.holders().get("gpu-a") == []
+
+    await kit.wait_for(freed, what="the victim's claim released")
+
+
+async def test_a_nomination_ends_when_its_pod_goes_away(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        finish(cluster, urgent)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(standard))
+            return got.status_code == 200
+
+        await kit.wait_for(booked, what="the server bookable once the nominee is gone")
+
+
+async def test_a_pod_of_higher_priority_than_the_nominee_may_book_its_server(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    cluster.sim.store.create(
+        "priorityclasses",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "critical"},
+            "value": 5000,
+        },
+    )
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    critical = make_pod(cluster, "critical", "critical")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        got = await client.post("/v1/allocations", json=kit.ask(critical))
+    assert got.status_code == 200, got.text
+    assert got.json()["server"] == "gpu-a"
