@@ -412,3 +412,21 @@ async def test_a_pod_of_higher_priority_than_the_nominee_may_book_its_server(
         got = await client.post("/v1/allocations", json=kit.ask(critical))
     assert got.status_code == 200, got.text
     assert got.json()["server"] == "gpu-a"
+
+
+async def test_a_failed_eviction_keeps_the_refusal_and_takes_the_nomination_back(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        sim.faults.set_error(verb="create", resource="pods/eviction", rate=1.0, code=500)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert not terminating(cluster, batch)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="failed"}') == 1

@@ -35,11 +35,11 @@ from rgpu_placement import (
     Standing,
     preemptions,
 )
-from rgpu_runtime import KubeError
+from rgpu_runtime import KubeError, RgpuError
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
-from .errors import EvictionRefused
+from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
 from .judging import Judge, Policy
 from .leases import Edited, LeaseWriter
@@ -102,12 +102,22 @@ class Preemptor:
     enabled: bool = True
 
     async def preempt(self, request: AllocationRequest, demand: Demand, view: FleetView) -> Outcome:
-        """Try to free a server for ``request.pod`` after a refusal; returns what happened."""
-        pod = await self._pod(request.pod)
-        if not self.enabled or pod is None or not may_preempt(pod):
+        """Try to free a server for ``request.pod`` after a refusal; returns what happened.
+
+        Never raises our errors: the refusal stands whatever happens here, and the pod's next
+        retry tries again.
+        """
+        if not self.enabled:
             return Outcome.NONE
         with tracer.start_as_current_span("preempt", attributes={"pod": request.pod.key}):
-            outcome = await self._preempt(pod, demand, view)
+            try:
+                pod = await self._pod(request.pod)
+                if pod is None or not may_preempt(pod):
+                    return Outcome.NONE
+                outcome = await self._preempt(pod, demand, view)
+            except RgpuError as exc:
+                logger.warning("preemption for %s failed: %s", request.pod.key, exc)
+                outcome = Outcome.FAILED
         self.instruments.preemptions.labels(outcome.value).inc()
         return outcome
 
@@ -173,7 +183,11 @@ class Preemptor:
 
     async def _attempt(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
-        step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
+        try:
+            step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
+        except (Contended, LeaseUnreadable) as exc:
+            logger.info("cannot nominate %s on %s: %s", pod.ref.key, option.server, exc)
+            return Outcome.BLOCKED
         if step is _Step.MINE:
             return Outcome.PENDING
         if step is _Step.TAKEN:
