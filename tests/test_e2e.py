@@ -123,7 +123,11 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
             await stack.apiserver.delete(
                 f"/api/v1/namespaces/{holder.namespace}/pods/{holder.name}"
             )
-            freed = time.monotonic()
+            # A graceful deletion frees the server once the kubelet has stopped the holder.
+            await _until(
+                lambda: _record(stack, holder_key).finished_at is not None, 20, "holder stopped"
+            )
+            freed = _record(stack, holder_key).finished_at
         else:
             await eventually(
                 lambda: _record(stack, holder_key).finished_at is not None,

@@ -28,6 +28,7 @@ EVERY_KEY = {
     "RGPU_TLS_KEY_FILE": "/tls/tls.key",
     "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
     "RGPU_EXTENDER_BUDGET_SECONDS": "3",
+    "RGPU_PREEMPTION": "Off",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
@@ -59,6 +60,7 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.scheduling.lib_image == "registry.example.com/hami-core:2.4"
     assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
     assert s.scheduling.extender_budget_seconds == 3.0
+    assert s.scheduling.preemption is False
     assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
     assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
     assert s.kube.url == "http://127.0.0.1:6443"
@@ -238,3 +240,9 @@ def test_warn_is_accepted_as_warning() -> None:
 )
 def test_host_port_parses_the_accepted_forms(text: str, host: str, port: int) -> None:
     assert HostPort.parse(text) == HostPort(host=host, port=port)
+
+
+def test_preemption_is_on_by_default_and_a_bad_value_names_key_and_value() -> None:
+    assert Settings.from_env({}, service="allocator").scheduling.preemption is True
+    with pytest.raises(SettingsError, match=r"RGPU_PREEMPTION.*maybe"):
+        Settings.from_env({"RGPU_PREEMPTION": "maybe"}, service="allocator")

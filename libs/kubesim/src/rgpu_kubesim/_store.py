@@ -114,14 +114,23 @@ class Store:
         *,
         namespace: str | None = None,
         preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
     ) -> JsonObj:
-        """Delete now and return the object as last stored (409 if a precondition fails).
+        """Delete and return the object as last stored (409 if a precondition fails).
 
         A namespace is not removed at once: it comes back Terminating, its content is deleted,
-        and the server's namespace controller removes it shortly after (as kube's does).
+        and the server's namespace controller removes it shortly after (as kube's does). A pod
+        bound to a node comes back with ``deletionTimestamp`` set and stays until a kubelet
+        deletes it with ``grace_period_seconds=0`` (which also removes it at once here).
         """
         kind = _resource(resource)
-        entry = self._storage.delete(kind, _namespace(kind, namespace, None), name, preconditions)
+        entry = self._storage.delete(
+            kind,
+            _namespace(kind, namespace, None),
+            name,
+            preconditions,
+            grace_period_seconds=grace_period_seconds,
+        )
         return full_object(kind, entry)
 
     def bind(

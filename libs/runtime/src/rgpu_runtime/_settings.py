@@ -50,6 +50,7 @@ KNOWN_KEYS = (
     "RGPU_LOG_LEVEL",
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
+    "RGPU_PREEMPTION",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
@@ -125,6 +126,9 @@ class SchedulingSettings:
     extender_budget_seconds: float = 4.0
     """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
     kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
+    preemption: bool = True
+    """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
+    GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,6 +299,7 @@ def _scheduling(env: _Env) -> SchedulingSettings:
     d = SchedulingSettings()
     granularity = env.get("RGPU_GRANULARITY")
     users = env.get("RGPU_TRUSTED_USERS")
+    preemption = env.get("RGPU_PREEMPTION")
     return SchedulingSettings(
         granularity=d.granularity
         if granularity is None
@@ -310,6 +315,9 @@ def _scheduling(env: _Env) -> SchedulingSettings:
         extender_budget_seconds=_read(
             env, "RGPU_EXTENDER_BUDGET_SECONDS", p.seconds, d.extender_budget_seconds
         ),
+        preemption=d.preemption
+        if preemption is None
+        else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
     )
 
 
