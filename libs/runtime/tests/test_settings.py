@@ -12,6 +12,8 @@ EVERY_KEY = {
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
     "RGPU_GRANULARITY": "card",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE": "/tls/scheduler-ca.crt",
+    "RGPU_SCHEDULER_MAX_BODY_BYTES": "67108864",
     "RGPU_SCHEDULER_NAME": "my-scheduler",
     "RGPU_NAMESPACE": "gpu-system",
     "RGPU_BOOKING_TTL_SECONDS": "12.5",
@@ -62,6 +64,8 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.http.webhook_listen == HostPort(host="::1", port=9443)
     assert str(s.http.webhook_listen) == "[::1]:9443"
     assert (s.http.tls_cert_file, s.http.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
+    assert s.http.scheduler_client_ca_file == "/tls/scheduler-ca.crt"
+    assert s.http.scheduler_max_body_bytes == 64 << 20
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
 
 
@@ -93,7 +97,21 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.kube.pod_namespace is None
     assert str(s.http.webhook_listen) == "127.0.0.1:8443"
     assert s.http.tls_cert_file is None
+    assert s.http.scheduler_client_ca_file is None
+    assert s.http.scheduler_max_body_bytes == 4 << 20
     assert (s.log.level, s.log.format) == ("INFO", "json")
+
+
+@pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
+def test_a_scheduler_body_limit_that_is_not_a_byte_count_is_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="RGPU_SCHEDULER_MAX_BODY_BYTES"):
+        Settings.from_env({"RGPU_SCHEDULER_MAX_BODY_BYTES": value}, service="extender")
+
+
+def test_a_scheduler_client_ca_without_a_certificate_is_refused() -> None:
+    env = {"RGPU_SCHEDULER_CLIENT_CA_FILE": "/tls/ca.crt"}
+    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
+        Settings.from_env(env, service="extender")
 
 
 @pytest.mark.parametrize(

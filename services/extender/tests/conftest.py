@@ -19,6 +19,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
@@ -44,7 +45,7 @@ from rgpu_contracts import (
     Topology,
     card_id,
 )
-from rgpu_extender import create_app
+from rgpu_extender import create_app, create_webhook_app
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings, Versioned
 
@@ -420,6 +421,17 @@ class Extender:
 OpenExtender = Callable[..., AbstractAsyncContextManager[Extender]]
 
 
+def both_surfaces(scheduler: ASGIApp, webhook: ASGIApp) -> ASGIApp:
+    """One in-process client for both apps, as the two listeners serve them in the process:
+    ``/mutate`` goes to the webhook app, the rest (and the one lifespan) to the scheduler app."""
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        target = webhook if scope.get("path") == "/mutate" else scheduler
+        await target(scope, receive, send)
+
+    return route
+
+
 @pytest.fixture
 async def sim() -> AsyncIterator[SimApiServer]:
     async with run_apiserver() as server:
@@ -451,7 +463,7 @@ def open_extender(
             discovery_transport=discovery.transport,
             registry=registry,
         )
-        async with LifespanManager(app) as manager:
+        async with LifespanManager(both_surfaces(app, create_webhook_app())) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://extender") as c:
                 yield Extender(client=c, app=app, registry=registry)

@@ -13,6 +13,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import PayloadTooLarge
 
+_MAX_LENGTH_DIGITS = 18
+
 
 class BodyLimitMiddleware:
     """Raise ``PayloadTooLarge`` from ``receive`` once a request body exceeds ``max_bytes``."""
@@ -47,8 +49,11 @@ class BodyLimitMiddleware:
 
 def _declared_length(scope: Scope) -> int:
     # Start the count at 0 for an absent or unreadable header: the stream count decides then;
-    # a declared length above the limit is refused before reading anything.
+    # a declared length above the limit is refused before reading anything. Digits are
+    # counted before int(): thousands of them would raise (and no body is that long anyway).
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return int(value) if value.isdigit() else 0
+            if not value.isdigit():
+                return 0
+            return int(value) if len(value) <= _MAX_LENGTH_DIGITS else 1 << 63
     return 0

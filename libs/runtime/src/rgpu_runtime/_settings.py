@@ -48,6 +48,8 @@ KNOWN_KEYS = (
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
     "RGPU_RESOURCE_MEMORY",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE",
+    "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_SCHEDULER_NAME",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
@@ -55,6 +57,8 @@ KNOWN_KEYS = (
     "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_LISTEN",
 )
+
+_SCHEDULER_MAX_BODY_BYTES = 4 << 20
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -155,6 +159,14 @@ class HttpSettings:
     """``RGPU_TLS_CERT_FILE``: PEM certificate for the webhook; unset means no TLS listener."""
     tls_key_file: str | None = None
     """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
+    scheduler_client_ca_file: str | None = None
+    """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA whose client certificates the extender's
+    scheduler listener requires (it then serves TLS with ``tls_cert_file``); unset means plain
+    HTTP, kept apart from the cluster by the NetworkPolicy alone."""
+    scheduler_max_body_bytes: int = _SCHEDULER_MAX_BODY_BYTES
+    """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
+    4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
+    (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,12 +301,31 @@ def _http(env: _Env, service: str) -> HttpSettings:
     if (cert is None) != (key is None):
         given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
         raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
+    client_ca = env.get("RGPU_SCHEDULER_CLIENT_CA_FILE")
+    if client_ca is not None and cert is None:
+        raise SettingsError(
+            "RGPU_SCHEDULER_CLIENT_CA_FILE is set but RGPU_TLS_CERT_FILE is not: the scheduler "
+            "listener serves TLS with that certificate; set RGPU_TLS_CERT_FILE and "
+            "RGPU_TLS_KEY_FILE too"
+        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
         webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
         tls_cert_file=cert.strip() if cert else None,
         tls_key_file=key.strip() if key else None,
+        scheduler_client_ca_file=client_ca.strip() if client_ca else None,
+        scheduler_max_body_bytes=_read(
+            env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
+        ),
     )
+
+
+def _byte_count(key: str, value: str) -> int:
+    text = value.strip()
+    # Digits are counted before int(): a value of thousands of digits is refused, not raised on.
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or int(text) < 1024:
+        raise p.bad(key, value, "a whole number of bytes from 1024 to 999999999999")
+    return int(text)
 
 
 def _address(env: _Env, key: str, default: str) -> HostPort:

@@ -1,7 +1,9 @@
 """The composition root. ``create_app`` wires the verbs to their clients
-and background tasks, all owned by one lifespan; ``main`` serves the one app on the plain
-extender port (``RGPU_LISTEN``, for kube-scheduler) and, when a certificate is configured, on
-the TLS webhook port (``RGPU_WEBHOOK_LISTEN``, for the apiserver).
+and background tasks, all owned by one lifespan; ``main`` serves two apps from that one
+lifespan: the scheduler app on ``RGPU_LISTEN`` (kube-scheduler's verbs, health, metrics; TLS
+with a required client certificate when ``RGPU_SCHEDULER_CLIENT_CA_FILE`` is set) and, when a
+certificate is configured, the webhook app on the TLS ``RGPU_WEBHOOK_LISTEN`` (``/mutate`` and
+health only, since the NetworkPolicy must open that port to the whole cluster network).
 """
 
 from __future__ import annotations
@@ -34,17 +36,25 @@ from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .inventory import Inventory
-from .routes import ROUTES, Deps
+from .routes import SCHEDULER_ROUTES, WEBHOOK_ROUTES, Deps
 from .scoring import Scoring
 
-__all__ = ["MAX_BODY_BYTES", "State", "create_app", "listeners", "main"]
+__all__ = [
+    "WEBHOOK_MAX_BODY_BYTES",
+    "State",
+    "create_app",
+    "create_webhook_app",
+    "listeners",
+    "main",
+]
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 << 20
-"""64 MiB: kube-scheduler without ``nodeCacheCapable`` sends every candidate Node in full,
-several KiB each, so runtime's 1 MiB default would refuse a filter in a cluster of a few
-hundred nodes."""
+WEBHOOK_MAX_BODY_BYTES = (3 << 20) + (256 << 10)
+"""3.25 MiB: an AdmissionReview carries the pod twice at most (``object`` and ``oldObject`` of
+an UPDATE), each under etcd's 1.5 MiB object limit, and the apiserver itself refuses requests
+over 3 MiB; the slack covers the review's envelope. Anything larger is not from the
+apiserver and is refused while it streams in."""
 
 
 class State(TypedDict):
@@ -107,11 +117,30 @@ def create_app(
 
     return create_service_app(
         service="extender",
-        routes=ROUTES,
+        routes=SCHEDULER_ROUTES,
         lifespan=lifespan,
         readiness=readiness,
         registry=registry,
-        max_body_bytes=MAX_BODY_BYTES,
+        max_body_bytes=settings.http.scheduler_max_body_bytes,
+    )
+
+
+def create_webhook_app() -> Starlette:
+    """The webhook listener's app: ``/mutate`` and health, nothing else.
+
+    It has no lifespan of its own: it is served beside ``create_app``'s app and reads the
+    ``Deps`` that app's lifespan yields (``Listener.app`` shares the state), so the webhook's
+    decisions are counted in the registry the scheduler listener's ``/metrics`` exports. It is
+    ready whenever it accepts connections: the shared lifespan has started by then.
+    """
+    readiness = Readiness()
+    readiness.set_ready()
+    return create_service_app(
+        service="extender",
+        routes=WEBHOOK_ROUTES,
+        readiness=readiness,
+        max_body_bytes=WEBHOOK_MAX_BODY_BYTES,
+        metrics=False,
     )
 
 
@@ -157,19 +186,35 @@ def _deps(
 
 
 def listeners(settings: Settings) -> Sequence[Listener]:
-    """The plain extender listener, plus the TLS webhook listener when a certificate is set."""
+    """The scheduler listener, plus the TLS webhook listener when a certificate is set."""
     http = settings.http
-    plain = Listener(listen=http.listen)
+    scheduler = _scheduler_listener(settings)
     if http.tls_cert_file is None or http.tls_key_file is None:
         logger.warning(
             "RGPU_TLS_CERT_FILE/RGPU_TLS_KEY_FILE unset: no TLS webhook listener, so the "
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
-        return [plain]
+        return [scheduler]
     webhook = Listener(
-        listen=http.webhook_listen, ssl_certfile=http.tls_cert_file, ssl_keyfile=http.tls_key_file
+        listen=http.webhook_listen,
+        ssl_certfile=http.tls_cert_file,
+        ssl_keyfile=http.tls_key_file,
+        app=create_webhook_app(),
     )
-    return [plain, webhook]
+    return [scheduler, webhook]
+
+
+def _scheduler_listener(settings: Settings) -> Listener:
+    http = settings.http
+    if http.scheduler_client_ca_file is None:
+        return Listener(listen=http.listen)
+    # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
+    return Listener(
+        listen=http.listen,
+        ssl_certfile=http.tls_cert_file,
+        ssl_keyfile=http.tls_key_file,
+        client_ca_file=http.scheduler_client_ca_file,
+    )
 
 
 def main() -> None:
