@@ -16,6 +16,14 @@ T = TypeVar("T")
 
 _MISSING = object()
 
+MAX_NAME_CHARS = 253
+"""Kubernetes' limit on object names (a DNS subdomain): pods, nodes."""
+MAX_NAMESPACE_CHARS = 63
+"""Kubernetes' limit on namespace names (a DNS label)."""
+MAX_UID_CHARS = 128
+"""Kubernetes' UIDs are 36-character UUIDs; 128 leaves room for any other issuer's form while
+keeping a 70,000-character "uid" out of URLs, logs and Lease annotations."""
+
 
 def join(path: str, key: str | int) -> str:
     """Extend a contract path with a key (``a.b``) or an index (``a[3]``)."""
@@ -177,3 +185,18 @@ def choice(
     if value not in allowed:
         raise ContractError(join(path, key), f"must be one of {', '.join(allowed)}; got {value!r}")
     return value
+
+
+def limited(value: str, path: str, max_chars: int) -> str:
+    """Return ``value`` if it is at most ``max_chars`` long, else raise naming ``path``."""
+    if len(value) > max_chars:
+        raise ContractError(
+            path, f"is {len(value)} characters long; Kubernetes allows at most {max_chars}"
+        )
+    return value
+
+
+def opt_limited(raw: Mapping[str, object], key: str, path: str, max_chars: int) -> str | None:
+    """Read an optional string (absent or ``null`` → ``None``) of at most ``max_chars``."""
+    value = opt_string(raw, key, path)
+    return None if value is None else limited(value, join(path, key), max_chars)
