@@ -315,3 +315,10 @@ async def test_an_oversized_filter_or_bind_is_answered_200_with_error(serve_exte
             assert "request body exceeds" in reply.json()["Error"]
         scored = await scheduler("/prioritize", content=sixteen_mib())
         assert scored.status_code == 413
+
+
+async def test_a_content_length_of_thousands_of_digits_is_a_413(extender, build) -> None:
+    body = orjson.dumps(build.review(build.pod()))
+    headers = {"content-type": "application/json", "content-length": "9" * 5000}
+    reply = await extender.client.post("/mutate", content=body, headers=headers)
+    assert reply.status_code == 413
