@@ -25,6 +25,7 @@ from rgpu_runtime import (
     Settings,
     create_service_app,
     http_client,
+    instrument_app,
     kube_client,
     run_service,
 )
@@ -199,7 +200,9 @@ def listeners(settings: Settings) -> Sequence[Listener]:
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        app=create_webhook_app(),
+        # run_service instruments the scheduler app; this one gets the same server spans from
+        # the global provider main() installed.
+        app=instrument_app(create_webhook_app()),
     )
     return [scheduler, webhook]
 
