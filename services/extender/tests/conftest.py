@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ import trustme
 from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
@@ -48,7 +46,7 @@ from rgpu_contracts import (
     Topology,
     card_id,
 )
-from rgpu_extender import create_app, create_webhook_app, listeners
+from rgpu_extender import create_app, listeners
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import Settings, Versioned, running
 
@@ -424,17 +422,6 @@ class Extender:
 OpenExtender = Callable[..., AbstractAsyncContextManager[Extender]]
 
 
-def both_surfaces(scheduler: ASGIApp, webhook: ASGIApp) -> ASGIApp:
-    """One in-process client for both apps, as the two listeners serve them in the process:
-    ``/mutate`` goes to the webhook app, the rest (and the one lifespan) to the scheduler app."""
-
-    async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        target = webhook if scope.get("path") == "/mutate" else scheduler
-        await target(scope, receive, send)
-
-    return route
-
-
 @pytest.fixture
 async def sim() -> AsyncIterator[SimApiServer]:
     async with run_apiserver() as server:
@@ -466,7 +453,7 @@ def open_extender(
             discovery_transport=discovery.transport,
             registry=registry,
         )
-        async with LifespanManager(both_surfaces(app, create_webhook_app())) as manager:
+        async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://extender") as c:
                 yield Extender(client=c, app=app, registry=registry)
@@ -503,13 +490,6 @@ def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
     leaf.private_key_pem.write_to_path(key)
     cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
     return cert, key
-
-
-def trusting(ca: trustme.CA) -> ssl.SSLContext:
-    """A client context that trusts ``ca`` (and presents no certificate)."""
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
-    return context
 
 
 ServeExtender = Callable[..., AbstractAsyncContextManager[tuple[str, str]]]

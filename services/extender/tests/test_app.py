@@ -66,10 +66,10 @@ def test_with_a_certificate_the_webhook_listener_serves_its_own_app_over_tls(bui
     )
     plain, webhook = listeners(settings)
     assert str(plain.listen) == "127.0.0.1:8083"
-    assert (plain.ssl_certfile, plain.client_ca_file, plain.app) == (None, None, None)
+    assert (plain.ssl_certfile, plain.client_ca_file) == (None, None)
     assert str(webhook.listen) == "0.0.0.0:9443"
     assert (webhook.ssl_certfile, webhook.ssl_keyfile) == ("/c.pem", "/k.pem")
-    assert webhook.app is not None
+    assert webhook.face is not None and plain.face is not None
 
 
 def test_with_a_client_ca_the_scheduler_listener_requires_client_certificates(build) -> None:

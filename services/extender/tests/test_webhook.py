@@ -82,6 +82,10 @@ async def test_tls_listener_presents_the_configured_certificate(
         assert presented == expected
         plain_reply = await client.get(f"{plain}/readyz")
         assert plain_reply.status_code == 200
+        # One registry behind both listeners: the webhook's requests show on the scheduler's.
+        metrics = (await client.get(f"{plain}/metrics")).text
+        assert 'route="/mutate"' in metrics
+        assert 'rgpu_extender_webhook_decisions_total{decision="mutated"' in metrics
 
 
 async def test_tls_listener_is_refused_by_a_client_that_does_not_trust_the_ca(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._app import ServiceLifespan, create_service_app
 from ._backoff import Backoff
+from ._bodylimit import BodyLimitMiddleware
 from ._bucket import TokenBucket
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._http import http_client, request_json, response_error, upstream_error
@@ -72,6 +73,7 @@ __all__ = [
     "SERVICES",
     "Backoff",
     "BadRequest",
+    "BodyLimitMiddleware",
     "Conflict",
     "EventRecorder",
     "FollowPolicy",

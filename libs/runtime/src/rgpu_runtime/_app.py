@@ -74,20 +74,18 @@ def create_service_app(
     readiness: Readiness | None = None,
     registry: CollectorRegistry | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
-    metrics: bool = True,
 ) -> Starlette:
     """Build the Starlette app for ``service`` around its ``routes`` and ``lifespan``.
 
     With ``readiness`` given, the lifespan flips it (``/readyz`` stays 503 until then);
     without, the app becomes ready as soon as the lifespan has yielded. ``registry``
     defaults to a fresh ``CollectorRegistry``; pass the one the service's own metrics use.
-    ``metrics=False`` leaves ``/metrics`` out (a surface open to more callers than Prometheus).
     """
     registry = CollectorRegistry() if registry is None else registry
     auto_ready = readiness is None
     readiness = Readiness() if readiness is None else readiness
     return Starlette(
-        routes=[*_health_routes(readiness, registry, metrics=metrics), *routes],
+        routes=[*_health_routes(readiness, registry), *routes],
         middleware=[
             Middleware(LatencyMiddleware, histogram=latency_histogram(registry), service=service),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
@@ -121,9 +119,7 @@ async def _stateless() -> AsyncIterator[Mapping[str, Any]]:
     yield {}
 
 
-def _health_routes(
-    readiness: Readiness, registry: CollectorRegistry, *, metrics: bool
-) -> list[BaseRoute]:
+def _health_routes(readiness: Readiness, registry: CollectorRegistry) -> list[BaseRoute]:
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
@@ -132,13 +128,11 @@ def _health_routes(
             return json_response({"ready": True})
         return json_response({"ready": False, "reason": readiness.reason}, 503)
 
-    routes: list[BaseRoute] = [
+    return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", _AsgiEndpoint(make_asgi_app(registry)), methods=["GET"]),
     ]
-    if metrics:
-        routes.append(Route("/metrics", _AsgiEndpoint(make_asgi_app(registry)), methods=["GET"]))
-    return routes
 
 
 class _AsgiEndpoint:

@@ -49,15 +49,16 @@ KEEP_ALIVE_SECONDS = 75
 class Listener:
     """One socket to serve on: an address and, for TLS, a PEM certificate and key.
 
-    ``app`` serves this socket instead of the process's app (it shares that app's lifespan
-    state), so one process can keep two surfaces apart; ``client_ca_file`` makes the TLS
-    handshake require a client certificate signed by that CA.
+    ``face`` builds what this socket serves from the process's app (a route allow-list, say),
+    so one process can show different surfaces on different sockets with one lifespan, one
+    registry and one set of handlers; ``client_ca_file`` makes the TLS handshake require a
+    client certificate signed by that CA.
     """
 
     listen: HostPort | str
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    app: ASGIApp | None = None
+    face: Callable[[ASGIApp], ASGIApp] | None = None
     client_ca_file: str | None = None
 
 
@@ -114,7 +115,7 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
     try:
         for listener in listeners:
             sockets.append(_bind(listener))
-        servers = [_server(listener.app or app, listener) for listener in listeners]
+        servers = [_server(_face(app, listener), listener) for listener in listeners]
         with lone_errors():
             async with app_lifespan(app) as state, anyio.create_task_group() as tg:
                 for server, sock in zip(servers, sockets, strict=True):
@@ -140,6 +141,10 @@ async def _stop(servers: Sequence[uvicorn.Server], draining: Draining) -> None:
     # Shielded: the block may be exiting because it was cancelled, and the drain is bounded.
     with anyio.CancelScope(shield=True):
         await draining.drain(DRAIN_SECONDS)
+
+
+def _face(app: ASGIApp, listener: Listener) -> ASGIApp:
+    return app if listener.face is None else listener.face(app)
 
 
 def _server(app: ASGIApp, listener: Listener) -> _Server:

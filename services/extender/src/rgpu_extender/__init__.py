@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .app import create_app, create_webhook_app, listeners, main
+from .app import create_app, listeners, main
 
-__all__ = ["create_app", "create_webhook_app", "listeners", "main"]
+__all__ = ["create_app", "listeners", "main"]

@@ -1,9 +1,10 @@
 """The composition root. ``create_app`` wires the verbs to their clients
-and background tasks, all owned by one lifespan; ``main`` serves two apps from that one
-lifespan: the scheduler app on ``RGPU_LISTEN`` (kube-scheduler's verbs, health, metrics; TLS
-with a required client certificate when ``RGPU_SCHEDULER_CLIENT_CA_FILE`` is set) and, when a
-certificate is configured, the webhook app on the TLS ``RGPU_WEBHOOK_LISTEN`` (``/mutate`` and
-health only, since the NetworkPolicy must open that port to the whole cluster network).
+and background tasks, all owned by one lifespan; ``main`` serves the app on two listeners,
+each through its own ``Surface``: the scheduler listener on ``RGPU_LISTEN`` (kube-scheduler's
+verbs, health, metrics; TLS with a required client certificate when
+``RGPU_SCHEDULER_CLIENT_CA_FILE`` is set) and, when a certificate is configured, the webhook
+listener on the TLS ``RGPU_WEBHOOK_LISTEN`` (``/mutate`` and health only, since the
+NetworkPolicy must open that port to the whole cluster network).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from rgpu_runtime import (
     Settings,
     create_service_app,
     http_client,
-    instrument_app,
     kube_client,
     run_service,
 )
@@ -37,25 +37,13 @@ from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .inventory import Inventory
-from .routes import SCHEDULER_ROUTES, WEBHOOK_ROUTES, Deps
+from .routes import ROUTES, Deps
 from .scoring import Scoring
+from .surfaces import WEBHOOK_MAX_BODY_BYTES, scheduler_surface, webhook_surface
 
-__all__ = [
-    "WEBHOOK_MAX_BODY_BYTES",
-    "State",
-    "create_app",
-    "create_webhook_app",
-    "listeners",
-    "main",
-]
+__all__ = ["State", "create_app", "listeners", "main"]
 
 logger = logging.getLogger(__name__)
-
-WEBHOOK_MAX_BODY_BYTES = (3 << 20) + (256 << 10)
-"""3.25 MiB: an AdmissionReview carries the pod twice at most (``object`` and ``oldObject`` of
-an UPDATE), each under etcd's 1.5 MiB object limit, and the apiserver itself refuses requests
-over 3 MiB; the slack covers the review's envelope. Anything larger is not from the
-apiserver and is refused while it streams in."""
 
 
 class State(TypedDict):
@@ -116,32 +104,14 @@ def create_app(
             finally:
                 tg.cancel_scope.cancel()
 
+    # Each listener's Surface enforces its own, smaller limit; this one only has to admit both.
     return create_service_app(
         service="extender",
-        routes=SCHEDULER_ROUTES,
+        routes=ROUTES,
         lifespan=lifespan,
         readiness=readiness,
         registry=registry,
-        max_body_bytes=settings.http.scheduler_max_body_bytes,
-    )
-
-
-def create_webhook_app() -> Starlette:
-    """The webhook listener's app: ``/mutate`` and health, nothing else.
-
-    It has no lifespan of its own: it is served beside ``create_app``'s app and reads the
-    ``Deps`` that app's lifespan yields (``Listener.app`` shares the state), so the webhook's
-    decisions are counted in the registry the scheduler listener's ``/metrics`` exports. It is
-    ready whenever it accepts connections: the shared lifespan has started by then.
-    """
-    readiness = Readiness()
-    readiness.set_ready()
-    return create_service_app(
-        service="extender",
-        routes=WEBHOOK_ROUTES,
-        readiness=readiness,
-        max_body_bytes=WEBHOOK_MAX_BODY_BYTES,
-        metrics=False,
+        max_body_bytes=max(settings.http.scheduler_max_body_bytes, WEBHOOK_MAX_BODY_BYTES),
     )
 
 
@@ -200,23 +170,23 @@ def listeners(settings: Settings) -> Sequence[Listener]:
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        # run_service instruments the scheduler app; this one gets the same server spans from
-        # the global provider main() installed.
-        app=instrument_app(create_webhook_app()),
+        face=webhook_surface(),
     )
     return [scheduler, webhook]
 
 
 def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
+    face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen)
+        return Listener(listen=http.listen, face=face)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
+        face=face,
     )
 
 

@@ -1,10 +1,8 @@
 """The HTTP surface — kube-scheduler's extender verbs and the admission
 webhook — and nothing else; each handler reads its body, calls its verb, writes the reply.
 
-The two surfaces are two route lists served by two apps on two listeners (``app``): the
-webhook listener is open to the cluster network (the apiserver's address differs per
-cluster), so it must offer nothing but ``/mutate``; a verb reachable there would let anyone
-book and bind a server.
+The app holds both route lists; each listener shows only its own (``surfaces``): the verbs
+on the scheduler listener, ``/mutate`` on the webhook listener.
 
 kube-scheduler treats any non-200 from ``/filter`` or ``/bind`` as an extender failure and
 loses the reason, so those two answer 200 even to an unreadable or oversized body, with the
@@ -31,7 +29,7 @@ from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .scoring import Scoring
 
-__all__ = ["SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
+__all__ = ["ROUTES", "SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,3 +94,6 @@ SCHEDULER_ROUTES: list[BaseRoute] = [
 
 WEBHOOK_ROUTES: list[BaseRoute] = [Route("/mutate", mutate_pod, methods=["POST"])]
 """The admission webhook, on the webhook listener only."""
+
+ROUTES: list[BaseRoute] = [*SCHEDULER_ROUTES, *WEBHOOK_ROUTES]
+"""Every route of the app; the listeners' ``Surface`` decides which one each socket shows."""
