@@ -142,3 +142,22 @@ def test_extender_args_with_wrong_types_or_lengths_name_the_field(raw: object, p
     with pytest.raises(ContractError) as info:
         ExtenderArgs.from_dict(raw)
     assert info.value.path == path
+
+
+def nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_objects_nested_past_64_levels_are_refused_at_64_accepted() -> None:
+    # Nodes, items and the node are three levels; the spec's innermost object is the 64th.
+    node = {"metadata": {"name": "n"}, "spec": {"leaf": 1, **nested(61)}}
+    assert ExtenderArgs.from_dict({"Pod": {}, "Nodes": {"items": [node]}}).nodes is not None
+    too_deep = {"metadata": {"name": "n"}, "spec": {"leaf": 1, **nested(62)}}
+    with pytest.raises(ContractError, match="nests deeper than 64 levels") as info:
+        ExtenderArgs.from_dict({"Pod": {}, "Nodes": {"items": [too_deep]}})
+    assert info.value.path == "Nodes"
+    with pytest.raises(ContractError, match="nests deeper"):
+        ExtenderArgs.from_dict({"Pod": {"spec": [[[nested(1000)]]]}, "NodeNames": []})

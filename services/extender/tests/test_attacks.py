@@ -285,6 +285,29 @@ async def test_a_70000_character_pod_uid_is_refused_by_bind_and_prioritize(
     assert allocator.commits == []
 
 
+def nested(depth: int) -> Json:
+    value: Json = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+async def test_deeply_nested_objects_are_refused_not_echoed_into_a_500(
+    serve_extender, ca, build
+) -> None:
+    node = {"metadata": {"name": "cpu-node-1"}, "spec": nested(300)}
+    args = {"Pod": build.pod(build.container()), "Nodes": {"items": [node]}, "NodeNames": None}
+    deep_env = [{"name": "X", "valueFrom": nested(300)}]
+    review = build.review(build.pod(build.container(count="1", env=deep_env)))
+    async with both_clients(serve_extender, ca) as (scheduler, webhook):
+        filtered = await scheduler("/filter", json=args)
+        assert filtered.status_code == 200
+        assert "Nodes: nests deeper than 64 levels" in filtered.json()["Error"]
+        reviewed = await webhook("/mutate", json=review)
+        assert reviewed.status_code == 400
+        assert "request.object: nests deeper than 64 levels" in reviewed.json()["message"]
+
+
 def sixteen_mib() -> bytes:
     return b'{"padding": "' + b"x" * (16 << 20) + b'"}'
 

@@ -106,7 +106,10 @@ def _uid(m: Mapping[str, object], path: str) -> str:
 
 def _object(m: Mapping[str, object], key: str, path: str) -> Mapping[str, Any] | None:
     value = m.get(key)
-    return None if value is None else MappingProxyType(dict(v.as_mapping(value, v.join(path, key))))
+    if value is None:
+        return None
+    v.shallow(value, v.join(path, key))
+    return MappingProxyType(dict(v.as_mapping(value, v.join(path, key))))
 
 
 def _review(response: dict[str, object]) -> dict[str, object]:

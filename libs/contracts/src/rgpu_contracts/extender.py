@@ -38,6 +38,7 @@ def _folded(raw: object, path: str, *names: str) -> Mapping[str, object]:
 
 
 def _frozen(raw: object, path: str) -> Mapping[str, Any]:
+    v.shallow(raw, path)
     return MappingProxyType(dict(v.as_mapping(raw, path)))
 
 
