@@ -83,6 +83,7 @@ async def test_scheduler_verbs_are_not_served_on_the_webhook_listener(
     ):
         reply = await client.post(f"{webhook}{path}", json=body)
         assert reply.status_code == 404
+        assert "on the extender's webhook listener" in reply.json()["message"]
         assert (await client.get(f"{webhook}/metrics")).status_code == 404
         assert (await client.get(f"{webhook}/readyz")).status_code == 200
     assert allocator.requests == [] and allocator.commits == []
