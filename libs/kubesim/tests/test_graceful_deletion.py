@@ -246,6 +246,20 @@ async def test_a_pod_finishing_within_its_shutdown_succeeds(
     assert (record.phase, record.exit_code, record.deleted) == ("Succeeded", 0, False)
 
 
+async def test_a_shortened_grace_kills_a_pod_still_shutting_down(
+    sim: SimApiServer, lupines: LupineFleet, kubelet: Start
+) -> None:
+    async with kubelet(shutdown_seconds=20) as emulator:
+        uid = gpu_pod(sim, lupines, "trainer", run="30", grace=30)
+        await eventually(lambda: phase(sim, "trainer") == "Running")
+        sim.store.delete("pods", "trainer", namespace="default")
+        await eventually(lambda: emulator.records[uid].terminating_at is not None)
+        sim.store.delete("pods", "trainer", namespace="default", grace_period_seconds=1)
+        await eventually(lambda: names(sim) == [])
+    record = emulator.records[uid]
+    assert (record.phase, record.exit_code) == ("Failed", 137)
+
+
 async def test_the_lupine_client_disconnects_after_the_shutdown_share_of_the_grace(
     sim: SimApiServer, lupines: LupineFleet, kubelet: Start
 ) -> None:
