@@ -178,6 +178,20 @@ async def test_unbound_and_finished_pods_are_deleted_at_once(
     assert names(sim) == []
 
 
+async def test_deleting_the_collection_marks_bound_pods_and_removes_unbound_ones(
+    sim: SimApiServer, client: httpx.AsyncClient, pod: Manifest
+) -> None:
+    bound(sim, pod, "running")
+    sim.store.create("pods", pod("pending"))
+    response = await client.request(
+        "DELETE", PATH, content=b'{"gracePeriodSeconds":9}', params={"labelSelector": ""}
+    )
+    assert response.status_code == 200
+    assert names(sim) == ["running"]
+    meta = sim.store.get("pods", "running", namespace="default")["metadata"]
+    assert meta["deletionGracePeriodSeconds"] == 9
+
+
 async def test_a_graceful_delete_sends_modified_and_the_final_one_deleted(
     sim: SimApiServer, pod: Manifest
 ) -> None:
