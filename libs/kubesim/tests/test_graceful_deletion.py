@@ -178,6 +178,20 @@ async def test_unbound_and_finished_pods_are_deleted_at_once(
     assert names(sim) == []
 
 
+async def test_deleting_the_collection_marks_bound_pods_and_removes_unbound_ones(
+    sim: SimApiServer, client: httpx.AsyncClient, pod: Manifest
+) -> None:
+    bound(sim, pod, "running")
+    sim.store.create("pods", pod("pending"))
+    response = await client.request(
+        "DELETE", PATH, content=b'{"gracePeriodSeconds":9}', params={"labelSelector": ""}
+    )
+    assert response.status_code == 200
+    assert names(sim) == ["running"]
+    meta = sim.store.get("pods", "running", namespace="default")["metadata"]
+    assert meta["deletionGracePeriodSeconds"] == 9
+
+
 async def test_a_graceful_delete_sends_modified_and_the_final_one_deleted(
     sim: SimApiServer, pod: Manifest
 ) -> None:
@@ -244,6 +258,20 @@ async def test_a_pod_finishing_within_its_shutdown_succeeds(
         await eventually(lambda: names(sim) == [])
     record = emulator.records[uid]
     assert (record.phase, record.exit_code, record.deleted) == ("Succeeded", 0, False)
+
+
+async def test_a_shortened_grace_kills_a_pod_still_shutting_down(
+    sim: SimApiServer, lupines: LupineFleet, kubelet: Start
+) -> None:
+    async with kubelet(shutdown_seconds=20) as emulator:
+        uid = gpu_pod(sim, lupines, "trainer", run="30", grace=30)
+        await eventually(lambda: phase(sim, "trainer") == "Running")
+        sim.store.delete("pods", "trainer", namespace="default")
+        await eventually(lambda: emulator.records[uid].terminating_at is not None)
+        sim.store.delete("pods", "trainer", namespace="default", grace_period_seconds=1)
+        await eventually(lambda: names(sim) == [])
+    record = emulator.records[uid]
+    assert (record.phase, record.exit_code) == ("Failed", 137)
 
 
 async def test_the_lupine_client_disconnects_after_the_shutdown_share_of_the_grace(

@@ -30,7 +30,8 @@ class Store:
     """Direct, synchronous access to every object; see the module docstring.
 
     ``resource`` is the plural name: ``nodes``, ``pods``, ``events``, ``leases``,
-    ``namespaces`` or ``mutatingwebhookconfigurations``. ``namespace`` defaults to the
+    ``namespaces``, ``mutatingwebhookconfigurations``, ``serviceaccounts``,
+    ``priorityclasses`` or ``poddisruptionbudgets``. ``namespace`` defaults to the
     object's own ``metadata.namespace``, then ``default``; it is ignored for cluster-scoped
     kinds. Every method raises `rgpu_kubesim.errors.ApiError` exactly where the HTTP API
     would answer with that Status. Call it from the event loop that runs the server: the
@@ -197,7 +198,8 @@ def _resource(plural: str) -> Resource:
         raise _status.failure(
             404,
             f'the server could not find the requested resource "{plural}"; use one of: '
-            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations",
+            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations, "
+            "serviceaccounts, priorityclasses, poddisruptionbudgets",
             details={},
         )
     return resource

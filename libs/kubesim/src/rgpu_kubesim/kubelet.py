@@ -95,6 +95,10 @@ class _Running:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     stop: anyio.Event = field(default_factory=anyio.Event)
     grace: float = 0.0
+    kill: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    """Ends the containers' shutdown at the end of the grace period (a second DELETE may
+    move that end earlier)."""
+    stopping_since: float | None = None
 
 
 def _grace_of(pod: Mapping[str, Any]) -> float:
@@ -163,6 +167,8 @@ class KubeletEmulator:
         running = self._running.get(uid)
         if running is not None:
             running.grace = min(_grace_of(pod), running.grace or math.inf)
+            if running.stopping_since is not None:
+                running.kill.deadline = running.stopping_since + running.grace
             running.stop.set()
             return
         if uid not in self._removing:
@@ -230,8 +236,11 @@ class KubeletEmulator:
         self._records[uid] = replace(record, terminating_at=now)
         left = record.started_at + run - now
         shutdown = self.config.shutdown_for(running.grace)
-        await anyio.sleep(min(left, shutdown))
-        finished = left <= shutdown
+        running.stopping_since = anyio.current_time()
+        running.kill.deadline = running.stopping_since + running.grace
+        with running.kill:
+            await anyio.sleep(min(left, shutdown))
+        finished = left <= shutdown and not running.kill.cancelled_caught
         self._finish(uid, "Succeeded" if finished else "Failed", 0 if finished else 137)
         if not finished:
             self._records[uid] = replace(self._records[uid], deleted=True)
