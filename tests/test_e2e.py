@@ -123,7 +123,13 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
             await stack.apiserver.delete(
                 f"/api/v1/namespaces/{holder.namespace}/pods/{holder.name}"
             )
-            freed = time.monotonic()
+            # A graceful deletion frees the server once the kubelet has stopped the holder.
+            await eventually(
+                lambda: _record(stack, holder_key).finished_at is not None,
+                timeout=20,
+                what="holder stopped",
+            )
+            freed = _record(stack, holder_key).finished_at
         else:
             await eventually(
                 lambda: _record(stack, holder_key).finished_at is not None,

@@ -931,6 +931,7 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "pods", "patch"): ("patch_namespaced_pod",),
     ("", "pods", "update"): ("replace_namespaced_pod",),
     ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
+    ("", "pods/eviction", "create"): ("create_namespaced_pod_eviction",),
     ("", "events", "create"): ("create_namespaced_event",),
     ("", "events", "patch"): ("patch_namespaced_event",),
     ("coordination.k8s.io", "leases", "get"): ("read_namespaced_lease",),

@@ -64,6 +64,12 @@ def test_pointer_escapes_tilde_before_slash() -> None:
         ({"request": {"uid": "", "operation": "CREATE"}}, "request.uid"),
         ({"request": {"uid": "x", "operation": "PATCH"}}, "request.operation"),
         ({"request": {"uid": "x", "operation": "CREATE", "object": []}}, "request.object"),
+        ({"request": {"uid": "u" * 129, "operation": "CREATE"}}, "request.uid"),
+        ({"request": {"uid": "x", "operation": "CREATE", "name": "n" * 254}}, "request.name"),
+        (
+            {"request": {"uid": "x", "operation": "CREATE", "namespace": "n" * 64}},
+            "request.namespace",
+        ),
     ],
 )
 def test_malformed_reviews_name_the_field(raw: object, path: str) -> None:

@@ -101,3 +101,63 @@ def test_malformed_filter_args_name_the_field(raw: object, path: str) -> None:
 def test_bind_args_without_uid_are_refused() -> None:
     with pytest.raises(ContractError, match="PodUID"):
         ExtenderBindingArgs.from_dict({"PodName": "p", "PodNamespace": "n", "Node": "x"})
+
+
+BIND = {"PodName": "trainer-0", "PodNamespace": "ml-team", "PodUID": "u-1", "Node": "cpu-1"}
+
+
+@pytest.mark.parametrize(
+    ("field", "length"),
+    [("PodUID", 70_000), ("PodUID", 129), ("PodName", 254), ("PodNamespace", 64), ("Node", 254)],
+)
+def test_binding_args_past_kubernetes_length_limits_are_refused(field: str, length: int) -> None:
+    with pytest.raises(ContractError, match="Kubernetes allows at most") as info:
+        ExtenderBindingArgs.from_dict({**BIND, field: "x" * length})
+    assert info.value.path == field
+
+
+def test_binding_args_at_kubernetes_length_limits_are_accepted() -> None:
+    raw = {**BIND, "PodUID": "u" * 128, "PodName": "p" * 253, "PodNamespace": "n" * 63}
+    assert ExtenderBindingArgs.from_dict(raw).pod_uid == "u" * 128
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        ({"Pod": {"metadata": {"uid": "u" * 70_000}}, "NodeNames": ["a"]}, "Pod.metadata.uid"),
+        ({"Pod": {"metadata": {"uid": ["u"]}}, "NodeNames": ["a"]}, "Pod.metadata.uid"),
+        ({"Pod": {"metadata": {"name": "p" * 254}}, "NodeNames": ["a"]}, "Pod.metadata.name"),
+        ({"Pod": {"metadata": []}, "NodeNames": ["a"]}, "Pod.metadata"),
+        ({"Pod": {}, "NodeNames": ["a", "n" * 254]}, "NodeNames[1]"),
+        ({"Pod": {}, "NodeNames": [["a"]]}, "NodeNames[0]"),
+        ({"Pod": {}, "Nodes": {"items": [1]}}, "Nodes.items[0]"),
+        ({"Pod": {}, "Nodes": {"items": {}}}, "Nodes.items"),
+        (
+            {"Pod": {}, "Nodes": {"items": [{"metadata": {"name": 7}}]}},
+            "Nodes.items[0].metadata.name",
+        ),
+    ],
+)
+def test_extender_args_with_wrong_types_or_lengths_name_the_field(raw: object, path: str) -> None:
+    with pytest.raises(ContractError) as info:
+        ExtenderArgs.from_dict(raw)
+    assert info.value.path == path
+
+
+def nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_objects_nested_past_64_levels_are_refused_at_64_accepted() -> None:
+    # Nodes, items and the node are three levels; the spec's innermost object is the 64th.
+    node = {"metadata": {"name": "n"}, "spec": {"leaf": 1, **nested(61)}}
+    assert ExtenderArgs.from_dict({"Pod": {}, "Nodes": {"items": [node]}}).nodes is not None
+    too_deep = {"metadata": {"name": "n"}, "spec": {"leaf": 1, **nested(62)}}
+    with pytest.raises(ContractError, match="nests deeper than 64 levels") as info:
+        ExtenderArgs.from_dict({"Pod": {}, "Nodes": {"items": [too_deep]}})
+    assert info.value.path == "Nodes"
+    with pytest.raises(ContractError, match="nests deeper"):
+        ExtenderArgs.from_dict({"Pod": {"spec": [[[nested(1000)]]]}, "NodeNames": []})

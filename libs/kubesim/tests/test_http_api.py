@@ -341,6 +341,8 @@ async def test_discovery_lists_exactly_what_is_served(client: httpx.AsyncClient)
         "coordination.k8s.io",
         "admissionregistration.k8s.io",
         "authentication.k8s.io",
+        "scheduling.k8s.io",
+        "policy",
     }
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
     assert [r["name"] for r in leases["resources"]] == ["leases"]

@@ -156,6 +156,43 @@ async def test_service_accounts_are_created_and_listed(kubectl: Kubectl) -> None
     assert table[1].split()[:2] == ["robot", "0"]
 
 
+POLICY = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: inference}
+value: 1000
+globalDefault: true
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: trainers}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: train}}
+"""
+
+
+async def test_priority_classes_and_budgets_show_kubectls_columns(kubectl: Kubectl) -> None:
+    await kubectl("create", "-f", "-", stdin=POLICY)
+    classes = (await kubectl("get", "pc")).splitlines()
+    assert classes[0].split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    rows = {line.split()[0]: line.split() for line in classes[1:]}
+    assert rows["inference"][1:3] == ["1000", "true"]
+    assert rows["system-node-critical"][1:3] == ["2000001000", "false"]
+    budgets = (await kubectl("get", "pdb")).splitlines()
+    assert budgets[0].split() == [
+        "NAME",
+        "MIN",
+        "AVAILABLE",
+        "MAX",
+        "UNAVAILABLE",
+        "ALLOWED",
+        "DISRUPTIONS",
+        "AGE",
+    ]
+    assert budgets[1].split()[:4] == ["trainers", "1", "N/A", "0"]
+
+
 async def test_running_pod_shows_ready_and_its_ip_in_wide_output(
     kubectl: Kubectl, sim: SimApiServer, client: httpx.AsyncClient, pod: Callable[..., Any]
 ) -> None:

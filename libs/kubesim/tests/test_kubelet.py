@@ -182,14 +182,14 @@ async def test_run_time_defaults_when_the_annotation_is_missing_or_invalid(
         assert record.finished_at is not None and record.finished_at - record.started_at >= 0.2
 
 
-async def test_a_pod_deleted_while_running_leaves_its_lupine_server(
+async def test_a_pod_force_deleted_while_running_leaves_its_lupine_server_at_once(
     sim: SimApiServer, lupines: LupineFleet, kubelet: Start
 ) -> None:
     server = lupines.by_name("gpu-a")
     async with kubelet() as emulator:
         uid = start_pod(sim, gpu_pod("trainer", run_seconds="30"), {ENDPOINT: server.endpoint})
         await eventually(lambda: uid in server.clients)
-        sim.store.delete("pods", "trainer", namespace="default")
+        sim.store.delete("pods", "trainer", namespace="default", grace_period_seconds=0)
         await eventually(lambda: not server.clients, timeout=2)
         await anyio.sleep(0.1)
     record = emulator.records[uid]

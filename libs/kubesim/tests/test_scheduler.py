@@ -477,7 +477,7 @@ async def _placements(sim: SimApiServer, scheduler: Start, seed: int) -> list[st
         await eventually(lambda: all(node_of(sim, n) for n in names))
     placed = [node_of(sim, n) for n in names]
     for name in names:
-        sim.store.delete("pods", name, namespace="default")
+        sim.store.delete("pods", name, namespace="default", grace_period_seconds=0)
     return placed
 
 
@@ -496,8 +496,9 @@ async def test_higher_priority_pod_is_scheduled_first(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:
     add_nodes(sim, "node-a")
-    add_pod(sim, "a-low", spec={"priority": 0})
-    add_pod(sim, "b-high", spec={"priority": 1000})
+    sim.store.create("priorityclasses", {"metadata": {"name": "high"}, "value": 1000})
+    add_pod(sim, "a-low")
+    add_pod(sim, "b-high", spec={"priorityClassName": "high"})
     async with scheduler():
         await eventually(lambda: node_of(sim, "a-low") and node_of(sim, "b-high"))
     order = [b["Pod"]["metadata"]["name"] for b in extender.bodies("filter")]
@@ -689,7 +690,23 @@ async def test_deleting_an_assigned_pod_moves_refused_pods(
     extender.answers["filter"] = sequence(refuse_all(), keep_all)
     async with scheduler() as emulator:
         await refused_once(emulator, uid)
-        sim.store.delete("pods", "holder", namespace="default")
+        sim.store.delete("pods", "holder", namespace="default", grace_period_seconds=0)
+        await eventually(lambda: node_of(sim, "trainer"))
+
+
+async def test_a_terminating_assigned_pod_counts_on_its_node_until_it_is_gone(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    sim.store.create("pods", make_pod("holder", spec={"nodeName": "node-a"}))
+    uid = add_pod(sim, "trainer")
+    extender.answers["filter"] = sequence(refuse_all(), keep_all)
+    async with scheduler() as emulator:
+        await refused_once(emulator, uid)
+        terminating = sim.store.delete("pods", "holder", namespace="default")
+        assert terminating["metadata"]["deletionTimestamp"]
+        assert await stays(lambda: len(extender.bodies("filter")) == 1)
+        sim.store.delete("pods", "holder", namespace="default", grace_period_seconds=0)
         await eventually(lambda: node_of(sim, "trainer"))
 
 

@@ -82,6 +82,30 @@ def test_invalid_count_names_container_and_value(build, value: object, problem: 
     assert caught.value.resource == COUNT
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["9" * 5000, "1" + "0" * 100_000, 10**5000, -(10**5000), "0" * 5000 + "1" * 11],
+    ids=["5000-nines", "a-googol-and-more", "huge-int", "huge-negative-int", "zeros-then-11"],
+)
+def test_a_quantity_of_thousands_of_digits_is_refused_as_too_large(build, value: object) -> None:
+    with pytest.raises(InvalidQuantity) as caught:
+        demand_of(build.pod(build.container("trainer", count=value)))
+    assert "is larger than 2147483647" in caught.value.message or "negative" in caught.value.message
+    assert len(caught.value.message) < 400
+
+
+def test_leading_zeros_do_not_count_as_digits(build) -> None:
+    the_pod = build.pod(build.container(count="0" * 5000 + "2"))
+    assert demand_of(the_pod).containers[0].count == 2
+
+
+@pytest.mark.parametrize("value", [[1], {"n": 1}])
+def test_a_quantity_that_is_not_a_scalar_is_not_a_whole_number(build, value: object) -> None:
+    the_pod = build.pod(build.container("trainer", count=value))
+    with pytest.raises(InvalidQuantity, match="is not a whole number"):
+        demand_of(the_pod)
+
+
 def test_invalid_memory_is_refused_with_a_mib_hint(build) -> None:
     with pytest.raises(InvalidQuantity, match="MiB per card") as caught:
         demand_of(build.pod(build.container(count="1", memory="40Gi")))

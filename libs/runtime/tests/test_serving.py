@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_runtime import (
     Listener,
@@ -172,3 +173,52 @@ async def test_serve_is_serve_listeners_with_one_listener() -> None:
             await counter.up.wait()
             os.kill(os.getpid(), signal.SIGINT)
     assert counter.stopped == 1
+
+
+def hidden(app: ASGIApp) -> ASGIApp:
+    """A face that shows nothing but ``/starts``."""
+
+    async def face(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/starts":
+            await json_response({"hidden": scope["path"]}, 404)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return face
+
+
+async def test_a_listener_face_shows_its_part_of_the_app_with_the_shared_state() -> None:
+    counter = Counter()
+    plain, faced = Listener(listen="127.0.0.1:0"), Listener(listen="127.0.0.1:0", face=hidden)
+    async with (
+        running(counting_app(counter), plain, faced) as (whole, part),
+        httpx.AsyncClient(trust_env=False) as client,
+    ):
+        assert (await client.get(f"{part}/starts")).json() == {"started": 1}
+        assert (await client.get(f"{part}/healthz")).status_code == 404
+        assert (await client.get(f"{whole}/healthz")).status_code == 200
+    assert counter.started == 1
+
+
+async def test_a_client_ca_makes_the_tls_listener_require_a_client_certificate(
+    certificate: tuple[trustme.CA, Path, Path], tmp_path: Path
+) -> None:
+    ca, cert, key = certificate
+    client_ca = trustme.CA()
+    client_ca.cert_pem.write_to_path(str(tmp_path / "clients.pem"))
+    listener = Listener(
+        listen="127.0.0.1:0",
+        ssl_certfile=str(cert),
+        ssl_keyfile=str(key),
+        client_ca_file=str(tmp_path / "clients.pem"),
+    )
+    anonymous, signed = ssl.create_default_context(), ssl.create_default_context()
+    ca.configure_trust(anonymous)
+    ca.configure_trust(signed)
+    client_ca.issue_cert("kube-scheduler").configure_cert(signed)
+    async with running(counting_app(Counter()), listener) as (url,):
+        async with httpx.AsyncClient(verify=anonymous, trust_env=False) as client:
+            with pytest.raises(httpx.TransportError):
+                await client.get(f"{url}/healthz")
+        async with httpx.AsyncClient(verify=signed, trust_env=False) as client:
+            assert (await client.get(f"{url}/healthz")).status_code == 200

@@ -12,6 +12,8 @@ EVERY_KEY = {
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
     "RGPU_GRANULARITY": "card",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE": "/tls/scheduler-ca.crt",
+    "RGPU_SCHEDULER_MAX_BODY_BYTES": "67108864",
     "RGPU_SCHEDULER_NAME": "my-scheduler",
     "RGPU_NAMESPACE": "gpu-system",
     "RGPU_BOOKING_TTL_SECONDS": "12.5",
@@ -28,6 +30,7 @@ EVERY_KEY = {
     "RGPU_TLS_KEY_FILE": "/tls/tls.key",
     "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
     "RGPU_EXTENDER_BUDGET_SECONDS": "3",
+    "RGPU_PREEMPTION": "Off",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
@@ -35,7 +38,6 @@ EVERY_KEY = {
     "RGPU_AUTH_CACHE_SECONDS": "30",
     "RGPU_TOKEN_FILE": "/tokens/rgpu",
     "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
-    "RGPU_SCHEDULER_CLIENT_CA_FILE": "/ca/ca.crt",
     "RGPU_MAX_BODY_BYTES": "8388608",
     "POD_NAMESPACE": "rgpu-system",
     "KUBECONFIG": "/home/op/.kube/config",
@@ -59,6 +61,7 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.scheduling.lib_image == "registry.example.com/hami-core:2.4"
     assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
     assert s.scheduling.extender_budget_seconds == 3.0
+    assert s.scheduling.preemption is False
     assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
     assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
     assert s.kube.url == "http://127.0.0.1:6443"
@@ -69,12 +72,13 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.http.webhook_listen == HostPort(host="::1", port=9443)
     assert str(s.http.webhook_listen) == "[::1]:9443"
     assert (s.http.tls_cert_file, s.http.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
+    assert s.http.scheduler_client_ca_file == "/tls/scheduler-ca.crt"
+    assert s.http.scheduler_max_body_bytes == 64 << 20
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
     assert s.auth.mode == "none"
     assert s.auth.allowed_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
     assert s.auth.cache_seconds == 30.0
     assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
-    assert s.http.scheduler_client_ca_file == "/ca/ca.crt"
     assert s.http.max_body_bytes == 8 << 20
 
 
@@ -106,11 +110,25 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.kube.pod_namespace is None
     assert str(s.http.webhook_listen) == "127.0.0.1:8443"
     assert s.http.tls_cert_file is None
+    assert s.http.scheduler_client_ca_file is None
+    assert s.http.scheduler_max_body_bytes == 4 << 20
     assert (s.log.level, s.log.format) == ("INFO", "json")
     assert (s.auth.mode, s.auth.allowed_callers, s.auth.cache_seconds) == ("tokenreview", (), 60.0)
     assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
     assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
+def test_a_scheduler_body_limit_that_is_not_a_byte_count_is_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="RGPU_SCHEDULER_MAX_BODY_BYTES"):
+        Settings.from_env({"RGPU_SCHEDULER_MAX_BODY_BYTES": value}, service="extender")
+
+
+def test_a_scheduler_client_ca_without_a_certificate_is_refused() -> None:
+    env = {"RGPU_SCHEDULER_CLIENT_CA_FILE": "/tls/ca.crt"}
+    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
+        Settings.from_env(env, service="extender")
 
 
 @pytest.mark.parametrize(
@@ -238,3 +256,9 @@ def test_warn_is_accepted_as_warning() -> None:
 )
 def test_host_port_parses_the_accepted_forms(text: str, host: str, port: int) -> None:
     assert HostPort.parse(text) == HostPort(host=host, port=port)
+
+
+def test_preemption_is_on_by_default_and_a_bad_value_names_key_and_value() -> None:
+    assert Settings.from_env({}, service="allocator").scheduling.preemption is True
+    with pytest.raises(SettingsError, match=r"RGPU_PREEMPTION.*maybe"):
+        Settings.from_env({"RGPU_PREEMPTION": "maybe"}, service="allocator")

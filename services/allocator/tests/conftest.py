@@ -240,7 +240,8 @@ class Cluster:
         )
 
     def delete(self, pod: PodRef) -> None:
-        self.sim.store.delete("pods", pod.name, namespace=pod.namespace)
+        # Forced (grace 0): no kubelet runs here to finish a graceful deletion.
+        self.sim.store.delete("pods", pod.name, namespace=pod.namespace, grace_period_seconds=0)
 
     def annotations(self, pod: PodRef) -> dict[str, str]:
         got = self.sim.store.get("pods", pod.name, namespace=pod.namespace)

@@ -6,6 +6,7 @@ import re
 
 from rgpu_allocator.claims import (
     ANNOTATION_CLAIMS,
+    ANNOTATION_NOMINATION,
     ANNOTATION_SERVER,
     MANAGED_BY_LABEL,
     decode_lease,
@@ -14,6 +15,7 @@ from rgpu_allocator.claims import (
     lease_name,
 )
 from rgpu_contracts import CardId, Claim, ClaimState, ContainerAssignment, ServerName
+from rgpu_placement import Nomination
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -117,3 +119,48 @@ def test_claim_for_another_server_is_a_problem(build):
 
 def test_lease_without_server_annotation_is_not_ours():
     assert decode_lease({"metadata": {"name": "other", "annotations": {}}}) is None
+
+
+def nomination(build, server: str = "gpu-a") -> Nomination:
+    return Nomination(
+        pod=build.pod("urgent"),
+        priority=1000,
+        cards=(CardId(f"{server}/{build.uuid(server, 0)}"),),
+        victims=(build.pod("batch"),),
+        nominated_at=1700000000.0,
+        expires_at=1700000060.0,
+    )
+
+
+def test_a_nomination_is_stored_beside_the_claims_and_read_back(build):
+    made = nomination(build)
+    body = encode_lease(
+        server="gpu-a",
+        namespace="rgpu-system",
+        claims=[claim(build, "batch")],
+        resource_version=None,
+        nomination=made,
+    )
+    assert ANNOTATION_NOMINATION in body["metadata"]["annotations"]
+    record = decode_lease(as_read(body))
+    assert record.nomination == made
+    assert record.problem is None
+
+
+def test_a_lease_written_before_nominations_existed_reads_without_one(build):
+    body = encode_lease(
+        server="gpu-a", namespace="rgpu-system", claims=[claim(build, "a")], resource_version=None
+    )
+    assert ANNOTATION_NOMINATION not in body["metadata"]["annotations"]
+    record = decode_lease(as_read(body))
+    assert record.nomination is None
+    assert record.problem is None
+
+
+def test_an_unreadable_nomination_makes_the_lease_a_problem_naming_the_field(build):
+    body = encode_lease(server="gpu-a", namespace="rgpu-system", claims=(), resource_version=None)
+    body["metadata"]["annotations"][ANNOTATION_NOMINATION] = '{"priority": "high"}'
+    record = decode_lease(as_read(body))
+    assert record.nomination is None
+    assert "rgpu.io/nomination" in record.problem
+    assert "priority" in record.problem

@@ -61,3 +61,26 @@ def test_tombstones_are_bounded_oldest_first():
     for uid in ("a", "b", "c"):
         index.remove(uid)
     assert [index.gone(u) for u in ("a", "b", "c")] == [False, True, True]
+
+
+def test_pod_info_reads_what_preemption_needs():
+    raw = {
+        "metadata": {"uid": "u", "namespace": "n", "name": "p"},
+        "spec": {
+            "priority": 1000,
+            "preemptionPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+        },
+        "status": {"phase": "Running", "startTime": "2026-01-02T03:04:05Z"},
+    }
+    info = pod_info(raw)
+    assert (info.priority, info.never_preempts, info.grace_seconds) == (1000, True, 5.0)
+    assert info.started_at == 1767323045.0
+
+
+def test_a_pod_without_priority_fields_has_priority_zero_and_the_default_grace():
+    info = pod_info({"metadata": {"uid": "u"}, "spec": {"priority": True}, "status": {}})
+    assert (info.priority, info.never_preempts, info.grace_seconds) == (0, False, 30.0)
+    assert info.started_at is None
+    garbled = pod_info({"metadata": {"uid": "u"}, "status": {"startTime": "yesterday"}})
+    assert garbled.started_at is None

@@ -8,6 +8,7 @@ import copy
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,6 +17,7 @@ import httpx
 import jsonpatch
 import orjson
 import pytest
+import trustme
 from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -42,9 +44,9 @@ from rgpu_contracts import (
     Topology,
     card_id,
 )
-from rgpu_extender import create_app
+from rgpu_extender import create_app, listeners
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings, Versioned
+from rgpu_runtime import Settings, Versioned, running
 
 COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"
@@ -426,3 +428,89 @@ def build() -> Build:
 @pytest.fixture
 def make() -> Make:
     return Make()
+
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    """The CA of the extender's serving certificate (the webhook's ``caBundle``)."""
+    return trustme.CA()
+
+
+@pytest.fixture
+def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
+    leaf = ca.issue_cert("127.0.0.1", "extender.rgpu-system.svc")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.private_key_pem.write_to_path(key)
+    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+    return cert, key
+
+
+ServeExtender = Callable[..., AbstractAsyncContextManager[tuple[str, str]]]
+
+
+@pytest.fixture
+def serve_extender(
+    build: Build,
+    sim: SimApiServer,
+    allocator: FakeAllocator,
+    discovery: FakeDiscovery,
+    cert_files: tuple[Path, Path],
+) -> ServeExtender:
+    """The extender on real sockets, as ``main`` serves it: (scheduler URL, webhook URL)."""
+
+    @asynccontextmanager
+    async def serve(**env: str) -> AsyncIterator[tuple[str, str]]:
+        cert, key = cert_files
+        settings = build.settings(
+            RGPU_KUBE_URL=sim.url,
+            RGPU_LISTEN="127.0.0.1:0",
+            RGPU_WEBHOOK_LISTEN="127.0.0.1:0",
+            RGPU_TLS_CERT_FILE=str(cert),
+            RGPU_TLS_KEY_FILE=str(key),
+            **env,
+        )
+        app = create_app(
+            settings,
+            allocator_transport=allocator.transport,
+            discovery_transport=discovery.transport,
+            registry=CollectorRegistry(),
+        )
+        async with running(app, *listeners(settings)) as (scheduler, webhook):
+            yield scheduler, webhook
+
+    return serve
+
+
+@pytest.fixture
+def webhook_configuration(ca: trustme.CA) -> Callable[[str, list[str]], Json]:
+    """Builds a MutatingWebhookConfiguration sending every pod ``operation`` to ``url``/mutate
+    (no matchConditions: the extender must be right for every pod it is sent)."""
+    return lambda url, operations: _webhook_configuration(url, ca, operations)
+
+
+def _webhook_configuration(url: str, ca: trustme.CA, operations: list[str]) -> Json:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "rgpu"},
+        "webhooks": [
+            {
+                "name": "pods.rgpu.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "clientConfig": {
+                    "url": f"{url}/mutate",
+                    "caBundle": base64.b64encode(ca.cert_pem.bytes()).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": operations,
+                        "resources": ["pods"],
+                    }
+                ],
+            }
+        ],
+    }

@@ -152,11 +152,21 @@ def test_update_of_an_owned_annotation_by_a_trusted_user_is_allowed(build) -> No
     assert decision.review["response"] == {"uid": UID, "allowed": True}
 
 
-def test_update_by_an_rgpu_service_account_is_allowed(build) -> None:
+def test_update_by_a_listed_rgpu_service_account_is_allowed(build) -> None:
     old = build.pod(annotations={})
     new = updated(old, {"rgpu.io/retry-at": "2"})
     user = "system:serviceaccount:rgpu-system:rgpu-allocator"
-    assert decide_with(build, build.review(new, operation="UPDATE", old=old, user=user)).allowed
+    review = build.review(new, operation="UPDATE", old=old, user=user)
+    assert decide_with(build, review, RGPU_TRUSTED_USERS=user).allowed
+
+
+def test_update_by_an_unlisted_account_of_rgpus_own_namespace_is_denied(build) -> None:
+    old = build.pod(annotations={})
+    new = updated(old, {"rgpu.io/retry-at": "2"})
+    user = "system:serviceaccount:rgpu-system:default"
+    listed = "system:serviceaccount:rgpu-system:rgpu-allocator"
+    review = build.review(new, operation="UPDATE", old=old, user=user)
+    assert "rgpu-system:default" in denial(decide_with(build, review, RGPU_TRUSTED_USERS=listed))
 
 
 def test_update_by_a_service_account_of_another_namespace_is_denied(build) -> None:
@@ -178,13 +188,23 @@ def test_delete_is_allowed(build) -> None:
     assert decide_with(build, review).outcome == "ignored"
 
 
-def test_subresource_and_other_resources_are_ignored(build) -> None:
-    status = build.review(build.pod(nodeName="x"), operation="UPDATE", old=build.pod())
-    status["request"]["subResource"] = "status"
+def test_other_subresources_and_other_resources_are_ignored(build) -> None:
+    binding = build.review({"kind": "Binding", "metadata": {"name": "x"}})
+    binding["request"]["subResource"] = "binding"
     other = build.review({"metadata": {"name": "x"}})
     other["request"]["resource"]["resource"] = "configmaps"
-    assert decide_with(build, status).outcome == "ignored"
+    assert decide_with(build, binding).outcome == "ignored"
     assert decide_with(build, other).outcome == "ignored"
+
+
+@pytest.mark.parametrize("subresource", ["status", "ephemeralcontainers", "resize"])
+def test_owned_annotations_are_guarded_on_subresources_carrying_the_pod(
+    build, subresource: str
+) -> None:
+    old = build.pod(annotations={})
+    review = build.review(updated(old, {ENDPOINT: "10.6.6.6:1"}), operation="UPDATE", old=old)
+    review["request"]["subResource"] = subresource
+    assert ENDPOINT in denial(decide_with(build, review))
 
 
 def test_create_without_an_object_is_denied_not_crashed(build) -> None:
@@ -204,3 +224,69 @@ def test_create_without_an_object_is_denied_not_crashed(build) -> None:
 def test_malformed_review_raises_naming_the_field(build, review: object, fragment: str) -> None:
     with pytest.raises(MalformedReview, match=fragment):
         decide_with(build, review)  # type: ignore[arg-type]
+
+
+def bad_request(decision: Decision) -> str:
+    response = decision.review["response"]
+    assert isinstance(response, dict)
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    return str(response["status"]["message"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        (("containers", 0, "env", 0, "name"), ["A"], "spec.containers[0].env[0].name"),
+        (("containers", 0, "env"), 7, "spec.containers[0].env"),
+        (("containers", 0, "env", 0), "A=1", "spec.containers[0].env[0]"),
+        (("containers", 0, "resources"), [], "spec.containers[0].resources"),
+        (("initContainers",), {}, "spec.initContainers"),
+        (("nodeName",), 7, "spec.nodeName"),
+    ],
+)
+def test_a_field_of_the_wrong_json_type_is_denied_with_400_naming_it(
+    build, field: tuple[str | int, ...], value: object, path: str
+) -> None:
+    the_pod = build.pod(build.container(count="1", env=[{"name": "A", "value": "1"}]))
+    parent: Any = the_pod["spec"]
+    for step in field[:-1]:
+        parent = parent[step]
+    parent[field[-1]] = value
+    message = bad_request(decide_with(build, build.review(the_pod)))
+    assert message.startswith(f"{path}: expected")
+
+
+def test_an_annotation_that_is_not_a_string_is_denied_naming_it(build) -> None:
+    the_pod = build.pod(annotations={"team": ["ml"]})  # type: ignore[dict-item]
+    message = bad_request(decide_with(build, build.review(the_pod)))
+    assert "metadata.annotations['team']" in message
+
+
+def test_a_pod_uid_past_kubernetes_limit_is_denied(build) -> None:
+    the_pod = build.pod(uid="u" * 70_000)
+    message = bad_request(decide_with(build, build.review(the_pod)))
+    assert "metadata.uid: is 70000 characters" in message
+
+
+def test_a_pod_asking_for_nothing_with_an_owned_annotation_is_denied_at_create(build) -> None:
+    the_pod = build.pod(
+        build.container("web"),
+        annotations={"hami.io/remote-gpu-devices-allocated": "gpu-a/GPU-1,RemoteGPU,1,100:;"},
+        nodeName="cpu-node-1",
+    )
+    message = denial(decide_with(build, build.review(the_pod)))
+    assert "may not set annotation(s) hami.io/remote-gpu-devices-allocated" in message
+
+
+def test_a_trusted_user_may_create_a_plain_pod_with_an_owned_annotation(build) -> None:
+    the_pod = build.pod(build.container("web"), annotations={"rgpu.io/retry-at": "1"})
+    review = build.review(the_pod, user="ops-bot")
+    assert decide_with(build, review, RGPU_TRUSTED_USERS="ops-bot").allowed
+
+
+def test_an_ephemeral_container_asking_for_the_resource_is_denied(build) -> None:
+    debug = build.container("debug", count="1", wired=False)
+    the_pod = build.pod(build.container("web"), ephemeralContainers=[debug])
+    message = denial(decide_with(build, build.review(the_pod)))
+    assert "spec.ephemeralContainers[0] asks for nvidia.com/remote-gpu" in message

@@ -40,20 +40,47 @@ async def test_a_large_full_nodes_filter_is_not_refused_for_its_size(extender, b
     assert len(response.json()["Nodes"]["items"]) == 600
 
 
+async def test_full_nodes_past_the_default_limit_need_the_scheduler_body_setting(
+    open_extender, build
+) -> None:
+    filler = "x" * 8192
+    items = [{"metadata": {"name": f"n{i}", "annotations": {"a": filler}}} for i in range(600)]
+    body = {"Pod": build.pod(build.container()), "Nodes": {"items": items}, "NodeNames": None}
+    async with open_extender() as default:
+        refused = (await default.client.post("/filter", json=body)).json()
+        assert "request body exceeds" in refused["Error"]
+    async with open_extender(RGPU_SCHEDULER_MAX_BODY_BYTES=str(16 << 20)) as raised:
+        accepted = (await raised.client.post("/filter", json=body)).json()
+        assert accepted["Error"] == "" and len(accepted["Nodes"]["items"]) == 600
+
+
 def test_without_a_certificate_only_the_plain_listener_is_served(build) -> None:
     (plain,) = listeners(build.settings(RGPU_LISTEN="127.0.0.1:9083"))
     assert str(plain.listen) == "127.0.0.1:9083"
     assert plain.ssl_certfile is None
 
 
-def test_with_a_certificate_the_webhook_listener_serves_tls(build) -> None:
+def test_with_a_certificate_the_webhook_listener_serves_its_own_app_over_tls(build) -> None:
     settings = build.settings(
         RGPU_WEBHOOK_LISTEN="0.0.0.0:9443", RGPU_TLS_CERT_FILE="/c.pem", RGPU_TLS_KEY_FILE="/k.pem"
     )
     plain, webhook = listeners(settings)
     assert str(plain.listen) == "127.0.0.1:8083"
+    assert (plain.ssl_certfile, plain.client_ca_file) == (None, None)
     assert str(webhook.listen) == "0.0.0.0:9443"
     assert (webhook.ssl_certfile, webhook.ssl_keyfile) == ("/c.pem", "/k.pem")
+    assert webhook.face is not None and plain.face is not None
+
+
+def test_with_a_client_ca_the_scheduler_listener_requires_client_certificates(build) -> None:
+    settings = build.settings(
+        RGPU_TLS_CERT_FILE="/c.pem",
+        RGPU_TLS_KEY_FILE="/k.pem",
+        RGPU_SCHEDULER_CLIENT_CA_FILE="/scheduler-ca.pem",
+    )
+    scheduler, _ = listeners(settings)
+    assert (scheduler.ssl_certfile, scheduler.ssl_keyfile) == ("/c.pem", "/k.pem")
+    assert scheduler.client_ca_file == "/scheduler-ca.pem"
 
 
 def test_python_m_with_a_bad_setting_exits_2_naming_the_key() -> None:

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import base64
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
 import pytest
-import trustme
-from prometheus_client import CollectorRegistry
 
-from rgpu_extender import create_app, listeners
 from rgpu_kubesim import run_apiserver
-from rgpu_runtime import running
 
 pytestmark = pytest.mark.anyio
 
@@ -69,49 +61,14 @@ async def test_malformed_review_is_a_400_with_a_message(
     assert fragment in response.json()["message"]
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
-    leaf = ca.issue_cert("127.0.0.1", "extender.rgpu-system.svc")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    leaf.private_key_pem.write_to_path(key)
-    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-    return cert, key
-
-
-@asynccontextmanager
-async def served(build, sim, allocator, discovery, cert_files) -> AsyncIterator[tuple[str, str]]:
-    """The extender on real sockets: (plain URL, TLS URL)."""
-    cert, key = cert_files
-    settings = build.settings(
-        RGPU_KUBE_URL=sim.url,
-        RGPU_LISTEN="127.0.0.1:0",
-        RGPU_WEBHOOK_LISTEN="127.0.0.1:0",
-        RGPU_TLS_CERT_FILE=str(cert),
-        RGPU_TLS_KEY_FILE=str(key),
-    )
-    app = create_app(
-        settings,
-        allocator_transport=allocator.transport,
-        discovery_transport=discovery.transport,
-        registry=CollectorRegistry(),
-    )
-    async with running(app, *listeners(settings)) as (plain, tls):
-        yield plain, tls
-
-
 async def test_tls_listener_presents_the_configured_certificate(
-    build, sim, allocator, discovery, cert_files, ca, load_fixture
+    serve_extender, cert_files, ca, load_fixture
 ) -> None:
     context = ssl.create_default_context()
     ca.configure_trust(context)
     expected = ssl.PEM_cert_to_DER_cert(cert_files[0].read_text())
     async with (
-        served(build, sim, allocator, discovery, cert_files) as (plain, tls),
+        serve_extender() as (plain, tls),
         httpx.AsyncClient(verify=context, trust_env=False) as client,
     ):
         assert tls.startswith("https://127.0.0.1:")
@@ -125,61 +82,37 @@ async def test_tls_listener_presents_the_configured_certificate(
         assert presented == expected
         plain_reply = await client.get(f"{plain}/readyz")
         assert plain_reply.status_code == 200
+        # One registry behind both listeners: the webhook's requests show on the scheduler's.
+        metrics = (await client.get(f"{plain}/metrics")).text
+        assert 'route="/mutate"' in metrics
+        assert 'rgpu_extender_webhook_decisions_total{decision="mutated"' in metrics
 
 
 async def test_tls_listener_is_refused_by_a_client_that_does_not_trust_the_ca(
-    build, sim, allocator, discovery, cert_files
+    serve_extender,
 ) -> None:
     async with (
-        served(build, sim, allocator, discovery, cert_files) as (_, tls),
+        serve_extender() as (_, tls),
         httpx.AsyncClient(verify=ssl.create_default_context(), trust_env=False) as client,
     ):
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.get(f"{tls}/healthz")
 
 
-def webhook_configuration(url: str, ca: trustme.CA, operations: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "rgpu"},
-        "webhooks": [
-            {
-                "name": "pods.rgpu.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "clientConfig": {
-                    "url": f"{url}/mutate",
-                    "caBundle": base64.b64encode(ca.cert_pem.bytes()).decode(),
-                },
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": operations,
-                        "resources": ["pods"],
-                    }
-                ],
-            }
-        ],
-    }
-
-
 async def test_apiserver_admission_mutates_a_created_pod_and_guards_updates(
-    build, sim, allocator, discovery, cert_files, ca
+    build, serve_extender, webhook_configuration
 ) -> None:
     # A cluster of its own, entered after the extender, so it closes its webhook connections
     # first: the extender's graceful shutdown waits for open connections to go.
     async with (
-        served(build, sim, allocator, discovery, cert_files) as (_, tls),
+        serve_extender() as (_, tls),
         run_apiserver() as cluster,
         httpx.AsyncClient(base_url=cluster.url, trust_env=False) as kube,
     ):
         cluster.store.create("namespaces", {"metadata": {"name": "ml-team"}})
         cluster.store.create(
             "mutatingwebhookconfigurations",
-            webhook_configuration(tls, ca, ["CREATE", "UPDATE"]),
+            webhook_configuration(tls, ["CREATE", "UPDATE"]),
         )
         the_pod = build.pod(build.container(count="1", wired=False), scheduler=None)
         del the_pod["metadata"]["uid"]

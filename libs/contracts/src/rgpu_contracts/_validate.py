@@ -16,6 +16,17 @@ T = TypeVar("T")
 
 _MISSING = object()
 
+MAX_NAME_CHARS = 253
+"""Kubernetes' limit on object names (a DNS subdomain): pods, nodes."""
+MAX_NAMESPACE_CHARS = 63
+"""Kubernetes' limit on namespace names (a DNS label)."""
+MAX_DEPTH = 64
+"""Kubernetes objects nest about twenty levels at most (managedFields included); JSON nested
+deeper is refused, since encoders stop near 255 levels and an echoed reply would fail."""
+MAX_UID_CHARS = 128
+"""Kubernetes' UIDs are 36-character UUIDs; 128 leaves room for any other issuer's form while
+keeping a 70,000-character "uid" out of URLs, logs and Lease annotations."""
+
 
 def join(path: str, key: str | int) -> str:
     """Extend a contract path with a key (``a.b``) or an index (``a[3]``)."""
@@ -177,3 +188,36 @@ def choice(
     if value not in allowed:
         raise ContractError(join(path, key), f"must be one of {', '.join(allowed)}; got {value!r}")
     return value
+
+
+def limited(value: str, path: str, max_chars: int) -> str:
+    """Return ``value`` if it is at most ``max_chars`` long, else raise naming ``path``."""
+    if len(value) > max_chars:
+        raise ContractError(
+            path, f"is {len(value)} characters long; Kubernetes allows at most {max_chars}"
+        )
+    return value
+
+
+def opt_limited(raw: Mapping[str, object], key: str, path: str, max_chars: int) -> str | None:
+    """Read an optional string (absent or ``null`` → ``None``) of at most ``max_chars``."""
+    value = opt_string(raw, key, path)
+    return None if value is None else limited(value, join(path, key), max_chars)
+
+
+def shallow(raw: object, path: str, max_depth: int = MAX_DEPTH) -> None:
+    """Raise naming ``path`` when ``raw`` nests arrays or objects deeper than ``max_depth``.
+
+    Iterative, so the check itself cannot run out of stack on what it refuses.
+    """
+    pending: list[tuple[object, int]] = [(raw, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if not isinstance(value, Mapping | list | tuple):
+            continue
+        if depth > max_depth:
+            raise ContractError(
+                path, f"nests deeper than {max_depth} levels; no Kubernetes object does"
+            )
+        children = value.values() if isinstance(value, Mapping) else value
+        pending.extend((child, depth + 1) for child in children)

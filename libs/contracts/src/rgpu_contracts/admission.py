@@ -84,8 +84,10 @@ class AdmissionRequest:
         return cls(
             uid=_uid(m, path),
             operation=v.choice(m, "operation", path, _OPERATIONS),
-            namespace=v.string(m, "namespace", path, ""),
-            name=v.string(m, "name", path, ""),
+            namespace=v.limited(
+                v.string(m, "namespace", path, ""), v.join(path, "namespace"), v.MAX_NAMESPACE_CHARS
+            ),
+            name=v.limited(v.string(m, "name", path, ""), v.join(path, "name"), v.MAX_NAME_CHARS),
             resource=v.string(resource, "resource", v.join(path, "resource"), ""),
             sub_resource=v.string(m, "subResource", path, ""),
             user=UserInfo.from_dict(m.get("userInfo", {}), v.join(path, "userInfo")),
@@ -99,12 +101,15 @@ def _uid(m: Mapping[str, object], path: str) -> str:
     uid = v.string(m, "uid", path)
     if not uid:
         raise ContractError(v.join(path, "uid"), "must not be empty; the response must echo it")
-    return uid
+    return v.limited(uid, v.join(path, "uid"), v.MAX_UID_CHARS)
 
 
 def _object(m: Mapping[str, object], key: str, path: str) -> Mapping[str, Any] | None:
     value = m.get(key)
-    return None if value is None else MappingProxyType(dict(v.as_mapping(value, v.join(path, key))))
+    if value is None:
+        return None
+    v.shallow(value, v.join(path, key))
+    return MappingProxyType(dict(v.as_mapping(value, v.join(path, key))))
 
 
 def _review(response: dict[str, object]) -> dict[str, object]:

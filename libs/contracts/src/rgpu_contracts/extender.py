@@ -38,11 +38,51 @@ def _folded(raw: object, path: str, *names: str) -> Mapping[str, object]:
 
 
 def _frozen(raw: object, path: str) -> Mapping[str, Any]:
+    v.shallow(raw, path)
     return MappingProxyType(dict(v.as_mapping(raw, path)))
 
 
 def _opt_names(m: Mapping[str, object], key: str, path: str) -> tuple[str, ...] | None:
-    return None if m.get(key) is None else v.strings(m, key, path)
+    if m.get(key) is None:
+        return None
+    return v.items(m, key, path, _node_name)
+
+
+def _node_name(raw: object, path: str) -> str:
+    if not isinstance(raw, str):
+        raise ContractError(path, f"expected a node name (string), got {v.type_name(raw)}")
+    return v.limited(raw, path, v.MAX_NAME_CHARS)
+
+
+def _pod(raw: object, path: str) -> Mapping[str, Any]:
+    """The pod kept as JSON, its identity checked: every verb reads name, namespace and uid."""
+    pod = _frozen(raw, path)
+    meta_path = v.join(path, "metadata")
+    meta = _meta(pod, meta_path)
+    v.opt_limited(meta, "name", meta_path, v.MAX_NAME_CHARS)
+    v.opt_limited(meta, "namespace", meta_path, v.MAX_NAMESPACE_CHARS)
+    v.opt_limited(meta, "uid", meta_path, v.MAX_UID_CHARS)
+    return pod
+
+
+def _meta(obj: Mapping[str, Any], path: str) -> Mapping[str, object]:
+    value = obj.get("metadata")
+    return {} if value is None else v.as_mapping(value, path)
+
+
+def _nodes(raw: object, path: str) -> Mapping[str, Any]:
+    """Full Nodes kept as JSON, with ``items`` checked to be Nodes that have a name."""
+    nodes = _frozen(raw, path)
+    if nodes.get("items") is not None:
+        v.items(nodes, "items", path, _named_node)
+    return nodes
+
+
+def _named_node(raw: object, path: str) -> None:
+    node = v.as_mapping(raw, path)
+    meta_path = v.join(path, "metadata")
+    meta = _meta(node, meta_path)
+    v.opt_limited(meta, "name", meta_path, v.MAX_NAME_CHARS)
 
 
 def _string_map(m: Mapping[str, object], key: str, path: str) -> tuple[tuple[str, str], ...]:
@@ -68,7 +108,7 @@ class ExtenderArgs:
         if self.node_names is not None:
             return self.node_names
         items = (self.nodes or {}).get("items") or []
-        return tuple(str(n.get("metadata", {}).get("name", "")) for n in items)
+        return tuple(str((n.get("metadata") or {}).get("name") or "") for n in items)
 
     def to_dict(self) -> ExtenderArgsDict:
         return {
@@ -84,8 +124,8 @@ class ExtenderArgs:
             raise ContractError(v.join(path, "Pod"), "is required")
         nodes = m.get("Nodes")
         return cls(
-            pod=_frozen(m["Pod"], v.join(path, "Pod")),
-            nodes=None if nodes is None else _frozen(nodes, v.join(path, "Nodes")),
+            pod=_pod(m["Pod"], v.join(path, "Pod")),
+            nodes=None if nodes is None else _nodes(nodes, v.join(path, "Nodes")),
             node_names=_opt_names(m, "NodeNames", path),
         )
 
@@ -179,19 +219,26 @@ class ExtenderBindingArgs:
 
     @classmethod
     def from_dict(cls, raw: object, path: str = "") -> ExtenderBindingArgs:
-        names = ("PodName", "PodNamespace", "PodUID", "Node")
-        m = _folded(raw, path, *names)
-        values = [_required_text(m, name, path) for name in names]
+        m = _folded(raw, path, *_BINDING_LIMITS)
+        values = [_required_text(m, name, path, most) for name, most in _BINDING_LIMITS.items()]
         return cls(pod_name=values[0], pod_namespace=values[1], pod_uid=values[2], node=values[3])
 
 
-def _required_text(m: Mapping[str, object], name: str, path: str) -> str:
+_BINDING_LIMITS = {
+    "PodName": v.MAX_NAME_CHARS,
+    "PodNamespace": v.MAX_NAMESPACE_CHARS,
+    "PodUID": v.MAX_UID_CHARS,
+    "Node": v.MAX_NAME_CHARS,
+}
+
+
+def _required_text(m: Mapping[str, object], name: str, path: str, max_chars: int) -> str:
     value = m.get(name)
     if not isinstance(value, str) or not value:
         raise ContractError(
             v.join(path, name), f"expected a non-empty string, got {v.type_name(value)}"
         )
-    return value
+    return v.limited(value, v.join(path, name), max_chars)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "binding": ["create"],
     "token": ["create"],
+    "eviction": ["create"],
     "finalize": ["update"],
 }
 

@@ -18,7 +18,16 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim import _fields, _options, _requests, _status, _tables, _token_api
+from rgpu_kubesim import (
+    _eviction,
+    _fields,
+    _graceful,
+    _options,
+    _requests,
+    _status,
+    _tables,
+    _token_api,
+)
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
@@ -81,6 +90,8 @@ class ResourceHandlers:
             raise decision.error
         if verb == "create" and target.subresource == "binding":
             return await self.bind(target, request)
+        if verb == "create" and target.subresource == "eviction":
+            return await self.evict(target, request)
         if target.resource.verbs and verb not in target.resource.verbs:
             raise _status.method_not_allowed()
         if verb == "create" and target.subresource == "token":
@@ -221,26 +232,43 @@ class ResourceHandlers:
         body = await _requests.read_delete_options(request)
         options = _options.write_options("delete", request.query_params, body.get("dryRun"))
         preconditions = body.get("preconditions") or {}
+        grace = _graceful.requested_grace(request.query_params, body)
         current = storage.get(target.resource, namespace, target.name)
-        entry = await self._delete_one(request, target, current, preconditions, options.dry_run)
+        entry = await self._delete_one(
+            request, target, current, preconditions, options.dry_run, grace
+        )
         if target.resource.delete_returns_object:
             return object_response(target.resource, entry)
         details = _status.resource_details(target.resource, entry.name, uid=entry.uid)
         return json_response(_status.success(details))
 
     async def _delete_one(
-        self, request: Request, target: Target, current: Entry, preconditions: Any, dry_run: bool
+        self,
+        request: Request,
+        target: Target,
+        current: Entry,
+        preconditions: Any,
+        dry_run: bool,
+        grace: int | None,
     ) -> Entry:
         await self._admit(request, target, "DELETE", None, current, dry_run=dry_run)
         return self.deps.storage.delete(
-            target.resource, current.namespace, current.name, preconditions, dry_run=dry_run
+            target.resource,
+            current.namespace,
+            current.name,
+            preconditions,
+            dry_run=dry_run,
+            grace_period_seconds=grace,
         )
 
     async def delete_collection(self, target: Target, request: Request) -> Response:
-        dry_run = _options.write_options("delete", request.query_params).dry_run
+        body = await _requests.read_delete_options(request)
+        dry_run = _options.write_options("delete", request.query_params, body.get("dryRun")).dry_run
+        grace = _graceful.requested_grace(request.query_params, body)
         page = self.deps.storage.list_entries(target.resource, _filter(target, request))
         deleted = [
-            await self._delete_one(request, target, entry, {}, dry_run) for entry in page.entries
+            await self._delete_one(request, target, entry, {}, dry_run, grace)
+            for entry in page.entries
         ]
         result = ListPage(entries=tuple(deleted), rv=self.deps.storage.resource_version)
         return list_response(request, target.resource, result, self.deps.clock())
@@ -256,6 +284,15 @@ class ResourceHandlers:
             raise _status.failure(422, f'Binding "{name}" is invalid: target.name: Required value')
         binding = await self._admitted(request, target, "CREATE", binding, None, name=name)
         self.deps.storage.bind(namespace, name, binding)
+        return json_response(_status.success(code=201), 201)
+
+    async def evict(self, target: Target, request: Request) -> Response:
+        eviction = await _requests.read_object(request)
+        namespace = target.namespace or ""
+        self.deps.storage.get(target.resource, namespace, target.name)
+        if isinstance(eviction, dict):
+            eviction = await self._admitted(request, target, "CREATE", eviction, None)
+        _eviction.evict(self.deps.storage, namespace, target.name, eviction, self.deps.clock())
         return json_response(_status.success(code=201), 201)
 
     # -- admission ---------------------------------------------------------------------------

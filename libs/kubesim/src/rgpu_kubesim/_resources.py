@@ -84,7 +84,7 @@ RESOURCES: tuple[Resource, ...] = (
         namespaced=True,
         short_names=("po",),
         categories=("all",),
-        subresources=("status", "binding"),
+        subresources=("status", "binding", "eviction"),
         field_labels=(
             "spec.nodeName",
             "spec.schedulerName",
@@ -143,6 +143,24 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=("token",),
     ),
     Resource(
+        plural="priorityclasses",
+        singular="priorityclass",
+        kind="PriorityClass",
+        namespaced=False,
+        group="scheduling.k8s.io",
+        short_names=("pc",),
+    ),
+    Resource(
+        plural="poddisruptionbudgets",
+        singular="poddisruptionbudget",
+        kind="PodDisruptionBudget",
+        namespaced=True,
+        group="policy",
+        short_names=("pdb",),
+        subresources=("status",),
+        status_is_subresource=True,
+    ),
+    Resource(
         plural="tokenreviews",
         singular="tokenreview",
         kind="TokenReview",
@@ -153,7 +171,13 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType(
-    {"status": "", "finalize": "", "binding": "Binding", "token": "TokenRequest"}
+    {
+        "status": "",
+        "finalize": "",
+        "binding": "Binding",
+        "token": "TokenRequest",
+        "eviction": "Eviction",
+    }
 )
 """Kind served by a subresource; empty means the parent's kind."""
 

@@ -14,8 +14,8 @@ from rgpu_kubesim._resources import Resource, lookup, require
 
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _PODS = require("pods")
-_CREATE_ONLY = frozenset({"binding", "token"})
-"""Subresources that only accept POST (pods/binding, serviceaccounts/token)."""
+_CREATE_ONLY = frozenset({"binding", "token", "eviction"})
+"""Subresources that only accept POST (pods/binding, pods/eviction, serviceaccounts/token)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rgpu_kubesim import _namespaces, _status, _strategies
+from rgpu_kubesim import _disruption, _graceful, _namespaces, _priority, _status, _strategies
 from rgpu_kubesim._listing import Listing
 from rgpu_kubesim._objects import (
     Entry,
@@ -65,6 +65,8 @@ _PATCHERS: Mapping[str, Callable[[Any, Any], Any]] = {
 _EVERYTHING = Filter()
 _NAMESPACES = require("namespaces")
 _PODS = require("pods")
+_CLASSES = require("priorityclasses")
+_BUDGETS = require("poddisruptionbudgets")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,8 +99,11 @@ class Storage:
         self.hub = WatchHub()
         self._listing = Listing(self._objects, self._sorted, self._logs, lambda: self._rv)
         self._terminating: set[str] = set()
+        self._syncing_budgets = False
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
+        for priority_class in _priority.SYSTEM_CLASSES:
+            self.create(_CLASSES, "", priority_class)
 
     @property
     def resource_version(self) -> int:
@@ -195,6 +200,7 @@ class Storage:
         self.require_namespace(resource, namespace, str(meta.get("name") or ""))
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(self._rng.choices(_NAME_ALPHABET, k=5))
+        self._admit_priority(resource, body)
         _strategies.prepare_for_create(resource, body)
         _strategies.validate(resource, body, None)
         if (namespace, meta["name"]) in self._objects[resource.plural]:
@@ -205,6 +211,16 @@ class Storage:
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)
         return self._commit(resource, ADDED, body, None, dry_run=dry_run)
+
+    def _admit_priority(self, resource: Resource, body: JsonObj) -> None:
+        """kube's Priority admission plugin (it also guards the single default class)."""
+        if resource is _PODS:
+            _priority.admit_pod(body, self._priority_classes())
+        elif resource is _CLASSES:
+            _priority.check_single_default(body, self._priority_classes().values())
+
+    def _priority_classes(self) -> dict[str, JsonObj]:
+        return {e.name: e.decode() for e in self._objects[_CLASSES.plural].values()}
 
     def require_namespace(self, resource: Resource, namespace: str, name: str = "") -> None:
         """Creating in a missing namespace is a 404; in a terminating one, a 403."""
@@ -233,6 +249,8 @@ class Storage:
         new = _strategies.prepare_for_update(resource, body, old, subresource)
         new["metadata"]["resourceVersion"] = str(current.rv)
         _strategies.validate(resource, new, old)
+        if resource is _CLASSES:
+            _priority.check_single_default(new, self._priority_classes().values())
         if new == old:
             return current
         entry = self._commit(resource, MODIFIED, new, current, dry_run=dry_run)
@@ -296,12 +314,23 @@ class Storage:
         preconditions: Mapping[str, Any] | None = None,
         *,
         dry_run: bool = False,
+        grace_period_seconds: int | None = None,
     ) -> Entry:
-        """Delete now (a namespace only starts terminating); ``dry_run`` changes nothing."""
+        """Delete now, or start terminating: a namespace, or a pod bound to a node.
+
+        A bound pod gets ``deletionTimestamp`` and stays until its kubelet deletes it with
+        ``grace_period_seconds=0``; ``dry_run`` changes nothing.
+        """
         current = self.get(resource, namespace, name)
         _check_preconditions(resource, current, preconditions or {})
         if resource is _NAMESPACES:
             return self._terminate_namespace(current, dry_run=dry_run)
+        if resource is _PODS:
+            body = _graceful.terminating(current.decode(), grace_period_seconds, self._clock())
+            if body is not None:
+                if body == current.decode():
+                    return current
+                return self._commit(_PODS, MODIFIED, body, current, dry_run=dry_run)
         if dry_run:
             return current
         return self._commit(resource, DELETED, current.decode(), current)
@@ -389,7 +418,28 @@ class Storage:
         change = Change(resource, kind, entry, prev)
         self._logs[resource.plural].append(change)
         self.hub.dispatch(change)
+        if resource in (_PODS, _BUDGETS) and self._objects[_BUDGETS.plural]:
+            self._sync_budgets(entry.namespace)
         return entry
+
+    def _sync_budgets(self, namespace: str) -> None:
+        """The disruption controller's pass over one namespace, done at once after a write."""
+        if self._syncing_budgets:
+            return
+        self._syncing_budgets = True
+        try:
+            pods = [e.decode() for e in self._in_namespace(_PODS, namespace)]
+            for current in self._in_namespace(_BUDGETS, namespace):
+                budget = current.decode()
+                status = _disruption.status(budget, pods, self._clock())
+                if status != budget.get("status"):
+                    self._commit(_BUDGETS, MODIFIED, {**budget, "status": status}, current)
+        finally:
+            self._syncing_budgets = False
+
+    def _in_namespace(self, resource: Resource, namespace: str) -> list[Entry]:
+        table = self._objects[resource.plural]
+        return [table[k] for k in self._keys_in(resource, namespace, None)]
 
     # -- faults ------------------------------------------------------------------------------
 

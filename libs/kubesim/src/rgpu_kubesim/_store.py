@@ -30,7 +30,8 @@ class Store:
     """Direct, synchronous access to every object; see the module docstring.
 
     ``resource`` is the plural name: ``nodes``, ``pods``, ``events``, ``leases``,
-    ``namespaces`` or ``mutatingwebhookconfigurations``. ``namespace`` defaults to the
+    ``namespaces``, ``mutatingwebhookconfigurations``, ``serviceaccounts``,
+    ``priorityclasses`` or ``poddisruptionbudgets``. ``namespace`` defaults to the
     object's own ``metadata.namespace``, then ``default``; it is ignored for cluster-scoped
     kinds. Every method raises `rgpu_kubesim.errors.ApiError` exactly where the HTTP API
     would answer with that Status. Call it from the event loop that runs the server: the
@@ -114,14 +115,23 @@ class Store:
         *,
         namespace: str | None = None,
         preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
     ) -> JsonObj:
-        """Delete now and return the object as last stored (409 if a precondition fails).
+        """Delete and return the object as last stored (409 if a precondition fails).
 
         A namespace is not removed at once: it comes back Terminating, its content is deleted,
-        and the server's namespace controller removes it shortly after (as kube's does).
+        and the server's namespace controller removes it shortly after (as kube's does). A pod
+        bound to a node comes back with ``deletionTimestamp`` set and stays until a kubelet
+        deletes it with ``grace_period_seconds=0`` (which also removes it at once here).
         """
         kind = _resource(resource)
-        entry = self._storage.delete(kind, _namespace(kind, namespace, None), name, preconditions)
+        entry = self._storage.delete(
+            kind,
+            _namespace(kind, namespace, None),
+            name,
+            preconditions,
+            grace_period_seconds=grace_period_seconds,
+        )
         return full_object(kind, entry)
 
     def bind(
@@ -188,7 +198,8 @@ def _resource(plural: str) -> Resource:
         raise _status.failure(
             404,
             f'the server could not find the requested resource "{plural}"; use one of: '
-            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations",
+            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations, "
+            "serviceaccounts, priorityclasses, poddisruptionbudgets",
             details={},
         )
     return resource

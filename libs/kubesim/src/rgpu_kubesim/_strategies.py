@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim import _status, _validation
+from rgpu_kubesim import _disruption, _priority, _status, _validation
 from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
@@ -62,6 +62,8 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
     elif resource.plural == "mutatingwebhookconfigurations":
         for webhook in obj.get("webhooks") or ():
             _default_webhook(webhook)
+    elif resource.plural == "priorityclasses":
+        _priority.default_class(obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -146,7 +148,13 @@ def _same(request: Any, limit: Any) -> bool:
 def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresource: str) -> JsonObj:
     """Carry over what this kind of update may not change; return the object to store."""
     meta = new.setdefault("metadata", {})
-    for key in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ):
         if key in old["metadata"]:
             meta[key] = old["metadata"][key]
         else:
@@ -184,6 +192,10 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
         causes += _validation.pod_causes(obj)
         if old is not None:
             causes += _validation.pod_update_causes(obj, old)
+    elif resource.plural == "priorityclasses":
+        causes += _priority.class_causes(obj, old)
+    elif resource.plural == "poddisruptionbudgets":
+        causes += _disruption.budget_causes(obj)
     elif resource.plural == "mutatingwebhookconfigurations":
         causes += _validation.webhook_configuration_causes(obj)
         for index, webhook in enumerate(obj.get("webhooks") or ()):

@@ -57,6 +57,20 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Age", "string", 0),
     ),
     "serviceaccounts": (("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)),
+    "priorityclasses": (
+        ("Name", "string", 0),
+        ("Value", "integer", 0),
+        ("Global-Default", "boolean", 0),
+        ("Age", "string", 0),
+        ("PreemptionPolicy", "string", 0),
+    ),
+    "poddisruptionbudgets": (
+        ("Name", "string", 0),
+        ("Min Available", "string", 0),
+        ("Max Unavailable", "string", 0),
+        ("Allowed Disruptions", "integer", 0),
+        ("Age", "string", 0),
+    ),
 }
 
 
@@ -184,7 +198,30 @@ def _simple_row(extra: Callable[[JsonObj], list[Any]]) -> Callable[[JsonObj, flo
     return row
 
 
+def _priority_class_row(pc: JsonObj, now: float) -> list[Any]:
+    return [
+        pc["metadata"]["name"],
+        pc.get("value", 0),
+        bool(pc.get("globalDefault")),
+        _age(pc["metadata"].get("creationTimestamp"), now),
+        pc.get("preemptionPolicy", ""),
+    ]
+
+
+def _budget_row(pdb: JsonObj, now: float) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    return [
+        pdb["metadata"]["name"],
+        *(str(spec[k]) if spec.get(k) is not None else "N/A" for k in _BUDGET_BOUNDS),
+        (pdb.get("status") or {}).get("disruptionsAllowed", 0),
+        _age(pdb["metadata"].get("creationTimestamp"), now),
+    ]
+
+
+_BUDGET_BOUNDS = ("minAvailable", "maxUnavailable")
 _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
+    "priorityclasses": _priority_class_row,
+    "poddisruptionbudgets": _budget_row,
     "pods": _pod_row,
     "nodes": _node_row,
     "events": _event_row,

@@ -4,8 +4,11 @@ starts bound pods, resolves their downward-API env *at start time* from the pod'
 fails pods whose endpoint resolves empty (the bug we must see), connects them as clients of their
 fake lupine server (so the server reports the cards busy) and finishes them after their run time.
 
-Like a real kubelet it keeps retrying its status writes while the apiserver fails, and a pod
-deleted while it runs stops at once and leaves its lupine server.
+Like a real kubelet it keeps retrying its status writes while the apiserver fails. A pod deleted
+gracefully (``deletionTimestamp`` set) gets its containers stopped: they take the configured
+shutdown time (never beyond the grace period), then the lupine client disconnects, the terminal
+status is written and the kubelet deletes the pod with a grace period of 0 and a uid
+precondition. A pod removed outright (a forced deletion) stops at once.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -27,8 +30,7 @@ from . import _pod_status
 from ._container_env import resolve_env
 from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
 from ._informer import DELETED, Informer, KubeHttp
-from ._lupine_errors import SimOptionError
-from ._lupine_state import LupineGpu
+from ._kubelet_config import KubeletConfig, LupineClientSink, RunRecord
 from ._pod_addresses import PodAddresses
 
 __all__ = [
@@ -51,84 +53,6 @@ BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
 
 
-class LupineClientSink(Protocol):
-    """The part of a fake lupine server the kubelet uses (``FakeLupine`` has it)."""
-
-    @property
-    def gpus(self) -> tuple[LupineGpu, ...]: ...
-
-    @property
-    def fault(self) -> str | None: ...
-
-    def add_client(
-        self,
-        client_id: str,
-        gpu_uuids: Sequence[str],
-        *,
-        memory_bytes: int = ...,
-        hostname: str | None = ...,
-    ) -> object: ...
-
-    def remove_client(self, client_id: str) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KubeletConfig:
-    """Names and timings the emulated kubelet uses."""
-
-    count_resource: str = "nvidia.com/remote-gpu"
-    """A container naming this resource needs its lupine server to start."""
-    memory_resource: str = "nvidia.com/remote-gpu-memory"
-    """MiB per card; the client holds this much on each GPU it uses (1 GiB when absent)."""
-    start_delay_seconds: float = 0.2
-    """Image pull and container start, compressed."""
-    default_run_seconds: float = 5.0
-    """Run time of pods without a valid ``sim.rgpu.io/run-seconds`` annotation."""
-    endpoint_env: str = "LUPINE_SERVER"
-    visible_devices_env: str = "CUDA_VISIBLE_DEVICES"
-    """Limits the GPUs a container uses (UUIDs or indices); unset means every GPU of the server."""
-    retry_initial_seconds: float = 0.1
-    """First wait before retrying a failed apiserver call; doubles per failure."""
-    retry_max_seconds: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name in ("start_delay_seconds", "default_run_seconds"):
-            if not getattr(self, name) >= 0:
-                raise SimOptionError(name, f"must be >= 0 seconds, got {getattr(self, name)!r}")
-        for name in ("retry_initial_seconds", "retry_max_seconds"):
-            if not getattr(self, name) > 0:
-                raise SimOptionError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
-        for name in ("count_resource", "endpoint_env"):
-            if not getattr(self, name):
-                raise SimOptionError(name, "must not be empty")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunRecord:
-    """One pod's run: where it ran, what its env resolved to, which GPUs it used and when."""
-
-    uid: str
-    key: str
-    """``namespace/name``."""
-    node: str
-    env: Mapping[str, Mapping[str, str]]
-    """Container name -> env as resolved when the containers started."""
-    endpoint: str
-    """The lupine server the pod talked to (``""`` when ``LUPINE_SERVER`` resolved empty)."""
-    gpus: tuple[str, ...]
-    """GPU UUIDs the pod held on that server; empty for pods without remote GPUs."""
-    annotations: Mapping[str, str]
-    """The pod's annotations at start."""
-    started_at: float
-    """``time.monotonic()`` when the containers started."""
-    finished_at: float | None = None
-    phase: str = "Running"
-    """The phase the kubelet last gave the pod: ``Running``, ``Succeeded`` or ``Failed``."""
-    message: str = ""
-    deleted: bool = False
-    """The pod was deleted before it finished."""
-
-
 def _transient(status: int) -> bool:
     return status == 429 or status >= 500
 
@@ -144,6 +68,41 @@ def _path(pod: Mapping[str, Any]) -> str:
 
 def _now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _exit(code: int) -> _pod_status.Exit:
+    """How containers ended: completed (0), or killed by the kubelet (137, SIGKILL's code)."""
+    if code == 0:
+        return _pod_status.Exit(
+            phase="Succeeded", exit_code=0, reason="Completed", finished_at=_now_rfc3339()
+        )
+    return _pod_status.Exit(
+        phase="Failed", exit_code=code, reason="Error", finished_at=_now_rfc3339()
+    )
+
+
+async def _stopped_within(running: _Running, seconds: float) -> bool:
+    """Wait ``seconds`` unless the pod's deletion begins first; True if it did."""
+    with anyio.move_on_after(seconds):
+        await running.stop.wait()
+    return running.stop.is_set()
+
+
+@dataclass(slots=True, kw_only=True)
+class _Running:
+    """A pod this kubelet is running, and whether its deletion has begun."""
+
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    grace: float = 0.0
+    kill: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    """Ends the containers' shutdown at the end of the grace period (a second DELETE may
+    move that end earlier)."""
+    stopping_since: float | None = None
+
+
+def _grace_of(pod: Mapping[str, Any]) -> float:
+    return float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
 
 
 class KubeletEmulator:
@@ -163,7 +122,8 @@ class KubeletEmulator:
         self.api = KubeHttp(apiserver)
         self.lupine = lupine
         self._records: dict[str, RunRecord] = {}
-        self._running: dict[str, anyio.CancelScope] = {}
+        self._running: dict[str, _Running] = {}
+        self._removing: set[str] = set()
         self._tg: TaskGroup | None = None
         self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
@@ -180,47 +140,70 @@ class KubeletEmulator:
             await tg.start(self._pods.run)
             task_status.started()
 
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("KubeletEmulator.run() is not running")
+        return self._tg
+
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         uid = str(pod["metadata"]["uid"])
-        if kind == DELETED or pod["metadata"].get("deletionTimestamp"):
+        if kind == DELETED:
+            self._removing.discard(uid)
             self._stop(uid)
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate(uid, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
         # Pods already past Pending were started by an earlier kubelet: not ours to run again.
         if phase != "Pending" or uid in self._running or uid in self._records:
             return
-        if self._tg is None:
-            raise RuntimeError("KubeletEmulator.run() is not running")
-        scope = anyio.CancelScope()
-        self._running[uid] = scope
-        self._tg.start_soon(self._run_pod, pod, scope)
+        running = _Running()
+        self._running[uid] = running
+        self._task_group().start_soon(self._run_pod, pod, running)
+
+    def _terminate(self, uid: str, pod: dict[str, Any]) -> None:
+        """Begin stopping a pod whose graceful deletion started (a shorter grace also counts)."""
+        running = self._running.get(uid)
+        if running is not None:
+            running.grace = min(_grace_of(pod), running.grace or math.inf)
+            if running.stopping_since is not None:
+                running.kill.deadline = running.stopping_since + running.grace
+            running.stop.set()
+            return
+        if uid not in self._removing:
+            # Nothing of it runs here: the deletion only needs finishing.
+            self._removing.add(uid)
+            self._task_group().start_soon(self._remove_quietly, _path(pod), uid)
 
     def _stop(self, uid: str) -> None:
-        scope = self._running.pop(uid, None)
-        if scope is None:
+        running = self._running.pop(uid, None)
+        if running is None:
             return
-        scope.cancel()
+        running.scope.cancel()
         self._disconnect(uid)
         record = self._records.get(uid)
         if record is not None and record.finished_at is None:
             self._records[uid] = replace(record, deleted=True, finished_at=time.monotonic())
 
-    async def _run_pod(self, pod: dict[str, Any], scope: anyio.CancelScope) -> None:
+    async def _run_pod(self, pod: dict[str, Any], running: _Running) -> None:
         uid = str(pod["metadata"]["uid"])
-        with scope:
+        with running.scope:
             try:
-                await self._lifecycle(pod)
+                await self._lifecycle(pod, running)
             except _Gone:
                 logger.debug("kubelet: pod %s is gone", uid)
-        if self._running.get(uid) is scope:
+        if self._running.get(uid) is running:
             del self._running[uid]
         self._disconnect(uid)
         self._addresses.release(uid)
 
-    async def _lifecycle(self, pod: dict[str, Any]) -> None:
-        await anyio.sleep(self.config.start_delay_seconds)
-        path = _path(pod)
-        current = await self._read(path, str(pod["metadata"]["uid"]))
+    async def _lifecycle(self, pod: dict[str, Any], running: _Running) -> None:
+        path, uid = _path(pod), str(pod["metadata"]["uid"])
+        if await _stopped_within(running, self.config.start_delay_seconds):
+            await self._remove(path, uid)
+            return
+        current = await self._read(path, uid)
         record = self._start(current)
         where = await self._placement(current)
         env_json = orjson.dumps(record.env).decode()
@@ -237,12 +220,31 @@ class KubeletEmulator:
             await self._write_status(path, _pod_status.terminated(current, where, end))
             return
         await self._write_status(path, _pod_status.running(current, where))
-        await anyio.sleep(self._run_seconds(current))
-        self._finish(record.uid)
-        done = _pod_status.Exit(
-            phase="Succeeded", exit_code=0, reason="Completed", finished_at=_now_rfc3339()
-        )
-        await self._write_status(path, _pod_status.terminated(current, where, done))
+        run = self._run_seconds(current)
+        if not await _stopped_within(running, run):
+            self._finish(uid, "Succeeded", 0)
+            await self._write_status(path, _pod_status.terminated(current, where, _exit(0)))
+            return
+        code = await self._shut_down(uid, running, run)
+        await self._write_status(path, _pod_status.terminated(current, where, _exit(code)))
+        await self._remove(path, uid)
+
+    async def _shut_down(self, uid: str, running: _Running, run: float) -> int:
+        """Stop the containers of a deleted pod; their exit code (0 when they finished)."""
+        record = self._records[uid]
+        now = time.monotonic()
+        self._records[uid] = replace(record, terminating_at=now)
+        left = record.started_at + run - now
+        shutdown = self.config.shutdown_for(running.grace)
+        running.stopping_since = anyio.current_time()
+        running.kill.deadline = running.stopping_since + running.grace
+        with running.kill:
+            await anyio.sleep(min(left, shutdown))
+        finished = left <= shutdown and not running.kill.cancelled_caught
+        self._finish(uid, "Succeeded" if finished else "Failed", 0 if finished else 137)
+        if not finished:
+            self._records[uid] = replace(self._records[uid], deleted=True)
+        return 0 if finished else 137
 
     async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
         """The node's InternalIP and the pod's address in the node's pod range."""
@@ -309,10 +311,12 @@ class KubeletEmulator:
             if server is not None:
                 server.remove_client(uid)
 
-    def _finish(self, uid: str) -> None:
+    def _finish(self, uid: str, phase: str, exit_code: int) -> None:
         self._disconnect(uid)
         record = self._records[uid]
-        self._records[uid] = replace(record, phase="Succeeded", finished_at=time.monotonic())
+        self._records[uid] = replace(
+            record, phase=phase, exit_code=exit_code, finished_at=time.monotonic()
+        )
 
     def _run_seconds(self, pod: Mapping[str, Any]) -> float:
         raw = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
@@ -361,3 +365,21 @@ class KubeletEmulator:
             logger.warning(
                 "kubelet: PATCH %s refused: %s %s", path, response.status_code, response.text[:300]
             )
+
+    async def _remove(self, path: str, uid: str) -> None:
+        """Finish a graceful deletion as a kubelet does: grace 0, only this very pod."""
+        body = orjson.dumps({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        headers = {"Content-Type": "application/json"}
+        response = await self._send(
+            lambda: self.api.client.request("DELETE", path, content=body, headers=headers)
+        )
+        if response.status_code not in (200, 404, 409):
+            logger.warning(
+                "kubelet: DELETE %s refused: %s %s", path, response.status_code, response.text[:300]
+            )
+
+    async def _remove_quietly(self, path: str, uid: str) -> None:
+        try:
+            await self._remove(path, uid)
+        finally:
+            self._removing.discard(uid)

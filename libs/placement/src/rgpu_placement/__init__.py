@@ -1,5 +1,6 @@
 """rgpu's placement rules, once for every service: a pod's demand, the fleet view, the
-locality rule, fitting, choosing and assigning, claim validity and precedence, and card states.
+locality rule, fitting, choosing and assigning, claim validity and precedence,
+preemption, and card states.
 
 Standard library and ``rgpu_contracts`` only: no I/O, so the allocator decides with it, the
 extender scores and reads pods with it, metrics and the CLI show card states with it, and all
@@ -64,6 +65,14 @@ from ._precedence import (
     state_rank,
     winner,
 )
+from ._preempting import (
+    ANNOTATION_NOMINATION,
+    MAX_SUBSETS,
+    Nomination,
+    Preemption,
+    Standing,
+    preemptions,
+)
 from ._validity import (
     PodFacts,
     Validity,
@@ -73,7 +82,9 @@ from ._validity import (
 )
 
 __all__ = [
+    "ANNOTATION_NOMINATION",
     "MAX_QUANTITY",
+    "MAX_SUBSETS",
     "Ask",
     "BusyIgnored",
     "CardState",
@@ -87,12 +98,15 @@ __all__ = [
     "Granularity",
     "Holdings",
     "InvalidQuantity",
+    "Nomination",
     "PlacementError",
     "PodDemand",
     "PodFacts",
+    "Preemption",
     "Refusal",
     "Section",
     "ServerFacts",
+    "Standing",
     "Unclaimed",
     "Validity",
     "assign",
@@ -106,6 +120,7 @@ __all__ = [
     "holding_claims",
     "judge",
     "precedence",
+    "preemptions",
     "read_demand",
     "server_facts",
     "shared_level",

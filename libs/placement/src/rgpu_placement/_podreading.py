@@ -152,13 +152,17 @@ def _quantity(slot: ContainerSlot, resource: str, hint: str) -> int:
     problem = _problem(text)
     if problem is not None:
         raise InvalidQuantity(
-            f'container "{slot.name}": {resource}={text!r} {problem}; '
+            f'container "{slot.name}": {resource}={_shown(text)} {problem}; '
             f"write a plain whole number of {hint}",
             container=slot.name,
             resource=resource,
-            value=text,
+            value=_shown(text, quoted=False),
         )
-    return int(text)
+    return int(text.lstrip("0") or "0")
+
+
+_MAX_DIGITS = len(str(MAX_QUANTITY))
+_SHOWN_CHARS = 40
 
 
 def _text(raw: object) -> str:
@@ -166,12 +170,29 @@ def _text(raw: object) -> str:
         return raw
     if isinstance(raw, bool):
         return "true" if raw else "false"
-    return str(raw)
+    if isinstance(raw, int):
+        # A JSON integer of thousands of digits cannot even be turned into text (Python refuses
+        # int-to-str conversions past 4300 digits); anything past 19 digits is too large anyway.
+        return str(raw) if -(10**19) < raw < 10**19 else "9" * 20
+    if isinstance(raw, float):
+        return repr(raw)
+    return f"<{type(raw).__name__}>"
+
+
+def _shown(text: str, *, quoted: bool = True) -> str:
+    """The value as messages show it: cut short, so a megabyte of digits is not echoed back."""
+    cut = text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} chars)"
+    return repr(cut) if quoted else cut
 
 
 def _problem(text: str) -> str | None:
     if text.isascii() and text.isdigit():
-        return None if int(text) <= MAX_QUANTITY else f"is larger than {MAX_QUANTITY}"
+        # Count digits before int(): Python refuses to convert more than 4300 of them, and a
+        # value this long is out of range whatever it says.
+        digits = text.lstrip("0")
+        if len(digits) > _MAX_DIGITS or int(digits or "0") > MAX_QUANTITY:
+            return f"is larger than {MAX_QUANTITY}"
+        return None
     if text.startswith("-"):
         return "is negative"
     return "is not a whole number"

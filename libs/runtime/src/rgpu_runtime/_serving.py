@@ -47,11 +47,19 @@ KEEP_ALIVE_SECONDS = 75
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Listener:
-    """One socket to serve on: an address and, for TLS, a PEM certificate and key."""
+    """One socket to serve on: an address and, for TLS, a PEM certificate and key.
+
+    ``face`` builds what this socket serves from the process's app (a route allow-list, say),
+    so one process can show different surfaces on different sockets with one lifespan, one
+    registry and one set of handlers; ``client_ca_file`` makes the TLS handshake require a
+    client certificate signed by that CA.
+    """
 
     listen: HostPort | str
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    face: Callable[[ASGIApp], ASGIApp] | None = None
+    client_ca_file: str | None = None
 
 
 class _Server(uvicorn.Server):
@@ -107,7 +115,7 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
     try:
         for listener in listeners:
             sockets.append(_bind(listener))
-        servers = [_server(app, listener) for listener in listeners]
+        servers = [_server(_face(app, listener), listener) for listener in listeners]
         with lone_errors():
             async with app_lifespan(app) as state, anyio.create_task_group() as tg:
                 for server, sock in zip(servers, sockets, strict=True):
@@ -135,6 +143,10 @@ async def _stop(servers: Sequence[uvicorn.Server], draining: Draining) -> None:
         await draining.drain(DRAIN_SECONDS)
 
 
+def _face(app: ASGIApp, listener: Listener) -> ASGIApp:
+    return app if listener.face is None else listener.face(app)
+
+
 def _server(app: ASGIApp, listener: Listener) -> _Server:
     config = uvicorn.Config(
         app,
@@ -147,13 +159,17 @@ def _server(app: ASGIApp, listener: Listener) -> _Server:
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         ssl_certfile=listener.ssl_certfile,
         ssl_keyfile=listener.ssl_keyfile,
+        ssl_ca_certs=listener.client_ca_file,
+        ssl_cert_reqs=ssl.CERT_NONE if listener.client_ca_file is None else ssl.CERT_REQUIRED,
     )
     try:
         config.load()
     except (OSError, ssl.SSLError) as exc:
+        ca = "" if listener.client_ca_file is None else f", client CA {listener.client_ca_file!r}"
         raise SettingsError(
             f"cannot load TLS certificate {listener.ssl_certfile!r} / key "
-            f"{listener.ssl_keyfile!r} ({exc}); check RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE"
+            f"{listener.ssl_keyfile!r}{ca} ({exc}); check RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE"
+            + ("" if listener.client_ca_file is None else " and RGPU_SCHEDULER_CLIENT_CA_FILE")
         ) from exc
     return _Server(config)
 

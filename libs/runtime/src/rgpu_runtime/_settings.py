@@ -50,11 +50,13 @@ KNOWN_KEYS = (
     "RGPU_LOG_LEVEL",
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
+    "RGPU_PREEMPTION",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
     "RGPU_RESOURCE_MEMORY",
     "RGPU_SCHEDULER_CLIENT_CA_FILE",
+    "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_SCHEDULER_NAME",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
@@ -68,6 +70,8 @@ KNOWN_KEYS = (
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _MAX_BODY_BYTES_CEILING = 1 << 30
+_SCHEDULER_MAX_BODY_BYTES = 4 << 20
+
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -125,6 +129,9 @@ class SchedulingSettings:
     extender_budget_seconds: float = 4.0
     """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
     kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
+    preemption: bool = True
+    """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
+    GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +184,10 @@ class HttpSettings:
     1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
     ``nodeCacheCapable`` sends) with room, and bounds memory per request. Raise it when
     kube-scheduler sends full Nodes to the extender."""
+    scheduler_max_body_bytes: int = _SCHEDULER_MAX_BODY_BYTES
+    """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
+    4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
+    (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,6 +306,7 @@ def _scheduling(env: _Env) -> SchedulingSettings:
     d = SchedulingSettings()
     granularity = env.get("RGPU_GRANULARITY")
     users = env.get("RGPU_TRUSTED_USERS")
+    preemption = env.get("RGPU_PREEMPTION")
     return SchedulingSettings(
         granularity=d.granularity
         if granularity is None
@@ -310,6 +322,9 @@ def _scheduling(env: _Env) -> SchedulingSettings:
         extender_budget_seconds=_read(
             env, "RGPU_EXTENDER_BUDGET_SECONDS", p.seconds, d.extender_budget_seconds
         ),
+        preemption=d.preemption
+        if preemption is None
+        else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
     )
 
 
@@ -350,6 +365,9 @@ def _http(env: _Env, service: str) -> HttpSettings:
         tls_key_file=key.strip() if key else None,
         scheduler_client_ca_file=client_ca,
         max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
+        scheduler_max_body_bytes=_read(
+            env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
+        ),
     )
 
 

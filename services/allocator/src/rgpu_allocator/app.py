@@ -35,6 +35,7 @@ from .instruments import Instruments
 from .judging import Judge, Policy, Remover
 from .leases import Finder, LeaseWriter
 from .pods import PodIndex
+from .preempting import Preemptor
 from .rechecking import Reprober, Revalidator
 from .repair import Repairer
 from .routes import ROUTES, Deps, State
@@ -137,6 +138,15 @@ def create_app(
                     reprober=Reprober(DiscoveryClient(probe_http), instruments),
                     refused=refused,
                     instruments=instruments,
+                    preemptor=Preemptor(
+                        policy=policy,
+                        judge=judge,
+                        writer=writer,
+                        api=api,
+                        instruments=instruments,
+                        nudge=nudger.notify,
+                        enabled=settings.scheduling.preemption,
+                    ),
                 )
                 deps = Deps(
                     booking=booking,

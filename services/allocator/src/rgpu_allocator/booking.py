@@ -8,6 +8,8 @@ annotations, ``DELETE`` releases it. The rules are subtle enough to read top-dow
   race means deciding again (another server, or the same one if still free);
 * no stale refusal: a refusal caused by claims first re-validates the blockers, and one
   caused only by lupine's busy reports first has discovery probe those servers again;
+* a refusal because servers are held lets a pod of priority free one (``preempting``); the
+  booking that follows clears the pod's nomination in the same compare-and-swap;
 * replicas racing on the same pod settle on one server (``Remover.settle``);
 * commit honours only a booking that is still valid and still exclusively the pod's, judged
   on the Lease as the apiserver holds it, and finds it even when another replica booked it a
@@ -60,7 +62,8 @@ from .errors import (
 )
 from .instruments import Instruments
 from .judging import Judge, Policy, Remover
-from .leases import Edited, Finder, KeyedLocks, LeaseWriter
+from .leases import KEEP, Edited, Finder, KeyedLocks, LeaseWriter
+from .preempting import Preemptor
 from .rechecking import Reprober, Revalidator
 from .wakeup import Refused
 
@@ -125,6 +128,7 @@ class Booking:
     reprober: Reprober
     refused: Refused
     instruments: Instruments
+    preemptor: Preemptor
     pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
@@ -255,7 +259,13 @@ class Booking:
         view = fresh if fresh is not None else self._require_view()
         outcome = self._decide(request, demand, view)
         if isinstance(outcome, Refusal):
-            return await checks.recheck(view, outcome) or self._refuse(request, outcome)
+            again = await checks.recheck(view, outcome)
+            if again is not None:
+                return again
+            nofit = self._refuse(request, outcome)
+            if not request.dry_run and outcome.blocked_by_claims:
+                await self.preemptor.preempt(request, demand, view)
+            return nofit
         if request.dry_run:
             return self._preview(request, outcome)
         booked = await self._book(request, demand, outcome)
@@ -312,7 +322,10 @@ class Booking:
             claim = self._claim(request, Choice(fit=found, tier=choice.tier), now)
             others = record.claims if record is not None else ()
             keep = tuple(c for c in others if c.pod.uid != uid and held.validity(c).blocks)
-            return Edited((*keep, claim), claim)
+            promised = record.nomination if record is not None else None
+            # The nominee's booking is what its nomination waited for: it ends here.
+            mine = promised is not None and promised.pod.uid == uid
+            return Edited((*keep, claim), claim, nomination=None if mine else KEEP)
 
         # Registered before the first await: concurrent decisions in this replica see it at once.
         tentative = self._claim(request, choice, now)

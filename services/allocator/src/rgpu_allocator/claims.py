@@ -5,7 +5,10 @@ what" in microseconds; so this module holds both the Lease format and its in-mem
 A Lease is named after its server (``rgpu-<server>``, hashed past 63 characters so it stays a
 valid, readable name), labelled ``app.kubernetes.io/managed-by: rgpu``, carries the server
 name and the claims (JSON list of ``Claim.to_dict()``) in annotations, and names the sole
-holder pod in ``spec.holderIdentity`` so ``kubectl get leases`` shows who holds what.
+holder pod in ``spec.holderIdentity`` so ``kubectl get leases`` shows who holds what. A
+server being freed for an urgent pod also carries that pod's ``Nomination`` (annotation
+``rgpu.io/nomination``, DESIGN §11); Leases written before preemption existed have none and
+read as such.
 
 The ``Ledger`` mirrors the claim Leases, indexed by server and by pod, and versioned for
 long-polls. It is fed by the Lease watch and by the replies to our own writes, which can arrive
@@ -25,10 +28,12 @@ from dataclasses import dataclass
 import orjson
 
 from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, ContractError, PodUID, ServerName
+from rgpu_placement import ANNOTATION_NOMINATION, Nomination
 from rgpu_runtime import Versioned
 
 __all__ = [
     "ANNOTATION_CLAIMS",
+    "ANNOTATION_NOMINATION",
     "ANNOTATION_SERVER",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
@@ -79,6 +84,8 @@ class LeaseRecord:
     resource_version: str
     claims: tuple[Claim, ...]
     problem: str | None = None
+    nomination: Nomination | None = None
+    """The urgent pod this server is being freed for, if any (expired ones included)."""
 
     def without(self, uid: str) -> tuple[Claim, ...]:
         """The claims of every pod except ``uid``."""
@@ -109,6 +116,17 @@ def _decode_claims(text: str, server: str) -> tuple[tuple[Claim, ...], str | Non
     return claims, None
 
 
+def _decode_nomination(text: object) -> tuple[Nomination | None, str | None]:
+    if text is None:
+        return None, None
+    try:
+        return Nomination.from_dict(orjson.loads(text if isinstance(text, str) else "")), None
+    except orjson.JSONDecodeError as exc:
+        return None, f"{ANNOTATION_NOMINATION} is not JSON ({exc})"
+    except ContractError as exc:
+        return None, f"{ANNOTATION_NOMINATION}: {exc}"
+
+
 def decode_lease(raw: Mapping[str, object]) -> LeaseRecord | None:
     """Read a Lease written by ``encode_lease``; ``None`` when it names no server (not ours)."""
     meta = _mapping(raw.get("metadata"))
@@ -118,13 +136,15 @@ def decode_lease(raw: Mapping[str, object]) -> LeaseRecord | None:
         return None
     text = annotations.get(ANNOTATION_CLAIMS, "[]")
     claims, problem = _decode_claims(text if isinstance(text, str) else "", server)
+    nomination, unreadable = _decode_nomination(annotations.get(ANNOTATION_NOMINATION))
     version = meta.get("resourceVersion")
     return LeaseRecord(
         name=str(meta.get("name", "")),
         server=ServerName(server),
         resource_version=version if isinstance(version, str) else "",
         claims=claims,
-        problem=problem,
+        problem=problem or unreadable,
+        nomination=nomination,
     )
 
 
@@ -135,22 +155,30 @@ def holder_of(claims: Iterable[Claim]) -> PodUID | None:
 
 
 def encode_lease(
-    *, server: str, namespace: str, claims: Iterable[Claim], resource_version: str | None
+    *,
+    server: str,
+    namespace: str,
+    claims: Iterable[Claim],
+    resource_version: str | None,
+    nomination: Nomination | None = None,
 ) -> dict[str, object]:
-    """The Lease body that stores ``claims`` for ``server``.
+    """The Lease body that stores ``claims`` (and ``nomination``) for ``server``.
 
     With ``resource_version`` the body is a compare-and-swap replace; without it, a create.
     Claims are sorted by pod uid so equal states give byte-equal Leases.
     """
     ordered = sorted(claims, key=lambda c: c.pod.uid)
+    annotations = {
+        ANNOTATION_SERVER: server,
+        ANNOTATION_CLAIMS: orjson.dumps([c.to_dict() for c in ordered]).decode(),
+    }
+    if nomination is not None:
+        annotations[ANNOTATION_NOMINATION] = orjson.dumps(nomination.to_dict()).decode()
     metadata: dict[str, object] = {
         "name": lease_name(server),
         "namespace": namespace,
         "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-        "annotations": {
-            ANNOTATION_SERVER: server,
-            ANNOTATION_CLAIMS: orjson.dumps([c.to_dict() for c in ordered]).decode(),
-        },
+        "annotations": annotations,
     }
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version

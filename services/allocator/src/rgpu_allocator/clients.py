@@ -1,8 +1,9 @@
 """Everything the allocator says to its peers goes through here, bounded in time and failing
 with our own error family, never a library exception.
 
-The apiserver is asked about exactly four things — its claim Leases, Pods, pod annotations
-(the wake-up nudge) and Events (what the allocator cannot resolve on its own, such as a repair
+The apiserver is asked about exactly five things — its claim Leases, Pods, pod annotations
+(the wake-up nudge), evictions (preemption, through the Eviction API so PodDisruptionBudgets
+are honoured) and Events (what the allocator cannot resolve on its own, such as a repair
 that would double-book, must reach ``kubectl describe pod``). Everything works on plain dicts
 (``call_raw``): decoding 100,000 pods into kubernetes_asyncio models would cost seconds and
 gigabytes. Pods are listed page by page and handed over one page at a time so a full relist
@@ -25,6 +26,7 @@ from rgpu_contracts import PodRef, Server
 from rgpu_runtime import (
     EventRecorder,
     KubeClient,
+    KubeError,
     KubeEvent,
     KubeNotFound,
     Listing,
@@ -36,7 +38,7 @@ from rgpu_runtime import (
     request_json,
 )
 
-from .errors import DiscoveryUnavailable
+from .errors import DiscoveryUnavailable, EvictionRefused
 
 __all__ = ["CALL_TIMEOUT", "COMPONENT", "DiscoveryClient", "KubeApi", "pod_event"]
 
@@ -46,6 +48,9 @@ COMPONENT = "rgpu-allocator"
 CALL_TIMEOUT = 3.0
 """Seconds for one read or write on the decision path: kube-scheduler gives the extender 5 s
 for a whole filter, which must also cover the decision and two loopback hops."""
+
+TOO_MANY_REQUESTS = 429
+"""The Eviction API's answer when a PodDisruptionBudget forbids the eviction now."""
 
 POD_PAGE_SIZE = 500
 """Pods per list page; the apiserver's own default chunk size for informers."""
@@ -151,6 +156,28 @@ class KubeApi:
         fn = self._kube.core.patch_namespaced_pod
         body = {"metadata": {"annotations": dict(annotations)}}
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
+
+    async def evict_pod(self, namespace: str, name: str) -> bool:
+        """Ask the Eviction API (policy/v1) to evict the pod; ``False`` when it is already gone.
+
+        Raises ``EvictionRefused`` when a PodDisruptionBudget forbids it now (429) and
+        ``KubeError`` for anything else.
+        """
+        fn = self._kube.core.create_namespaced_pod_eviction
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
+        except KubeNotFound:
+            return False
+        except KubeError as exc:
+            if exc.kube_status == TOO_MANY_REQUESTS:
+                raise EvictionRefused(f"evicting {namespace}/{name}: {exc.kube_message}") from exc
+            raise
+        return True
 
     def record_event(self, event: KubeEvent) -> None:
         """Queue a core/v1 Event; never blocks or raises (see ``EventRecorder``)."""

@@ -18,7 +18,8 @@ Hierarchy (bases from ``rgpu_runtime.errors``)::
           ├── NotSynced            503  the pod or Lease cache has not been listed yet
           ├── Contended            503  compare-and-swap kept losing; retry shortly
           ├── NamespaceMissing     503  RGPU_NAMESPACE does not exist; create it (not retryable)
-          └── DiscoveryUnavailable 503  discovery did not answer (client boundary)
+          ├── DiscoveryUnavailable 503  discovery did not answer (client boundary)
+          └── EvictionRefused      503  a PodDisruptionBudget forbids evicting a victim now
 
 A "nothing fits" answer is not an error: it is a ``NoFit`` value served with status 409.
 """
@@ -33,6 +34,7 @@ __all__ = [
     "ClaimNotFound",
     "Contended",
     "DiscoveryUnavailable",
+    "EvictionRefused",
     "FleetUnknown",
     "LeaseUnreadable",
     "NamespaceMissing",
@@ -109,3 +111,10 @@ class DiscoveryUnavailable(Unavailable):
     """Raised by the discovery client when discovery cannot be reached or answers badly."""
 
     default_code = "discovery_unavailable"
+
+
+class EvictionRefused(Unavailable):
+    """Raised by the apiserver client when the Eviction API answers 429: a
+    PodDisruptionBudget forbids evicting that pod now (preemption tries another server)."""
+
+    default_code = "eviction_refused"

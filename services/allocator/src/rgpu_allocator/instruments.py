@@ -113,6 +113,18 @@ class Instruments:
             ["outcome"],
             registry=registry,
         )
+        self.preemptions = PromCounter(
+            "rgpu_allocator_preemptions",
+            "Preemption attempts for refused pods of higher priority, by outcome (nominated, "
+            "pending, none, blocked, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.preemption_victims = PromCounter(
+            "rgpu_allocator_preemption_victims",
+            "Pods evicted to free a server for a pod of higher priority.",
+            registry=registry,
+        )
         self.watch_restarts = PromCounter(
             "rgpu_allocator_watch_restarts",
             "Relists after a watch failed or expired, by resource.",

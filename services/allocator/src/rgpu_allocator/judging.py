@@ -10,6 +10,11 @@ if the pod's claim is invalid (finished, deleted) or the card was released after
 observed, that report is stale and ignored — otherwise a freed server would stay refused for a
 probe interval. Busy cards no claim explains (clients placed outside rgpu) always count.
 
+A server being freed for an urgent pod (a live ``Nomination`` on its Lease) counts as held by
+that pod for every pod of lower or equal priority, so nobody else books what the victims
+leave behind; the nomination stops counting once the nominee holds a claim, is gone or
+finished, or the nomination expires (DESIGN §11).
+
 Claims leave Leases for three reasons — the pod released them, they became invalid, or the pod
 holds claims on two servers because replicas raced on it — and each removal (``Remover``) is
 decided again on the Lease as the apiserver holds it, never on a stale copy, so that no valid
@@ -40,6 +45,7 @@ from .pods import PodIndex, PodInfo, pod_info
 
 __all__ = [
     "ClaimsGone",
+    "HoldsLookup",
     "Judge",
     "LeaseLookup",
     "Occupancy",
@@ -59,6 +65,9 @@ LeaseLookup = Callable[[str], LeaseRecord | None]
 
 PendingLookup = Callable[[str], tuple[Claim, ...]]
 """This replica's bookings still being written, per server (see ``leases.Pending``)."""
+
+HoldsLookup = Callable[[str], bool]
+"""Whether a pod (by uid) holds a claim anywhere: a nominee that booked needs no promise."""
 
 
 Seen = Mapping[PodUID, PodInfo | None]
@@ -95,6 +104,10 @@ def _nothing_pending(server: str) -> tuple[Claim, ...]:
     return ()
 
 
+def _holds_nothing(uid: str) -> bool:
+    return False
+
+
 def _never_released(card: str, moment: float) -> bool:
     return False
 
@@ -113,11 +126,13 @@ class Occupancy:
 
     __slots__ = (
         "_cache",
+        "_holds",
         "_leases",
         "_now",
         "_observed",
         "_pending",
         "_pods",
+        "_priority",
         "_released",
         "_trusted",
         "_ttl",
@@ -136,8 +151,12 @@ class Occupancy:
         released: ReleaseLookup = _never_released,
         observed_at: float = float("inf"),
         trusted: bool = True,
+        priority: int = 0,
+        holds: HoldsLookup = _holds_nothing,
     ) -> None:
         self._leases = leases
+        self._priority = priority
+        self._holds = holds
         self._trusted = trusted
         self._pending = pending
         self._released = released
@@ -210,7 +229,23 @@ class Occupancy:
         held = [c for c in stored if c.pod.uid != self.uid and self.validity(c).blocks]
         seen = {c.pod.uid for c in stored} | {self.uid}
         held.extend(c for c in self._pending(server) if c.pod.uid not in seen)
+        promised = self._promised(record)
+        if promised is not None and promised.pod.uid not in seen:
+            held.append(promised)
         return tuple(held)
+
+    def _promised(self, record: LeaseRecord | None) -> Claim | None:
+        """The server's nomination as the nominee's hold, while it still keeps this pod off."""
+        nomination = record.nomination if record is not None else None
+        if record is None or nomination is None:
+            return None
+        nominee = nomination.pod.uid
+        if not nomination.holds_against(self.uid, self._priority, self._now):
+            return None
+        pod = self._pods.get(nominee)
+        if self._pods.gone(nominee) or (pod is not None and pod.finished) or self._holds(nominee):
+            return None
+        return nomination.as_claim(record.server)
 
 
 class ClaimsGone:
@@ -270,7 +305,17 @@ class Judge:
             released=self.ledger.released_after,
             observed_at=view.fleet.observed_at if view is not None else float("inf"),
             trusted=self.pods_trusted(),
+            priority=self.priority_of(uid),
+            holds=self._holds,
         )
+
+    def priority_of(self, uid: str) -> int:
+        """The pod's priority as the cache has it (0 when unknown)."""
+        pod = self.pods.get(uid)
+        return pod.priority if pod is not None else 0
+
+    def _holds(self, uid: str) -> bool:
+        return self.ledger.servers_of(uid) > 0
 
     def validity(self, claim: Claim, seen: Seen | None = None) -> Validity:
         """The verdict on ``claim`` now, from its pod as read fresh (``seen``) if it was, else

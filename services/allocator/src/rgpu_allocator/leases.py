@@ -2,10 +2,12 @@
 on ``metadata.resourceVersion``, and that loop — including what to do when another replica
 won — must be written once and be right.
 
-An edit is a pure function from the Lease as last read to an ``Edited``: the claims the Lease
-should hold (or ``None``: nothing to write) and the value the caller wants back. The writer
-first trusts the cached copy (most writes then take one round trip); on ``409`` it re-reads
-the Lease and asks the edit again, so the decision is always made on what the apiserver holds.
+An edit is a pure function from the Lease as last read to an ``Edited``: the claims the
+Lease should hold (or ``None``: nothing to write), the value the caller wants back, and, only
+when the edit is about it, the server's nomination (other writes carry it over unchanged).
+The writer first trusts the cached copy (most writes then take one round trip); on ``409`` it
+re-reads the Lease and asks the edit again, so the decision is always made on what the
+apiserver holds.
 A bounded number of attempts keeps a hot Lease from stalling a caller forever.
 
 Reading belongs here too: a commit must find a booking even when another replica wrote it a
@@ -23,6 +25,7 @@ pods all choose the same best server and lose the compare-and-swap to each other
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -34,6 +37,7 @@ import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import Claim, PodUID, ServerName
+from rgpu_placement import Nomination
 from rgpu_runtime import KubeConflict, KubeNotFound
 
 from .claims import LeaseRecord, Ledger, decode_lease, encode_lease, lease_name
@@ -41,7 +45,17 @@ from .clients import KubeApi
 from .errors import ClaimNotFound, Contended, LeaseUnreadable, NamespaceMissing
 from .instruments import Instruments
 
-__all__ = ["ATTEMPTS", "Edit", "Edited", "Finder", "KeyedLocks", "LeaseWriter", "Pending"]
+__all__ = [
+    "ATTEMPTS",
+    "KEEP",
+    "Edit",
+    "Edited",
+    "Finder",
+    "Keep",
+    "KeyedLocks",
+    "LeaseWriter",
+    "Pending",
+]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -59,12 +73,23 @@ RELIST_INTERVAL = 1.0
 """At most one full Lease list per second for claims nobody has seen."""
 
 
+class Keep(enum.Enum):
+    """Leave the Lease's nomination as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
 @dataclass(frozen=True, slots=True)
 class Edited(Generic[T]):
-    """What an edit decided: the claims to write (``None``: write nothing) and its result."""
+    """What an edit decided: the claims to write (``None``: write nothing), its result, and
+    the nomination to store (``KEEP``: the one read; ``None``: none)."""
 
     claims: tuple[Claim, ...] | None
     value: T
+    nomination: Nomination | Keep | None = KEEP
 
 
 Edit = Callable[[LeaseRecord | None], Edited[T]]
@@ -187,7 +212,7 @@ class LeaseWriter:
             if edited.claims is None:
                 return edited.value
             try:
-                self._took(await self._write(server, record, edited.claims))
+                self._took(await self._write(server, record, edited))
             except (KubeConflict, KubeNotFound):
                 self._instruments.cas_conflicts.labels(op).inc()
                 record = await self.reread(server)
@@ -198,11 +223,16 @@ class LeaseWriter:
         )
 
     async def _write(
-        self, server: str, record: LeaseRecord | None, claims: tuple[Claim, ...]
+        self, server: str, record: LeaseRecord | None, edited: Edited[Any]
     ) -> dict[str, Any]:
         version = record.resource_version if record is not None else None
+        kept = record.nomination if record is not None else None
         body = encode_lease(
-            server=server, namespace=self._api.namespace, claims=claims, resource_version=version
+            server=server,
+            namespace=self._api.namespace,
+            claims=edited.claims or (),
+            resource_version=version,
+            nomination=kept if edited.nomination is KEEP else edited.nomination,
         )
         if record is None:
             try:

@@ -12,12 +12,16 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from rgpu_contracts import ANNOTATION_ALLOCATED, PodRef, PodUID
 
-__all__ = ["FINISHED_PHASES", "TOMBSTONES", "PodIndex", "PodInfo", "pod_info"]
+__all__ = ["DEFAULT_GRACE", "FINISHED_PHASES", "TOMBSTONES", "PodIndex", "PodInfo", "pod_info"]
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+DEFAULT_GRACE = 30.0
+"""Kubernetes' default ``terminationGracePeriodSeconds``."""
 
 TOMBSTONES = 50_000
 """Deleted pod uids remembered: enough for any burst of deletions between two sweeps, at
@@ -36,6 +40,14 @@ class PodInfo:
     scheduler_name: str
     has_allocated: bool
     """Whether the pod carries ``hami.io/remote-gpu-devices-allocated`` (repair reads it fresh)."""
+    priority: int = 0
+    """``spec.priority`` as admission resolved it; 0 (none) never preempts."""
+    never_preempts: bool = False
+    """``spec.preemptionPolicy: Never``."""
+    started_at: float | None = None
+    """``status.startTime`` (wall clock), the start of the work an eviction would lose."""
+    grace_seconds: float = DEFAULT_GRACE
+    """``spec.terminationGracePeriodSeconds``: how long an eviction takes at most."""
 
     @property
     def ref(self) -> PodRef:
@@ -59,6 +71,22 @@ def _text(raw: Mapping[str, object], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _number(raw: Mapping[str, object], key: str, default: float) -> float:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return float(value)
+
+
+def _moment(text: str) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
     """Slim a raw Pod (as the apiserver sends it) down to a ``PodInfo``; ``None`` without a uid."""
     meta = _mapping(raw.get("metadata"))
@@ -76,6 +104,10 @@ def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
         phase=sys.intern(_text(status, "phase") or "Pending"),
         scheduler_name=sys.intern(_text(spec, "schedulerName") or "default-scheduler"),
         has_allocated=ANNOTATION_ALLOCATED in _mapping(meta.get("annotations")),
+        priority=int(_number(spec, "priority", 0)),
+        never_preempts=_text(spec, "preemptionPolicy") == "Never",
+        started_at=_moment(_text(status, "startTime")),
+        grace_seconds=_number(spec, "terminationGracePeriodSeconds", DEFAULT_GRACE),
     )
 
 

@@ -13,9 +13,14 @@ that does not exist yet (a pod without annotations, a container without env) or 
 escaping (annotation keys contain ``/``); the ``put``/``append_item``/``insert_first`` helpers
 handle both.
 
-The annotations bind writes are the pod's claim on a GPU server; a user who could edit them
-could point a pod at a server someone else holds, so on UPDATE only rgpu itself (its service
-accounts in ``RGPU_NAMESPACE``) and ``RGPU_TRUSTED_USERS`` may touch them.
+The annotations bind writes are the pod's claim on a GPU server; a user who could set them
+could point a pod at a server someone else holds, or have the allocator's repair book a server
+for a pod that never asked for one. So on CREATE and UPDATE of *every* pod (GPU or not, and on
+the subresources that carry a whole pod: status, ephemeralcontainers, resize) only the exact
+identities in ``RGPU_TRUSTED_USERS`` may set, change or remove them: no prefix or namespace is
+trusted, since any workload in rgpu's namespace would otherwise inherit the right. The old and
+new annotation maps are compared as decoded objects, so however a patch spelled the key
+(``hami.io~1lupine-endpoint`` in a JSON patch) the change is seen.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ from rgpu_contracts import (
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
 from rgpu_runtime import Settings
 
-from .errors import AdmissionDenied, MalformedReview
+from .errors import AdmissionDenied, MalformedPod, MalformedReview
 from .instruments import ExtenderMetrics
 from .objects import mapping, pod_label
+from .shapes import check_pod
 from .wiring import (
     COPY_CONTAINER,
     LIB_VOLUME,
@@ -73,6 +79,8 @@ tracer = trace.get_tracer(__name__)
 DEFAULT_SCHEDULER = "default-scheduler"
 MARKER_ANNOTATION = "hami.io/webhook-mutated"
 _OWNED_PREFIXES = ("hami.io/remote-gpu-devices-", "rgpu.io/")
+_POD_SUBRESOURCES = ("", "status", "ephemeralcontainers", "resize")
+"""Pod subresources whose review carries the whole pod, annotations included."""
 
 Op = dict[str, Any]
 Path = Sequence[str | int]
@@ -110,20 +118,17 @@ class AdmissionPolicy:
 
     mutation: MutationPolicy
     trusted_users: frozenset[str]
-    namespace: str
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AdmissionPolicy:
         return cls(
             mutation=MutationPolicy.from_settings(settings),
             trusted_users=frozenset(settings.scheduling.trusted_users),
-            namespace=settings.scheduling.namespace,
         )
 
     def trusts(self, username: str) -> bool:
-        """rgpu's own service accounts and the configured users may edit owned annotations."""
-        own = f"system:serviceaccount:{self.namespace}:"
-        return username in self.trusted_users or username.startswith(own)
+        """Only the exact users of ``RGPU_TRUSTED_USERS`` may edit owned annotations."""
+        return username in self.trusted_users
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,11 +169,11 @@ def decide(raw: object, policy: AdmissionPolicy) -> Decision:
         request = AdmissionRequest.from_review(raw)
     except ContractError as exc:
         raise MalformedReview(f"not an admission.k8s.io/v1 AdmissionReview: {exc}") from exc
-    if request.resource != "pods" or request.sub_resource:
+    if request.resource != "pods" or request.sub_resource not in _POD_SUBRESOURCES:
         return _allowed(request, (), "ignored")
     try:
         return _decide_pod(request, policy)
-    except AdmissionDenied as exc:
+    except (AdmissionDenied, MalformedPod) as exc:
         pod = _label(request)
         review = admission_deny(request.uid, exc.message, exc.status_code)
         return Decision(
@@ -182,13 +187,16 @@ def decide(raw: object, policy: AdmissionPolicy) -> Decision:
 
 
 def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
-    if request.operation == "CREATE":
+    if request.operation not in ("CREATE", "UPDATE"):
+        return _allowed(request, (), "ignored")
+    check_pod(request.object)
+    check_pod(request.old_object)
+    _guard_owned(request, policy)
+    _refuse_ephemeral_asks(_object(request), policy.mutation)
+    if request.operation == "CREATE" and not request.sub_resource:
         patch = mutate_pod(_object(request), policy.mutation)
         return _allowed(request, patch, "mutated" if patch else "unchanged")
-    if request.operation == "UPDATE":
-        _guard_update(request, policy)
-        return _allowed(request, (), "unchanged")
-    return _allowed(request, (), "ignored")
+    return _allowed(request, (), "unchanged")
 
 
 def _label(request: AdmissionRequest) -> str:
@@ -204,17 +212,40 @@ def _object(request: AdmissionRequest) -> Mapping[str, Any]:
     return request.object
 
 
-def _guard_update(request: AdmissionRequest, policy: AdmissionPolicy) -> None:
+def _guard_owned(request: AdmissionRequest, policy: AdmissionPolicy) -> None:
     new = mapping(_annotations(_object(request)))
-    old = mapping(_annotations(request.old_object))
+    old = mapping(_annotations(request.old_object)) if request.operation == "UPDATE" else {}
     changed = sorted(k for k in {*new, *old} if is_owned(k) and new.get(k) != old.get(k))
     if changed and not policy.trusts(request.user.username):
+        creating = request.operation == "CREATE"
+        verb = "set" if creating else "add, change or remove"
+        fix = "remove them from metadata.annotations" if creating else "leave them as they are"
         raise AdmissionDenied(
-            f"user {request.user.username!r} may not add, change or remove annotation(s) "
-            f"{', '.join(changed)} on pod {_label(request)}: the scheduler writes "
-            "them when it allocates a remote GPU; leave them as they are (operators: add the "
-            "user to RGPU_TRUSTED_USERS)"
+            f"user {request.user.username!r} may not {verb} annotation(s) "
+            f"{', '.join(changed)} on pod {_label(request)}: the scheduler writes them when it "
+            f"allocates a remote GPU; {fix} (operators: only rgpu's own service accounts "
+            "belong in RGPU_TRUSTED_USERS)"
         )
+
+
+def _refuse_ephemeral_asks(pod: Mapping[str, Any], policy: MutationPolicy) -> None:
+    """Ephemeral containers get no resources in Kubernetes, so never a remote GPU either."""
+    ephemeral = mapping(pod.get("spec")).get("ephemeralContainers") or ()
+    wanted = (policy.count_resource, policy.memory_resource)
+    for index, container in enumerate(ephemeral):
+        resources = mapping(container.get("resources"))
+        asked = [
+            r
+            for part in ("limits", "requests")
+            for r in wanted
+            if r in mapping(resources.get(part))
+        ]
+        if asked:
+            raise AdmissionDenied(
+                f"pod {pod_label(pod)}: spec.ephemeralContainers[{index}] asks for "
+                f"{', '.join(sorted(set(asked)))}; ephemeral containers cannot hold remote GPUs: "
+                "remove those resources from the ephemeral container"
+            )
 
 
 def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> Decision:

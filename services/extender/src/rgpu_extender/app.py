@@ -1,7 +1,10 @@
 """The composition root. ``create_app`` wires the verbs to their clients
-and background tasks, all owned by one lifespan; ``main`` serves the one app on the plain
-extender port (``RGPU_LISTEN``, for kube-scheduler) and, when a certificate is configured, on
-the TLS webhook port (``RGPU_WEBHOOK_LISTEN``, for the apiserver).
+and background tasks, all owned by one lifespan; ``main`` serves the app on two listeners,
+each through its own ``Surface``: the scheduler listener on ``RGPU_LISTEN`` (kube-scheduler's
+verbs, health, metrics; TLS with a required client certificate when
+``RGPU_SCHEDULER_CLIENT_CA_FILE`` is set) and, when a certificate is configured, the webhook
+listener on the TLS ``RGPU_WEBHOOK_LISTEN`` (``/mutate`` and health only, since the
+NetworkPolicy must open that port to the whole cluster network).
 """
 
 from __future__ import annotations
@@ -37,15 +40,11 @@ from .instruments import ExtenderMetrics
 from .inventory import Inventory
 from .routes import ROUTES, Deps
 from .scoring import Scoring
+from .surfaces import WEBHOOK_MAX_BODY_BYTES, scheduler_surface, webhook_surface
 
-__all__ = ["MAX_BODY_BYTES", "State", "create_app", "listeners", "main"]
+__all__ = ["State", "create_app", "listeners", "main"]
 
 logger = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 64 << 20
-"""64 MiB: kube-scheduler without ``nodeCacheCapable`` sends every candidate Node in full,
-several KiB each, so runtime's 1 MiB default would refuse a filter in a cluster of a few
-hundred nodes."""
 
 
 class State(TypedDict):
@@ -107,13 +106,14 @@ def create_app(
             finally:
                 tg.cancel_scope.cancel()
 
+    # Each listener's Surface enforces its own, smaller limit; this one only has to admit both.
     return create_service_app(
         service="extender",
         routes=ROUTES,
         lifespan=lifespan,
         readiness=readiness,
         registry=registry,
-        max_body_bytes=MAX_BODY_BYTES,
+        max_body_bytes=max(settings.http.scheduler_max_body_bytes, WEBHOOK_MAX_BODY_BYTES),
     )
 
 
@@ -159,19 +159,37 @@ def _deps(
 
 
 def listeners(settings: Settings) -> Sequence[Listener]:
-    """The plain extender listener, plus the TLS webhook listener when a certificate is set."""
+    """The scheduler listener, plus the TLS webhook listener when a certificate is set."""
     http = settings.http
-    plain = Listener(listen=http.listen)
+    scheduler = _scheduler_listener(settings)
     if http.tls_cert_file is None or http.tls_key_file is None:
         logger.warning(
             "RGPU_TLS_CERT_FILE/RGPU_TLS_KEY_FILE unset: no TLS webhook listener, so the "
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
-        return [plain]
+        return [scheduler]
     webhook = Listener(
-        listen=http.webhook_listen, ssl_certfile=http.tls_cert_file, ssl_keyfile=http.tls_key_file
+        listen=http.webhook_listen,
+        ssl_certfile=http.tls_cert_file,
+        ssl_keyfile=http.tls_key_file,
+        face=webhook_surface(),
     )
-    return [plain, webhook]
+    return [scheduler, webhook]
+
+
+def _scheduler_listener(settings: Settings) -> Listener:
+    http = settings.http
+    face = scheduler_surface(http.scheduler_max_body_bytes)
+    if http.scheduler_client_ca_file is None:
+        return Listener(listen=http.listen, face=face)
+    # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
+    return Listener(
+        listen=http.listen,
+        ssl_certfile=http.tls_cert_file,
+        ssl_keyfile=http.tls_key_file,
+        client_ca_file=http.scheduler_client_ca_file,
+        face=face,
+    )
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ Hierarchy::
      │    │    ├── InvalidQuantity  a remote-GPU quantity is not a whole number in range (wraps
      │    │    │                    rgpu_placement.InvalidQuantity for the filter's reply)
      │    │    └── WebhookMissing   a requesting container lacks the webhook's env wiring
-     │    └── MalformedReview       an AdmissionReview we cannot read (no uid to echo)
+     │    ├── MalformedReview       an AdmissionReview we cannot read (no uid to echo)
+     │    └── MalformedPod          a pod field of the wrong JSON type or length (denied, 400)
      ├── AdmissionDenied             403: the webhook refuses a pod change (message says the fix)
      ├── Conflict
      │    └── ClaimNotHeld          commit refused: this pod uid holds no claim (404/409)
@@ -32,6 +33,7 @@ __all__ = [
     "AllocatorUnavailable",
     "ClaimNotHeld",
     "InvalidQuantity",
+    "MalformedPod",
     "MalformedReview",
     "PeerReplyInvalid",
     "PodNotServable",
@@ -118,3 +120,17 @@ class PeerReplyInvalid(UpstreamError):
     """Raised when a peer service answered with a status or body outside its contract."""
 
     default_code = "peer_reply_invalid"
+
+
+class MalformedPod(BadRequest):
+    """Raised when a pod in a review has a field of the wrong JSON type or length.
+
+    The apiserver would never send such a pod; a direct caller can. ``path`` names the field
+    (``spec.containers[0].env[1].name``) so the message says exactly what to fix.
+    """
+
+    default_code = "malformed_pod"
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}; fix that field of the pod manifest")
+        self.path = path

@@ -1,10 +1,15 @@
 """The HTTP surface — kube-scheduler's extender verbs and the admission
 webhook — and nothing else; each handler reads its body, calls its verb, writes the reply.
 
+The app holds both route lists; each listener shows only its own (``surfaces``): the verbs
+on the scheduler listener, ``/mutate`` on the webhook listener.
+
 kube-scheduler treats any non-200 from ``/filter`` or ``/bind`` as an extender failure and
-loses the reason, so those two answer 200 even to an unreadable body, with the reason in
-``Error``. ``/prioritize`` has no error field (it is a bare array) and ``/mutate`` has no uid
-to echo for a malformed review, so those answer 400 with an ``ErrorBody``.
+loses the reason, so those two answer 200 even to an unreadable or oversized body, with the
+reason in ``Error``. ``/prioritize`` has no error field (it is a bare array), and
+kube-scheduler ignores a failed prioritize (the extender then adds no score, the pod still
+schedules), so it answers 400 or 413 with an ``ErrorBody``. ``/mutate`` has no uid to echo
+for a malformed review, so it answers 400 or 413 too.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from rgpu_contracts import encode_host_priorities
-from rgpu_runtime import BadRequest, json_response, read_json, state_value
+from rgpu_runtime import BadRequest, PayloadTooLarge, json_response, read_json, state_value
 
 from .admission import AdmissionPolicy, admit
 from .binding import Binding
@@ -24,7 +29,7 @@ from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .scoring import Scoring
 
-__all__ = ["ROUTES", "Deps", "deps"]
+__all__ = ["ROUTES", "SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +56,7 @@ async def filter_nodes(request: Request) -> Response:
     verb = deps(request).filtering
     try:
         raw = await read_json(request)
-    except BadRequest as exc:
+    except (BadRequest, PayloadTooLarge) as exc:
         outcome = verb.unreadable(exc.message)
     else:
         outcome = await verb.filter_pod(raw)
@@ -67,7 +72,7 @@ async def bind_pod(request: Request) -> Response:
     verb = deps(request).binding
     try:
         raw = await read_json(request)
-    except BadRequest as exc:
+    except (BadRequest, PayloadTooLarge) as exc:
         outcome = verb.unreadable(exc.message)
     else:
         outcome = await verb.bind_pod(raw)
@@ -80,9 +85,15 @@ async def mutate_pod(request: Request) -> Response:
     return json_response(decision.review)
 
 
-ROUTES: list[BaseRoute] = [
+SCHEDULER_ROUTES: list[BaseRoute] = [
     Route("/filter", filter_nodes, methods=["POST"]),
     Route("/prioritize", prioritize_nodes, methods=["POST"]),
     Route("/bind", bind_pod, methods=["POST"]),
-    Route("/mutate", mutate_pod, methods=["POST"]),
 ]
+"""kube-scheduler's verbs, on the scheduler listener only."""
+
+WEBHOOK_ROUTES: list[BaseRoute] = [Route("/mutate", mutate_pod, methods=["POST"])]
+"""The admission webhook, on the webhook listener only."""
+
+ROUTES: list[BaseRoute] = [*SCHEDULER_ROUTES, *WEBHOOK_ROUTES]
+"""Every route of the app; the listeners' ``Surface`` decides which one each socket shows."""

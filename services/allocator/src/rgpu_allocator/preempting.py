@@ -1,0 +1,255 @@
+"""kube-scheduler cannot preempt for a remote GPU: its victims must run on the candidate node,
+and a remote GPU's holder runs on another. So when a pod of priority is refused because servers
+are held, the allocator frees one itself (DESIGN §11):
+
+1. choose the cheapest server to free (``rgpu_placement.preemptions``: every victim of lower
+   priority; fewest victims, lowest priority, least run time lost, name);
+2. nominate the pod on that server's Lease with compare-and-swap: the freed cards are promised
+   to it (``judging.Occupancy`` keeps everyone of lower or equal priority off them), and a
+   replica that finds a live nomination for the pod evicts nothing more — the nomination is
+   the de-duplication between replicas and between the pod's retries;
+3. evict the victims through the Eviction API, so PodDisruptionBudgets decide; a 429 takes the
+   nomination back and moves on to the next server;
+4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
+   released after their graceful termination, its next filter books the server.
+
+The nomination expires after the booking TTL plus the victims' longest grace period, and
+stops counting once its pod books, is gone or finished.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from rgpu_contracts import AllocationRequest, Claim, PodRef
+from rgpu_placement import (
+    Demand,
+    FleetView,
+    Nomination,
+    Preemption,
+    Standing,
+    preemptions,
+)
+from rgpu_runtime import KubeError, RgpuError
+
+from .claims import LeaseRecord
+from .clients import KubeApi, pod_event
+from .errors import Contended, EvictionRefused, LeaseUnreadable
+from .instruments import Instruments
+from .judging import Judge, Policy
+from .leases import Edited, LeaseWriter
+from .pods import PodInfo, pod_info
+
+__all__ = ["MAX_CANDIDATES", "Outcome", "Preemptor", "may_preempt"]
+
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+MAX_CANDIDATES = 3
+"""Servers tried per refusal when evictions are refused (PodDisruptionBudgets); the pod's next
+retry tries again, so a few keep one refusal's apiserver calls bounded."""
+
+
+class Outcome(enum.Enum):
+    """What one preemption attempt did (the metric label)."""
+
+    NOMINATED = "nominated"
+    """Victims evicted, the server promised to the pod."""
+    PENDING = "pending"
+    """The pod already holds a live nomination: nothing more is evicted."""
+    NONE = "none"
+    """No server can be freed for it (no holder of lower priority stands in the way alone)."""
+    BLOCKED = "blocked"
+    """Every candidate's eviction was refused (PodDisruptionBudgets) or taken meanwhile."""
+    FAILED = "failed"
+    """The apiserver failed; the pod's next retry tries again."""
+
+
+def may_preempt(pod: PodInfo | None) -> bool:
+    """Whether ``pod`` may evict others: a priority above 0 and ``preemptionPolicy`` not Never."""
+    return pod is not None and pod.priority > 0 and not pod.never_preempts and not pod.finished
+
+
+class _Step(enum.Enum):
+    WRITTEN = "written"
+    MINE = "mine"
+    TAKEN = "taken"
+
+
+def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
+    """Whether a pod that is not a victim took some of the promised cards since the choice."""
+    expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
+    cards = set(nomination.cards)
+    return any(c.pod.uid not in expected and cards.intersection(c.cards) for c in record.claims)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemptor:
+    """Frees a server for a refused pod of priority; the booking path calls ``preempt``."""
+
+    policy: Policy
+    judge: Judge
+    writer: LeaseWriter
+    api: KubeApi
+    instruments: Instruments
+    nudge: Callable[[], None]
+    """Wakes the nudger, which moves refused pods (this one among them) back into the queue."""
+    enabled: bool = True
+
+    async def preempt(self, request: AllocationRequest, demand: Demand, view: FleetView) -> Outcome:
+        """Try to free a server for ``request.pod`` after a refusal; returns what happened.
+
+        Never raises our errors: the refusal stands whatever happens here, and the pod's next
+        retry tries again.
+        """
+        if not self.enabled:
+            return Outcome.NONE
+        with tracer.start_as_current_span("preempt", attributes={"pod": request.pod.key}):
+            try:
+                pod = await self._pod(request.pod)
+                if pod is None or not may_preempt(pod):
+                    return Outcome.NONE
+                outcome = await self._preempt(pod, demand, view)
+            except RgpuError as exc:
+                logger.warning("preemption for %s failed: %s", request.pod.key, exc)
+                outcome = Outcome.FAILED
+        self.instruments.preemptions.labels(outcome.value).inc()
+        return outcome
+
+    def nomination_of(self, uid: str) -> Nomination | None:
+        """The live nomination ``uid`` holds on some server, if any."""
+        now = self.judge.clock()
+        for record in self.judge.ledger.leases():
+            found = record.nomination
+            if found is not None and found.pod.uid == uid and now < found.expires_at:
+                return found
+        return None
+
+    async def _pod(self, ref: PodRef) -> PodInfo | None:
+        cached = self.judge.pods.get(ref.uid)
+        if cached is not None:
+            return cached
+        raw = await self.api.get_pod(ref.namespace, ref.name)
+        found = pod_info(raw) if raw is not None else None
+        return found if found is not None and found.uid == ref.uid else None
+
+    async def _preempt(self, pod: PodInfo, demand: Demand, view: FleetView) -> Outcome:
+        if self.nomination_of(pod.uid) is not None:
+            return Outcome.PENDING
+        options = preemptions(
+            view,
+            demand,
+            self.judge.occupancy(pod.uid),
+            priority=pod.priority,
+            standing=self._standing,
+            granularity=self.policy.granularity,
+        )
+        if not options:
+            return Outcome.NONE
+        for option in options[:MAX_CANDIDATES]:
+            outcome = await self._attempt(pod, option)
+            if outcome is not Outcome.BLOCKED:
+                return outcome
+        return Outcome.BLOCKED
+
+    def _standing(self, claim: Claim) -> Standing | None:
+        pod = self.judge.pods.get(claim.pod.uid)
+        if pod is None or pod.uid != claim.pod.uid:
+            return None
+        started = pod.started_at
+        ran = max(0.0, self.judge.clock() - started) if started is not None else 0.0
+        return Standing(priority=pod.priority, run_seconds=ran)
+
+    def _nomination(self, pod: PodInfo, option: Preemption) -> Nomination:
+        now = self.judge.clock()
+        graces = (self._grace(v.pod.uid) for v in option.victims)
+        return Nomination(
+            pod=pod.ref,
+            priority=pod.priority,
+            cards=tuple(c.id for c in option.fit.cards),
+            victims=tuple(v.pod for v in option.victims),
+            nominated_at=now,
+            expires_at=now + self.policy.ttl + max(graces, default=0.0),
+        )
+
+    def _grace(self, uid: str) -> float:
+        pod = self.judge.pods.get(uid)
+        return pod.grace_seconds if pod is not None else 0.0
+
+    async def _attempt(self, pod: PodInfo, option: Preemption) -> Outcome:
+        nomination = self._nomination(pod, option)
+        try:
+            step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
+        except (Contended, LeaseUnreadable) as exc:
+            logger.info("cannot nominate %s on %s: %s", pod.ref.key, option.server, exc)
+            return Outcome.BLOCKED
+        if step is _Step.MINE:
+            return Outcome.PENDING
+        if step is _Step.TAKEN:
+            return Outcome.BLOCKED
+        try:
+            for victim in option.victims:
+                await self._evict(victim, pod)
+        except EvictionRefused as exc:
+            logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
+            await self._withdraw(option.server, pod.uid)
+            return Outcome.BLOCKED
+        except KubeError as exc:
+            logger.warning("preemption for %s on %s failed: %s", pod.ref.key, option.server, exc)
+            await self._withdraw(option.server, pod.uid)
+            return Outcome.FAILED
+        self._announce(pod, option)
+        return Outcome.NOMINATED
+
+    def _nominate(self, nomination: Nomination) -> Callable[[LeaseRecord | None], Edited[_Step]]:
+        """Promise the server to the nominee unless someone holds a live promise there."""
+        uid, priority, now = nomination.pod.uid, nomination.priority, nomination.nominated_at
+
+        def change(record: LeaseRecord | None) -> Edited[_Step]:
+            held = record.nomination if record is not None else None
+            if record is None:
+                return Edited(None, _Step.TAKEN)
+            if held is not None and held.pod.uid == uid and now < held.expires_at:
+                return Edited(None, _Step.MINE)
+            if held is not None and held.holds_against(uid, priority, now):
+                return Edited(None, _Step.TAKEN)
+            if _newcomers(record, nomination):
+                return Edited(None, _Step.TAKEN)
+            return Edited(record.claims, _Step.WRITTEN, nomination=nomination)
+
+        return change
+
+    async def _withdraw(self, server: str, uid: str) -> None:
+        """Take back ``uid``'s nomination on ``server`` (its victims could not all go)."""
+
+        def change(record: LeaseRecord | None) -> Edited[None]:
+            held = record.nomination if record is not None else None
+            if record is None or held is None or held.pod.uid != uid:
+                return Edited(None, None)
+            return Edited(record.claims, None, nomination=None)
+
+        await self.writer.edit(server, change, op="withdraw")
+
+    async def _evict(self, victim: Claim, pod: PodInfo) -> None:
+        evicted = await self.api.evict_pod(victim.pod.namespace, victim.pod.name)
+        if not evicted:
+            return
+        self.instruments.preemption_victims.inc()
+        message = f"preempted by {pod.ref.key} for a remote GPU on {victim.server}"
+        self.api.record_event(pod_event(victim.pod, reason="Preempted", message=message))
+        logger.info("evicted %s from %s for %s", victim.pod.key, victim.server, pod.ref.key)
+
+    def _announce(self, pod: PodInfo, option: Preemption) -> None:
+        victims = ", ".join(v.pod.key for v in option.victims)
+        message = (
+            f"nominated for remote GPU server {option.server}; evicting {victims} "
+            "(lower priority); the server is booked once they are gone"
+        )
+        event = pod_event(pod.ref, reason="Preempting", message=message, warning=False)
+        self.api.record_event(event)
+        self.nudge()

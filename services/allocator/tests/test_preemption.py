@@ -1,0 +1,432 @@
+"""Preemption for remote GPUs (DESIGN §11) at the service boundary: the real app on kubesim's
+apiserver over HTTP, evicting through kubesim's Eviction API (PodDisruptionBudgets included)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+import httpx
+import orjson
+import pytest
+from asgi_lifespan import LifespanManager
+from prometheus_client import CollectorRegistry
+
+import rgpu_testkit as testkit
+from rgpu_allocator import create_app
+from rgpu_contracts import PodRef, PodUID
+from rgpu_kubesim import ApiError
+from rgpu_placement import ANNOTATION_NOMINATION
+
+pytestmark = pytest.mark.anyio
+
+CLASSES = {"batch": 10, "standard": 100, "urgent": 1000, "urgent-polite": 1000}
+
+
+def install_classes(cluster) -> None:
+    for name, value in CLASSES.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        if name.endswith("-polite"):
+            body["preemptionPolicy"] = "Never"
+        cluster.sim.store.create("priorityclasses", body)
+
+
+def make_pod(
+    cluster,
+    name: str,
+    priority_class: str | None = None,
+    *,
+    grace: int = 1,
+    labels: Mapping[str, str] | None = None,
+) -> PodRef:
+    spec: dict[str, object] = {"terminationGracePeriodSeconds": grace}
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    manifest = testkit.pod_manifest(
+        name=name, namespace="ml", scheduler="rgpu-scheduler", labels=labels, spec=spec
+    )
+    made = cluster.sim.store.create("pods", manifest)
+    return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace="ml", name=name)
+
+
+async def hold(client: httpx.AsyncClient, cluster, pod: PodRef, kit, *containers) -> str:
+    """Book, commit and bind ``pod`` (Running); returns its server."""
+    booked = await client.post("/v1/allocations", json=kit.ask(pod, *containers))
+    assert booked.status_code == 200, booked.text
+    commit = await client.post(f"/v1/allocations/{pod.uid}/commit", json={"node": "client-1"})
+    assert commit.status_code == 200, commit.text
+    cluster.bind(pod)
+    return booked.json()["server"]
+
+
+def nomination(cluster, server: str) -> dict[str, object] | None:
+    lease = cluster.lease(server)
+    text = (lease or {}).get("metadata", {}).get("annotations", {}).get(ANNOTATION_NOMINATION)
+    return orjson.loads(text) if text else None
+
+
+def terminating(cluster, pod: PodRef) -> bool:
+    try:
+        got = cluster.sim.store.get("pods", pod.name, namespace=pod.namespace)
+    except ApiError:
+        return True
+    return bool(got["metadata"].get("deletionTimestamp"))
+
+
+def finish(cluster, pod: PodRef) -> None:
+    """What the kubelet does at the end of a graceful deletion: delete with grace 0."""
+    with contextlib.suppress(ApiError):
+        cluster.sim.store.delete("pods", pod.name, namespace=pod.namespace, grace_period_seconds=0)
+
+
+def events_about(cluster, pod: PodRef, reason: str) -> list[dict[str, object]]:
+    return [
+        e
+        for e in cluster.sim.store.list("events", namespace=pod.namespace)
+        if e["reason"] == reason and e["involvedObject"]["name"] == pod.name
+    ]
+
+
+def metric(text: str, line: str) -> float:
+    found = [row for row in text.splitlines() if row.startswith(line + " ")]
+    return float(found[0].split()[-1]) if found else 0.0
+
+
+@contextlib.asynccontextmanager
+async def allocator(
+    kit,
+    sim,
+    discovery,
+    *,
+    clock=None,
+    registry: CollectorRegistry | None = None,
+    **env: str,
+) -> AsyncIterator[httpx.AsyncClient]:
+    extra = {} if clock is None else {"clock": clock}
+    app = create_app(
+        kit.settings_for(sim.url, **env),
+        discovery_transport=discovery.transport,
+        registry=registry,
+        **extra,
+    )
+    async with (
+        LifespanManager(app, startup_timeout=20, shutdown_timeout=20) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator"
+        ) as client,
+    ):
+        await kit.wait_fleet(client)
+        yield client
+
+
+async def test_an_urgent_pod_takes_the_server_of_a_batch_pod(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert refused.status_code == 409
+        promised = nomination(cluster, "gpu-a")
+        assert promised is not None
+        assert promised["pod"]["uid"] == urgent.uid
+        assert promised["priority"] == 1000
+        assert [v["name"] for v in promised["victims"]] == ["batch"]
+        assert terminating(cluster, batch)
+
+        async def told() -> bool:
+            return bool(events_about(cluster, batch, "Preempted")) and bool(
+                events_about(cluster, urgent, "Preempting")
+            )
+
+        await kit.wait_for(told, what="Events on the victim and the preemptor")
+        victim_event = events_about(cluster, batch, "Preempted")[0]
+        assert "preempted by ml/urgent for a remote GPU" in victim_event["message"]
+        still_held = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert still_held.status_code == 409
+        finish(cluster, batch)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == "gpu-a"
+
+        await kit.wait_for(booked, what="the preemptor booked the freed server")
+        metrics = (await client.get("/metrics")).text
+    assert nomination(cluster, "gpu-a") is None
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="nominated"}') == 1
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="pending"}') >= 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("holder_class", "pod_class"),
+    [
+        pytest.param(None, None, id="priority-0-never-preempts"),
+        pytest.param("batch", "urgent-polite", id="policy-Never-never-preempts"),
+        pytest.param("urgent", "urgent", id="equal-priority-is-never-preempted"),
+        pytest.param("urgent", "batch", id="higher-priority-is-never-preempted"),
+    ],
+)
+async def test_no_preemption_without_a_strictly_higher_priority_that_may_preempt(
+    build, kit, sim, cluster, holder_class, pod_class
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    holder = make_pod(cluster, "holder", holder_class)
+    asking = make_pod(cluster, "asking", pod_class)
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, holder, kit)
+        refused = await client.post("/v1/allocations", json=kit.ask(asking))
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert not terminating(cluster, holder)
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 0
+
+
+async def test_preemption_is_off_when_the_setting_says_so(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery, RGPU_PREEMPTION="off") as client:
+        await hold(client, cluster, batch, kit)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert not terminating(cluster, batch)
+
+
+async def test_a_disruption_budget_moves_preemption_to_the_next_server(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    # gpu-a is the cheaper server (the lower-priority, younger victim) but its holder is
+    # protected by a budget that allows no disruption.
+    guarded = make_pod(cluster, "guarded", "batch", labels={"app": "guarded"})
+    other = make_pod(cluster, "other", "standard")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    cluster.sim.store.create("poddisruptionbudgets", budget)
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, guarded, kit) == "gpu-a"
+        assert await hold(client, cluster, other, kit) == "gpu-b"
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+    assert not terminating(cluster, guarded)
+    assert terminating(cluster, other)
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+
+
+async def test_a_lower_priority_pod_cannot_book_a_nominated_server(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await client.post("/v1/allocations", json=kit.ask(urgent))
+        finish(cluster, batch)
+
+        async def freed() -> bool:
+            return cluster.holders().get("gpu-a") == []
+
+        await kit.wait_for(freed, what="the victim's claim released")
+        cut_in = await client.post("/v1/allocations", json=kit.ask(standard))
+        assert cut_in.status_code == 409
+        assert "held by ml/urgent" in cut_in.text
+        nominee = await client.post("/v1/allocations", json=kit.ask(urgent))
+    assert nominee.status_code == 200
+    assert nominee.json()["server"] == "gpu-a"
+    assert nomination(cluster, "gpu-a") is None
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_nomination_expires_after_the_ttl_plus_the_victims_grace(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch", grace=5)
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    clock = Clock(time.time())
+    async with allocator(kit, sim, discovery, clock=clock) as client:
+        await hold(client, cluster, batch, kit)
+        await client.post("/v1/allocations", json=kit.ask(urgent))
+        promised = nomination(cluster, "gpu-a")
+        assert promised["expiresAt"] == pytest.approx(promised["nominatedAt"] + 30 + 5)
+        finish(cluster, batch)
+
+        async def freed() -> bool:
+            return cluster.holders().get("gpu-a") == []
+
+        await kit.wait_for(freed, what="the victim's claim released")
+        before = await client.post("/v1/allocations", json=kit.ask(standard))
+        clock.now = promised["expiresAt"] + 0.1
+        after = await client.post("/v1/allocations", json=kit.ask(standard))
+    assert before.status_code == 409
+    assert after.status_code == 200, after.text
+
+
+async def test_two_replicas_never_evict_twice_for_one_pod(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    batch = make_pod(cluster, "batch", "batch")
+    other = make_pod(cluster, "other", "standard")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    registries = (CollectorRegistry(), CollectorRegistry())
+    async with (
+        allocator(kit, sim, discovery, registry=registries[0]) as a,
+        allocator(kit, sim, discovery, registry=registries[1]) as b,
+    ):
+        await hold(a, cluster, batch, kit)
+        await hold(b, cluster, other, kit)
+
+        async def wait_cached(client: httpx.AsyncClient) -> None:
+            async def both() -> bool:
+                claims = (await client.get("/v1/claims")).json()["claims"]
+                return len(claims) == 2 and all(c["state"] == "bound" for c in claims)
+
+            await kit.wait_for(both, what="both holders seen bound")
+
+        await wait_cached(a)
+        await wait_cached(b)
+
+        async def ask(client: httpx.AsyncClient) -> None:
+            await client.post("/v1/allocations", json=kit.ask(urgent))
+
+        async with anyio.create_task_group() as tg:
+            for client in (a, b, a, b):
+                tg.start_soon(ask, client)
+        texts = [(await c.get("/metrics")).text for c in (a, b)]
+    victims = sum(metric(t, "rgpu_allocator_preemption_victims_total") for t in texts)
+    assert victims == 1
+    assert terminating(cluster, batch)
+    assert not terminating(cluster, other)
+    nominated = [s for s in ("gpu-a", "gpu-b") if nomination(cluster, s) is not None]
+    assert nominated == ["gpu-a"]
+
+
+async def test_card_granularity_frees_just_enough_cards(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=4)))
+    one = make_pod(cluster, "one", "batch")
+    two = make_pod(cluster, "two", "batch")
+    three = make_pod(cluster, "three", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        await hold(client, cluster, one, kit, build.container(count=1))
+        await hold(client, cluster, two, kit, build.container(count=2))
+        await hold(client, cluster, three, kit, build.container(count=1))
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        assert refused.status_code == 409
+        promised = nomination(cluster, "gpu-a")
+        assert [v["name"] for v in promised["victims"]] == ["two"]
+        two_cards = next(c["cards"] for c in cluster.claims("gpu-a") if c["pod"]["name"] == "two")
+        assert sorted(promised["cards"]) == sorted(two_cards)
+        assert [terminating(cluster, p) for p in (one, two, three)] == [False, True, False]
+        finish(cluster, two)
+
+        async def booked() -> bool:
+            ask = kit.ask(urgent, build.container(count=2))
+            got = await client.post("/v1/allocations", json=ask)
+            return got.status_code == 200 and sorted(got.json()["cards"]) == sorted(two_cards)
+
+        await kit.wait_for(booked, what="the preemptor booked the freed cards")
+
+
+async def preempted_and_freed(client, kit, cluster, victim: PodRef, nominee: PodRef) -> None:
+    """``nominee`` is refused, nominated on the victim's server, and the victim is gone."""
+    refused = await client.post("/v1/allocations", json=kit.ask(nominee))
+    assert refused.status_code == 409
+    finish(cluster, victim)
+
+    async def freed() -> bool:
+        return cluster.holders().get("gpu-a") == []
+
+    await kit.wait_for(freed, what="the victim's claim released")
+
+
+async def test_a_nomination_ends_when_its_pod_goes_away(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        finish(cluster, urgent)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(standard))
+            return got.status_code == 200
+
+        await kit.wait_for(booked, what="the server bookable once the nominee is gone")
+
+
+async def test_a_pod_of_higher_priority_than_the_nominee_may_book_its_server(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    cluster.sim.store.create(
+        "priorityclasses",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "critical"},
+            "value": 5000,
+        },
+    )
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    critical = make_pod(cluster, "critical", "critical")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        got = await client.post("/v1/allocations", json=kit.ask(critical))
+    assert got.status_code == 200, got.text
+    assert got.json()["server"] == "gpu-a"
+
+
+async def test_a_failed_eviction_keeps_the_refusal_and_takes_the_nomination_back(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        sim.faults.set_error(verb="create", resource="pods/eviction", rate=1.0, code=500)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert not terminating(cluster, batch)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="failed"}') == 1
