@@ -117,9 +117,10 @@ async def allocator(
         **extra,
     )
     async with (
+        kit.caller(sim.url) as auth,
         LifespanManager(app, startup_timeout=20, shutdown_timeout=20) as manager,
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator"
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://allocator", auth=auth
         ) as client,
     ):
         await kit.wait_fleet(client)
