@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rgpu_cli.stack import MATCH_CONDITION, MATCH_CONDITION_NAME
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
 from rgpu_runtime import Listener, Settings, running
@@ -1453,3 +1454,9 @@ def _uv() -> str:
     if not found:
         pytest.fail("uv not found: run the tests with `python3 -m uv run` (make test does)")
     return found
+
+
+def test_the_simulated_stack_sends_pods_to_the_webhook_exactly_as_k8s_does() -> None:
+    webhook = yaml.safe_load((ROOT / "k8s" / "base" / "extender" / "webhook.yaml").read_text())
+    (condition,) = webhook["webhooks"][0]["matchConditions"]
+    assert (condition["name"], condition["expression"]) == (MATCH_CONDITION_NAME, MATCH_CONDITION)

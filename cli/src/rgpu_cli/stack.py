@@ -101,6 +101,22 @@ class Stack:
         )
 
 
+MATCH_CONDITION_NAME = "asks-for-remote-gpu-or-carries-owned-annotations"
+MATCH_CONDITION = (
+    "(object.spec.containers"
+    " + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
+    " .exists(c, has(c.resources)"
+    " && [has(c.resources.limits) ? c.resources.limits : {},"
+    " has(c.resources.requests) ? c.resources.requests : {}]"
+    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r))"
+    " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
+    " && o.metadata.annotations.exists(k, k.startsWith('hami.io/remote-gpu-devices-')"
+    " || k == 'hami.io/lupine-endpoint' || k.startsWith('rgpu.io/')))"
+)
+"""The webhook's matchCondition, word for word as k8s/base/extender/webhook.yaml folds it
+(tests/test_manifests.py holds the two equal), so the simulated cluster admits as deployed."""
+
+
 def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost", "rgpu-extender.rgpu-system.svc")
@@ -132,15 +148,19 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 5,
                 "reinvocationPolicy": "IfNeeded",
+                # As k8s/base deploys it: only kube-system is exempt, and the apiserver
+                # sends a pod only when it asks for the resource or carries an owned
+                # annotation (kubesim evaluates the CEL for real).
                 "namespaceSelector": {
                     "matchExpressions": [
                         {
                             "key": "kubernetes.io/metadata.name",
                             "operator": "NotIn",
-                            "values": ["kube-system", SYSTEM_NAMESPACE],
+                            "values": ["kube-system"],
                         }
                     ]
                 },
+                "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION}],
             }
         ],
     }
