@@ -256,3 +256,26 @@ async def test_pod_asking_for_no_cards_is_bound_plainly(extender, sim, build, al
     assert bound["spec"]["nodeName"] == NODE
     assert ANNOTATION_ENDPOINT not in (bound["metadata"].get("annotations") or {})
     assert allocator.released == []
+
+
+async def test_terminating_pod_bound_to_the_node_keeps_its_claim_after_an_unknown_binding(
+    extender, sim, seeded, allocator
+) -> None:
+    annotations = {ANNOTATION_ENDPOINT: "127.0.0.2:14833"}
+    sim.store.bind("trainer-0", NODE, namespace="ml-team", annotations=annotations)
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    assert stored(sim)["metadata"].get("deletionTimestamp")
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=503)
+    assert await post_bind(extender, bind_args(seeded)) == ""
+    assert allocator.released == []
+
+
+async def test_terminating_pod_bound_elsewhere_by_an_earlier_attempt_keeps_its_claim(
+    extender, sim, seeded, allocator
+) -> None:
+    annotations = {ANNOTATION_ENDPOINT: "127.0.0.2:14833"}
+    sim.store.bind("trainer-0", "cpu-node-9", namespace="ml-team", annotations=annotations)
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    error = await post_bind(extender, bind_args(seeded))
+    assert 'already assigned to node "cpu-node-9"' in error
+    assert allocator.released == []
