@@ -1,5 +1,6 @@
 """``/bind`` through the real app against kubesim: the commit, the Binding carrying the
-annotations, the 409 rules, and the claim released whenever the pod is known not bound."""
+annotations, the 409 rules, the claim released at once on a definite refusal, and kept when
+the Binding's outcome is unknown (it may still be applied)."""
 
 from __future__ import annotations
 
@@ -93,8 +94,19 @@ async def test_already_bound_to_another_node_fails_and_releases_the_claim(
     assert allocator.released == [seeded["metadata"]["uid"]]
 
 
-@pytest.mark.parametrize("code", [500, 503, 422, 403])
-async def test_apiserver_error_releases_the_claim_at_once(
+async def test_already_bound_to_another_node_by_an_earlier_attempt_keeps_the_claim(
+    extender, sim, seeded, allocator
+) -> None:
+    annotations = {ANNOTATION_ENDPOINT: "127.0.0.2:14833"}
+    sim.store.bind("trainer-0", "cpu-node-9", namespace="ml-team", annotations=annotations)
+    error = await post_bind(extender, bind_args(seeded))
+    assert 'already assigned to node "cpu-node-9"' in error
+    assert "claim is kept" in error
+    assert allocator.released == []
+
+
+@pytest.mark.parametrize("code", [400, 403, 404, 422, 429])
+async def test_apiserver_refusal_releases_the_claim_at_once(
     extender, sim, seeded, allocator, code: int
 ) -> None:
     sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
@@ -102,6 +114,21 @@ async def test_apiserver_error_releases_the_claim_at_once(
     assert f"{code}" in error
     assert allocator.released == [seeded["metadata"]["uid"]]
     assert not stored(sim)["spec"].get("nodeName")
+
+
+@pytest.mark.parametrize("code", [500, 503, 504])
+async def test_apiserver_5xx_keeps_the_claim_since_the_binding_may_be_applied(
+    extender, sim, seeded, allocator, code: int
+) -> None:
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
+    error = await post_bind(extender, bind_args(seeded))
+    assert f"{code}" in error
+    assert "claim is kept" in error
+    assert allocator.released == []
+    assert (
+        extender.metric("rgpu_extender_outcomes_total", {"verb": "bind", "outcome": "bind_unknown"})
+        == 1
+    )
 
 
 async def test_deleted_pod_releases_the_claim(extender, sim, seeded, allocator) -> None:
@@ -151,20 +178,34 @@ async def test_commit_without_endpoint_annotation_is_refused_and_released(
     assert allocator.released == [seeded["metadata"]["uid"]]
 
 
-async def test_allocator_down_at_commit_answers_error_and_says_release_failed(
+async def test_allocator_down_at_commit_answers_error_and_keeps_the_claim(
     extender, sim, seeded, allocator
 ) -> None:
     allocator.fail = (503, "leases unreadable")
     error = await post_bind(extender, bind_args(seeded))
     assert error.startswith("allocator")
-    assert "releasing its claim failed too" in error
+    assert "claim is kept" in error
+    assert allocator.released == []
     assert not stored(sim)["spec"].get("nodeName")
 
 
-async def test_slow_binding_is_cut_at_the_budget_and_settled_by_reading_the_pod(
+async def test_slow_binding_is_cut_at_the_budget_and_keeps_the_claim_of_the_unbound_pod(
     open_extender, sim, seeded, allocator
 ) -> None:
     sim.faults.set_latency(verb="create", resource="pods/binding", seconds=1.2)
+    async with open_extender(RGPU_EXTENDER_BUDGET_SECONDS="0.5") as extender:
+        with anyio.fail_after(1):
+            error = await post_bind(extender, bind_args(seeded))
+    assert "did not finish within the 0.5s budget" in error
+    assert "claim is kept" in error
+    assert allocator.released == []
+
+
+async def test_slow_binding_whose_pod_is_gone_releases_the_claim(
+    open_extender, sim, seeded, allocator
+) -> None:
+    sim.faults.set_latency(verb="create", resource="pods/binding", seconds=1.2)
+    sim.faults.set_error(verb="get", resource="pods", rate=1.0, code=404)
     async with open_extender(RGPU_EXTENDER_BUDGET_SECONDS="0.5") as extender:
         with anyio.fail_after(1):
             error = await post_bind(extender, bind_args(seeded))
@@ -214,4 +255,27 @@ async def test_pod_asking_for_no_cards_is_bound_plainly(extender, sim, build, al
     bound = stored(sim, "web-0")
     assert bound["spec"]["nodeName"] == NODE
     assert ANNOTATION_ENDPOINT not in (bound["metadata"].get("annotations") or {})
+    assert allocator.released == []
+
+
+async def test_terminating_pod_bound_to_the_node_keeps_its_claim_after_an_unknown_binding(
+    extender, sim, seeded, allocator
+) -> None:
+    annotations = {ANNOTATION_ENDPOINT: "127.0.0.2:14833"}
+    sim.store.bind("trainer-0", NODE, namespace="ml-team", annotations=annotations)
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    assert stored(sim)["metadata"].get("deletionTimestamp")
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=503)
+    assert await post_bind(extender, bind_args(seeded)) == ""
+    assert allocator.released == []
+
+
+async def test_terminating_pod_bound_elsewhere_by_an_earlier_attempt_keeps_its_claim(
+    extender, sim, seeded, allocator
+) -> None:
+    annotations = {ANNOTATION_ENDPOINT: "127.0.0.2:14833"}
+    sim.store.bind("trainer-0", "cpu-node-9", namespace="ml-team", annotations=annotations)
+    sim.store.delete("pods", "trainer-0", namespace="ml-team")
+    error = await post_bind(extender, bind_args(seeded))
+    assert 'already assigned to node "cpu-node-9"' in error
     assert allocator.released == []

@@ -1,12 +1,14 @@
 """Bind turns a booked claim into a placed pod, and its two writes (the
 allocator's commit, the apiserver's Binding) must leave no half-state behind: a pod bound
-without its endpoint annotation cannot reach its GPU, and a claim kept for a pod that was not
-bound blocks a server until the booking expires.
+without its endpoint annotation cannot reach its GPU, and a claim released for a pod that did
+get bound hands its server to a second pod.
 
 So the committed annotations ride on the Binding itself (the apiserver merges them into the pod
-in the same update as ``nodeName``), a failed Binding releases the claim at once, and a Binding
-whose outcome is unknown (no answer) is checked by reading the pod back before anything is
-released — releasing the claim of a pod that did get bound would hand its server to another.
+in the same update as ``nodeName``), and the claim is released at once only when the Binding
+was definitely refused (a 4xx answer, the pod gone or replaced). Unknown is not failure: a
+Binding with no answer, a 5xx or a timeout may still be applied, so its claim is kept and the
+allocator's own rules settle it (valid while the pod is bound, lapsed once the booking TTL
+passes with the pod unbound); reading the pod back only turns an unknown into a success.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rgpu_runtime import (
     EventRecorder,
     KubeConflict,
     KubeError,
-    KubeUnavailable,
+    KubeNotFound,
     ResourceSettings,
 )
 
@@ -112,7 +114,11 @@ class Binding:
                 return await self._bind_plain(args, label)
             # Not our claim to release: another pod (or nobody) holds it.
             return self._told(args, _failed("claim_not_held", exc.message, label))
-        except (AllocatorUnavailable, PeerReplyInvalid) as exc:
+        except AllocatorUnavailable as exc:
+            # The commit may have landed; no Binding was sent, so the pod's retry finds the
+            # same claim, and an earlier attempt's late Binding still has its server.
+            return self._kept(args, _failed("commit_failed", exc.message, label))
+        except PeerReplyInvalid as exc:
             return await self._release_after(args, _failed("commit_failed", exc.message, label))
         try:
             await self._post_binding(args, dict(allocation.annotations))
@@ -160,10 +166,12 @@ class Binding:
     ) -> BindOutcome:
         if _already_there(exc, args):
             return _already(label)
-        failed = _failed("bind_failed", f"binding pod {label} to {args.node}: {exc.message}", label)
-        if isinstance(exc, KubeUnavailable):
-            return await self._verify(args, failed)
-        return await self._release_after(args, failed)
+        message = f"binding pod {label} to {args.node}: {exc.message}"
+        if bound_node(exc.kube_message) is None and _refused(exc):
+            return await self._release_after(args, _failed("bind_failed", message, label))
+        # Bound elsewhere (by whom?) or no definite answer: the pod read back decides.
+        outcome = "bind_failed" if _refused(exc) else "bind_unknown"
+        return await self._verify(args, _failed(outcome, message, label))
 
     async def _after_timeout(self, args: ExtenderBindingArgs, label: str) -> BindOutcome:
         message = (
@@ -173,27 +181,35 @@ class Binding:
         return await self._verify(args, _failed("timeout", message, label))
 
     async def _verify(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
-        """Settle a Binding whose outcome is unknown by reading the pod back."""
-        node = await self._node_of(args, failed.pod)
-        if node == args.node:
+        """Settle a Binding that did not succeed by reading the pod back: bound to our node is
+        success; gone, replaced, or bound elsewhere without rgpu's annotations frees the claim;
+        anything else (unbound, bound elsewhere by an earlier attempt, unreadable) keeps it."""
+        seen = await self._read_back(args, failed.pod)
+        if seen is not None and seen.node == args.node and not seen.gone:
             return _already(failed.pod)
-        if node is None:
-            # Unknown either way: keep the claim. If the pod was not bound, its booking lapses
-            # after RGPU_BOOKING_TTL_SECONDS; releasing now could free a server a bound pod uses.
-            message = f"{failed.result.error}; the pod's claim is kept until its booking expires"
-            return self._told(args, _failed(failed.outcome, message, failed.pod))
-        return await self._release_after(args, failed)
+        if seen is not None and seen.frees_claim:
+            return await self._release_after(args, failed)
+        return self._kept(args, failed)
 
-    async def _node_of(self, args: ExtenderBindingArgs, label: str) -> str | None:
-        """The pod's ``spec.nodeName`` read back (empty when unbound), ``None`` when unknown."""
+    async def _read_back(self, args: ExtenderBindingArgs, label: str) -> _Seen | None:
+        """The pod as read back now, ``None`` when the read gave no definite answer."""
         with anyio.move_on_after(self.cleanup_seconds):
             try:
                 pod = await self._read_pod(args)
+            except KubeNotFound:
+                return _Seen(gone=True)
             except KubeError as exc:
                 logger.info("cannot read back pod %s after a failed bind: %s", label, exc)
             else:
-                return str(mapping(pod.get("spec")).get("nodeName") or "")
+                return _Seen.of(pod, args.pod_uid)
         return None
+
+    def _kept(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
+        message = (
+            f"{failed.result.error}; the pod's claim is kept (the pod may be bound yet): it "
+            "holds while the pod is bound and lapses with its booking if the pod stays unbound"
+        )
+        return self._told(args, _failed(failed.outcome, message, failed.pod))
 
     async def _release_after(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
         message = failed.result.error
@@ -220,6 +236,41 @@ class Binding:
         )
         self.events.record(pod_event(pod=_ref(args), reason=ALLOCATED, message=message))
         return BindOutcome(result=ExtenderBindingResult(), outcome="bound", pod=label)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Seen:
+    """A pod as read back after a Binding that did not succeed."""
+
+    node: str = ""
+    """Its ``spec.nodeName``; empty while unbound."""
+    gone: bool = False
+    """The pod no longer exists, or another pod of the same name replaced it."""
+    ours: bool = False
+    """It carries rgpu's endpoint annotation, which only a Binding after a commit sets (the
+    webhook refuses it from anyone else): an earlier attempt of this pod bound it."""
+
+    @classmethod
+    def of(cls, pod: dict[str, Any], uid: str) -> _Seen:
+        meta, spec = mapping(pod.get("metadata")), mapping(pod.get("spec"))
+        return cls(
+            node=str(spec.get("nodeName") or ""),
+            gone=str(meta.get("uid") or "") != uid,
+            ours=ANNOTATION_ENDPOINT in mapping(meta.get("annotations")),
+        )
+
+    @property
+    def frees_claim(self) -> bool:
+        """Whether the claim is certainly of no use to the pod: it is gone, or it runs on a
+        node someone else bound it to, without rgpu's server."""
+        return self.gone or (bool(self.node) and not self.ours)
+
+
+def _refused(exc: KubeError) -> bool:
+    """Whether the apiserver answered the Binding with a definite refusal (any 4xx: 400/422
+    invalid, 401/403, 404 gone, 409, 429 shed before it ran); no answer, a 5xx or an answer
+    we could not read leave it unknown, since it may have been applied."""
+    return 400 <= exc.kube_status < 500
 
 
 def _already_there(exc: KubeError, args: ExtenderBindingArgs) -> bool:
