@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +10,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -56,3 +59,33 @@ async def test_prioritize_bind_and_mutate_have_spans(spans, extender, build) -> 
     mutate = named(spans, "extender.mutate")
     assert mutate.attributes["rgpu.outcome"] == "denied"
     assert mutate.attributes["k8s.pod"] == "ml-team/trainer-0"
+
+
+async def test_discovery_age_is_scraped_per_stream_once_discovery_answers(
+    open_extender, discovery
+) -> None:
+    async with open_extender() as extender:
+        await eventually(
+            lambda: (
+                extender.registry.get_sample_value(
+                    "rgpu_extender_discovery_age_seconds", {"stream": "fleet"}
+                )
+                < 60
+            ),
+            what="the fleet's age once discovery answered",
+        )
+        first = extender.registry.get_sample_value(
+            "rgpu_extender_discovery_age_seconds", {"stream": "topology"}
+        )
+        assert first is not None and first < 60
+
+
+async def test_discovery_age_is_infinite_while_discovery_never_answered(
+    open_extender, discovery
+) -> None:
+    discovery.available = False
+    async with open_extender() as extender:
+        age = extender.registry.get_sample_value(
+            "rgpu_extender_discovery_age_seconds", {"stream": "fleet"}
+        )
+    assert age == math.inf

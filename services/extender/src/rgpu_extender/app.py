@@ -86,6 +86,7 @@ def create_app(
             kube = await stack.enter_async_context(kube_client(settings))
             allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
             inventory = Inventory()
+            metrics.follow_ages(inventory.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
             for follower in inventory.followers(discovery_http):

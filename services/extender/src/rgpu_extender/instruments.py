@@ -6,12 +6,13 @@ and whether pod events are being written or dropped, all on the app's own regist
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, TypeVar
 
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["ExtenderMetrics", "VerbOutcome", "observed"]
 
@@ -34,6 +35,9 @@ class ExtenderMetrics:
     """``rgpu_extender_webhook_decisions_total{operation,decision}``: mutated/denied/..."""
     events: Counter
     """``rgpu_extender_events_total{reason,result}``: pod events written, skipped or dropped."""
+    discovery_age: Gauge
+    """``rgpu_extender_discovery_age_seconds{stream}``: seconds since discovery last answered
+    the ``fleet`` or ``topology`` long-poll, read at scrape time (infinite before the first)."""
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
@@ -63,7 +67,18 @@ class ExtenderMetrics:
                 ("reason", "result"),
                 registry=registry,
             ),
+            discovery_age=Gauge(
+                "rgpu_extender_discovery_age_seconds",
+                "Seconds since discovery last answered each long-poll the extender follows.",
+                ("stream",),
+                registry=registry,
+            ),
         )
+
+    def follow_ages(self, age: Callable[[str], float]) -> None:
+        """Read each stream's age from ``age`` whenever Prometheus scrapes."""
+        for stream in ("fleet", "topology"):
+            self.discovery_age.labels(stream).set_function(partial(age, stream))
 
     def verb_done(self, verb: str, outcome: str, seconds: float) -> None:
         """Record one finished verb."""

@@ -9,6 +9,8 @@ Until the first fleet arrives the extender cannot tell servers from clients, so 
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,7 +20,7 @@ import anyio
 import httpx
 
 from rgpu_contracts import Fleet, Server, Topology
-from rgpu_runtime import Follower, FollowPolicy, Versioned
+from rgpu_runtime import Follower, FollowPolicy, FollowStatus, Versioned
 
 __all__ = ["POLICY", "FleetView", "Inventory", "TopologyView"]
 
@@ -57,7 +59,7 @@ class TopologyView:
 class Inventory:
     """The latest fleet and topology from discovery; ``None`` until first received."""
 
-    __slots__ = ("_asked", "_policy", "_waiting", "fleet_store", "topology_store")
+    __slots__ = ("_asked", "_policy", "_statuses", "_waiting", "fleet_store", "topology_store")
 
     def __init__(self, *, policy: FollowPolicy = POLICY) -> None:
         self.fleet_store: Versioned[FleetView | None] = Versioned(None, revision=0)
@@ -65,6 +67,7 @@ class Inventory:
         self._policy = policy
         self._waiting = {"fleet", "topology"}
         self._asked = anyio.Event()
+        self._statuses: dict[str, FollowStatus] = {}
 
     async def asked_once(self) -> None:
         """Return once discovery answered, or failed, the first call for each of the two.
@@ -94,7 +97,7 @@ class Inventory:
             revision=_revision,
             policy=self._policy,
             on_change=lambda value: self.fleet_store.publish(FleetView.of(value)),
-            on_status=lambda _: self._called("fleet"),
+            on_status=lambda status: self._called("fleet", status),
         )
         topology = Follower(
             http,
@@ -104,11 +107,19 @@ class Inventory:
             revision=_revision,
             policy=self._policy,
             on_change=lambda value: self.topology_store.publish(TopologyView.of(value)),
-            on_status=lambda _: self._called("topology"),
+            on_status=lambda status: self._called("topology", status),
         )
         return fleet, topology
 
-    def _called(self, what: str) -> None:
+    def age(self, what: str) -> float:
+        """Seconds since discovery last answered the ``what`` long-poll (``fleet`` or
+        ``topology``); infinite before the first answer, so a stale view is visible."""
+        status = self._statuses.get(what)
+        age = None if status is None else status.age(time.monotonic())
+        return math.inf if age is None else age
+
+    def _called(self, what: str, status: FollowStatus) -> None:
+        self._statuses[what] = status
         self._waiting.discard(what)
         if not self._waiting:
             self._asked.set()
