@@ -107,9 +107,10 @@ class Request:
 class KnownBug:
     """A 5xx the fuzz found in code this suite does not own, reported to its owner.
 
-    It matches a failure of a request to ``endpoint`` (``"POST /filter"``) that raised
-    ``raised`` (the exception's type name) from ``where``, the innermost frame of rgpu's code
-    (``"rgpu_placement/_podreading.py:_problem"``); ``minimal`` is the smallest input found.
+    It matches a request to the endpoint of ``minimal`` (the smallest input found, sent after
+    ``before``) that raised ``raised`` (the exception's type name) from ``where``, the
+    innermost frame of rgpu's code (``"rgpu_placement/_podreading.py:_problem"``), or that
+    was answered ``raised`` (``"HTTP 502"``) with the ``ErrorBody`` code ``where``.
     """
 
     id: str
@@ -117,13 +118,26 @@ class KnownBug:
     raised: str
     where: str
     minimal: Request
+    before: tuple[Request, ...] = ()
     every_endpoint: bool = False
     """The bug sits in the shared edge, before routing: any endpoint shows it."""
 
     def matches(self, request: Request, exc: BaseException) -> bool:
-        endpoint = request.endpoint if self.every_endpoint else self.minimal.endpoint
-        found = (request.endpoint, type(exc).__name__, raised_in(exc))
-        return found == (endpoint, self.raised, self.where)
+        return self._at(request) and (type(exc).__name__, raised_in(exc)) == (
+            self.raised,
+            self.where,
+        )
+
+    def answered(self, request: Request, response: httpx.Response) -> bool:
+        if not self._at(request) or self.raised != f"HTTP {response.status_code}":
+            return False
+        try:
+            return bool(response.json().get("code") == self.where)
+        except ValueError:
+            return False
+
+    def _at(self, request: Request) -> bool:
+        return self.every_endpoint or request.endpoint == self.minimal.endpoint
 
 
 def raised_in(exc: BaseException) -> str:
@@ -155,6 +169,14 @@ def _review(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _extender(route: str, body: object) -> Request:
     return Request(service="extender", method="POST", route=route, body=json.dumps(body).encode())
+
+
+def _booking(uid: str, namespace: str) -> Request:
+    pod = {"uid": uid, "namespace": namespace, "name": POD}
+    body = {"pod": pod, "containers": [{"name": "c", "count": 1}], "candidateNodes": ["n"]}
+    return Request(
+        service="allocator", method="POST", route="/v1/allocations", body=json.dumps(body).encode()
+    )
 
 
 LONG_UID = "u" * 70_000
@@ -216,6 +238,15 @@ KNOWN_BUGS: tuple[KnownBug, ...] = (
             "/prioritize",
             {"Pod": {**_pod_asking("1"), "metadata": {"uid": LONG_UID}}, "NodeNames": ["n"]},
         ),
+    ),
+    KnownBug(
+        id="allocations-holder-namespace-too-long",
+        reason="a claim booked with a 70,000-character namespace makes the next refusal's "
+        "re-read of its holder (read_namespaced_pod) fail: 502 kube_invalid",
+        raised="HTTP 502",
+        where="kube_invalid",
+        before=(_booking("fuzz-holder", "n" * 70_000),),
+        minimal=_booking("fuzz-second", NAMESPACE),
     ),
     KnownBug(
         id="content-length-digits",
@@ -308,6 +339,10 @@ class Stack:
                 summary = "".join(traceback.format_exception(exc)[-6:])
                 raise Failure(f"{request.endpoint} raised (a 500):\n{summary}") from exc
             return Reply(response=None, known=bug)
+        if response.status_code >= 500:
+            bug = next((bug for bug in known if bug.answered(request, response)), None)
+            if bug is not None:
+                return Reply(response=None, known=bug)
         return Reply(response=response)
 
     async def ready(self, service: str, *, after: str = "start") -> None:
@@ -383,14 +418,22 @@ async def stack(load_fixture: Callable[[str], Any]) -> AsyncIterator[Stack]:
             clients=clients,
             pod=pod,
         )
-        with anyio.fail_after(REPLY_SECONDS):
-            for service in SERVICES:
-                while (await clients[service].get("/readyz")).status_code != 200:
-                    await anyio.sleep(0.02)
+        await _warm(clients)
         yield stack
         # An input to one service may have broken another (the extender's reach the allocator).
         for service in SERVICES:
             await stack.ready(service, after="this module's inputs")
+
+
+async def _warm(clients: Mapping[str, httpx.AsyncClient]) -> None:
+    """Wait until every service is ready and the allocator holds the fleet: it turns ready
+    before its first fleet and answers a booking 503 (retryable) until then, by design."""
+    with anyio.fail_after(REPLY_SECONDS):
+        for service in SERVICES:
+            while (await clients[service].get("/readyz")).status_code != 200:
+                await anyio.sleep(0.02)
+        while not (await clients["allocator"].get("/v1/status")).json()["servers"]:
+            await anyio.sleep(0.02)
 
 
 async def _start(exits: AsyncExitStack, sim: SimApiServer) -> dict[str, httpx.AsyncClient]:

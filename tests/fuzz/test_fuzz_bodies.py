@@ -315,10 +315,6 @@ async def test_json_endpoint_survives_a_valid_body_sent_with_another_content_typ
     _judge(endpoint, await _post(stack, endpoint, body, {"content-type": content_type}))
 
 
-async def test_known_bug_still_fails_with_its_minimal_input(stack: Any, known_bug: Any) -> None:
-    await stack.send(known_bug.minimal, known=())
-
-
 @pytest.mark.parametrize("accept", ["", "application/openmetrics-text; version=1.0.0"])
 async def test_metrics_exposition_still_parses_after_the_bodies_above(
     stack: Any, accept: str
