@@ -8,7 +8,7 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test test-fast members lint setup tools sync demo bench format
+.PHONY: test test-fast members lint setup tools sync demo bench format fuzz
 
 setup: tools sync
 
@@ -53,6 +53,11 @@ demo: setup
 # (medians) beside the target. Full-size runs take several minutes on 2 cores.
 bench: setup
 	@for script in bench/bench_*.py; do echo "== $$script"; $(RUN) python $$script || exit 1; done
+
+# The fuzz suite runs in `make test` derandomized and bounded (about a minute); this runs it
+# randomized with many more examples per endpoint (RGPU_FUZZ_PROFILE, tests/fuzz/conftest.py).
+fuzz: setup
+	RGPU_FUZZ_PROFILE=long $(RUN) pytest -q tests/fuzz
 
 format: setup
 	$(RUN) ruff check --fix .
