@@ -35,6 +35,9 @@ from .verdict import (
 __all__ = ["SoakOptions", "SoakReport", "print_soak_report", "run_soak"]
 
 _EXTENDER_5XX = re.compile(r"code (5\d\d)")
+_LOGGED_5XX = re.compile(
+    r'HTTP Request: (\S+) (\S+) \\"HTTP/[\d.]+ (5\d\d)|Exception in ASGI application'
+)
 _RETRY_SECONDS = 60.0
 """How long the workload's owner keeps retrying a create or delete the apiserver refuses."""
 
@@ -75,6 +78,8 @@ class _Driver:
     deleted: set[str] = field(default_factory=set)
     created: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)
+    """Pods never created: their keys."""
     server_errors: list[str] = field(default_factory=list)
 
     async def _send(
@@ -99,6 +104,8 @@ class _Driver:
 
     async def run_pod(self, pod: SoakPod) -> None:
         response = await self._send(pod.key, lambda: self.stack.create_pod(pod.manifest()))
+        if response is None or response.status_code != 201:
+            self.refused.add(pod.key)
         if response is None:
             return
         if response.status_code != 201:
@@ -133,7 +140,7 @@ async def _stream(driver: _Driver, plans: tuple[SoakPod, ...]) -> None:
 
 def _settled(evidence: Evidence, driver: _Driver, total: int) -> bool:
     ended = {life.key for life in evidence.pods.values() if life.end_rv is not None}
-    return len(driver.created | set(driver.errors)) >= total and driver.created <= ended
+    return len(driver.created | driver.refused) >= total and driver.created <= ended
 
 
 async def _heal(stack: Stack) -> None:
@@ -198,7 +205,7 @@ def _verdict(
         check_commits_held(evidence.leases, evidence.pods.values()),
         check_no_leftover_claims(_final_claims(stack, evidence), waited),
         check_completion((p.key for p in plans), driver.deleted, outcomes, log.windows, servers),
-        check_no_5xx([*driver.server_errors, *extender_5xx]),
+        check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
         check_wakeups(_waits(stack, evidence, log, per_card)),
         check_restarts(kills, starts, alive),
         CheckResult(
@@ -207,6 +214,18 @@ def _verdict(
             detail="; ".join(evidence.gaps[:3]),
         ),
     )
+
+
+def _logged_5xx(stack: Stack) -> list[str]:
+    """5xx answers between services (their HTTP clients log every answer) and unhandled
+    exceptions in any service; the apiserver's own 5xx are the injected ones."""
+    found = []
+    for path in sorted(stack.work_dir.rglob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            match = _LOGGED_5XX.search(line)
+            if match and not (match.group(2) or "").startswith(stack.sim.url):
+                found.append(f"{path.parent.name}/{path.name}: {match.group(0)}")
+    return found
 
 
 def _waits(stack: Stack, evidence: Evidence, log: FaultLog, per_card: bool) -> list[float]:

@@ -24,7 +24,13 @@ from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
-from .processes import ProcessGroup, ServiceProcess, free_port, wait_ready
+from .processes import (
+    READY_TIMEOUT_SECONDS,
+    ProcessGroup,
+    ServiceProcess,
+    free_port,
+    wait_ready,
+)
 from .service_proxy import ServiceProxy
 
 __all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
@@ -305,8 +311,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         stack.callback(tg.cancel_scope.cancel)
         for proxy in layout.proxies.values():
             await tg.start(proxy.serve)
+        # Every process imports at once: on a busy 2-core machine the last can take minutes.
+        ready_timeout = max(READY_TIMEOUT_SECONDS, 30.0 * len(services))
         for process in services.values():
-            await wait_ready(process)
+            await wait_ready(process, ready_timeout)
         sim.store.create(
             "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
         )
