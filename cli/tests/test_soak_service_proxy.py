@@ -50,6 +50,7 @@ async def _ask(proxy: ServiceProxy) -> bytes:
 async def test_connections_alternate_between_ready_replicas() -> None:
     async with _replicas(("a", "b")) as ports, anyio.create_task_group() as tg:
         proxy = ServiceProxy(name="svc", backends=(ports["a"], ports["b"]))
+        proxy.ready |= {ports["a"], ports["b"]}
         await tg.start(proxy.serve)
         answers = {await _ask(proxy) for _ in range(4)}
         tg.cancel_scope.cancel()
@@ -59,6 +60,7 @@ async def test_connections_alternate_between_ready_replicas() -> None:
 async def test_a_replica_taken_out_of_the_endpoints_gets_no_connection() -> None:
     async with _replicas(("a", "b")) as ports, anyio.create_task_group() as tg:
         proxy = ServiceProxy(name="svc", backends=(ports["a"], ports["b"]))
+        proxy.ready |= {ports["a"], ports["b"]}
         proxy.ready.discard(ports["a"])
         await tg.start(proxy.serve)
         answers = {await _ask(proxy) for _ in range(4)}
@@ -66,9 +68,9 @@ async def test_a_replica_taken_out_of_the_endpoints_gets_no_connection() -> None
     assert answers == {b"b"}
 
 
-async def test_with_no_ready_replica_the_connection_is_closed() -> None:
-    async with anyio.create_task_group() as tg:
-        proxy = ServiceProxy(name="svc", backends=())
+async def test_a_replica_not_yet_ready_gets_no_connection_and_it_is_closed() -> None:
+    async with _replicas(("a",)) as ports, anyio.create_task_group() as tg:
+        proxy = ServiceProxy(name="svc", backends=(ports["a"],))
         await tg.start(proxy.serve)
         assert await _ask(proxy) == b""
         tg.cancel_scope.cancel()

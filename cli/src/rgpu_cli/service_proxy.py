@@ -32,10 +32,8 @@ class ServiceProxy:
     backends: tuple[int, ...]
     port: int = field(default_factory=free_port)
     ready: set[int] = field(default_factory=set)
+    """Starts empty: a replica joins once its readiness probe passes."""
     _turn: int = 0
-
-    def __post_init__(self) -> None:
-        self.ready = set(self.backends)
 
     @property
     def url(self) -> str:

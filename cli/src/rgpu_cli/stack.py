@@ -118,12 +118,7 @@ class Stack:
             proxy.ready.add(port)
 
     def _endpoints(self, process: ServiceProcess) -> list[tuple[ServiceProxy, int]]:
-        found = []
-        if (proxy := self.proxies.get(process.service)) is not None:
-            found.append((proxy, _port(process.url)))
-        if process.service == "extender" and (proxy := self.proxies.get("webhook")) is not None:
-            found.append((proxy, _port(process.env["RGPU_WEBHOOK_LISTEN"])))
-        return found
+        return _endpoints(self.proxies, process)
 
     async def restart(self, name: str, *, hard: bool = True) -> None:
         """Kill (SIGKILL when ``hard``) and start process ``name`` again, waiting until ready."""
@@ -181,6 +176,18 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _endpoints(
+    proxies: Mapping[str, ServiceProxy], process: ServiceProcess
+) -> list[tuple[ServiceProxy, int]]:
+    """The Services ``process`` is an endpoint of, with its port in each."""
+    found = []
+    if (proxy := proxies.get(process.service)) is not None:
+        found.append((proxy, _port(process.url)))
+    if process.service == "extender" and (proxy := proxies.get("webhook")) is not None:
+        found.append((proxy, _port(process.env["RGPU_WEBHOOK_LISTEN"])))
+    return found
 
 
 def _port(url: str) -> int:
@@ -315,6 +322,8 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         ready_timeout = max(READY_TIMEOUT_SECONDS, 30.0 * len(services))
         for process in services.values():
             await wait_ready(process, ready_timeout)
+            for proxy, port in _endpoints(layout.proxies, process):
+                proxy.ready.add(port)
         sim.store.create(
             "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
         )

@@ -174,15 +174,15 @@ def _freed(
     versions: Sequence[LeaseVersion], lives: Mapping[str, PodLife], pod: PodLife, unit: str
 ) -> float:
     """When ``unit`` was last left by every pod but ``pod`` before ``pod`` was bound."""
-    assert pod.bound_rv is not None
-    freed, others = 0.0, frozenset[str]()
+    assert pod.bound_rv is not None and pod.bound_at is not None
+    bound, freed, others = pod.bound_at, 0.0, frozenset[str]()
     for version in versions:
         if version.rv > pod.bound_rv:
             break
         now = version.holding(unit) - {pod.uid}
         if others and not now:
-            ended = (lives[u].end_at for u in others if u in lives)
-            freed = max(version.at, *(e for e in ended if e is not None))
+            ended = [lives[u].end_at for u in others if u in lives]
+            freed = max([version.at, *(e for e in ended if e is not None and e <= bound)])
         others = now
     return freed
 
