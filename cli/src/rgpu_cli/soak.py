@@ -35,6 +35,10 @@ from .verdict import (
 __all__ = ["SoakOptions", "SoakReport", "print_soak_report", "run_soak"]
 
 _EXTENDER_5XX = re.compile(r"code (5\d\d)")
+_PASSED_ON_5XX = re.compile(r"\((5\d\d)\): (.*)")
+"""A service's 5xx as the extender quotes it to the scheduler: ``(503): <cause>``."""
+_INJECTED_CAUSE = re.compile(r": (429|5\d\d) |injected fault")
+"""A cause that is the apiserver's injected 429 or 5xx, passed on as retryable."""
 _LOGGED_5XX = re.compile(
     r'HTTP Request: (\S+) (\S+) \\"HTTP/[\d.]+ (5\d\d)|Exception in ASGI application'
 )
@@ -189,7 +193,7 @@ def _verdict(
         f"{rec.key}: {error}"
         for rec in stack.scheduler.records.values()
         for error in rec.errors
-        if _EXTENDER_5XX.search(error)
+        if _EXTENDER_5XX.search(error) or _uninjected_5xx(error)
     ]
     kills = Counter(w.target for w in log.windows if w.kind == "kill-9")
     alive = {name for name, p in stack.services.items() if p.alive()}
@@ -216,6 +220,11 @@ def _verdict(
     )
 
 
+def _uninjected_5xx(error: str) -> bool:
+    match = _PASSED_ON_5XX.search(error)
+    return match is not None and not _INJECTED_CAUSE.search(match.group(2))
+
+
 def _logged_5xx(stack: Stack) -> list[str]:
     """5xx answers between services (their HTTP clients log every answer) and unhandled
     exceptions in any service; the apiserver's own 5xx are the injected ones."""
@@ -229,7 +238,13 @@ def _logged_5xx(stack: Stack) -> list[str]:
 
 
 def _waits(stack: Stack, evidence: Evidence, log: FaultLog, per_card: bool) -> list[float]:
-    parked = {uid: rec.first_seen for uid, rec in stack.scheduler.records.items() if rec.refusals}
+    # A pod whose scheduling hit an error (an extender replica killed under it, a Binding
+    # failed by the faults) waited for the fault, not for rgpu: its wake-up is not rgpu's.
+    parked = {
+        uid: rec.first_seen
+        for uid, rec in stack.scheduler.records.items()
+        if rec.refusals and not rec.errors
+    }
     return wake_seconds(
         evidence.leases, evidence.pods.values(), parked, log.windows, per_card=per_card
     )

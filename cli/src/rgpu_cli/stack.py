@@ -330,7 +330,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         apiserver = await stack.enter_async_context(httpx.AsyncClient(base_url=sim.url, timeout=10))
         emulated = httpx.AsyncClient(base_url=sim.url, timeout=10)
         await stack.enter_async_context(emulated)
-        extenders = tuple(services[name].url for name in layout.names["extender"])
+        # One client per replica, each through the Service: every client's kept-alive
+        # connection lands on its own replica, calls alternate between clients, and a killed
+        # replica's client reconnects to a ready one — a Service balancing per request.
+        extenders = (layout.url("extender"),) * len(layout.names["extender"])
         scheduler = SchedulerEmulator(
             SchedulerConfig(
                 extender_url=extenders[0],
