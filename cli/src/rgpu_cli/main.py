@@ -90,6 +90,9 @@ def soak(
     faults: str = typer.Option("standard", callback=_faults, help="standard | none"),
     ttl_seconds: float = typer.Option(10.0, min=0.5, help="booking TTL of the allocator"),
     seed: int = typer.Option(1, help="seed for the fleet, the workload and the faults"),
+    wake_limit_seconds: float = typer.Option(
+        2.0, min=0.0, help="p99 wake-up limit; 0 prints the wake-ups without judging them"
+    ),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
@@ -106,7 +109,12 @@ def soak(
         work_dir=work_dir,
     )
     shape = WorkloadShape(pods=pods, seed=seed, max_cards=min(2, cards))
-    options = SoakOptions(stack=stack, workload=shape, faults=faults == "standard")
+    options = SoakOptions(
+        stack=stack,
+        workload=shape,
+        faults=faults == "standard",
+        wake_limit_seconds=wake_limit_seconds or None,
+    )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
     die_with_parent(signal.SIGTERM)

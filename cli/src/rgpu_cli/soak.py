@@ -22,6 +22,7 @@ from .soak_faults import FaultLog, apply_standing_faults, run_faults
 from .soak_workload import SoakPod, WorkloadShape, plan_soak_workload
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
 from .verdict import (
+    WAKE_LIMIT_SECONDS,
     check_commits_held,
     check_completion,
     check_no_5xx,
@@ -53,6 +54,9 @@ class SoakOptions:
     stack: StackOptions = field(default_factory=lambda: StackOptions(replicas=2))
     workload: WorkloadShape = field(default_factory=WorkloadShape)
     faults: bool = True
+    wake_limit_seconds: float | None = WAKE_LIMIT_SECONDS
+    """None: print the wake-ups in the summary without judging them (a timing verdict on a
+    shared machine is not a correctness verdict; the CI soak runs this way)."""
     timeout_seconds: float = 900.0
 
 
@@ -178,6 +182,7 @@ async def _drain(stack: Stack, driver: _Driver, evidence: Evidence) -> float:
 
 
 def _verdict(
+    options: SoakOptions,
     stack: Stack,
     plans: tuple[SoakPod, ...],
     driver: _Driver,
@@ -198,6 +203,9 @@ def _verdict(
     kills = Counter(w.target for w in log.windows if w.kind == "kill-9")
     alive = {name for name, p in stack.services.items() if p.alive()}
     starts = {name: p.starts for name, p in stack.services.items()}
+    limit = options.wake_limit_seconds
+    waits = _waits(stack, evidence, log, per_card)
+    timing = () if limit is None else (check_wakeups(waits, limit),)
     return (
         CheckResult(
             name="every pod was created (the webhook admitted it)",
@@ -210,7 +218,7 @@ def _verdict(
         check_no_leftover_claims(_final_claims(stack, evidence), waited),
         check_completion((p.key for p in plans), driver.deleted, outcomes, log.windows, servers),
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
-        check_wakeups(_waits(stack, evidence, log, per_card)),
+        *timing,
         check_restarts(kills, starts, alive),
         CheckResult(
             name="the evidence is complete (no watch had to relist)",
@@ -279,7 +287,7 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             await _heal(stack)
             wall = time.monotonic() - started
             waited = await _drain(stack, driver, evidence)
-            checks = _verdict(stack, plans, driver, evidence, log, waited)
+            checks = _verdict(options, stack, plans, driver, evidence, log, waited)
             tg.cancel_scope.cancel()
         lives = evidence.pods.values()
         return SoakReport(
