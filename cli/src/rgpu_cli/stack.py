@@ -67,10 +67,10 @@ class StackOptions:
     max_backoff_seconds: float = 2.0
     """kube-scheduler's ``podMaxBackoffSeconds``; k8s/base deploys 2 so wake-ups are fast."""
     replicas: int = 1
-    h2only_share: float = 0.0
-    """Servers running an old lupine build that answers only HTTP/2."""
     """Processes per replicated service; above 1 each service is reached through a
     ``ServiceProxy`` and the scheduler emulator spreads its calls over the extenders."""
+    h2only_share: float = 0.0
+    """Servers running an old lupine build that answers only HTTP/2."""
     work_dir: Path | None = None
     apiserver_port: int = 0
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
