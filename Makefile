@@ -8,7 +8,7 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test test-fast members lint setup tools sync demo bench format fuzz
+.PHONY: test test-fast members lint setup tools sync demo soak bench format fuzz
 
 setup: tools sync
 
@@ -48,6 +48,11 @@ test-fast: sync
 
 demo: setup
 	$(RUN) rgpu demo
+
+# The proving ground at length: 5,000 pods under the standard faults, two replicas of each
+# service; about 20 minutes on 2 cores. `rgpu soak --help` for a shorter or different run.
+soak: setup
+	$(RUN) rgpu soak --pods 5000
 
 # Speed and memory targets live here, not in timed tests: each script prints its figures
 # (medians) beside the target. Full-size runs take several minutes on 2 cores.

@@ -26,6 +26,8 @@ from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
 from .processes import die_with_parent, run_until_stopped
 from .simulate import SimResult, SpecError, load_spec, simulate
+from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
+from .soak_workload import WorkloadShape
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
 
@@ -69,6 +71,63 @@ def demo(
         raise typer.Exit(code=130)
     print_report(report, console)
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+def _faults(value: str) -> str:
+    if value not in ("standard", "none"):
+        raise typer.BadParameter("must be 'standard' or 'none'")
+    return value
+
+
+@app.command()
+def soak(
+    servers: int = typer.Option(8, min=1, help="lupine servers to simulate"),
+    cards: int = typer.Option(4, min=1, help="GPUs per server"),
+    clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
+    pods: int = typer.Option(1000, min=1, help="pods in the stream"),
+    replicas: int = typer.Option(2, min=1, help="replicas of discovery, allocator, extender"),
+    granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
+    faults: str = typer.Option("standard", callback=_faults, help="standard | none"),
+    ttl_seconds: float = typer.Option(10.0, min=0.5, help="booking TTL of the allocator"),
+    seed: int = typer.Option(1, help="seed for the fleet, the workload and the faults"),
+    wake_limit_seconds: float = typer.Option(
+        2.0, min=0.0, help="p99 wake-up limit; 0 prints the wake-ups without judging them"
+    ),
+    work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+) -> None:
+    """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
+    console = Console()
+    stack = StackOptions(
+        servers=servers,
+        cards=cards,
+        clients=clients,
+        seed=seed,
+        granularity=granularity,
+        replicas=replicas,
+        booking_ttl_seconds=ttl_seconds,
+        h2only_share=0.25 if faults == "standard" else 0.0,
+        work_dir=work_dir,
+    )
+    shape = WorkloadShape(pods=pods, seed=seed, max_cards=min(2, cards))
+    options = SoakOptions(
+        stack=stack,
+        workload=shape,
+        faults=faults == "standard",
+        wake_limit_seconds=wake_limit_seconds or None,
+    )
+    # The emulators' watches are cut on purpose; their retries are not news.
+    logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
+    die_with_parent(signal.SIGTERM)
+    report = anyio.run(_soak, options, console)
+    if report is None:
+        console.print("[red]interrupted[/]; every process was stopped")
+        raise typer.Exit(code=130)
+    print_soak_report(report, console)
+    raise typer.Exit(code=0 if report.ok else 1)
+
+
+async def _soak(options: SoakOptions, console: Console) -> SoakReport | None:
+    return await run_until_stopped(lambda: run_soak(options, console))
 
 
 async def _up(options: StackOptions, console: Console) -> None:

@@ -24,11 +24,20 @@ from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
-from .processes import ProcessGroup, ServiceProcess, free_port, wait_ready
+from .processes import (
+    READY_TIMEOUT_SECONDS,
+    ProcessGroup,
+    ServiceProcess,
+    free_port,
+    wait_ready,
+)
+from .service_proxy import ServiceProxy
 
 __all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
+REPLICATED = ("discovery", "allocator", "extender")
+"""The services ``StackOptions.replicas`` multiplies (metrics stays one: it is read, not hit)."""
 SYSTEM_NAMESPACE = "rgpu-system"
 
 
@@ -60,6 +69,11 @@ class StackOptions:
     unschedulable_flush_seconds: float = 300.0
     max_backoff_seconds: float = 2.0
     """kube-scheduler's ``podMaxBackoffSeconds``; k8s/base deploys 2 so wake-ups are fast."""
+    replicas: int = 1
+    """Processes per replicated service; above 1 each service is reached through a
+    ``ServiceProxy`` and the scheduler emulator spreads its calls over the extenders."""
+    h2only_share: float = 0.0
+    """Servers running an old lupine build that answers only HTTP/2."""
     work_dir: Path | None = None
     apiserver_port: int = 0
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -74,6 +88,9 @@ class Stack:
     sim: SimApiServer
     fleet: SeededFleet
     services: dict[str, ServiceProcess]
+    """Every process by name: the service's name, or ``<service>-<n>`` for replicas."""
+    proxies: dict[str, ServiceProxy]
+    """The Service in front of each replicated service (empty with one replica)."""
     scheduler: SchedulerEmulator
     kubelet: KubeletEmulator
     work_dir: Path
@@ -81,17 +98,35 @@ class Stack:
     apiserver: httpx.AsyncClient
 
     def url(self, service: str) -> str:
-        return self.services[service].url
+        """Where clients reach ``service``: its Service with replicas, else its process."""
+        proxy = self.proxies.get(service)
+        return proxy.url if proxy else self.services[service].url
 
-    async def restart(self, service: str, *, hard: bool = True) -> None:
-        """Kill (SIGKILL when ``hard``) and start ``service`` again, waiting until ready."""
-        process = self.services[service]
+    async def kill(self, name: str, *, hard: bool = True) -> None:
+        """Stop process ``name`` (SIGKILL when ``hard``); its Service stops routing to it."""
+        process = self.services[name]
+        for proxy, port in self._endpoints(process):
+            proxy.ready.discard(port)
         if hard:
             await process.kill()
         else:
             await process.stop()
+
+    async def start(self, name: str) -> None:
+        """Start process ``name`` again and wait until ready, then route to it again."""
+        process = self.services[name]
         process.start()
         await wait_ready(process)
+        for proxy, port in self._endpoints(process):
+            proxy.ready.add(port)
+
+    def _endpoints(self, process: ServiceProcess) -> list[tuple[ServiceProxy, int]]:
+        return _endpoints(self.proxies, process)
+
+    async def restart(self, name: str, *, hard: bool = True) -> None:
+        """Kill (SIGKILL when ``hard``) and start process ``name`` again, waiting until ready."""
+        await self.kill(name, hard=hard)
+        await self.start(name)
 
     async def create_pod(self, manifest: dict[str, Any], *, user: str = "alice") -> httpx.Response:
         """Create a pod through the apiserver (and so through the admission webhook)."""
@@ -166,11 +201,27 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
     }
 
 
-def _service_env(options: StackOptions, sim_url: str, ports: Mapping[str, int]) -> dict[str, str]:
+def _endpoints(
+    proxies: Mapping[str, ServiceProxy], process: ServiceProcess
+) -> list[tuple[ServiceProxy, int]]:
+    """The Services ``process`` is an endpoint of, with its port in each."""
+    found = []
+    if (proxy := proxies.get(process.service)) is not None:
+        found.append((proxy, _port(process.url)))
+    if process.service == "extender" and (proxy := proxies.get("webhook")) is not None:
+        found.append((proxy, _port(process.env["RGPU_WEBHOOK_LISTEN"])))
+    return found
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -> dict[str, str]:
     return {
         "RGPU_KUBE_URL": sim_url,
-        "RGPU_DISCOVERY_URL": f"http://127.0.0.1:{ports['discovery']}",
-        "RGPU_ALLOCATOR_URL": f"http://127.0.0.1:{ports['allocator']}",
+        "RGPU_DISCOVERY_URL": urls["discovery"],
+        "RGPU_ALLOCATOR_URL": urls["allocator"],
         "RGPU_GRANULARITY": options.granularity,
         "RGPU_BOOKING_TTL_SECONDS": f"{options.booking_ttl_seconds:g}",
         "RGPU_PROBE_INTERVAL_SECONDS": f"{options.probe_interval_seconds:g}",
@@ -183,35 +234,79 @@ def _service_env(options: StackOptions, sim_url: str, ports: Mapping[str, int]) 
     }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Layout:
+    """Names, ports and Services of every process, decided before any starts."""
+
+    names: dict[str, tuple[str, ...]]
+    ports: dict[str, int]
+    webhook_ports: dict[str, int]
+    proxies: dict[str, ServiceProxy]
+
+    @classmethod
+    def plan(cls, replicas: int) -> _Layout:
+        names = {
+            s: (s,) if replicas == 1 or s not in REPLICATED else _numbered(s, replicas)
+            for s in SERVICES
+        }
+        ports = {name: free_port() for group in names.values() for name in group}
+        webhook_ports = {name: free_port() for name in names["extender"]}
+        proxies = {}
+        if replicas > 1:
+            for service in REPLICATED:
+                proxies[service] = ServiceProxy(
+                    name=service, backends=tuple(ports[n] for n in names[service])
+                )
+            proxies["webhook"] = ServiceProxy(
+                name="webhook", backends=tuple(webhook_ports.values())
+            )
+        return cls(names=names, ports=ports, webhook_ports=webhook_ports, proxies=proxies)
+
+    def url(self, service: str) -> str:
+        proxy = self.proxies.get(service)
+        return proxy.url if proxy else f"http://127.0.0.1:{self.ports[self.names[service][0]]}"
+
+    def webhook_url(self) -> str:
+        proxy = self.proxies.get("webhook")
+        port = proxy.port if proxy else next(iter(self.webhook_ports.values()))
+        return f"https://127.0.0.1:{port}/mutate"
+
+
+def _numbered(service: str, replicas: int) -> tuple[str, ...]:
+    return tuple(f"{service}-{n}" for n in range(1, replicas + 1))
+
+
 def _processes(
-    options: StackOptions, sim_url: str, work_dir: Path, cert: Path, key: Path
-) -> tuple[dict[str, ServiceProcess], str]:
-    ports = {name: free_port() for name in SERVICES}
-    webhook_port = free_port()
-    common = _service_env(options, sim_url, ports)
+    options: StackOptions, sim_url: str, work_dir: Path, cert: Path, key: Path, layout: _Layout
+) -> dict[str, ServiceProcess]:
+    common = _service_env(options, sim_url, {s: layout.url(s) for s in SERVICES})
     group = ProcessGroup()
     processes = {}
-    for name in SERVICES:
-        env = {
-            **common,
-            "RGPU_LISTEN": f"127.0.0.1:{ports[name]}",
-            "RGPU_TOKEN_ACCOUNT": f"rgpu-{name}",
-            **options.extra_env.get(name, {}),
-        }
-        if name == "extender":
-            env |= {
-                "RGPU_WEBHOOK_LISTEN": f"127.0.0.1:{webhook_port}",
-                "RGPU_TLS_CERT_FILE": str(cert),
-                "RGPU_TLS_KEY_FILE": str(key),
+    for service, names in layout.names.items():
+        for name in names:
+            env = {
+                **common,
+                "RGPU_LISTEN": f"127.0.0.1:{layout.ports[name]}",
+                "RGPU_TOKEN_ACCOUNT": f"rgpu-{service}",
+                **options.extra_env.get(service, {}),
             }
-        processes[name] = ServiceProcess(
-            service=name,
-            env=env,
-            log_dir=work_dir,
-            url=f"http://127.0.0.1:{ports[name]}",
-            group=group,
-        )
-    return processes, f"https://127.0.0.1:{webhook_port}/mutate"
+            if service == "extender":
+                env |= {
+                    "RGPU_WEBHOOK_LISTEN": f"127.0.0.1:{layout.webhook_ports[name]}",
+                    "RGPU_TLS_CERT_FILE": str(cert),
+                    "RGPU_TLS_KEY_FILE": str(key),
+                }
+            # Replicas log to a directory each: the log file is named after the service.
+            log_dir = work_dir if name == service else work_dir / name
+            log_dir.mkdir(parents=True, exist_ok=True)
+            processes[name] = ServiceProcess(
+                service=service,
+                env=env,
+                log_dir=log_dir,
+                url=f"http://127.0.0.1:{layout.ports[name]}",
+                group=group,
+            )
+    return processes
 
 
 @asynccontextmanager
@@ -237,25 +332,41 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
                 cards=options.cards,
                 clients=options.clients,
                 seed=options.seed,
+                h2only_share=options.h2only_share,
             )
         )
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         cert, key, ca_pem = _write_certs(work_dir)
-        services, webhook_url = _processes(options, sim.url, work_dir, cert, key)
-        stack.push_async_callback(services[SERVICES[0]].group.stop)
-        for name in SERVICES:
-            services[name].start()
-        for name in SERVICES:
-            await wait_ready(services[name])
+        layout = _Layout.plan(options.replicas)
+        services = _processes(options, sim.url, work_dir, cert, key, layout)
+        webhook_url = layout.webhook_url()
+        stack.push_async_callback(next(iter(services.values())).group.stop)
+        for process in services.values():
+            process.start()
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(tg.cancel_scope.cancel)
+        for proxy in layout.proxies.values():
+            await tg.start(proxy.serve)
+        # Every process imports at once: on a busy 2-core machine the last can take minutes.
+        ready_timeout = max(READY_TIMEOUT_SECONDS, 30.0 * len(services))
+        for process in services.values():
+            await wait_ready(process, ready_timeout)
+            for proxy, port in _endpoints(layout.proxies, process):
+                proxy.ready.add(port)
         sim.store.create(
             "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
         )
         apiserver = await stack.enter_async_context(httpx.AsyncClient(base_url=sim.url, timeout=10))
         emulated = httpx.AsyncClient(base_url=sim.url, timeout=10)
         await stack.enter_async_context(emulated)
+        # One client per replica, each through the Service: every client's kept-alive
+        # connection lands on its own replica, calls alternate between clients, and a killed
+        # replica's client reconnects to a ready one — a Service balancing per request.
+        extenders = (layout.url("extender"),) * len(layout.names["extender"])
         scheduler = SchedulerEmulator(
             SchedulerConfig(
-                extender_url=services["extender"].url,
+                extender_url=extenders[0],
+                more_extender_urls=extenders[1:],
                 unschedulable_flush_seconds=options.unschedulable_flush_seconds,
                 max_backoff_seconds=options.max_backoff_seconds,
                 seed=options.seed,
@@ -263,8 +374,6 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             emulated,
         )
         kubelet = KubeletEmulator(options.kubelet, emulated, fleet.lupine.get)
-        tg = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(tg.cancel_scope.cancel)
         await tg.start(scheduler.run)
         await tg.start(kubelet.run)
         yield Stack(
@@ -272,6 +381,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             sim=sim,
             fleet=fleet,
             services=services,
+            proxies=layout.proxies,
             scheduler=scheduler,
             kubelet=kubelet,
             work_dir=work_dir,

@@ -20,6 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, NoReturn
@@ -60,6 +61,9 @@ class SchedulerConfig:
 
     extender_url: str
     """The extender's ``urlPrefix``; verbs are appended (``<url>/filter``)."""
+    more_extender_urls: tuple[str, ...] = ()
+    """Further replicas of the same extender; calls go round-robin over all of them, as
+    through a Service that balances per request."""
     scheduler_name: str = "rgpu-scheduler"
     """Only pods whose ``spec.schedulerName`` is this are scheduled."""
     managed_resources: tuple[str, ...] = ("nvidia.com/remote-gpu", "nvidia.com/remote-gpu-memory")
@@ -82,11 +86,12 @@ class SchedulerConfig:
     """Seeds the tie-break between equally scored nodes, so a run can be replayed."""
 
     def __post_init__(self) -> None:
-        if not self.extender_url.startswith(("http://", "https://")):
-            _invalid(
-                "extender_url",
-                f"{self.extender_url!r} is not an http(s) URL, e.g. http://127.0.0.1:8083",
-            )
+        for url in (self.extender_url, *self.more_extender_urls):
+            if not url.startswith(("http://", "https://")):
+                _invalid(
+                    "extender_url",
+                    f"{url!r} is not an http(s) URL, e.g. http://127.0.0.1:8083",
+                )
         if not self.scheduler_name:
             _invalid("scheduler_name", "must not be empty (pods name it in spec.schedulerName)")
         for name in (
@@ -162,7 +167,8 @@ class SchedulerEmulator:
         )
         self._records: dict[str, PodRecord] = {}
         self._random = random.Random(config.seed)
-        self._extender: httpx.AsyncClient | None = None
+        self._extenders: tuple[httpx.AsyncClient, ...] = ()
+        self._calls = 0
         self._node_order: list[dict[str, Any]] | None = None
         self._next_start = 0
         self._pods = Informer(
@@ -179,13 +185,16 @@ class SchedulerEmulator:
         """Watch nodes and pods and schedule until cancelled."""
         timeout = httpx.Timeout(self.config.http_timeout_seconds)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        async with (
-            httpx.AsyncClient(
-                base_url=self.config.extender_url, timeout=timeout, headers=headers
-            ) as extender,
-            anyio.create_task_group() as tg,
-        ):
-            self._extender = extender
+        async with AsyncExitStack() as stack:
+            self._extenders = tuple(
+                [
+                    await stack.enter_async_context(
+                        httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers)
+                    )
+                    for url in (self.config.extender_url, *self.config.more_extender_urls)
+                ]
+            )
+            tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(self._nodes.run)
             await tg.start(self._pods.run)
             task_status.started()
@@ -284,11 +293,13 @@ class SchedulerEmulator:
         tg.start_soon(self._binding_cycle, uid, pod, node, interested)
 
     async def _call(self, verb: str, body: object) -> Any:
-        if self._extender is None:
+        if not self._extenders:
             raise RuntimeError("SchedulerEmulator.run() is not running")
+        self._calls += 1
+        extender = self._extenders[self._calls % len(self._extenders)]
         try:
             with anyio.fail_after(self.config.http_timeout_seconds):
-                response = await self._extender.post(verb, content=orjson.dumps(body))
+                response = await extender.post(verb, content=orjson.dumps(body))
         except (httpx.HTTPError, TimeoutError) as exc:
             raise ExtenderError(f"{verb} call to the extender failed: {exc!r}") from exc
         if response.status_code != 200:

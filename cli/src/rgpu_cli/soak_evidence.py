@@ -1,0 +1,173 @@
+"""The soak's verdict must rest on what the cluster itself saw, never on
+rgpu's books. This records it: every version of every claim Lease and every change of every pod,
+straight from the simulated apiserver's storage (in process, so the injected faults do not thin
+the record), ordered by the apiserver's own resourceVersion — one clock for both, so "the claim
+was still there when the pod finished" is a comparison of two numbers, not of two timers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from rgpu_contracts import ANNOTATION_ALLOCATED, ContractError, decode_devices, split_card_id
+from rgpu_kubesim import SimApiServer
+from rgpu_kubesim.errors import ApiError
+
+__all__ = [
+    "ANNOTATION_CLAIMS",
+    "ANNOTATION_SERVER",
+    "Evidence",
+    "LeaseVersion",
+    "PodLife",
+    "record_evidence",
+]
+
+logger = logging.getLogger(__name__)
+
+ANNOTATION_CLAIMS = "rgpu.io/claims"
+ANNOTATION_SERVER = "rgpu.io/server"
+_TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseVersion:
+    """One version of a server's claim Lease: which pod held which cards."""
+
+    rv: int
+    at: float
+    server: str
+    holders: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``(pod uid, card ids)`` per claim."""
+
+    @property
+    def uids(self) -> frozenset[str]:
+        return frozenset(uid for uid, _ in self.holders)
+
+    def holding(self, unit: str) -> frozenset[str]:
+        """Pods holding ``unit``: a card id, or the server's name for all of it."""
+        if unit == self.server:
+            return self.uids
+        return frozenset(uid for uid, cards in self.holders if unit in cards)
+
+
+@dataclass(slots=True, kw_only=True)
+class PodLife:
+    """One pod as the apiserver saw it: when it was bound (to which cards), when it ended."""
+
+    uid: str
+    key: str
+    cards: tuple[str, ...] = ()
+    """Card ids from ``hami.io/remote-gpu-devices-allocated`` at binding."""
+    bound_rv: int | None = None
+    bound_at: float | None = None
+    end_rv: int | None = None
+    """First version with a terminal phase, or the deletion."""
+    end_at: float | None = None
+    phase: str = "Pending"
+    deleted: bool = False
+
+    @property
+    def server(self) -> str | None:
+        servers = {split_card_id(card)[0] for card in self.cards}
+        return servers.pop() if len(servers) == 1 else None
+
+
+@dataclass(slots=True)
+class Evidence:
+    """Everything recorded; filled while the soak runs."""
+
+    leases: list[LeaseVersion] = field(default_factory=list)
+    pods: dict[str, PodLife] = field(default_factory=dict)
+    gaps: list[str] = field(default_factory=list)
+    """Where the record may miss changes (a watch that could not resume)."""
+
+    def on_lease(self, kind: str, lease: Mapping[str, Any]) -> None:
+        meta = lease.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        server = annotations.get(ANNOTATION_SERVER)
+        if not server:
+            return
+        holders = () if kind == "DELETED" else _holders(annotations)
+        rv = int(meta.get("resourceVersion", 0))
+        self.leases.append(LeaseVersion(rv=rv, at=time.monotonic(), server=server, holders=holders))
+
+    def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        life = self.pods.setdefault(
+            uid, PodLife(uid=uid, key=f"{meta.get('namespace')}/{meta.get('name')}")
+        )
+        rv = int(meta.get("resourceVersion", 0))
+        if life.bound_rv is None and (pod.get("spec") or {}).get("nodeName"):
+            life.bound_rv, life.bound_at = rv, time.monotonic()
+            life.cards = _cards((meta.get("annotations") or {}).get(ANNOTATION_ALLOCATED, ""))
+        life.phase = str((pod.get("status") or {}).get("phase") or life.phase)
+        ended = kind == "DELETED" or life.phase in _TERMINAL
+        life.deleted = life.deleted or kind == "DELETED"
+        if ended and life.end_rv is None:
+            life.end_rv, life.end_at = rv, time.monotonic()
+
+
+def _holders(annotations: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    try:
+        claims = json.loads(annotations.get(ANNOTATION_CLAIMS) or "[]")
+        return tuple((str(c["pod"]["uid"]), tuple(map(str, c["cards"]))) for c in claims)
+    except (ValueError, KeyError, TypeError):
+        return (("<unreadable claims>", ()),)
+
+
+def _cards(value: str) -> tuple[str, ...]:
+    try:
+        return tuple(entry.card for part in decode_devices(value) for entry in part)
+    except ContractError:
+        return ()
+
+
+async def record_evidence(
+    sim: SimApiServer,
+    evidence: Evidence,
+    namespace: str,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Record Leases in ``namespace`` and all pods until cancelled."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(_follow, sim, "leases", namespace, evidence.on_lease, evidence)
+        await tg.start(_follow, sim, "pods", None, evidence.on_pod, evidence)
+        task_status.started()
+
+
+async def _follow(
+    sim: SimApiServer,
+    resource: str,
+    namespace: str | None,
+    record: Any,
+    evidence: Evidence,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    version, started = "", False
+    while True:
+        try:
+            async with sim.store.watch(
+                resource, namespace=namespace, resource_version=version
+            ) as events:
+                if not started:
+                    started = True
+                    task_status.started()
+                async for event in events:
+                    obj = event["object"]
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        record(event["type"], obj)
+                        version = str(obj["metadata"]["resourceVersion"])
+        except ApiError as exc:
+            # Resuming past a compaction: what changed in between is unknown to the verdict.
+            evidence.gaps.append(f"{resource} watch resumed from a list after {exc}")
+            version = ""

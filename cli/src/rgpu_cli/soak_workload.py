@@ -1,0 +1,128 @@
+"""The soak's pods: a seeded Poisson stream shaped like a real cluster's
+GPU jobs — one container or several, init containers that use the GPU before the app does,
+memory asks, run times — where some pods are deleted by their owner while they run and some
+while they still wait. The same seed plans the same stream, so a failing soak replays."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rgpu_kubesim.fleet import ANNOTATION_RUN_SECONDS
+
+__all__ = ["SoakPod", "WorkloadShape", "plan_soak_workload"]
+
+Fate = Literal["run", "delete-running", "delete-pending"]
+
+_COUNT = "nvidia.com/remote-gpu"
+_MEMORY = "nvidia.com/remote-gpu-memory"
+_IMAGE = "registry.local/rgpu/cuda-app:1"
+_LABELS = {"app.kubernetes.io/name": "rgpu-soak"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadShape:
+    """How the stream looks; shares are per pod."""
+
+    pods: int = 1000
+    seed: int = 1
+    max_cards: int = 2
+    mean_gap_seconds: float = 0.2
+    run_seconds: tuple[float, float] = (0.5, 2.5)
+    memory_mib_choices: tuple[int, ...] = (8192, 16384, 40960)
+    memory_share: float = 0.4
+    multi_container_share: float = 0.2
+    init_share: float = 0.15
+    delete_running_share: float = 0.05
+    delete_pending_share: float = 0.05
+    namespaces: tuple[str, ...] = ("default", "team-a")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SoakPod:
+    """One pod of the stream: when it arrives, what it asks, and what its owner does to it."""
+
+    name: str
+    namespace: str
+    arrival_seconds: float
+    run_seconds: float
+    containers: tuple[tuple[str, int, int | None], ...]
+    """``(name, cards, MiB per card or None)`` per app container; 0 cards = no GPU."""
+    init_cards: int
+    """Cards the init container asks for (0 = no init container)."""
+    fate: Fate
+    delete_after_seconds: float
+    """For a deleted pod: seconds after it started running, or after creation when pending."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def manifest(self) -> dict[str, Any]:
+        """A fresh Pod manifest."""
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [_container(*c) for c in self.containers],
+        }
+        if self.init_cards:
+            spec["initContainers"] = [_container("fetch-weights", self.init_cards, None)]
+        metadata = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": dict(_LABELS),
+            "annotations": {ANNOTATION_RUN_SECONDS: f"{self.run_seconds:g}"},
+        }
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _container(name: str, cards: int, memory: int | None) -> dict[str, Any]:
+    if not cards:
+        resources = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+    else:
+        asks = {_COUNT: str(cards)} | ({_MEMORY: str(memory)} if memory else {})
+        resources = {"limits": dict(asks), "requests": dict(asks)}
+    return {"name": name, "image": _IMAGE, "resources": resources}
+
+
+def plan_soak_workload(shape: WorkloadShape) -> tuple[SoakPod, ...]:
+    """Plan ``shape.pods`` pods in arrival order (no I/O)."""
+    rng = random.Random(f"rgpu-soak:{shape.seed}")
+    width = max(4, len(str(shape.pods)))
+    clock, pods = 0.0, []
+    for i in range(shape.pods):
+        clock += rng.expovariate(1 / shape.mean_gap_seconds) if shape.mean_gap_seconds else 0.0
+        pods.append(_pod(shape, rng, f"soak-{i + 1:0{width}d}", clock))
+    return tuple(pods)
+
+
+def _pod(shape: WorkloadShape, rng: random.Random, name: str, clock: float) -> SoakPod:
+    containers = [_gpu(shape, rng, "main")]
+    if rng.random() < shape.multi_container_share:
+        containers.append(_gpu(shape, rng, "worker") if rng.random() < 0.5 else ("logs", 0, None))
+    run = round(rng.uniform(*shape.run_seconds), 3)
+    fate = _fate(shape, rng.random())
+    after = rng.uniform(0.1, run * 0.8) if fate == "delete-running" else rng.uniform(0.0, 1.5)
+    return SoakPod(
+        name=name,
+        namespace=rng.choice(shape.namespaces),
+        arrival_seconds=round(clock, 3),
+        run_seconds=run,
+        containers=tuple(containers),
+        init_cards=rng.randint(1, shape.max_cards) if rng.random() < shape.init_share else 0,
+        fate=fate,
+        delete_after_seconds=round(after, 3),
+    )
+
+
+def _gpu(shape: WorkloadShape, rng: random.Random, name: str) -> tuple[str, int, int | None]:
+    memory = rng.choice(shape.memory_mib_choices) if rng.random() < shape.memory_share else None
+    return (name, rng.randint(1, shape.max_cards), memory)
+
+
+def _fate(shape: WorkloadShape, draw: float) -> Fate:
+    if draw < shape.delete_running_share:
+        return "delete-running"
+    if draw < shape.delete_running_share + shape.delete_pending_share:
+        return "delete-pending"
+    return "run"

@@ -1,0 +1,223 @@
+"""The soak's PASS/FAIL lines. Each check reads only independent
+evidence — the emulated kubelet's records of which server each pod talked to and when, the
+apiserver's history of claim Leases and pods, what the workload itself did, and the fault log —
+and each can fail: the unit tests feed it a double booking, a lost commit, a leftover claim."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from .checks import CheckResult
+from .soak_evidence import LeaseVersion, PodLife
+from .soak_faults import FaultWindow
+
+__all__ = [
+    "WAKE_LIMIT_SECONDS",
+    "check_commits_held",
+    "check_completion",
+    "check_no_5xx",
+    "check_no_leftover_claims",
+    "check_restarts",
+    "check_wakeups",
+    "percentile",
+    "wake_seconds",
+]
+
+WAKE_LIMIT_SECONDS = 2.0
+SERVER_FAULTS = ("lupine-down", "lupine-busy", "node-not-ready")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``th percentile (inclusive method); NaN when empty."""
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def _held(versions: Sequence[LeaseVersion], life: PodLife) -> str | None:
+    """Why ``life``'s claim was not held from its binding to its end; None when it was."""
+    assert life.bound_rv is not None
+    rvs = [v.rv for v in versions]
+    at_bind = bisect.bisect_right(rvs, life.bound_rv) - 1
+    if at_bind < 0 or life.uid not in versions[at_bind].uids:
+        return f"{life.key}: bound at rv {life.bound_rv} but its claim was not in the Lease"
+    end = life.end_rv if life.end_rv is not None else float("inf")
+    for version in versions[at_bind + 1 :]:
+        if version.rv >= end:
+            break
+        if life.uid not in version.uids:
+            return f"{life.key}: claim gone at rv {version.rv}, pod ended at rv {life.end_rv}"
+    return None
+
+
+def check_commits_held(leases: Iterable[LeaseVersion], pods: Iterable[PodLife]) -> CheckResult:
+    """Every pod bound with a committed claim kept it in its server's Lease until it ended."""
+    by_server: dict[str, list[LeaseVersion]] = defaultdict(list)
+    for version in sorted(leases, key=lambda v: v.rv):
+        by_server[version.server].append(version)
+    problems, checked = [], 0
+    for life in pods:
+        if life.bound_rv is None:
+            continue
+        checked += 1
+        server = life.server
+        why = (
+            f"{life.key}: bound without one server in its annotations"
+            if server is None
+            else _held(by_server.get(server, []), life)
+        )
+        if why:
+            problems.append(why)
+    return CheckResult(
+        name=f"every committed claim stayed held until its pod ended ({checked} bound pods)",
+        passed=not problems,
+        detail="; ".join(problems[:5]),
+    )
+
+
+def check_no_leftover_claims(final: Mapping[str, frozenset[str]], waited: float) -> CheckResult:
+    """No Lease holds a claim once every pod is gone."""
+    left = {server: uids for server, uids in sorted(final.items()) if uids}
+    detail = "; ".join(f"{s}: {', '.join(sorted(u))}" for s, u in left.items())
+    return CheckResult(
+        name=f"no claim left once every pod was gone (waited {waited:.1f}s)",
+        passed=not left,
+        detail=detail,
+    )
+
+
+def _faulted(windows: Iterable[FaultWindow], target: str, kind: str, at: float) -> bool:
+    return any(
+        w.kind == kind and w.target == target and w.start <= at <= (w.end or float("inf"))
+        for w in windows
+    )
+
+
+def check_completion(
+    planned: Iterable[str],
+    deleted_by_workload: set[str],
+    outcomes: Mapping[str, tuple[str, str, float]],
+    windows: Sequence[FaultWindow],
+    servers: Mapping[str, str],
+) -> CheckResult:
+    """Every planned pod ran to completion unless the workload deleted it.
+
+    ``outcomes``: pod key → (phase, endpoint, start time) from the kubelet. A pod that failed
+    to start because its server was down by the fault schedule at that moment is excused.
+    """
+    missing, failed, excused = [], [], 0
+    for key in planned:
+        if key in deleted_by_workload:
+            continue
+        phase, endpoint, started = outcomes.get(key, ("never started", "", 0.0))
+        if phase == "Succeeded":
+            continue
+        server = servers.get(endpoint, "")
+        if phase == "Failed" and _faulted(windows, server, "lupine-down", started):
+            excused += 1
+        elif phase == "never started":
+            missing.append(key)
+        else:
+            failed.append(f"{key} {phase}")
+    return CheckResult(
+        name=f"every pod ran to completion unless the workload deleted it "
+        f"({excused} excused: started on a server the faults had taken down)",
+        passed=not (missing or failed),
+        detail="; ".join([*failed[:5], *(f"{k} never ran" for k in missing[:5])]),
+    )
+
+
+def check_no_5xx(observed: Sequence[str]) -> CheckResult:
+    """No 5xx answer from an rgpu service, at any boundary watched."""
+    return CheckResult(
+        name="no 5xx but the injected", passed=not observed, detail="; ".join(observed[:5])
+    )
+
+
+def wake_seconds(
+    leases: Iterable[LeaseVersion],
+    pods: Iterable[PodLife],
+    parked: Mapping[str, float],
+    windows: Sequence[FaultWindow],
+    *,
+    per_card: bool,
+) -> list[float]:
+    """For each parked pod (uid → first seen) that waited for its capacity, seconds from that
+    capacity freeing to the pod's binding. Capacity frees when the last other pod on its
+    server (its cards, per card) has ended and left the Lease; pods whose server was under an
+    injected fault meanwhile are left out."""
+    by_server: dict[str, list[LeaseVersion]] = defaultdict(list)
+    for version in sorted(leases, key=lambda v: v.rv):
+        by_server[version.server].append(version)
+    lives = {life.uid: life for life in pods}
+    waits = []
+    for uid, first_seen in parked.items():
+        life = lives.get(uid)
+        if life is None or life.bound_at is None or life.server is None:
+            continue
+        freed = max(
+            _freed(by_server[life.server], lives, life, unit)
+            for unit in (life.cards if per_card else (life.server,))
+        )
+        if freed <= first_seen or _disturbed(windows, life.server, freed, life.bound_at):
+            continue
+        waits.append(life.bound_at - freed)
+    return waits
+
+
+def _freed(
+    versions: Sequence[LeaseVersion], lives: Mapping[str, PodLife], pod: PodLife, unit: str
+) -> float:
+    """When ``unit`` was last left by every pod but ``pod`` before ``pod`` was bound."""
+    assert pod.bound_rv is not None and pod.bound_at is not None
+    bound, freed, others = pod.bound_at, 0.0, frozenset[str]()
+    for version in versions:
+        if version.rv > pod.bound_rv:
+            break
+        now = version.holding(unit) - {pod.uid}
+        if others and not now:
+            ended = [lives[u].end_at for u in others if u in lives]
+            freed = max([version.at, *(e for e in ended if e is not None and e <= bound)])
+        others = now
+    return freed
+
+
+def _disturbed(windows: Iterable[FaultWindow], server: str, start: float, end: float) -> bool:
+    return any(
+        w.kind in SERVER_FAULTS
+        and w.target == server
+        and w.start <= end
+        and (w.end or float("inf")) >= start
+        for w in windows
+    )
+
+
+def check_wakeups(waits: Sequence[float], limit: float = WAKE_LIMIT_SECONDS) -> CheckResult:
+    """Parked pods were bound within ``limit`` seconds of capacity freeing (p99)."""
+    p50, p99 = percentile(waits, 50), percentile(waits, 99)
+    late = sum(1 for w in waits if w > limit)
+    return CheckResult(
+        name=f"parked pods bound within {limit:g}s of capacity freeing: "
+        f"{len(waits)} wake-ups, p50 {p50:.2f}s, p99 {p99:.2f}s, {late} over",
+        passed=not waits or p99 <= limit,
+        detail=f"p99 {p99:.2f}s",
+    )
+
+
+def check_restarts(kills: Counter[str], starts: Mapping[str, int], alive: set[str]) -> CheckResult:
+    """Every replica killed came back, and none died that the faults did not kill."""
+    by_service: Counter[str] = Counter()
+    for name, count in kills.items():
+        by_service[name.rsplit("-", 1)[0]] += count
+    summary = ", ".join(f"{s} {n}" for s, n in sorted(by_service.items())) or "none"
+    unplanned = [n for n, s in starts.items() if s - 1 != kills.get(n, 0) or n not in alive]
+    return CheckResult(
+        name=f"every killed replica came back (restarts: {summary})",
+        passed=not unplanned,
+        detail="not running or restarted unplanned: " + ", ".join(sorted(unplanned)),
+    )

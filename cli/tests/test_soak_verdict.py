@@ -1,0 +1,167 @@
+"""The soak's verdict on recorded evidence: each check passes on a clean record and fails on
+the failure it exists to catch."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rgpu_cli.checks import check_no_sharing
+from rgpu_cli.soak_evidence import Evidence, LeaseVersion, PodLife
+from rgpu_cli.soak_faults import FaultWindow
+from rgpu_cli.verdict import (
+    check_commits_held,
+    check_completion,
+    check_no_5xx,
+    check_no_leftover_claims,
+    check_restarts,
+    check_wakeups,
+    wake_seconds,
+)
+from rgpu_kubesim.kubelet import RunRecord
+
+CARD_A = "gpu-01/GPU-a"
+CARD_B = "gpu-01/GPU-b"
+
+
+def _lease(rv: int, *holders: tuple[str, tuple[str, ...]], at: float | None = None) -> LeaseVersion:
+    return LeaseVersion(rv=rv, at=float(rv) if at is None else at, server="gpu-01", holders=holders)
+
+
+def _pod(uid: str, bound: int, end: int | None, cards: tuple[str, ...] = (CARD_A,)) -> PodLife:
+    return PodLife(
+        uid=uid,
+        key=f"default/{uid}",
+        cards=cards,
+        bound_rv=bound,
+        bound_at=float(bound),
+        end_rv=end,
+        end_at=None if end is None else float(end),
+        phase="Succeeded",
+    )
+
+
+def _run(uid: str, endpoint: str, start: float, end: float) -> RunRecord:
+    return RunRecord(
+        uid=uid,
+        key=f"default/{uid}",
+        node="node-01",
+        env={},
+        endpoint=endpoint,
+        gpus=("GPU-a",),
+        annotations={},
+        started_at=start,
+        finished_at=end,
+        phase="Succeeded",
+    )
+
+
+def test_a_claim_held_from_commit_to_the_pods_end_passes() -> None:
+    leases = [_lease(1, ("p", (CARD_A,))), _lease(5, ("p", (CARD_A,)), ("q", (CARD_B,))), _lease(9)]
+    assert check_commits_held(leases, [_pod("p", bound=2, end=8)]).passed
+
+
+def test_a_commit_lost_while_its_pod_runs_fails() -> None:
+    # The race of issue 14: committed, bound, then dropped by a removal judged on an older read.
+    leases = [_lease(1, ("p", (CARD_A,))), _lease(4), _lease(6, ("q", (CARD_A,)))]
+    result = check_commits_held(leases, [_pod("p", bound=2, end=8)])
+    assert not result.passed
+    assert "claim gone at rv 4" in result.detail
+
+
+def test_a_pod_bound_without_its_claim_in_the_lease_fails() -> None:
+    result = check_commits_held([_lease(1), _lease(9)], [_pod("p", bound=2, end=8)])
+    assert not result.passed
+    assert "not in the Lease" in result.detail
+
+
+def test_a_pod_still_running_at_the_end_must_still_hold_its_claim() -> None:
+    leases = [_lease(1, ("p", (CARD_A,))), _lease(7)]
+    assert not check_commits_held(leases, [_pod("p", bound=2, end=None)]).passed
+
+
+def test_a_double_booking_by_time_intervals_fails() -> None:
+    runs = [_run("p", "127.1.0.1:14833", 0.0, 5.0), _run("q", "127.1.0.1:14833", 4.0, 6.0)]
+    result = check_no_sharing(runs, now=10.0, per_card=False)
+    assert not result.passed
+    assert "default/p and default/q" in result.detail
+
+
+def test_a_claim_left_after_every_pod_is_gone_fails() -> None:
+    result = check_no_leftover_claims({"gpu-01": frozenset({"p"}), "gpu-02": frozenset()}, 4.0)
+    assert not result.passed
+    assert result.detail == "gpu-01: p"
+    assert check_no_leftover_claims({"gpu-01": frozenset()}, 4.0).passed
+
+
+def test_a_pod_that_never_ran_fails_unless_the_workload_deleted_it() -> None:
+    outcomes = {"default/a": ("Succeeded", "e:1", 1.0)}
+    planned = ["default/a", "default/b"]
+    assert not check_completion(planned, set(), outcomes, [], {}).passed
+    assert check_completion(planned, {"default/b"}, outcomes, [], {}).passed
+
+
+def test_a_failed_start_is_excused_only_inside_an_injected_down_window() -> None:
+    outcomes = {"default/a": ("Failed", "e:1", 5.0)}
+    down = [FaultWindow(kind="lupine-down", target="gpu-01", start=4.0, end=6.0)]
+    servers = {"e:1": "gpu-01"}
+    assert check_completion(["default/a"], set(), outcomes, down, servers).passed
+    late = [FaultWindow(kind="lupine-down", target="gpu-01", start=6.0, end=8.0)]
+    assert not check_completion(["default/a"], set(), outcomes, late, servers).passed
+
+
+def test_any_observed_5xx_fails() -> None:
+    assert check_no_5xx([]).passed
+    assert not check_no_5xx(["default/a: failed filter with extender, code 500"]).passed
+
+
+def test_wake_up_is_measured_from_the_last_other_claim_leaving() -> None:
+    leases = [
+        _lease(1, ("old", (CARD_A,)), at=1.0),
+        _lease(3, at=10.0),
+        _lease(4, ("p", (CARD_A,)), at=10.5),
+    ]
+    lives = [_pod("old", bound=1, end=2), _pod("p", bound=5, end=9)]
+    lives[0].end_at, lives[1].bound_at = 9.8, 11.0
+    assert wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False) == [1.0]
+
+
+def test_a_server_under_an_injected_fault_is_left_out_of_the_wake_ups() -> None:
+    leases = [_lease(1, ("old", (CARD_A,)), at=1.0), _lease(3, at=10.0)]
+    lives = [_pod("old", bound=1, end=2), _pod("p", bound=5, end=9)]
+    lives[1].bound_at = 15.0
+    down = [FaultWindow(kind="node-not-ready", target="gpu-01", start=9.0, end=14.0)]
+    assert wake_seconds(leases, lives, {"p": 0.5}, down, per_card=False) == []
+    assert wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False) == [5.0]
+
+
+def test_slow_wake_ups_fail_at_the_99th_percentile() -> None:
+    assert check_wakeups([0.3] * 99).passed
+    assert not check_wakeups([0.3] * 90 + [5.0] * 10).passed
+
+
+def test_a_replica_that_died_unplanned_or_stayed_down_fails() -> None:
+    kills = Counter({"allocator-1": 2})
+    starts = {"allocator-1": 3, "allocator-2": 1}
+    assert check_restarts(kills, starts, {"allocator-1", "allocator-2"}).passed
+    assert not check_restarts(kills, {**starts, "allocator-2": 2}, {"allocator-1"}).passed
+
+
+def test_evidence_follows_binding_and_end_by_resource_version() -> None:
+    evidence = Evidence()
+    pod = {"metadata": {"uid": "u", "namespace": "default", "name": "p", "resourceVersion": "7"}}
+    evidence.on_pod("ADDED", pod)
+    bound = {
+        "metadata": {
+            **pod["metadata"],
+            "resourceVersion": "9",
+            "annotations": {"hami.io/remote-gpu-devices-allocated": f"{CARD_A},RemoteGPU,0,100:;"},
+        },
+        "spec": {"nodeName": "node-01"},
+        "status": {"phase": "Pending"},
+    }
+    evidence.on_pod("MODIFIED", bound)
+    evidence.on_pod(
+        "DELETED", {**bound, "metadata": {**bound["metadata"], "resourceVersion": "12"}}
+    )
+    life = evidence.pods["u"]
+    assert (life.bound_rv, life.end_rv, life.server, life.deleted) == (9, 12, "gpu-01", True)
