@@ -206,16 +206,22 @@ async def cluster(load_fixture: Load) -> AsyncIterator[Cluster]:
 async def _serving(
     sim: SimApiServer, relay: Relay, clock: FakeClock
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    # Authenticated as k8s/ deploys it: each service mints its own token.
     env = {
         "RGPU_KUBE_URL": sim.url,
         "RGPU_LOG_FORMAT": "text",
         "RGPU_BOOKING_TTL_SECONDS": f"{TTL:g}",
+        "RGPU_AUTH": "tokenreview",
+        "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
     }
+    for account in ("rgpu-allocator", "rgpu-extender"):
+        meta = {"name": account, "namespace": "rgpu-system"}
+        sim.store.create("serviceaccounts", {"metadata": meta})
     discovery = rgpu_discovery.create_app(Settings.from_env(env, service="discovery"))
     async with LifespanManager(discovery) as d:
         to_discovery = httpx.ASGITransport(app=d.app)
         allocator = rgpu_allocator.create_app(
-            Settings.from_env(env, service="allocator"),
+            Settings.from_env({**env, "RGPU_TOKEN_ACCOUNT": "rgpu-allocator"}, service="allocator"),
             discovery_transport=to_discovery,
             clock=clock,
         )
@@ -225,6 +231,7 @@ async def _serving(
                 **env,
                 "RGPU_KUBE_URL": relay.url,
                 "RGPU_EXTENDER_BUDGET_SECONDS": BUDGET,
+                "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
             }
             extender = rgpu_extender.create_app(
                 Settings.from_env(extender_env, service="extender"),

@@ -100,6 +100,10 @@ class AllocatorClient:
         except _CALL_ERRORS as exc:
             error = upstream_error(exc, peer=str(self._http.base_url.join(url)))
             raise AllocatorUnavailable(f"allocator: {error.message}") from exc
+        except Unavailable as exc:
+            # The token source failed before anything was sent: kube-scheduler must still get
+            # its verb's Error (and retry), not a 503 from the edge.
+            raise AllocatorUnavailable(f"allocator: cannot authenticate: {exc.message}") from exc
 
 
 class Apiserver:
