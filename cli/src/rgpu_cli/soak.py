@@ -264,7 +264,10 @@ def _evictions(evidence: Evidence, driver: _Driver) -> list[Eviction]:
 
 
 def _preemption_waits(evidence: Evidence, driver: _Driver, log: FaultLog) -> list[PreemptionWait]:
-    return preemption_waits(evidence.leases, evidence.pods.values(), driver.asked, log.windows)
+    erred = frozenset(uid for uid, rec in driver.stack.scheduler.records.items() if rec.errors)
+    return preemption_waits(
+        evidence.leases, evidence.pods.values(), driver.asked, log.windows, erred
+    )
 
 
 def _priority_checks(
@@ -274,7 +277,7 @@ def _priority_checks(
     return (
         check_preemption_latency(_preemption_waits(evidence, driver, log)),
         check_budgets(found, evidence.pods.values(), BUDGETS),
-        check_no_wasted_evictions(found, evidence.pods, driver.asked),
+        check_no_wasted_evictions(found, evidence.leases, evidence.pods, driver.asked),
         check_no_inversion(evidence.leases, evidence.pods.values(), per_card=per_card),
     )
 

@@ -78,32 +78,41 @@ def evictions(
     return found
 
 
+def _booked(leases: Sequence[LeaseVersion], eviction: Eviction, uid: str) -> bool:
+    """Whether ``uid`` held a claim on the eviction's server after its nomination there."""
+    return any(
+        v.server == eviction.server and v.rv > eviction.nominated_rv and uid in v.uids
+        for v in leases
+    )
+
+
 def check_no_wasted_evictions(
-    found: Sequence[Eviction], pods: Mapping[str, PodLife], asked: Mapping[str, float]
+    found: Sequence[Eviction],
+    leases: Sequence[LeaseVersion],
+    pods: Mapping[str, PodLife],
+    asked: Mapping[str, float],
 ) -> CheckResult:
-    """Every evicted pod's preemptor was later bound to the server it was freed for, unless
-    the workload deleted the preemptor before it was bound."""
+    """Every evicted pod's preemptor later booked the server it was freed for (a claim in that
+    server's Lease), unless the workload deleted the preemptor before it was bound."""
     problems, excused = [], 0
     for eviction in found:
         who = eviction.victim.key
         preemptor = pods.get(eviction.preemptor or "")
         if preemptor is None:
             problems.append(f"{who} evicted with no nomination naming it")
-        elif (
-            preemptor.server == eviction.server
-            and (preemptor.bound_rv or 0) > eviction.nominated_rv
-        ):
+        elif _booked(leases, eviction, preemptor.uid):
             continue
         elif preemptor.bound_rv is None and preemptor.key in asked:
             excused += 1
         else:
             got = preemptor.server or "nothing"
             problems.append(
-                f"{who} evicted from {eviction.server} for {preemptor.key}, which got {got}"
+                f"{who} evicted from {eviction.server} at rv {eviction.victim.deleting_rv} for "
+                f"{preemptor.key}, which never booked it (bound to {got})"
             )
     return CheckResult(
-        name=f"every evicted pod's preemptor got the server freed for it ({len(found)} evictions, "
-        f"{excused} excused: preemptor deleted by the workload)",
+        name=f"every evicted pod's preemptor booked the server freed for it ({len(found)} "
+        f"evictions, {excused} excused: preemptor deleted by the workload)",
         passed=not problems,
         detail="; ".join(problems[:5]),
     )
@@ -260,16 +269,20 @@ def preemption_waits(
     pods: Iterable[PodLife],
     asked: Mapping[str, float],
     windows: Sequence[FaultWindow],
+    erred: frozenset[str] = frozenset(),
 ) -> list[PreemptionWait]:
     """Per pod of priority that was pending while some server was held only by pods of lower
-    priority: seconds from the first such moment to its binding."""
+    priority: seconds from the first such moment to its binding. Left out: pods the workload
+    deleted unbound, and pods whose scheduling hit an error (``erred``, uids: an extender
+    replica killed under the scheduler, a Binding failed by the faults) — they waited for the
+    fault."""
     versions = sorted(leases, key=lambda v: v.rv)
     lives = {p.uid: p for p in pods}
     first = _first_claims(versions)
     lowest = min((p.priority for p in lives.values()), default=0)
     found = []
     for pod in lives.values():
-        if pod.priority <= lowest:
+        if pod.priority <= lowest or pod.uid in erred:
             continue
         moment = _first_moment(versions, pod, lives, first, windows)
         if moment is None:
