@@ -116,6 +116,25 @@ def test_an_eviction_whose_preemptor_booked_another_server_fails() -> None:
     )
 
 
+def test_a_victim_evicted_before_a_budget_refused_the_next_one_fails() -> None:
+    # Seen in the soak (card, seed 2, 3 servers): v went, w's budget said no, the nomination
+    # was taken back, and u was bound elsewhere: v was evicted for nothing.
+    nominated = _nomination("u", "v", "w")
+    leases = [
+        _lease(3, ("v", (CARD_A,)), ("w", (CARD_B,)), nomination=nominated),
+        _lease(6, ("v", (CARD_A,)), ("w", (CARD_B,))),
+        _lease(7, ("u", ("gpu-02/GPU-a",)), server="gpu-02"),
+    ]
+    pods = {
+        "v": _life("v", deleting=5),
+        "w": _life("w", budget="guarded"),
+        "u": _life("u", priority=URGENT, bound=9, server="gpu-02"),
+    }
+    found = evictions(leases, pods.values(), {})
+    assert [e.victim.uid for e in found] == ["v"]
+    assert not check_no_wasted_evictions(found, leases, pods, {}).passed
+
+
 def test_an_eviction_is_excused_only_when_the_workload_deleted_the_unbound_preemptor() -> None:
     leases = [_lease(3, ("v", (CARD_A,)), nomination=_nomination("u", "v"))]
     pods = {"v": _life("v", deleting=5), "u": _life("u", priority=URGENT, deleting=7, end=7)}
