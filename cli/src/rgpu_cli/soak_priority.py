@@ -7,10 +7,11 @@ server to. Each check fails on what it exists to catch (``cli/tests/test_soak_pr
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .checks import CheckResult
 from .soak_evidence import LeaseVersion, NominationSeen, PodLife
@@ -277,6 +278,7 @@ def preemption_waits(
     replica killed under the scheduler, a Binding failed by the faults) — they waited for the
     fault."""
     versions = sorted(leases, key=lambda v: v.rv)
+    history = _History.of(versions)
     lives = {p.uid: p for p in pods}
     first = _first_claims(versions)
     lowest = min((p.priority for p in lives.values()), default=0)
@@ -284,7 +286,7 @@ def preemption_waits(
     for pod in lives.values():
         if pod.priority <= lowest or pod.uid in erred:
             continue
-        moment = _first_moment(versions, pod, lives, first, windows)
+        moment = _first_moment(history, pod, lives, first, windows)
         if moment is None:
             continue
         at, grace = moment
@@ -297,8 +299,38 @@ def preemption_waits(
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class _History:
+    """Lease versions in rv order, in all and per server, for bisecting by rv."""
+
+    versions: Sequence[LeaseVersion]
+    servers: Mapping[str, Sequence[LeaseVersion]]
+    rvs: Sequence[int] = ()
+    server_rvs: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, versions: Sequence[LeaseVersion]) -> _History:
+        servers = _by_server(versions)
+        by_server = {name: [v.rv for v in found] for name, found in servers.items()}
+        return cls(versions, servers, [v.rv for v in versions], by_server)
+
+    def before(self, rv: int) -> list[LeaseVersion]:
+        """Each server's last version before ``rv``."""
+        found = []
+        for name, versions in self.servers.items():
+            at = bisect.bisect_left(self.server_rvs[name], rv) - 1
+            if at >= 0:
+                found.append(versions[at])
+        return found
+
+    def between(self, low: int, high: int) -> Sequence[LeaseVersion]:
+        """Versions with ``low < rv < high``."""
+        rvs = self.rvs
+        return self.versions[bisect.bisect_right(rvs, low) : bisect.bisect_left(rvs, high)]
+
+
 def _first_moment(
-    versions: Sequence[LeaseVersion],
+    history: _History,
     pod: PodLife,
     lives: Mapping[str, PodLife],
     first: Mapping[str, int],
@@ -307,20 +339,11 @@ def _first_moment(
     """(when, holders' grace) of the first moment ``pod`` was pending beside a preemptible
     server: at its creation, or at a later Lease write before its binding or end."""
     end = min(r for r in (pod.bound_rv, pod.end_rv, 2**63) if r is not None)
-    current: dict[str, LeaseVersion] = {}
-    for version in versions:
-        if version.rv >= pod.created_rv:
-            break
-        current[version.server] = version
-    for state in current.values():
+    for state in history.before(pod.created_rv):
         grace = _preemptible(state, pod, lives, first, pod.created_at, windows)
         if grace is not None:
             return pod.created_at, grace
-    for version in versions:
-        if version.rv <= pod.created_rv:
-            continue
-        if version.rv >= end:
-            break
+    for version in history.between(pod.created_rv, end):
         grace = _preemptible(version, pod, lives, first, version.at, windows)
         if grace is not None:
             return version.at, grace
