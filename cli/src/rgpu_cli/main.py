@@ -93,6 +93,9 @@ def soak(
     wake_limit_seconds: float = typer.Option(
         2.0, min=0.0, help="p99 wake-up limit; 0 prints the wake-ups without judging them"
     ),
+    priority_mix: float = typer.Option(
+        0.1, min=0.0, max=1.0, help="share of urgent pods (0 turns the priority mix off)"
+    ),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
@@ -108,7 +111,9 @@ def soak(
         h2only_share=0.25 if faults == "standard" else 0.0,
         work_dir=work_dir,
     )
-    shape = WorkloadShape(pods=pods, seed=seed, max_cards=min(2, cards))
+    shape = WorkloadShape(
+        pods=pods, seed=seed, max_cards=min(2, cards), priority_share=priority_mix
+    )
     options = SoakOptions(
         stack=stack,
         workload=shape,

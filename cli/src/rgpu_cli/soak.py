@@ -19,7 +19,25 @@ from rich.table import Table
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .soak_evidence import Evidence, record_evidence
 from .soak_faults import FaultLog, apply_standing_faults, run_faults
-from .soak_workload import SoakPod, WorkloadShape, plan_soak_workload
+from .soak_priority import (
+    Eviction,
+    PreemptionWait,
+    check_budgets,
+    check_no_inversion,
+    check_no_wasted_evictions,
+    check_preemption_latency,
+    evictions,
+    preemption_summary,
+    preemption_waits,
+)
+from .soak_workload import (
+    BUDGETS,
+    SoakPod,
+    WorkloadShape,
+    budget_manifests,
+    plan_soak_workload,
+    priority_class_manifests,
+)
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
 from .verdict import (
     WAKE_LIMIT_SECONDS,
@@ -72,6 +90,8 @@ class SoakReport:
     waits: tuple[float, ...]
     faults: dict[str, int]
     checks: tuple[CheckResult, ...]
+    preemption: str = ""
+    """The priority mix's figures (empty without it)."""
 
     @property
     def ok(self) -> bool:
@@ -89,6 +109,8 @@ class _Driver:
     refused: set[str] = field(default_factory=set)
     """Pods never created: their keys."""
     server_errors: list[str] = field(default_factory=list)
+    asked: dict[str, float] = field(default_factory=dict)
+    """Pod key → when the workload first sent its DELETE (monotonic)."""
 
     async def _send(
         self, key: str, send: Callable[[], Awaitable[httpx.Response]]
@@ -134,6 +156,7 @@ class _Driver:
 
     async def delete(self, key: str) -> None:
         namespace, name = key.split("/")
+        self.asked.setdefault(key, time.monotonic())
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         await self._send(key, lambda: self.stack.apiserver.delete(path))
 
@@ -193,6 +216,7 @@ def _verdict(
     records = list(stack.kubelet.records.values())
     per_card = stack.options.granularity == "card"
     servers = {endpoint: name for name, endpoint in stack.fleet.endpoints().items()}
+    evicted = {e.victim.key for e in _evictions(evidence, driver)}
     outcomes = {r.key: (r.phase, r.endpoint, r.started_at) for r in records}
     extender_5xx = [
         f"{rec.key}: {error}"
@@ -216,16 +240,54 @@ def _verdict(
         check_endpoints(records, stack.fleet.endpoints()),
         check_commits_held(evidence.leases, evidence.pods.values()),
         check_no_leftover_claims(_final_claims(stack, evidence), waited),
-        check_completion((p.key for p in plans), driver.deleted, outcomes, log.windows, servers),
+        check_completion(
+            (p.key for p in plans), driver.deleted | evicted, outcomes, log.windows, servers
+        ),
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
         *timing,
         check_restarts(kills, starts, alive),
+        *(_priority_checks(evidence, driver, log, per_card) if _mixed(options) else ()),
         CheckResult(
             name="the evidence is complete (no watch had to relist)",
             passed=not evidence.gaps,
             detail="; ".join(evidence.gaps[:3]),
         ),
     )
+
+
+def _mixed(options: SoakOptions) -> bool:
+    return options.workload.priority_share > 0
+
+
+def _evictions(evidence: Evidence, driver: _Driver) -> list[Eviction]:
+    return evictions(evidence.leases, evidence.pods.values(), driver.asked)
+
+
+def _preemption_waits(evidence: Evidence, driver: _Driver, log: FaultLog) -> list[PreemptionWait]:
+    erred = frozenset(uid for uid, rec in driver.stack.scheduler.records.items() if rec.errors)
+    return preemption_waits(
+        evidence.leases, evidence.pods.values(), driver.asked, log.windows, erred
+    )
+
+
+def _priority_checks(
+    evidence: Evidence, driver: _Driver, log: FaultLog, per_card: bool
+) -> tuple[CheckResult, ...]:
+    found = _evictions(evidence, driver)
+    return (
+        check_preemption_latency(_preemption_waits(evidence, driver, log)),
+        check_budgets(found, evidence.pods.values(), BUDGETS),
+        check_no_wasted_evictions(found, evidence.leases, evidence.pods, driver.asked),
+        check_no_inversion(evidence.leases, evidence.pods.values(), per_card=per_card),
+    )
+
+
+def _create_mix(stack: Stack, namespaces: tuple[str, ...]) -> None:
+    for manifest in priority_class_manifests():
+        stack.sim.store.create("priorityclasses", manifest)
+    for namespace in namespaces:
+        for manifest in budget_manifests(namespace):
+            stack.sim.store.create("poddisruptionbudgets", manifest)
 
 
 def _uninjected_5xx(error: str) -> bool:
@@ -266,6 +328,7 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
         f"[bold]rgpu soak[/]: {s.servers} servers x {s.cards} cards, {s.clients} clients, "
         f"{len(plans)} pods, {s.replicas} replicas, granularity [cyan]{s.granularity}[/], "
         f"faults {'standard' if options.faults else 'none'}, ttl {s.booking_ttl_seconds:g}s, "
+        f"priority mix {options.workload.priority_share:g}, "
         f"seed {s.seed}"
     )
     evidence, log = Evidence(), FaultLog()
@@ -274,6 +337,8 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
         for namespace in options.workload.namespaces:
             if namespace != "default":
                 stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
+        if _mixed(options):
+            _create_mix(stack, options.workload.namespaces)
         started = time.monotonic()
         async with anyio.create_task_group() as tg:
             await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
@@ -299,6 +364,14 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             waits=tuple(_waits(stack, evidence, log, stack.options.granularity == "card")),
             faults=dict(Counter(w.kind for w in log.windows)),
             checks=checks,
+            preemption=preemption_summary(
+                _evictions(evidence, driver),
+                _preemption_waits(evidence, driver, log),
+                evidence.leases,
+                evidence.pods,
+            )
+            if _mixed(options)
+            else "",
         )
 
 
@@ -329,6 +402,8 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
         f"p50 {percentile(report.waits, 50):.2f}s, p99 {percentile(report.waits, 99):.2f}s "
         f"({len(report.waits)} parked pods)",
     )
+    if report.preemption:
+        table.add_row("preemption", report.preemption)
     table.add_row(
         "faults injected", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"
     )

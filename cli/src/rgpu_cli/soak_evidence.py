@@ -25,6 +25,7 @@ __all__ = [
     "ANNOTATION_SERVER",
     "Evidence",
     "LeaseVersion",
+    "NominationSeen",
     "PodLife",
     "record_evidence",
 ]
@@ -33,7 +34,21 @@ logger = logging.getLogger(__name__)
 
 ANNOTATION_CLAIMS = "rgpu.io/claims"
 ANNOTATION_SERVER = "rgpu.io/server"
+ANNOTATION_NOMINATION = "rgpu.io/nomination"
 _TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NominationSeen:
+    """A nomination as a Lease version carried it: who the server is promised to, until when
+    (wall-clock seconds, the allocator's clock), and for whom its victims were to go."""
+
+    uid: str
+    priority: int
+    cards: tuple[str, ...]
+    victims: tuple[str, ...]
+    """Victims' pod uids."""
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +60,9 @@ class LeaseVersion:
     server: str
     holders: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """``(pod uid, card ids)`` per claim."""
+    nomination: NominationSeen | None = None
+    wall: float = 0.0
+    """``time.time()`` when recorded: comparable with a nomination's expiry."""
 
     @property
     def uids(self) -> frozenset[str]:
@@ -72,6 +90,27 @@ class PodLife:
     end_at: float | None = None
     phase: str = "Pending"
     deleted: bool = False
+    priority: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created_rv: int = 0
+    created_at: float = 0.0
+    grace_seconds: float = 30.0
+    """``terminationGracePeriodSeconds``, or the deletion's grace once it began."""
+    deleting_rv: int | None = None
+    """First version with ``deletionTimestamp`` (or the removal, when it had none)."""
+    deleting_at: float | None = None
+    healthy: list[tuple[int, bool]] = field(default_factory=list)
+    """``(rv, healthy)`` at each change, healthy as a disruption budget counts it (Running,
+    Ready, not being deleted)."""
+
+    def healthy_at(self, rv: int) -> bool:
+        """Whether the pod was healthy in the last version before ``rv``."""
+        state = False
+        for seen, value in self.healthy:
+            if seen >= rv:
+                break
+            state = value
+        return state
 
     @property
     def server(self) -> str | None:
@@ -95,8 +134,18 @@ class Evidence:
         if not server:
             return
         holders = () if kind == "DELETED" else _holders(annotations)
+        nomination = None if kind == "DELETED" else _nomination(annotations)
         rv = int(meta.get("resourceVersion", 0))
-        self.leases.append(LeaseVersion(rv=rv, at=time.monotonic(), server=server, holders=holders))
+        self.leases.append(
+            LeaseVersion(
+                rv=rv,
+                at=time.monotonic(),
+                server=server,
+                holders=holders,
+                nomination=nomination,
+                wall=time.time(),
+            )
+        )
 
     def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -105,7 +154,21 @@ class Evidence:
             uid, PodLife(uid=uid, key=f"{meta.get('namespace')}/{meta.get('name')}")
         )
         rv = int(meta.get("resourceVersion", 0))
-        if life.bound_rv is None and (pod.get("spec") or {}).get("nodeName"):
+        spec = pod.get("spec") or {}
+        if not life.created_rv:
+            life.created_rv, life.created_at = rv, time.monotonic()
+            life.priority = int(spec.get("priority") or 0)
+            life.labels = dict(meta.get("labels") or {})
+            life.grace_seconds = float(spec.get("terminationGracePeriodSeconds", 30))
+        deleting = kind == "DELETED" or bool(meta.get("deletionTimestamp"))
+        if deleting and life.deleting_rv is None:
+            life.deleting_rv, life.deleting_at = rv, time.monotonic()
+            grace = meta.get("deletionGracePeriodSeconds")
+            life.grace_seconds = life.grace_seconds if grace is None else float(grace)
+        healthy = kind != "DELETED" and is_healthy(pod)
+        if not life.healthy or life.healthy[-1][1] != healthy:
+            life.healthy.append((rv, healthy))
+        if life.bound_rv is None and spec.get("nodeName"):
             life.bound_rv, life.bound_at = rv, time.monotonic()
             life.cards = _cards((meta.get("annotations") or {}).get(ANNOTATION_ALLOCATED, ""))
         life.phase = str((pod.get("status") or {}).get("phase") or life.phase)
@@ -121,6 +184,34 @@ def _holders(annotations: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]
         return tuple((str(c["pod"]["uid"]), tuple(map(str, c["cards"]))) for c in claims)
     except (ValueError, KeyError, TypeError):
         return (("<unreadable claims>", ()),)
+
+
+def is_healthy(pod: Mapping[str, Any]) -> bool:
+    """Running, Ready and not being deleted: what a PodDisruptionBudget counts as healthy."""
+    status = pod.get("status") or {}
+    if (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+def _nomination(annotations: Mapping[str, Any]) -> NominationSeen | None:
+    raw = annotations.get(ANNOTATION_NOMINATION)
+    if not raw:
+        return None
+    try:
+        found = json.loads(raw)
+        return NominationSeen(
+            uid=str(found["pod"]["uid"]),
+            priority=int(found["priority"]),
+            cards=tuple(map(str, found["cards"])),
+            victims=tuple(str(v["uid"]) for v in found["victims"]),
+            expires_at=float(found["expiresAt"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _cards(value: str) -> tuple[str, ...]:

@@ -1,17 +1,34 @@
 """The soak's pods: a seeded Poisson stream shaped like a real cluster's
 GPU jobs — one container or several, init containers that use the GPU before the app does,
 memory asks, run times — where some pods are deleted by their owner while they run and some
-while they still wait. The same seed plans the same stream, so a failing soak replays."""
+while they still wait. The same seed plans the same stream, so a failing soak replays.
+
+The priority mix puts urgent pods among batch ones, as a cluster that shares GPUs between
+inference and training has them: a share of the pods is ``urgent`` (they may preempt), the rest
+``batch``, and some batch pods carry a budget label that a PodDisruptionBudget covers — one
+budget allows evictions while enough of its pods are healthy, one forbids every eviction. The
+mix is drawn from a random stream of its own, so the pods' shapes stay those of the same seed
+without it."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from rgpu_kubesim.fleet import ANNOTATION_RUN_SECONDS
 
-__all__ = ["SoakPod", "WorkloadShape", "plan_soak_workload"]
+__all__ = [
+    "BUDGETS",
+    "BUDGET_LABEL",
+    "PRIORITY_CLASSES",
+    "SoakPod",
+    "WorkloadShape",
+    "budget_manifests",
+    "plan_soak_workload",
+    "priority_class_manifests",
+]
 
 Fate = Literal["run", "delete-running", "delete-pending"]
 
@@ -19,6 +36,12 @@ _COUNT = "nvidia.com/remote-gpu"
 _MEMORY = "nvidia.com/remote-gpu-memory"
 _IMAGE = "registry.local/rgpu/cuda-app:1"
 _LABELS = {"app.kubernetes.io/name": "rgpu-soak"}
+BUDGET_LABEL = "rgpu.io/soak-budget"
+PRIORITY_CLASSES: Mapping[str, int] = {"batch": 10, "urgent": 1000}
+BUDGETS: Mapping[str, int | str] = {"spread": 1, "guarded": "100%"}
+"""Budget name → ``minAvailable`` over the batch pods labelled with it: ``spread`` allows an
+eviction while two of its pods are healthy, ``guarded`` forbids every eviction."""
+_GRACE_CHOICES = (1, 2, 5)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +60,10 @@ class WorkloadShape:
     delete_running_share: float = 0.05
     delete_pending_share: float = 0.05
     namespaces: tuple[str, ...] = ("default", "team-a")
+    priority_share: float = 0.0
+    """Share of ``urgent`` pods; above 0 the rest are ``batch`` (the priority mix is on)."""
+    budget_share: float = 0.3
+    """Share of batch pods under a PodDisruptionBudget (with the priority mix on)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +81,11 @@ class SoakPod:
     fate: Fate
     delete_after_seconds: float
     """For a deleted pod: seconds after it started running, or after creation when pending."""
+    priority_class: str | None = None
+    budget: str | None = None
+    """The PodDisruptionBudget (``BUDGETS``) whose label the pod carries."""
+    grace_seconds: int | None = None
+    """``terminationGracePeriodSeconds`` (None: Kubernetes' default of 30)."""
 
     @property
     def key(self) -> str:
@@ -67,13 +99,47 @@ class SoakPod:
         }
         if self.init_cards:
             spec["initContainers"] = [_container("fetch-weights", self.init_cards, None)]
+        if self.priority_class:
+            spec["priorityClassName"] = self.priority_class
+        if self.grace_seconds is not None:
+            spec["terminationGracePeriodSeconds"] = self.grace_seconds
+        labels = dict(_LABELS) | ({BUDGET_LABEL: self.budget} if self.budget else {})
         metadata = {
             "name": self.name,
             "namespace": self.namespace,
-            "labels": dict(_LABELS),
+            "labels": labels,
             "annotations": {ANNOTATION_RUN_SECONDS: f"{self.run_seconds:g}"},
         }
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def priority_class_manifests() -> tuple[dict[str, Any], ...]:
+    """The mix's PriorityClasses (``scheduling.k8s.io/v1``)."""
+    return tuple(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in PRIORITY_CLASSES.items()
+    )
+
+
+def budget_manifests(namespace: str) -> tuple[dict[str, Any], ...]:
+    """The mix's PodDisruptionBudgets in ``namespace`` (``policy/v1``)."""
+    return tuple(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": f"rgpu-soak-{name}", "namespace": namespace},
+            "spec": {
+                "minAvailable": floor,
+                "selector": {"matchLabels": {BUDGET_LABEL: name}},
+            },
+        }
+        for name, floor in BUDGETS.items()
+    )
 
 
 def _container(name: str, cards: int, memory: int | None) -> dict[str, Any]:
@@ -88,12 +154,23 @@ def _container(name: str, cards: int, memory: int | None) -> dict[str, Any]:
 def plan_soak_workload(shape: WorkloadShape) -> tuple[SoakPod, ...]:
     """Plan ``shape.pods`` pods in arrival order (no I/O)."""
     rng = random.Random(f"rgpu-soak:{shape.seed}")
+    mix = random.Random(f"rgpu-soak-priority:{shape.seed}")
     width = max(4, len(str(shape.pods)))
     clock, pods = 0.0, []
     for i in range(shape.pods):
         clock += rng.expovariate(1 / shape.mean_gap_seconds) if shape.mean_gap_seconds else 0.0
-        pods.append(_pod(shape, rng, f"soak-{i + 1:0{width}d}", clock))
+        pod = _pod(shape, rng, f"soak-{i + 1:0{width}d}", clock)
+        pods.append(_mixed(shape, mix, pod) if shape.priority_share > 0 else pod)
     return tuple(pods)
+
+
+def _mixed(shape: WorkloadShape, mix: random.Random, pod: SoakPod) -> SoakPod:
+    """``pod`` as urgent, or as batch with a grace period and perhaps a budget."""
+    if mix.random() < shape.priority_share:
+        return replace(pod, priority_class="urgent")
+    budget = mix.choice(sorted(BUDGETS)) if mix.random() < shape.budget_share else None
+    grace = mix.choice(_GRACE_CHOICES)
+    return replace(pod, priority_class="batch", budget=budget, grace_seconds=grace)
 
 
 def _pod(shape: WorkloadShape, rng: random.Random, name: str, clock: float) -> SoakPod:
