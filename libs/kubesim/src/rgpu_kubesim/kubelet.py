@@ -239,7 +239,8 @@ class KubeletEmulator:
         running.stopping_since = anyio.current_time()
         running.kill.deadline = running.stopping_since + running.grace
         with running.kill:
-            await anyio.sleep(min(left, shutdown))
+            # The run may have ended before the deletion arrived (left < 0): no wait then.
+            await anyio.sleep(max(0.0, min(left, shutdown)))
         finished = left <= shutdown and not running.kill.cancelled_caught
         self._finish(uid, "Succeeded" if finished else "Failed", 0 if finished else 137)
         if not finished:
