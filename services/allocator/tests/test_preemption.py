@@ -503,3 +503,46 @@ async def test_a_server_with_one_guarded_victim_loses_none_of_its_victims(build,
     assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
     assert all(terminating(cluster, other) for other in others)
     assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+
+
+def ready(cluster, pod: PodRef) -> None:
+    conditions = [{"type": "Ready", "status": "True"}]
+    cluster.sim.store.patch(
+        "pods",
+        pod.name,
+        {"status": {"phase": "Running", "conditions": conditions}},
+        namespace=pod.namespace,
+        subresource="status",
+    )
+
+
+async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_partial(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # One budget allows one disruption for both of gpu-a's victims: each dry run is allowed
+    # (a dry run spends nothing) but the second real eviction is refused.
+    shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
+    others = (make_pod(cluster, "c-other", "standard"), make_pod(cluster, "d-other", "standard"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget(cluster, "shared", maxUnavailable=1)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in shared:
+            assert await hold(client, cluster, pod, kit, one) == "gpu-a"
+            ready(cluster, pod)
+        for other in others:
+            assert await hold(client, cluster, other, kit, one) == "gpu-b"
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert [terminating(cluster, p) for p in shared] == [True, False]
+    assert nomination(cluster, "gpu-a") is None
+    assert nomination(cluster, "gpu-b") is None
+    assert not any(terminating(cluster, other) for other in others)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
