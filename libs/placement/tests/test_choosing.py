@@ -57,7 +57,16 @@ class ClaimsGone(Unclaimed):
         return facts.busy - gone
 
 
-def decide(make, servers, *containers, held=None, granularity="server", candidates=(), topo=None):
+def decide(
+    make,
+    servers,
+    *containers,
+    held=None,
+    granularity="server",
+    candidates=(),
+    topo=None,
+    preferred=None,
+):
     view = FleetView.build(make.fleet(*servers), topo, KEYS)
     demand = demand_of(containers or (make.container(),))
     return choose(
@@ -66,6 +75,7 @@ def decide(make, servers, *containers, held=None, granularity="server", candidat
         held or Unclaimed(),
         candidates=tuple(candidates),
         granularity=granularity,
+        preferred=preferred,
     )
 
 
@@ -103,6 +113,20 @@ def test_server_without_endpoint_is_refused_as_not_ready(make, granularity):
 def test_server_with_no_healthy_card_is_refused_card_not_health(make, granularity):
     result = decide(make, [make.server("a", cards=2, unhealthy=(0, 1))], granularity=granularity)
     assert refused(result) == "2/2 CardNotHealth, 1/2 NodeInsufficientDevice"
+
+
+@pytest.mark.parametrize("granularity", ["server", "card"])
+def test_the_preferred_server_wins_when_it_fits(make, granularity):
+    servers = [make.server("a"), make.server("b")]
+    assert chosen(decide(make, servers, granularity=granularity)) == "a"
+    assert chosen(decide(make, servers, granularity=granularity, preferred="b")) == "b"
+
+
+@pytest.mark.parametrize("preferred", ["b", "gone"])
+def test_a_preferred_server_that_cannot_take_the_pod_changes_nothing(make, preferred):
+    servers = [make.server("a"), make.server("b")]
+    held = Held(make, {"b": (0, 1, 2, 3)})
+    assert chosen(decide(make, servers, held=held, preferred=preferred)) == "a"
 
 
 def test_empty_fleet_is_refused_with_no_servers(make):

@@ -431,3 +431,118 @@ async def test_a_failed_eviction_keeps_the_refusal_and_takes_the_nomination_back
     assert nomination(cluster, "gpu-a") is None
     assert not terminating(cluster, batch)
     assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="failed"}') == 1
+
+
+async def test_the_preemptor_books_the_server_freed_for_it_even_when_another_frees_first(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    # gpu-a sorts first but its holder cannot be preempted, so gpu-b is freed for urgent.
+    peer = make_pod(cluster, "peer", "urgent")
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, peer, kit) == "gpu-a"
+        assert await hold(client, cluster, batch, kit) == "gpu-b"
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert refused.status_code == 409
+        assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+        finish(cluster, peer)
+        finish(cluster, batch)
+
+        async def both_free() -> bool:
+            holders = cluster.holders()
+            return holders.get("gpu-a") == [] and holders.get("gpu-b") == []
+
+        await kit.wait_for(both_free, what="both servers' claims released")
+        got = await client.post("/v1/allocations", json=kit.ask(urgent))
+    assert got.status_code == 200, got.text
+    assert got.json()["server"] == "gpu-b"
+    assert nomination(cluster, "gpu-b") is None
+
+
+def budget(cluster, name: str, **spec: object) -> None:
+    cluster.sim.store.create(
+        "poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {**spec, "selector": {"matchLabels": {"app": name}}},
+        },
+    )
+
+
+async def test_a_server_with_one_guarded_victim_loses_none_of_its_victims(build, kit, sim, cluster):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # gpu-a is the cheaper server (batch victims); its first victim (by name) may be disrupted,
+    # its second may not, so none of them may go and gpu-b is freed instead.
+    open_ = make_pod(cluster, "a-open", "batch", labels={"app": "open"})
+    guarded = make_pod(cluster, "b-guarded", "batch", labels={"app": "guarded"})
+    others = (make_pod(cluster, "c-other", "standard"), make_pod(cluster, "d-other", "standard"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget(cluster, "open", maxUnavailable=1, unhealthyPodEvictionPolicy="AlwaysAllow")
+    budget(cluster, "guarded", minAvailable=1)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        assert await hold(client, cluster, open_, kit, one) == "gpu-a"
+        assert await hold(client, cluster, guarded, kit, one) == "gpu-a"
+        for other in others:
+            assert await hold(client, cluster, other, kit, one) == "gpu-b"
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert not terminating(cluster, open_)
+    assert not terminating(cluster, guarded)
+    assert nomination(cluster, "gpu-a") is None
+    assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+    assert all(terminating(cluster, other) for other in others)
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+
+
+def ready(cluster, pod: PodRef) -> None:
+    conditions = [{"type": "Ready", "status": "True"}]
+    cluster.sim.store.patch(
+        "pods",
+        pod.name,
+        {"status": {"phase": "Running", "conditions": conditions}},
+        namespace=pod.namespace,
+        subresource="status",
+    )
+
+
+async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_partial(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # One budget allows one disruption for both of gpu-a's victims: each dry run is allowed
+    # (a dry run spends nothing) but the second real eviction is refused.
+    shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
+    others = (make_pod(cluster, "c-other", "standard"), make_pod(cluster, "d-other", "standard"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget(cluster, "shared", maxUnavailable=1)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in shared:
+            assert await hold(client, cluster, pod, kit, one) == "gpu-a"
+            ready(cluster, pod)
+        for other in others:
+            assert await hold(client, cluster, other, kit, one) == "gpu-b"
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert [terminating(cluster, p) for p in shared] == [True, False]
+    assert nomination(cluster, "gpu-a") is None
+    assert nomination(cluster, "gpu-b") is None
+    assert not any(terminating(cluster, other) for other in others)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1

@@ -151,6 +151,22 @@ def _refuse(
     )
 
 
+def _preferred(
+    view: FleetView,
+    demand: Demand,
+    held: Holdings,
+    candidates: tuple[NodeName, ...],
+    granularity: Granularity,
+    preferred: ServerName | None,
+) -> Choice | None:
+    facts = view.facts.get(preferred) if preferred is not None else None
+    found = fit(facts, demand, held, granularity) if facts is not None else None
+    if found is None:
+        return None
+    tier = tiers(view, candidates).get(found.facts.name, len(view.topology_keys))
+    return Choice(fit=found, tier=tier)
+
+
 def choose(
     view: FleetView,
     demand: Demand,
@@ -158,8 +174,16 @@ def choose(
     *,
     candidates: tuple[NodeName, ...] = (),
     granularity: Granularity = "server",
+    preferred: ServerName | None = None,
 ) -> Choice | Refusal:
-    """Choose a server for ``demand`` near ``candidates``, or explain why none fits."""
+    """Choose a server for ``demand`` near ``candidates``, or explain why none fits.
+
+    ``preferred`` (the server freed for the pod by preemption) wins whenever it fits: its
+    victims were evicted for this pod, and booking elsewhere would waste their eviction.
+    """
+    chosen = _preferred(view, demand, held, candidates, granularity, preferred)
+    if chosen is not None:
+        return chosen
     found = _search(view, demand, held, candidates, granularity)
     if found is not None:
         return found

@@ -157,18 +157,21 @@ class KubeApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
 
-    async def evict_pod(self, namespace: str, name: str) -> bool:
+    async def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> bool:
         """Ask the Eviction API (policy/v1) to evict the pod; ``False`` when it is already gone.
 
-        Raises ``EvictionRefused`` when a PodDisruptionBudget forbids it now (429) and
-        ``KubeError`` for anything else.
+        ``dry_run`` asks whether the eviction would be allowed now without evicting (nor
+        spending any budget). Raises ``EvictionRefused`` when a PodDisruptionBudget forbids it
+        now (429) and ``KubeError`` for anything else.
         """
         fn = self._kube.core.create_namespaced_pod_eviction
-        body = {
+        body: dict[str, object] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
         try:
             await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
         except KubeNotFound:

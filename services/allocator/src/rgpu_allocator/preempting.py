@@ -8,8 +8,11 @@ are held, the allocator frees one itself (DESIGN §11):
    to it (``judging.Occupancy`` keeps everyone of lower or equal priority off them), and a
    replica that finds a live nomination for the pod evicts nothing more — the nomination is
    the de-duplication between replicas and between the pod's retries;
-3. evict the victims through the Eviction API, so PodDisruptionBudgets decide; a 429 takes the
-   nomination back and moves on to the next server;
+3. evict the victims through the Eviction API, so PodDisruptionBudgets decide: every eviction
+   is first asked as a dry run, and only when all would be allowed are they made, so a budget
+   forbidding one victim's eviction moves on to the next server without evicting anyone. A
+   budget that changes between the dry run and the evictions can still refuse a later one:
+   the nomination is taken back and that attempt counts as ``partial``;
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
    released after their graceful termination, its next filter books the server.
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from rgpu_contracts import AllocationRequest, Claim, PodRef
+from rgpu_contracts import AllocationRequest, Claim, PodRef, ServerName
 from rgpu_placement import (
     Demand,
     FleetView,
@@ -68,6 +71,9 @@ class Outcome(enum.Enum):
     """Every candidate's eviction was refused (PodDisruptionBudgets) or taken meanwhile."""
     FAILED = "failed"
     """The apiserver failed; the pod's next retry tries again."""
+    PARTIAL = "partial"
+    """Some victims were evicted, then a later eviction was refused although its dry run was
+    allowed (a budget changed meanwhile); no other server is tried for this refusal."""
 
 
 def may_preempt(pod: PodInfo | None) -> bool:
@@ -121,13 +127,13 @@ class Preemptor:
         self.instruments.preemptions.labels(outcome.value).inc()
         return outcome
 
-    def nomination_of(self, uid: str) -> Nomination | None:
-        """The live nomination ``uid`` holds on some server, if any."""
+    def nominated_on(self, uid: str) -> ServerName | None:
+        """The server on which ``uid`` holds a live nomination, if any (its booking prefers it)."""
         now = self.judge.clock()
         for record in self.judge.ledger.leases():
             found = record.nomination
             if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return found
+                return record.server
         return None
 
     async def _pod(self, ref: PodRef) -> PodInfo | None:
@@ -139,7 +145,7 @@ class Preemptor:
         return found if found is not None and found.uid == ref.uid else None
 
     async def _preempt(self, pod: PodInfo, demand: Demand, view: FleetView) -> Outcome:
-        if self.nomination_of(pod.uid) is not None:
+        if self.nominated_on(pod.uid) is not None:
             return Outcome.PENDING
         options = preemptions(
             view,
@@ -182,6 +188,23 @@ class Preemptor:
         return pod.grace_seconds if pod is not None else 0.0
 
     async def _attempt(self, pod: PodInfo, option: Preemption) -> Outcome:
+        try:
+            await self._rehearse(option)
+        except EvictionRefused as exc:
+            logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
+            return Outcome.BLOCKED
+        except KubeError as exc:
+            logger.warning("preemption for %s on %s failed: %s", pod.ref.key, option.server, exc)
+            return Outcome.FAILED
+        return await self._carry_out(pod, option)
+
+    async def _rehearse(self, option: Preemption) -> None:
+        """Ask every victim's eviction as a dry run; raises ``EvictionRefused`` at the first
+        one a budget forbids, before anyone is evicted."""
+        for victim in option.victims:
+            await self.api.evict_pod(victim.pod.namespace, victim.pod.name, dry_run=True)
+
+    async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
         try:
             step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
@@ -192,13 +215,26 @@ class Preemptor:
             return Outcome.PENDING
         if step is _Step.TAKEN:
             return Outcome.BLOCKED
+        evicted = 0
         try:
             for victim in option.victims:
                 await self._evict(victim, pod)
+                evicted += 1
         except EvictionRefused as exc:
-            logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
             await self._withdraw(option.server, pod.uid)
-            return Outcome.BLOCKED
+            if evicted == 0:
+                logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
+                return Outcome.BLOCKED
+            logger.warning(
+                "preemption for %s on %s evicted %d of %d victims, then was refused although "
+                "the dry run allowed it: %s",
+                pod.ref.key,
+                option.server,
+                evicted,
+                len(option.victims),
+                exc,
+            )
+            return Outcome.PARTIAL
         except KubeError as exc:
             logger.warning("preemption for %s on %s failed: %s", pod.ref.key, option.server, exc)
             await self._withdraw(option.server, pod.uid)
