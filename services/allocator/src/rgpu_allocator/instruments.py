@@ -116,7 +116,7 @@ class Instruments:
         self.preemptions = PromCounter(
             "rgpu_allocator_preemptions",
             "Preemption attempts for refused pods of higher priority, by outcome (nominated, "
-            "pending, none, blocked, failed).",
+            "pending, none, blocked, failed, partial).",
             ["outcome"],
             registry=registry,
         )
