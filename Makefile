@@ -8,7 +8,7 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test test-fast members lint setup tools sync demo bench format
+.PHONY: test test-fast members lint setup tools sync demo bench bench-system format
 
 setup: tools sync
 
@@ -53,6 +53,11 @@ demo: setup
 # (medians) beside the target. Full-size runs take several minutes on 2 cores.
 bench: setup
 	@for script in bench/bench_*.py; do echo "== $$script"; $(RUN) python $$script || exit 1; done
+
+# The whole system at 1,000 servers x 8 cards, 5,000 client nodes, 100,000 background pods
+# (about 15 minutes on 2 cores; smaller with ARGS="--servers 100 --clients 500 ...").
+bench-system: setup
+	$(RUN) python bench/bench_system.py $(ARGS)
 
 format: setup
 	$(RUN) ruff check --fix .

@@ -159,13 +159,22 @@ def _where(frame: str) -> tuple[str, str]:
     return name, where.rsplit(":", 1)[0]
 
 
+_LOOP = "event loop in C (uvloop: sockets, callbacks)"
+"""py-spy sees no Python frame inside uvloop, so its own work shows on the frame that started
+the loop (``Runner.run`` in asyncio, ``run_service`` in our code)."""
+
+
 def _package(frame: str) -> str:
-    path = _where(frame)[1]
+    name, path = _where(frame)
+    if name == "Runner.run":
+        return _LOOP
     return path.split("/", 1)[0] if "/" in path else path
 
 
 def _ours(frame: str) -> str | None:
     name, path = _where(frame)
+    if name == "run_service":
+        return _LOOP
     return f"{name} ({path})" if path.startswith("rgpu_") else None
 
 

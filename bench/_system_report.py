@@ -51,21 +51,19 @@ def _bound(stack: Stack, uids: Sequence[str]) -> list[float]:
 
 
 def freed_to_bound(stack: Stack, uids: Sequence[str], freed: Mapping[str, float]) -> list[float]:
-    """For each pod refused at least once: its binding minus the latest freeing (a deletion)
-    on the server it was bound to after it appeared: how long freed capacity sat unused."""
-    runs = stack.kubelet.records
-    by_server: dict[str, list[float]] = {}
-    for uid, at in freed.items():
-        by_server.setdefault(runs[uid].endpoint, []).append(at)
-    waits = []
+    """For each freed server (a holder deleted while pods waited): the time until a waiting pod
+    was bound to it, or the first of them in card granularity: how long freed room sat idle."""
+    runs, records = stack.kubelet.records, stack.scheduler.records
+    binds: dict[str, list[float]] = {}
     for uid in uids:
-        record, ran = stack.scheduler.records.get(uid), runs.get(uid)
-        if record is None or ran is None or not record.refusals or record.bound_at is None:
-            continue
-        bound = record.bound_at
-        times = [t for t in by_server.get(ran.endpoint, ()) if record.first_seen <= t <= bound]
-        if times:
-            waits.append(bound - max(times))
+        record, ran = records.get(uid), runs.get(uid)
+        if record is not None and ran is not None and record.bound_at is not None:
+            binds.setdefault(ran.endpoint, []).append(record.bound_at)
+    waits = []
+    for uid, at in freed.items():
+        later = [b for b in binds.get(runs[uid].endpoint, ()) if b >= at]
+        if later:
+            waits.append(min(later) - at)
     return waits
 
 
@@ -82,6 +80,7 @@ def figures(
     both = {k: b.latencies.get(k, []) + s.latencies.get(k, []) for k in b.latencies}
     own = sum(both["cycle"]) - sum(both["filter"]) - sum(both["prioritize"])
     watch = m.bytes_of(s.tally, RGPU_CLIENTS, "watch", "pods") * REFRESH_SECONDS / s.seconds
+    watchers = {c: m.bytes_of(s.tally, (c,), "watch", "pods") for c in RGPU_CLIENTS}
     cpu_per_byte = (baseline["apiserver_cpu"] + baseline["decode"]) / max(baseline["bytes"], 1)
     requests = m.by_verb(b.tally, RGPU_CLIENTS) + m.by_verb(s.tally, RGPU_CLIENTS)
     last = bound_b[-1] if bound_b else b.ended
@@ -99,6 +98,7 @@ def figures(
         "emulator_own_ms": 1000 * own / max(len(both["cycle"]), 1),
         "relist": dict(baseline),
         "watch_bytes_per_refresh": watch,
+        "watch_bytes_by_client": watchers,
         "watch_cpu_per_refresh_est": watch * cpu_per_byte,
         "load": {"rest": rest.load, "burst": b.load, "stream": s.load},
     }
@@ -124,7 +124,7 @@ def show(granularity: str, f: Mapping[str, Any]) -> None:
     _show_latencies(f)
     freed = f["freed_to_bound_s"]
     ok = bool(freed) and m.percentile(freed, 99) <= FREED_P99_S
-    label = f"freed -> parked pod bound s p50/p99 (n={len(freed)})"
+    label = f"freed -> waiting pod bound s p50/p99 (n={len(freed)})"
     _line(label, _pair(freed, 2) if freed else "n/a", f"p99 <= {FREED_P99_S:g}", ok)
     for name, cpu in f["cpu_ms_per_pod"].items():
         _line(f"CPU ms per scheduled pod: {name}", f"{cpu:.1f}")
@@ -181,6 +181,9 @@ def _show_baseline(f: Mapping[str, Any]) -> None:
         f"{relist['apiserver_cpu']:.2f} + {relist['decode']:.2f}",
     )
     _line("rgpu pod watches per 15 s: MB", f"{watch / 1e6:.3f}")
+    for client, size in f["watch_bytes_by_client"].items():
+        if size:
+            _line(f"  of which {client} (whole stream), MB", f"{size / 1e6:.3f}")
     _line("  CPU s (est. at the relist's CPU per byte)", f"{f['watch_cpu_per_refresh_est']:.4f}")
     ratio = relist["bytes"] / watch if watch else float("inf")
     _line(
