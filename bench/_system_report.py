@@ -177,14 +177,14 @@ def _show_baseline(f: Mapping[str, Any]) -> None:
     cpu = relist["apiserver_cpu"] + relist["decode"]
     _line("HAMi relist per 15 s: MB", f"{relist['bytes'] / 1e6:.1f}")
     _line(
-        "  CPU s: apiserver + client decode",
+        "  CPU s: apiserver + client (receive, decode)",
         f"{relist['apiserver_cpu']:.2f} + {relist['decode']:.2f}",
     )
     _line("rgpu pod watches per 15 s: MB", f"{watch / 1e6:.3f}")
+    _line("  CPU s (est. at the relist's CPU per byte)", f"{f['watch_cpu_per_refresh_est']:.4f}")
     for client, size in f["watch_bytes_by_client"].items():
         if size:
-            _line(f"  of which {client} (whole stream), MB", f"{size / 1e6:.3f}")
-    _line("  CPU s (est. at the relist's CPU per byte)", f"{f['watch_cpu_per_refresh_est']:.4f}")
+            _line(f"  pod watch of {client}, whole stream, MB", f"{size / 1e6:.3f}")
     ratio = relist["bytes"] / watch if watch else float("inf")
     _line(
         "relist / watch: bytes",

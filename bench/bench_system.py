@@ -1,26 +1,33 @@
 """The whole system as a cluster loads it: figures beside the targets of issue 15.
 
-Run: ``python3 -m uv run --no-sync python bench/bench_system.py [--servers 1000] [--cards 8]
+Run: ``make bench-system`` (full size, about 10 minutes per granularity on 2 cores) or
+``python3 -m uv run --no-sync python bench/bench_system.py [--servers 1000] [--cards 8]
 [--clients 5000] [--background 100000] [--burst 1000] [--rate 50] [--stream-seconds 60]
-[--granularity both] [--profile DIR]``
+[--free-rate 10] [--granularity both] [--profile DIR] [--json FILE]``
 
 The four services run as separate processes over real HTTP (``rgpu_cli.stack``); the simulated
-apiserver, the fake lupine servers and the scheduler and kubelet emulators run in this process.
-Background pods that ask for no GPU are written straight into the apiserver's store before the
-services start, bound and Running, as a cluster has them. Per granularity:
+apiserver, the fake lupine servers and the scheduler and kubelet emulators run in this process
+(reported together as ``kubesim+emulators``). Pods that ask for no GPU are written straight into
+the apiserver's store before the services start, bound and Running, as a cluster has them. GPU
+pods go through the admission webhook. Per granularity, on a fresh stack:
 
-* rest    - nothing scheduled for ``--rest-seconds``: discovery's CPU while it probes every
-  server every 15 s (the deployed interval)
-* burst   - ``--burst`` one-card pods created at once through the admission webhook; pods bound
-  per second from the first creation to the last binding
-* stream  - ``--rate`` pods/s for ``--stream-seconds`` with run times sized so demand exceeds
-  capacity by a fifth: servers free and refill, refused pods park and are woken
-* relist  - afterwards, the HAMi-style baseline: a full pod list per refresh (HAMi re-lists
-  every pod every 15 s and on forced refreshes) against what rgpu's pod watches cost in the
-  stream, per 15 s, in apiserver bytes and CPU
+* rest    - nothing scheduled for ``--rest-seconds``: each process's CPU while discovery probes
+  every server every 15 s (the deployed interval)
+* burst   - ``--burst`` pods created at once (one card each; a whole server's cards in card
+  granularity), which fills a 1,000-server fleet; pods bound per second from the first
+  creation to the last binding; the pods keep their cards
+* stream  - ``--rate`` one-card pods/s (half a server's cards in card granularity) for
+  ``--stream-seconds`` onto that full fleet, while the burst's pods are deleted at
+  ``--free-rate`` per second: each deletion frees room that waiting pods need; "freed -> bound"
+  is the time from a deletion to the first binding onto the freed server
+* relist  - the HAMi-style baseline: one full pod list (HAMi re-lists every pod every 15 s and
+  on forced refreshes; forced refreshes are not counted, so the ratio is a lower bound) against
+  the bytes rgpu's pod watches received per 15 s of the stream
 
-``--profile DIR`` records each service (and this process) with py-spy during the burst and
-prints the frames with the largest share; py-spy must be installed
+``/filter``, ``/prioritize`` and ``/bind`` latencies are as the scheduler emulator measured
+them (``SchedulerEmulator.latencies``); apiserver requests come from kubesim's request meter,
+by verb and resource, for the rgpu services' clients only. ``--profile DIR`` records every
+process with py-spy during the burst and prints where the time went; py-spy must be installed
 (``python3 -m uv pip install py-spy``), it is not a project dependency.
 """
 
@@ -242,22 +249,27 @@ def _list_every_pod(url: str) -> tuple[int, float]:
     return len(body), time.thread_time() - started
 
 
+async def _rest_rate(pid: int, seconds: float = 3.0) -> float:
+    before = m.sample(pid)
+    await anyio.sleep(seconds)
+    return (m.sample(pid).cpu_seconds - before.cpu_seconds) / seconds
+
+
 async def relist(stack: Stack, rounds: int = 2) -> dict[str, float]:
     """HAMi's refresh (every pod listed), measured: bytes; the client's CPU on its thread; the
-    apiserver's as this process's CPU over the lists minus the client's and minus the rate at
-    rest just before."""
+    apiserver's as this process's CPU over the lists minus the client's and minus the lower of
+    the rates at rest just before and just after (the emulators' own background work)."""
     own = os.getpid()
-    rest = m.sample(own)
-    await anyio.sleep(3.0)
-    idle_rate = (m.sample(own).cpu_seconds - rest.cpu_seconds) / 3.0
+    rate_before = await _rest_rate(own)
     size, client = 0, 0.0
     before = m.sample(own)
     for _ in range(rounds):
         size, spent = await anyio.to_thread.run_sync(_list_every_pod, stack.sim.url)
         client += spent
     after = m.sample(own)
-    total = after.cpu_seconds - before.cpu_seconds - idle_rate * (after.at - before.at)
-    return {"bytes": size, "apiserver_cpu": (total - client) / rounds, "decode": client / rounds}
+    idle = min(rate_before, await _rest_rate(own)) * (after.at - before.at)
+    server = max(0.0, after.cpu_seconds - before.cpu_seconds - idle - client)
+    return {"bytes": size, "apiserver_cpu": server / rounds, "decode": client / rounds}
 
 
 # -- one granularity ---------------------------------------------------------------------------
