@@ -57,6 +57,8 @@ from rgpu_kubesim.kubelet import KubeletConfig
 PROBE_INTERVAL_SECONDS = 15.0
 """The deployed probe interval."""
 WORKLOAD = WorkloadSpec(pods=0)
+CREATIONS_IN_FLIGHT = 100
+"""httpx's default connection pool size."""
 HOLD_SECONDS = 3600.0
 """Pods hold their cards until deleted: capacity is freed when the benchmark says so."""
 
@@ -131,10 +133,13 @@ def gpu_pod(name: str, cards: int, run_seconds: float) -> dict[str, Any]:
 # -- driving -----------------------------------------------------------------------------------
 
 
-async def _create(stack: Stack, manifest: dict[str, Any], into: list[str]) -> None:
+async def _create(
+    stack: Stack, manifest: dict[str, Any], into: list[str], limit: anyio.CapacityLimiter
+) -> None:
     for attempt in range(3):
         try:
-            response = await stack.create_pod(manifest)
+            async with limit:
+                response = await stack.create_pod(manifest)
             break
         except httpx.TransportError:
             # A pooled connection the apiserver closed as idle: send again (a 409 means the
@@ -198,11 +203,14 @@ class Meter:
 async def burst(stack: Stack, count: int, cards: int, profile: Path | None, meter: Meter) -> Phase:
     """``count`` pods created at once; they hold their cards until the stream deletes them."""
     profiler = m.Profiler.start(meter.pids, profile, "burst") if profile else None
+    # As many creations in flight as the client's connection pool holds (a controller's
+    # client is rate-limited too); the rest queue here instead of timing out in the pool.
+    limit = anyio.CapacityLimiter(CREATIONS_IN_FLIGHT)
     with meter as phase:
         async with anyio.create_task_group() as tg:
             for i in range(count):
                 manifest = gpu_pod(f"burst-{i:05d}", cards, HOLD_SECONDS)
-                tg.start_soon(_create, stack, manifest, phase.pods)
+                tg.start_soon(_create, stack, manifest, phase.pods, limit)
         await _until_bound(stack, phase.pods, timeout=max(180.0, count / 2))
     if profiler is not None:
         report.show_profiles(profiler.stop())
@@ -228,13 +236,14 @@ async def stream(
     """``--rate`` pods/s for ``--stream-seconds`` onto a full fleet while the burst's pods are
     deleted at ``--free-rate`` per second: each deletion frees room a parked pod waits for."""
     per_pod = 1 if args.granularity_now == "server" else max(1, args.cards // 2)
+    limit = anyio.CapacityLimiter(CREATIONS_IN_FLIGHT)
     with meter as phase:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_free, stack, holders, args.free_rate, phase)
             for i in range(int(args.rate * args.stream_seconds)):
                 await anyio.sleep(max(0.0, phase.started + i / args.rate - time.monotonic()))
                 manifest = gpu_pod(f"stream-{i:05d}", per_pod, HOLD_SECONDS)
-                tg.start_soon(_create, stack, manifest, phase.pods)
+                tg.start_soon(_create, stack, manifest, phase.pods, limit)
             await _until_bound(stack, phase.pods, timeout=args.grace_seconds)
             tg.cancel_scope.cancel()
     return phase
