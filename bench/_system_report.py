@@ -96,6 +96,7 @@ def figures(
         "rest_share": {n: c / rest.seconds for n, c in rest.cpu.items()},
         "requests_per_pod": {k: v / scheduled for k, v in requests.most_common()},
         "emulator_own_ms": 1000 * own / max(len(both["cycle"]), 1),
+        "emulator_own_ms_per_pod": 1000 * own / scheduled,
         "relist": dict(baseline),
         "watch_bytes_per_refresh": watch,
         "watch_bytes_by_client": watchers,
@@ -155,6 +156,7 @@ def show(granularity: str, f: Mapping[str, Any]) -> None:
         f"<= {EMULATOR_CYCLE_MS:g}",
         own <= EMULATOR_CYCLE_MS,
     )
+    _line("  the same per scheduled pod, ms", f"{f['emulator_own_ms_per_pod']:.2f}")
     _show_baseline(f)
 
 
