@@ -3,6 +3,7 @@ the targets of issue 15, one block per granularity."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,19 @@ def freed_to_bound(stack: Stack, uids: Sequence[str], freed: Mapping[str, float]
     return waits
 
 
+def _unbound_why(stack: Stack, uids: Sequence[str]) -> dict[str, int]:
+    """What the scheduler last heard for each pod left unbound (refusal or error text)."""
+    why: Counter[str] = Counter()
+    for uid in uids:
+        record = stack.scheduler.records.get(uid)
+        if record is None:
+            why["never seen by the scheduler"] += 1
+        elif record.bound_at is None:
+            kind = "refused" if record.refusals else "error" if record.errors else "not tried"
+            why[f"{kind} (attempts {min(record.attempts, 3)}+): {record.last_message[:90]}"] += 1
+    return dict(why.most_common(5))
+
+
 def figures(
     stack: Stack,
     pids: Mapping[str, int],
@@ -86,6 +100,7 @@ def figures(
     last = bound_b[-1] if bound_b else b.ended
     return {
         "burst": {"pods": len(b.pods), "bound": len(bound_b)},
+        "unbound_why": _unbound_why(stack, [*b.pods, *s.pods]),
         "burst_rate": len(bound_b) / max(last - b.started, 1e-9),
         "stream": {"pods": len(s.pods), "bound": len(bound_s), "freed": len(s.freed)},
         "latency_ms": {k: [1000 * x for x in v] for k, v in both.items()},
@@ -122,6 +137,8 @@ def show(granularity: str, f: Mapping[str, Any]) -> None:
     rate = f["burst_rate"]
     _line("burst: pods bound per second", f"{rate:.1f}", f">= {RATE_TARGET:g}", rate >= RATE_TARGET)
     _line("stream: pods bound / created / holders freed", "{bound}/{pods}/{freed}".format(**stream))
+    for why, count in f["unbound_why"].items():
+        _line(f"unbound: {count} x", why[:60])
     _show_latencies(f)
     freed = f["freed_to_bound_s"]
     ok = bool(freed) and m.percentile(freed, 99) <= FREED_P99_S

@@ -155,12 +155,21 @@ async def _create(
     into.append(str(response.json()["metadata"]["uid"]))
 
 
+STALL_SECONDS = 20.0
+"""A phase ends when its pods are bound or no pod was bound for this long (pods left waiting
+for kube-scheduler's 5-minute flush are reported as unbound, not waited for)."""
+
+
 async def _until_bound(stack: Stack, uids: Sequence[str], timeout: float) -> None:
+    bound, progress = -1, time.monotonic()
     with anyio.move_on_after(timeout):
-        while True:
+        while time.monotonic() - progress < STALL_SECONDS:
             records = stack.scheduler.records
-            if all(u in records and records[u].bound_at for u in uids):
+            now = sum(1 for u in uids if u in records and records[u].bound_at)
+            if now == len(uids):
                 return
+            if now != bound:
+                bound, progress = now, time.monotonic()
             await anyio.sleep(0.1)
 
 
