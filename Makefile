@@ -8,7 +8,7 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test test-fast members lint setup tools sync demo soak bench format fuzz
+.PHONY: test test-fast members lint setup tools sync demo soak bench bench-system format fuzz
 
 setup: tools sync
 
@@ -63,6 +63,11 @@ bench: setup
 # randomized with many more examples per endpoint (RGPU_FUZZ_PROFILE, tests/fuzz/conftest.py).
 fuzz: setup
 	RGPU_FUZZ_PROFILE=long $(RUN) pytest -q tests/fuzz
+
+# The whole system at 1,000 servers x 8 cards, 5,000 client nodes, 100,000 background pods
+# (about 15 minutes on 2 cores; smaller with ARGS="--servers 100 --clients 500 ...").
+bench-system: setup
+	$(RUN) python bench/bench_system.py $(ARGS)
 
 format: setup
 	$(RUN) ruff check --fix .

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ import anyio
 import httpx
 import trustme
 
-from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
+from rgpu_kubesim import ApiOptions, SimApiServer, Store, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -78,6 +78,9 @@ class StackOptions:
     apiserver_port: int = 0
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per-service extra environment (``{"extender": {"OTEL_...": ...}}``)."""
+    prepare: Callable[[Store], None] | None = None
+    """Writes objects straight into the store before the services start, as a cluster has
+    them before rgpu is installed (the system benchmark's background pods)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -336,6 +339,8 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             )
         )
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
+        if options.prepare is not None:
+            options.prepare(sim.store)
         cert, key, ca_pem = _write_certs(work_dir)
         layout = _Layout.plan(options.replicas)
         services = _processes(options, sim.url, work_dir, cert, key, layout)

@@ -854,6 +854,23 @@ async def test_record_counts_attempts_and_measures_creation_to_binding(
     assert record.wait_seconds is not None and 0.2 <= record.wait_seconds < 5.0
 
 
+async def test_latencies_keep_every_extender_call_and_cycle_by_verb(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a", "node-b")
+    async with scheduler() as emulator:
+        uid = add_pod(sim, "trainer")
+        await eventually(lambda: uid in emulator.records and emulator.records[uid].bound_at)
+    latencies = emulator.latencies()
+    assert {name: len(latencies[name]) for name in latencies} == {
+        "filter": 1,
+        "prioritize": 1,
+        "bind": 1,
+        "cycle": 1,
+    }
+    assert latencies["cycle"][0] >= latencies["filter"][0] + latencies["prioritize"][0] > 0
+
+
 # -- faults --------------------------------------------------------------------------------------
 
 

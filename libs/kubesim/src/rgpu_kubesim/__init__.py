@@ -17,6 +17,7 @@ from rgpu_kubesim._lupine_errors import (
     SimOptionError,
     SimSetupError,
 )
+from rgpu_kubesim._metering import RequestCount, RequestKey, RequestMeter
 from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._store import Store
 from rgpu_kubesim.certs import CertFiles, write_certs
@@ -53,6 +54,9 @@ __all__ = [
     "LupineSpec",
     "PodPlan",
     "PodRecord",
+    "RequestCount",
+    "RequestKey",
+    "RequestMeter",
     "RunRecord",
     "SchedulerConfig",
     "SchedulerEmulator",

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from rgpu_kubesim import _discovery, _openapi, _status
 from rgpu_kubesim._authn import BearerAuth
 from rgpu_kubesim._handlers import Deps, ResourceHandlers
+from rgpu_kubesim._metering import RequestMetering
 from rgpu_kubesim._responses import error_response, json_response
 from rgpu_kubesim.errors import ApiError, FaultSpecError
 
@@ -125,5 +126,8 @@ def create_app(deps: Deps) -> Starlette:
         Route("/apis/{path:path}", resources.handle, methods=_ALL_METHODS),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error}
-    middleware = [Middleware(BearerAuth, authenticator=deps.authn)]
+    middleware = [
+        Middleware(RequestMetering, meter=deps.meter),
+        Middleware(BearerAuth, authenticator=deps.authn),
+    ]
     return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)

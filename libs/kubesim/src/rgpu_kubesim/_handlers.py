@@ -31,6 +31,7 @@ from rgpu_kubesim import (
 from rgpu_kubesim._admission import Admission
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
+from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._objects import Entry, full_object
 from rgpu_kubesim._paging import ListPage
 from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
@@ -62,6 +63,8 @@ class Deps:
     authn: Authenticator
     token_reviewers: frozenset[str] | None = None
     """Users allowed to create TokenReviews (None: everyone, as without RBAC)."""
+    meter: RequestMeter = field(default_factory=RequestMeter)
+    """Counts requests and bytes by client, verb and resource."""
 
 
 class ResourceHandlers:

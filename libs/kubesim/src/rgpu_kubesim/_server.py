@@ -26,6 +26,7 @@ from rgpu_kubesim._app import create_app
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._handlers import Deps
+from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
 
@@ -76,6 +77,8 @@ class SimApiServer:
     """In-process object access (no admission, no faults)."""
     faults: Faults
     """Fault injection, also reachable as ``/_sim/faults``."""
+    meter: RequestMeter
+    """Requests and response bytes so far, by client, verb and resource."""
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -175,6 +178,7 @@ async def run_apiserver(
     )
     faults = Faults(storage, seed=options.seed)
     admission = Admission(storage, service_address_map=options.service_address_map)
+    meter = RequestMeter()
     deps = Deps(
         storage=storage,
         faults=faults,
@@ -185,13 +189,16 @@ async def run_apiserver(
         clock=options.clock,
         authn=Authenticator(storage, clock=options.clock),
         token_reviewers=options.token_reviewers,
+        meter=meter,
     )
     sock = listening_socket(host, port)
     try:
         async with serving(create_app(deps), sock), anyio.create_task_group() as tg:
             await tg.start(_namespaces.run_controller, storage, options.namespace_finalize_seconds)
             try:
-                yield SimApiServer(url=socket_url(sock), store=Store(storage), faults=faults)
+                yield SimApiServer(
+                    url=socket_url(sock), store=Store(storage), faults=faults, meter=meter
+                )
             finally:
                 tg.cancel_scope.cancel()
                 # Open watches would otherwise hold the graceful shutdown until they time out.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
@@ -53,6 +54,11 @@ logger = logging.getLogger(__name__)
 
 NON_TERMINAL_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
 """kube-scheduler's pod informer field selector: finished pods leave its cache."""
+
+TIMED: Final = ("filter", "prioritize", "bind", "cycle")
+"""What ``latencies`` keeps: each extender verb as this scheduler waited for it, and each
+scheduling cycle whole (the emulator's own work is a cycle minus its filter and prioritize)."""
+_KEPT_LATENCIES: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,11 +181,17 @@ class SchedulerEmulator:
             self.api, "/api/v1/pods", self._on_pod, field_selector=NON_TERMINAL_PODS
         )
         self._nodes = Informer(self.api, "/api/v1/nodes", self._on_node)
+        self._latencies = {name: deque[float](maxlen=_KEPT_LATENCIES) for name in TIMED}
 
     @property
     def records(self) -> Mapping[str, PodRecord]:
         """One record per pod seen, by uid (a read-only view)."""
         return MappingProxyType(self._records)
+
+    def latencies(self) -> Mapping[str, tuple[float, ...]]:
+        """Seconds per extender call and per scheduling cycle, by ``TIMED`` name, the most
+        recent first-to-last (bounded, so a long ``rgpu up`` does not grow)."""
+        return {name: tuple(kept) for name, kept in self._latencies.items()}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch nodes and pods and schedule until cancelled."""
@@ -250,7 +262,9 @@ class SchedulerEmulator:
             if pod is None or not self._responsible(pod):
                 self.queue.forget(uid)
                 continue
+            started = time.perf_counter()
             await self._schedule(uid, pod, tg)
+            self._latencies["cycle"].append(time.perf_counter() - started)
 
     def _note(self, uid: str, **changes: Any) -> None:
         record = self._records.get(uid)
@@ -297,11 +311,14 @@ class SchedulerEmulator:
             raise RuntimeError("SchedulerEmulator.run() is not running")
         self._calls += 1
         extender = self._extenders[self._calls % len(self._extenders)]
+        started = time.perf_counter()
         try:
             with anyio.fail_after(self.config.http_timeout_seconds):
                 response = await extender.post(verb, content=orjson.dumps(body))
         except (httpx.HTTPError, TimeoutError) as exc:
             raise ExtenderError(f"{verb} call to the extender failed: {exc!r}") from exc
+        finally:
+            self._latencies[verb].append(time.perf_counter() - started)
         if response.status_code != 200:
             raise ExtenderError(
                 f"failed {verb} with extender at URL {response.url}, code {response.status_code}"

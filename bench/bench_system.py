@@ -1,0 +1,360 @@
+"""The whole system as a cluster loads it: figures beside the targets of issue 15.
+
+Run: ``make bench-system`` (full size, about 10 minutes per granularity on 2 cores) or
+``python3 -m uv run --no-sync python bench/bench_system.py [--servers 1000] [--cards 8]
+[--clients 5000] [--background 100000] [--burst 1000] [--rate 50] [--stream-seconds 60]
+[--free-rate 10] [--granularity both] [--profile DIR] [--json FILE]``
+
+The four services run as separate processes over real HTTP (``rgpu_cli.stack``); the simulated
+apiserver, the fake lupine servers and the scheduler and kubelet emulators run in this process
+(reported together as ``kubesim+emulators``). Pods that ask for no GPU are written straight into
+the apiserver's store before the services start, bound and Running, as a cluster has them. GPU
+pods go through the admission webhook. Per granularity, on a fresh stack:
+
+* rest    - nothing scheduled for ``--rest-seconds``: each process's CPU while discovery probes
+  every server every 15 s (the deployed interval)
+* burst   - ``--burst`` pods created at once (one card each; a whole server's cards in card
+  granularity), which fills a 1,000-server fleet; pods bound per second from the first
+  creation to the last binding; the pods keep their cards
+* stream  - ``--rate`` one-card pods/s (half a server's cards in card granularity) for
+  ``--stream-seconds`` onto that full fleet, while the burst's pods are deleted at
+  ``--free-rate`` per second: each deletion frees room that waiting pods need; "freed -> bound"
+  is the time from a deletion to the first binding onto the freed server
+* relist  - the HAMi-style baseline: one full pod list (HAMi re-lists every pod every 15 s and
+  on forced refreshes; forced refreshes are not counted, so the ratio is a lower bound) against
+  the bytes rgpu's pod watches received per 15 s of the stream
+
+``/filter``, ``/prioritize`` and ``/bind`` latencies are as the scheduler emulator measured
+them (``SchedulerEmulator.latencies``); apiserver requests come from kubesim's request meter,
+by verb and resource, for the rgpu services' clients only. ``--profile DIR`` records every
+process with py-spy during the burst and prints where the time went; py-spy must be installed
+(``python3 -m uv pip install py-spy``), it is not a project dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import _system_measure as m
+import _system_report as report
+import anyio
+import httpx
+import orjson
+from _system_report import Phase
+
+from rgpu_cli.stack import Stack, StackOptions, run_stack
+from rgpu_kubesim import Store
+from rgpu_kubesim.fleet import ContainerPlan, PodPlan, WorkloadSpec
+from rgpu_kubesim.kubelet import KubeletConfig
+
+PROBE_INTERVAL_SECONDS = 15.0
+"""The deployed probe interval."""
+WORKLOAD = WorkloadSpec(pods=0)
+CREATIONS_IN_FLIGHT = 100
+"""httpx's default connection pool size."""
+HOLD_SECONDS = 3600.0
+"""Pods hold their cards until deleted: capacity is freed when the benchmark says so."""
+
+
+# -- the cluster -------------------------------------------------------------------------------
+
+
+def _background_pod(i: int, node: str) -> dict[str, Any]:
+    name = f"web-{i:06d}"
+    labels = {"app.kubernetes.io/name": "web", "pod-template-hash": f"{i % 997:x}"}
+    container = {
+        "name": "web",
+        "image": "registry.local/web:1.4.2",
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "env": [{"name": "MODE", "value": "serve"}],
+    }
+    status = {
+        "phase": "Running",
+        "hostIP": "10.0.0.1",
+        "podIP": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+        "conditions": [
+            {"type": t, "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "containerStatuses": [
+            {
+                "name": "web",
+                "ready": True,
+                "restartCount": 0,
+                "image": "registry.local/web:1.4.2",
+                "state": {"running": {"startedAt": "2026-12-01T00:00:00Z"}},
+            }
+        ],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"nodeName": node, "containers": [container], "restartPolicy": "Always"},
+        "status": status,
+    }
+
+
+def background(count: int) -> Callable[[Store], None]:
+    """Writes ``count`` Running, GPU-less pods spread over the client nodes."""
+
+    def prepare(store: Store) -> None:
+        nodes = [
+            str(n["metadata"]["name"])
+            for n in store.list("nodes")
+            if "hami.io/lupine-server" not in (n["metadata"].get("labels") or {})
+        ]
+        for i in range(count):
+            store.create("pods", _background_pod(i, nodes[i % len(nodes)]))
+
+    return prepare
+
+
+def gpu_pod(name: str, cards: int, run_seconds: float) -> dict[str, Any]:
+    plan = PodPlan(
+        name=name,
+        namespace="default",
+        arrival_seconds=0.0,
+        run_seconds=run_seconds,
+        containers=(ContainerPlan(name="main", cards=cards, memory_mib=None),),
+        spec=WORKLOAD,
+    )
+    return plan.manifest()
+
+
+# -- driving -----------------------------------------------------------------------------------
+
+
+async def _create(
+    stack: Stack, manifest: dict[str, Any], into: list[str], limit: anyio.CapacityLimiter
+) -> None:
+    for attempt in range(3):
+        try:
+            async with limit:
+                response = await stack.create_pod(manifest)
+            break
+        except httpx.TransportError:
+            # A pooled connection the apiserver closed as idle: send again (a 409 means the
+            # first attempt had created the pod after all).
+            if attempt == 2:
+                raise
+    meta = manifest["metadata"]
+    if response.status_code == 409:
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        response = await stack.apiserver.get(path)
+    if response.status_code not in (200, 201):
+        raise RuntimeError(f"pod creation refused: {response.status_code} {response.text[:300]}")
+    into.append(str(response.json()["metadata"]["uid"]))
+
+
+STALL_SECONDS = 20.0
+"""A phase ends when its pods are bound or no pod was bound for this long (pods left waiting
+for kube-scheduler's 5-minute flush are reported as unbound, not waited for)."""
+
+
+async def _until_bound(stack: Stack, uids: Sequence[str], timeout: float) -> None:
+    bound, progress = -1, time.monotonic()
+    with anyio.move_on_after(timeout):
+        while time.monotonic() - progress < STALL_SECONDS:
+            records = stack.scheduler.records
+            now = sum(1 for u in uids if u in records and records[u].bound_at)
+            if now == len(uids):
+                return
+            if now != bound:
+                bound, progress = now, time.monotonic()
+            await anyio.sleep(0.1)
+
+
+async def _fleet_probed(stack: Stack, servers: int, timeout: float) -> None:
+    async with httpx.AsyncClient(base_url=stack.url("discovery"), timeout=60) as client:
+        with anyio.move_on_after(timeout):
+            while True:
+                listed = (await client.get("/v1/fleet")).json().get("servers") or []
+                probed = sum(1 for s in listed if s.get("usageReported"))
+                if len(listed) == servers and probed == servers:
+                    return
+                await anyio.sleep(1.0)
+
+
+class Meter:
+    """Samples the processes, the apiserver tally and the emulator's latencies around a phase."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.pids = {name: p.process.pid for name, p in stack.services.items() if p.process}
+        self.pids["kubesim+emulators"] = os.getpid()
+
+    def __enter__(self) -> Phase:
+        self.phase = Phase(started=time.monotonic())
+        self._procs = m.samples(self.pids)
+        self._tally = self.stack.sim.meter.snapshot()
+        self._kept = {k: len(v) for k, v in self.stack.scheduler.latencies().items()}
+        return self.phase
+
+    def __exit__(self, *exc: object) -> None:
+        phase = self.phase
+        phase.ended = time.monotonic()
+        phase.cpu = m.cpu_between(self._procs, m.samples(self.pids))
+        phase.tally = m.tally_between(self._tally, self.stack.sim.meter.snapshot())
+        latencies = self.stack.scheduler.latencies().items()
+        phase.latencies = {k: list(v[self._kept.get(k, 0) :]) for k, v in latencies}
+        phase.load = m.load_average()
+
+
+async def burst(stack: Stack, count: int, cards: int, profile: Path | None, meter: Meter) -> Phase:
+    """``count`` pods created at once; they hold their cards until the stream deletes them."""
+    profiler = m.Profiler.start(meter.pids, profile, "burst") if profile else None
+    # As many creations in flight as the client's connection pool holds (a controller's
+    # client is rate-limited too); the rest queue here instead of timing out in the pool.
+    limit = anyio.CapacityLimiter(CREATIONS_IN_FLIGHT)
+    with meter as phase:
+        async with anyio.create_task_group() as tg:
+            for i in range(count):
+                manifest = gpu_pod(f"burst-{i:05d}", cards, HOLD_SECONDS)
+                tg.start_soon(_create, stack, manifest, phase.pods, limit)
+        await _until_bound(stack, phase.pods, timeout=max(180.0, count / 2))
+    if profiler is not None:
+        report.show_profiles(profiler.stop())
+    return phase
+
+
+async def _free(stack: Stack, holders: Sequence[str], rate: float, phase: Phase) -> None:
+    """Delete the burst's pods at ``rate`` per second, noting when each server was freed."""
+    for i, uid in enumerate(holders):
+        await anyio.sleep(max(0.0, phase.started + i / rate - time.monotonic()))
+        run = stack.kubelet.records.get(uid)
+        if run is None:
+            continue
+        namespace, name = run.key.split("/", 1)
+        response = await stack.apiserver.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        if response.status_code == 200:
+            phase.freed[uid] = time.monotonic()
+
+
+async def stream(
+    stack: Stack, args: argparse.Namespace, holders: Sequence[str], meter: Meter
+) -> Phase:
+    """``--rate`` pods/s for ``--stream-seconds`` onto a full fleet while the burst's pods are
+    deleted at ``--free-rate`` per second: each deletion frees room a parked pod waits for."""
+    per_pod = 1 if args.granularity_now == "server" else max(1, args.cards // 2)
+    limit = anyio.CapacityLimiter(CREATIONS_IN_FLIGHT)
+    with meter as phase:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_free, stack, holders, args.free_rate, phase)
+            for i in range(int(args.rate * args.stream_seconds)):
+                await anyio.sleep(max(0.0, phase.started + i / args.rate - time.monotonic()))
+                manifest = gpu_pod(f"stream-{i:05d}", per_pod, HOLD_SECONDS)
+                tg.start_soon(_create, stack, manifest, phase.pods, limit)
+            await _until_bound(stack, phase.pods, timeout=args.grace_seconds)
+            tg.cancel_scope.cancel()
+    return phase
+
+
+def _list_every_pod(url: str) -> tuple[int, float]:
+    """A HAMi refresh from a thread of its own: (bytes, this thread's CPU to receive and decode)."""
+    started = time.thread_time()
+    with httpx.Client(base_url=url, timeout=300, headers={"User-Agent": "hami-baseline"}) as c:
+        body = c.get("/api/v1/pods").content
+    orjson.loads(body)
+    return len(body), time.thread_time() - started
+
+
+async def _rest_rate(pid: int, seconds: float = 3.0) -> float:
+    before = m.sample(pid)
+    await anyio.sleep(seconds)
+    return (m.sample(pid).cpu_seconds - before.cpu_seconds) / seconds
+
+
+async def relist(stack: Stack, rounds: int = 2) -> dict[str, float]:
+    """HAMi's refresh (every pod listed), measured: bytes; the client's CPU on its thread; the
+    apiserver's as this process's CPU over the lists minus the client's and minus the lower of
+    the rates at rest just before and just after (the emulators' own background work)."""
+    own = os.getpid()
+    rate_before = await _rest_rate(own)
+    size, client = 0, 0.0
+    before = m.sample(own)
+    for _ in range(rounds):
+        size, spent = await anyio.to_thread.run_sync(_list_every_pod, stack.sim.url)
+        client += spent
+    after = m.sample(own)
+    idle = min(rate_before, await _rest_rate(own)) * (after.at - before.at)
+    server = max(0.0, after.cpu_seconds - before.cpu_seconds - idle - client)
+    return {"bytes": size, "apiserver_cpu": server / rounds, "decode": client / rounds}
+
+
+# -- one granularity ---------------------------------------------------------------------------
+
+
+def _say(granularity: str, what: str) -> None:
+    print(f"[{granularity}] {what}; load average {m.load_average()}", flush=True)
+
+
+async def run(args: argparse.Namespace, granularity: str) -> dict[str, Any]:
+    """Rest, burst, stream and relist on a fresh stack; the figures."""
+    options = StackOptions(
+        servers=args.servers,
+        cards=args.cards,
+        clients=args.clients,
+        seed=args.seed,
+        granularity=granularity,
+        probe_interval_seconds=PROBE_INTERVAL_SECONDS,
+        kubelet=KubeletConfig(start_delay_seconds=0.2),
+        work_dir=Path(tempfile.mkdtemp(prefix=f"bench-system-{granularity}-")),
+        prepare=background(args.background),
+    )
+    args.granularity_now = granularity
+    started = time.monotonic()
+    async with run_stack(options) as stack:
+        _say(granularity, f"stack up in {time.monotonic() - started:.0f} s ({options.work_dir})")
+        await _fleet_probed(stack, args.servers, timeout=180.0)
+        meter = Meter(stack)
+        with meter as rest:
+            await anyio.sleep(args.rest_seconds)
+        _say(granularity, "rest measured")
+        # In card granularity burst pods ask for a whole server's cards, so the fleet is full
+        # in both and the stream's pods park until a deletion frees room.
+        cards = 1 if granularity == "server" else args.cards
+        b = await burst(stack, args.burst, cards, args.profile, meter)
+        _say(granularity, "burst bound")
+        s = await stream(stack, args, b.pods, meter)
+        _say(granularity, "stream done")
+        baseline = await relist(stack)
+        return report.figures(stack, meter.pids, (rest, b, s), baseline)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=1000)
+    parser.add_argument("--cards", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=5000)
+    parser.add_argument("--background", type=int, default=100_000)
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--stream-seconds", type=float, default=60.0)
+    parser.add_argument("--free-rate", type=float, default=10.0, help="burst pods deleted/s")
+    parser.add_argument("--grace-seconds", type=float, default=30.0)
+    parser.add_argument("--rest-seconds", type=float, default=30.0)
+    parser.add_argument("--granularity", choices=("server", "card", "both"), default="both")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args()
+    print(f"load average at start: {m.load_average()}", flush=True)
+    results = {}
+    for granularity in ("server", "card") if args.granularity == "both" else (args.granularity,):
+        results[granularity] = anyio.run(run, args, granularity)
+        report.show(granularity, results[granularity])
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
