@@ -109,7 +109,7 @@ def test_no_service_outlives_the_command_however_it_is_signalled(sig: signal.Sig
 def test_no_service_outlives_the_uv_run_that_started_the_command(sig: signal.Signals) -> None:
     uv = shutil.which("uv")
     if uv is None:
-        pytest.skip("uv is not on PATH")
+        pytest.fail("uv is not on PATH: make setup installs it (python3 -m pip install uv)")
     args = [uv, "run", "--no-sync", "python", "-c", COMMAND]
     for process, pids in _started(args):
         process.send_signal(sig)
@@ -244,7 +244,7 @@ def _descendants(pid: int) -> list[int]:
 def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm() -> None:
     uv = shutil.which("uv")
     if uv is None:
-        pytest.skip("uv is not on PATH")
+        pytest.fail("uv is not on PATH: make setup installs it (python3 -m pip install uv)")
     args = [uv, "run", "--no-sync", "rgpu", "up", "--sim", "--servers", "1", "--clients", "1"]
     env = {**os.environ, "COLUMNS": "300"}
     process = subprocess.Popen(
