@@ -10,6 +10,7 @@ from ._errorbody import (
     ErrorBody,
     ErrorBodyDict,
 )
+from ._validate import MAX_NAME_CHARS, MAX_NAMESPACE_CHARS, MAX_UID_CHARS
 from .admission import (
     ADMISSION_API_VERSION,
     AdmissionRequest,
@@ -115,6 +116,9 @@ __all__ = [
     "DEFAULT_LUPINE_PORT",
     "DEVICE_TYPE",
     "LABEL_SERVER",
+    "MAX_NAMESPACE_CHARS",
+    "MAX_NAME_CHARS",
+    "MAX_UID_CHARS",
     "AdmissionRequest",
     "Allocation",
     "AllocationDict",

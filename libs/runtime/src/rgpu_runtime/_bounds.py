@@ -16,6 +16,8 @@ from typing import Literal, TypeAlias, cast
 import orjson
 from starlette.requests import Request
 
+from rgpu_contracts import MAX_NAME_CHARS, MAX_NAMESPACE_CHARS, MAX_UID_CHARS
+
 from .errors import BadRequest
 
 __all__ = [
@@ -37,13 +39,12 @@ ADMISSION_REVIEW_MAX_BYTES = (3 << 20) + (3 << 19) + (64 << 10)
 ``object`` it sends is at most that; an UPDATE also carries ``oldObject``, at most what etcd
 stores (1.5 MiB); 64 KiB covers the review's envelope and userInfo. Anything larger did not
 come from the apiserver."""
-DNS_SUBDOMAIN_MAX = 253
+DNS_SUBDOMAIN_MAX = MAX_NAME_CHARS
 """Kubernetes' limit on object names (pods, nodes, namespaces' objects): RFC 1123 subdomain."""
-DNS_LABEL_MAX = 63
+DNS_LABEL_MAX = MAX_NAMESPACE_CHARS
 """Kubernetes' limit on namespaces and label values: RFC 1123 label."""
-UID_MAX = 128
-"""Kubernetes uids are 36-character UUIDs; the apiserver keeps uids up to 128 bytes in
-OwnerReferences and events, so anything longer is not a uid."""
+UID_MAX = MAX_UID_CHARS
+"""Kubernetes uids are 36-character UUIDs; anything past the contracts' limit is not a uid."""
 MAX_JSON_DEPTH = 64
 """Deepest nesting accepted: a Pod inside an AdmissionReview is about 12 levels deep, and
 code walking the tree recursively stays far from Python's stack limit."""

@@ -30,7 +30,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_contracts import AllocationRequest, CommitRequest, NoFit, PodRef
+from rgpu_contracts import (
+    MAX_NAME_CHARS,
+    MAX_NAMESPACE_CHARS,
+    MAX_UID_CHARS,
+    AllocationRequest,
+    CommitRequest,
+    NoFit,
+    PodRef,
+)
 from rgpu_runtime import (
     CALLER_AUTH_STATE,
     CallerAuth,
@@ -52,12 +60,6 @@ from .wakeup import Refused
 
 __all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
 
-MAX_UID_CHARS = 128
-"""Kubernetes' limit on ``metadata.uid`` (its own uids are 36-character UUIDs)."""
-MAX_NAME_CHARS = 253
-"""Kubernetes' limit on an object name (a DNS subdomain): pods and nodes."""
-MAX_NAMESPACE_CHARS = 63
-"""Kubernetes' limit on a namespace name (a DNS label)."""
 SMALL_BODY_BYTES = 4096
 """Commit's body is one node name (at most 253 characters): anything larger is not a request
 of ours. (Release reads no body at all.)"""
