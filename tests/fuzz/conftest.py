@@ -14,7 +14,8 @@ until they are fixed; each known bug's minimal reproduction runs as a strict xfa
 red once the fix lands and says the entry must go.
 
 Hypothesis runs under the ``rgpu-fuzz`` profile: derandomized with a bounded number of examples
-for ``make test``; ``RGPU_FUZZ_PROFILE=long`` (``make fuzz``) runs many more, randomized.
+for ``make test`` (``quick``, fewer, for ``make test-fast``); ``RGPU_FUZZ_PROFILE=long``
+(``make fuzz``) runs many more, randomized.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ PROFILE_ENV = "RGPU_FUZZ_PROFILE"
 PROFILES: Mapping[str, Mapping[str, Any]] = {
     # make test: the same inputs on every run (no database, derandomized), about a minute.
     "ci": {"derandomize": True, "max_examples": 60},
+    # make test-fast: the same inputs as ci, fewer of them, for the edit-test loop.
+    "quick": {"derandomize": True, "max_examples": 10},
     # make fuzz: fresh random inputs on every run, many more of them.
     "long": {"derandomize": False, "max_examples": 2000},
 }

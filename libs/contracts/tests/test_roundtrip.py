@@ -149,7 +149,7 @@ def _through_json(value: Any) -> Any:
     return json.loads(json.dumps(value.to_dict()))
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, max_examples=60)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(fleets)
 def test_fleet_roundtrips(fleet: Fleet) -> None:
     assert Fleet.from_dict(_through_json(fleet)) == fleet
@@ -229,7 +229,7 @@ DECODERS: list[Callable[[object], object]] = [
 
 
 @pytest.mark.parametrize("decode", DECODERS, ids=lambda d: getattr(d, "__qualname__", "?"))
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(value=json_values)
 def test_from_dict_raises_only_contract_error(
     decode: Callable[[object], object], value: object
@@ -240,7 +240,7 @@ def test_from_dict_raises_only_contract_error(
         pass
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(st.text() | json_values.map(json.dumps))
 def test_register_decoder_raises_only_contract_error(text: str) -> None:
     try:
@@ -249,7 +249,7 @@ def test_register_decoder_raises_only_contract_error(text: str) -> None:
         pass
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab/,:;0123456789RemoteGPU-")), max_size=40))
 def test_device_decoder_raises_only_contract_error(text: str) -> None:
     try:

@@ -190,7 +190,7 @@ def _add_or_remove(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any]
     return doc, [{"op": "add", "path": f"/{_escape(key)}", "value": draw(_documents)}]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(_add_or_remove())
 def test_json_patch_agrees_with_the_reference_library(
     case: tuple[dict[str, Any], list[dict[str, Any]]],
@@ -200,7 +200,7 @@ def test_json_patch_agrees_with_the_reference_library(
     assert json_patch(copy.deepcopy(doc), ops) == expected
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     st.dictionaries(_keys, _documents, max_size=3), st.dictionaries(_keys, _documents, max_size=3)
 )

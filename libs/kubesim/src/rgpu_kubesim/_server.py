@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -29,6 +29,7 @@ from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
+from rgpu_runtime import EmbeddedServer
 
 _STARTUP_SECONDS = 10.0
 _SHUTDOWN_GRACE_SECONDS = 2
@@ -81,29 +82,12 @@ class SimApiServer:
     """Requests and response bytes so far, by client, verb and resource."""
 
 
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn that leaves signals to the embedding process and reports when it listens."""
+class _EmbeddedServer(EmbeddedServer):
+    """An embedded uvicorn that also reports when it listens."""
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
-        self._stop = anyio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def request_stop(self) -> None:
-        self.should_exit = True
-        self._stop.set()
-
-    async def main_loop(self) -> None:
-        # uvicorn's own loop polls every 0.1 s; waking on the stop event makes teardown prompt.
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 1) % 864_000
-            with anyio.move_on_after(0.1):
-                await self._stop.wait()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:

@@ -76,6 +76,7 @@ from ._tokensource import (
     TokenSource,
     bearer_auth,
 )
+from ._uvicorn import EmbeddedServer
 from ._versioned import Versioned
 from ._watch import WatchEvent
 from .errors import (
@@ -121,6 +122,7 @@ __all__ = [
     "Caller",
     "CallerAuth",
     "Conflict",
+    "EmbeddedServer",
     "EventRecorder",
     "FileTokenSource",
     "FollowPolicy",

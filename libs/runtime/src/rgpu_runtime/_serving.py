@@ -16,7 +16,7 @@ import logging
 import signal
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -27,6 +27,7 @@ from ._draining import Draining
 from ._groups import lone_errors
 from ._lifespan import app_lifespan, with_state
 from ._parse import HostPort
+from ._uvicorn import EmbeddedServer
 from .errors import SettingsError
 
 __all__ = ["Listener", "running", "serve", "serve_listeners"]
@@ -60,14 +61,6 @@ class Listener:
     ssl_keyfile: str | None = None
     face: Callable[[ASGIApp], ASGIApp] | None = None
     client_ca_file: str | None = None
-
-
-class _Server(uvicorn.Server):
-    # Signals are handled once for all listeners by serve_listeners; uvicorn's own handling
-    # would stop only the server that installed its handler last, then re-raise the signal.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
 
 
 async def serve(
@@ -135,9 +128,11 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
             sock.close()
 
 
-async def _stop(servers: Sequence[uvicorn.Server], draining: Draining) -> None:
+async def _stop(servers: Sequence[EmbeddedServer], draining: Draining) -> None:
+    # Signals are handled once for all listeners by serve_listeners; uvicorn's own handling
+    # would stop only the server that installed its handler last, then re-raise the signal.
     for server in servers:
-        server.should_exit = True
+        server.request_stop()
     # Shielded: the block may be exiting because it was cancelled, and the drain is bounded.
     with anyio.CancelScope(shield=True):
         await draining.drain(DRAIN_SECONDS)
@@ -147,7 +142,7 @@ def _face(app: ASGIApp, listener: Listener) -> ASGIApp:
     return app if listener.face is None else listener.face(app)
 
 
-def _server(app: ASGIApp, listener: Listener) -> _Server:
+def _server(app: ASGIApp, listener: Listener) -> EmbeddedServer:
     config = uvicorn.Config(
         app,
         http="httptools",
@@ -171,7 +166,7 @@ def _server(app: ASGIApp, listener: Listener) -> _Server:
             f"{listener.ssl_keyfile!r}{ca} ({exc}); check RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE"
             + ("" if listener.client_ca_file is None else " and RGPU_SCHEDULER_CLIENT_CA_FILE")
         ) from exc
-    return _Server(config)
+    return EmbeddedServer(config)
 
 
 def _bind(listener: Listener) -> socket.socket:
