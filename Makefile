@@ -40,13 +40,14 @@ test: lint members
 	$(RUN) pytest -q
 
 # No OS processes, no whole stack: ruff and the in-process suite, for the edit-test loop;
-# property tests run a tenth of their examples (the full counts run in `make test`).
+# property tests run a tenth of their examples (the full counts run in `make test`), test
+# files are spread over one worker per core, and compiled test modules are cached.
 # The slowest tests are listed so the loop stays under 90 s as tests are added.
 test-fast: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	RGPU_HYPOTHESIS_PROFILE=quick RGPU_FUZZ_PROFILE=quick \
-		$(RUN) pytest -q -m "not e2e and not process" --durations=10
+	RGPU_HYPOTHESIS_PROFILE=quick RGPU_FUZZ_PROFILE=quick PYTHONDONTWRITEBYTECODE= \
+		$(RUN) pytest -q -m "not e2e and not process" -n auto --dist loadfile --durations=10
 
 demo: setup
 	$(RUN) rgpu demo

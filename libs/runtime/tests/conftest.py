@@ -1,11 +1,11 @@
-"""Shared fixtures for rgpu_runtime's tests: clean environment, fixture files, and a small
-apiserver stand-in served over real HTTP from the shared Kubernetes wire fixtures."""
+"""Shared fixtures for rgpu_runtime's tests: fixture files, and a small apiserver stand-in
+served over real HTTP from the shared Kubernetes wire fixtures. The clean environment is the
+root conftest's (it also drops RGPU_* variables the caller's shell may carry)."""
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,15 +27,6 @@ K8S = FIXTURES / "k8s"
 def anyio_backend() -> str:
     # Session scope lets module-scoped async fixtures (the apiserver) share one event loop.
     return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def clean_environ() -> Iterator[None]:
-    """Tests read settings from dicts; nothing they do may leak into os.environ."""
-    original = os.environ.copy()
-    yield
-    os.environ.clear()
-    os.environ.update(original)
 
 
 def load_k8s(name: str) -> Any:

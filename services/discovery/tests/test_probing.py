@@ -104,6 +104,14 @@ async def probes_reached(discovery, minimum: int) -> None:
             await anyio.sleep(0.05)
 
 
+async def all_listed(discovery, servers: int):
+    """The fleet once it lists every server (a loaded machine may deliver the last Node late)."""
+    with anyio.fail_after(40):
+        while len((fleet := await discovery.fleet()).servers) < servers:
+            await anyio.sleep(0.05)
+    return fleet
+
+
 async def test_thousands_of_probes_of_released_builds_never_fail_a_healthy_server(
     sim, start, build
 ) -> None:
@@ -115,11 +123,11 @@ async def test_thousands_of_probes_of_released_builds_never_fail_a_healthy_serve
             lupine = await fleet.start(LupineSpec(name=f"gpu-{i}", mode=mode, gpus=GPUS))
             sim.store.create("nodes", server_node(build, lupine.name, lupine))
         await probes_reached(discovery, SOAK_PROBES)
+        fleet_now = await all_listed(discovery, SOAK_SERVERS)
         failures = sum(discovery.sample("rgpu_discovery_probes_total", result=r) for r in FAILURES)
         probes = discovery.total("rgpu_discovery_probes_total")
         opened = discovery.total("rgpu_discovery_probe_connections_total")
         accepted = sum(lupine.connections for lupine in fleet)
-        fleet_now = await discovery.fleet()
     assert failures == 0
     assert all(s.reachable for s in fleet_now.servers)
     assert len(fleet_now.servers) == SOAK_SERVERS
