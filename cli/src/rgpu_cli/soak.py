@@ -139,8 +139,26 @@ class _Driver:
         self.errors.append(f"{key}: the apiserver kept refusing for {_RETRY_SECONDS:g}s")
         return None
 
-    async def run_pod(self, pod: SoakPod) -> None:
+    async def _create(self, pod: SoakPod) -> httpx.Response | None:
         response = await self._send(pod.key, lambda: self.stack.create_pod(pod.manifest()))
+        if (
+            response is not None
+            and response.status_code == 409
+            and "AlreadyExists" in response.text
+        ):
+            # Names are unique in a soak: an earlier attempt whose answer was lost (a timeout
+            # under load) created it. Carry on with the pod as stored.
+            namespace, name = pod.key.split("/")
+            stored = await self._send(
+                pod.key,
+                lambda: self.stack.apiserver.get(f"/api/v1/namespaces/{namespace}/pods/{name}"),
+            )
+            if stored is not None and stored.status_code == 200:
+                return httpx.Response(201, json=stored.json())
+        return response
+
+    async def run_pod(self, pod: SoakPod) -> None:
+        response = await self._create(pod)
         if response is None or response.status_code != 201:
             self.refused.add(pod.key)
         if response is None:
