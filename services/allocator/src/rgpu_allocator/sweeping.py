@@ -148,9 +148,9 @@ class Reconciler:
 
     def _track_waiting(self, before: PodInfo | None, after: PodInfo | None) -> None:
         pod = after or before
-        if pod is not None:
-            ours = pod.scheduler_name == self._scheduler
-            waiting = after is not None and ours and not (after.bound or after.finished)
+        # schedulerName is immutable: another scheduler's pod never waits for us (most pods).
+        if pod is not None and pod.scheduler_name == self._scheduler:
+            waiting = after is not None and not (after.bound or after.finished)
             self._waiting.track(pod.ref, waiting)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
