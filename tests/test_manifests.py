@@ -54,8 +54,8 @@ DOCKERIGNORE = ROOT / "docker" / "Dockerfile.dockerignore"
 
 NAMESPACE = "rgpu-system"
 SERVICES = ("discovery", "allocator", "extender", "metrics")
-API_CLIENTS = ["discovery", "allocator", "extender"]
-"""The services that call the Kubernetes API (metrics never does)."""
+API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
+"""The services that call the Kubernetes API (metrics only for its leader election)."""
 RECEIVERS = ("allocator", "discovery")
 """Services with guarded routes (DESIGN §10): they confirm callers' tokens with TokenReview."""
 CALLERS = ("extender", "allocator")
@@ -867,12 +867,25 @@ def test_service_binds_only_roles_defined_in_the_manifests(render: Render, servi
         assert render.has(ref["kind"], ref["name"]), f"rgpu-{service} binds {ref['name']}"
 
 
-def test_metrics_has_no_api_token_and_no_role(render: Render) -> None:
-    account = render.get("ServiceAccount", "rgpu-metrics")
-    assert account["automountServiceAccountToken"] is False
+def test_metrics_may_only_read_renew_and_create_its_leader_lease(render: Render) -> None:
+    lease = "coordination.k8s.io"
+    assert _granted(render, "rgpu-metrics") == {
+        Grant(lease, "leases", "get", "rgpu-metrics-leader"),
+        Grant(lease, "leases", "update", "rgpu-metrics-leader"),
+        Grant(lease, "leases", "create"),
+    }
+    assert not _granted(render, "rgpu-metrics", namespace="not-rgpu-system")
     spec = render.deployment("metrics")["spec"]["template"]["spec"]
-    assert spec["automountServiceAccountToken"] is False
-    assert _bindings_of(render, "rgpu-metrics") == []
+    assert spec["automountServiceAccountToken"] is True
+
+
+def test_the_leader_leases_the_code_names_are_the_ones_rbac_grants() -> None:
+    for service, lease in (
+        ("allocator", "rgpu-allocator-leader"),
+        ("metrics", "rgpu-metrics-leader"),
+    ):
+        text = (ROOT / "services" / service / "src" / f"rgpu_{service}" / "app.py").read_text()
+        assert f'LEADER_LEASE = "{lease}"' in text, service
 
 
 TOKEN_REVIEW = Grant("authentication.k8s.io", "tokenreviews", "create")
@@ -1169,8 +1182,7 @@ def test_every_pod_may_resolve_dns_and_api_clients_may_reach_the_apiserver(
             for port in rule.get("ports") or ()
         ]
         assert {"protocol": "UDP", "port": 53} in egress, service
-        if service != "metrics":
-            assert {"protocol": "TCP", "port": 443} in egress, service
+        assert {"protocol": "TCP", "port": 443} in egress, service
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1195,14 +1207,24 @@ def test_production_runs_two_or_more_replicas_of_every_deployment(production: Re
         assert name not in autoscaled or "replicas" not in deployment["spec"], name
 
 
-def test_production_autoscales_the_stateless_services_only(production: Render) -> None:
+def test_production_autoscales_on_cpu_only_the_services_whose_replicas_divide_the_load(
+    production: Render,
+) -> None:
     hpas = production.of_kind("HorizontalPodAutoscaler")
     assert {h["spec"]["scaleTargetRef"]["name"] for h in hpas} == {
-        "rgpu-discovery",
+        "rgpu-allocator",
         "rgpu-extender",
-        "rgpu-metrics",
     }
     assert all(h["apiVersion"] == "autoscaling/v2" for h in hpas)
+    for hpa in hpas:
+        assert [m["resource"]["name"] for m in hpa["spec"]["metrics"]] == ["cpu"]
+
+
+def test_production_sizes_discovery_and_metrics_by_hand_with_two_for_failover(
+    production: Render,
+) -> None:
+    for service in ("discovery", "metrics"):
+        assert production.deployment(service)["spec"]["replicas"] == 2, service
 
 
 def test_production_budgets_disruptions_of_every_deployment(production: Render) -> None:
@@ -1224,11 +1246,15 @@ def test_production_spreads_replicas_over_nodes_and_zones(production: Render) ->
             assert "app.kubernetes.io/name" in constraint["matchLabelKeys"]
 
 
-def test_allocator_runs_active_active_without_leader_election(production: Render) -> None:
-    assert production.deployment("allocator")["spec"]["replicas"] >= 2
-    assert not production.has("HorizontalPodAutoscaler", "rgpu-allocator")
-    granted = _granted(production, "rgpu-allocator")
-    assert {g.name for g in granted if g.resource == "leases"} == {""}, "no named leader Lease"
+def test_allocator_decides_on_every_replica_and_elects_one_for_background_work(
+    production: Render,
+) -> None:
+    assert production.get("HorizontalPodAutoscaler", "rgpu-allocator")["spec"]["minReplicas"] >= 2
+    granted = {
+        (g.verb, g.name) for g in _granted(production, "rgpu-allocator") if g.resource == "leases"
+    }
+    # Claims and the leader Lease alike: every name in rgpu-system, created and replaced (CAS).
+    assert {("get", ""), ("create", ""), ("update", "")} <= granted
 
 
 @pytest.mark.parametrize("name", OVERLAYS)

@@ -17,7 +17,9 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CHECK_LINE = re.compile(r"^(PASS|FAIL) ", re.MULTILINE)
-CHECKS = 9
+CHECKS = 13
+"""Nine of correctness, four of scaling (soak_scaling); the discovery two pass once discovery
+shards its probing and publishes one fleet."""
 
 
 @pytest.mark.parametrize(("granularity", "seed"), [("server", 3), ("card", 4)])

@@ -30,6 +30,13 @@ from .soak_priority import (
     preemption_summary,
     preemption_waits,
 )
+from .soak_scaling import (
+    ScalingEvidence,
+    measure_after_drain,
+    replica_urls,
+    sample_replicas,
+    scaling_checks,
+)
 from .soak_workload import (
     BUDGETS,
     SoakPod,
@@ -132,8 +139,26 @@ class _Driver:
         self.errors.append(f"{key}: the apiserver kept refusing for {_RETRY_SECONDS:g}s")
         return None
 
-    async def run_pod(self, pod: SoakPod) -> None:
+    async def _create(self, pod: SoakPod) -> httpx.Response | None:
         response = await self._send(pod.key, lambda: self.stack.create_pod(pod.manifest()))
+        if (
+            response is not None
+            and response.status_code == 409
+            and "AlreadyExists" in response.text
+        ):
+            # Names are unique in a soak: an earlier attempt whose answer was lost (a timeout
+            # under load) created it. Carry on with the pod as stored.
+            namespace, name = pod.key.split("/")
+            stored = await self._send(
+                pod.key,
+                lambda: self.stack.apiserver.get(f"/api/v1/namespaces/{namespace}/pods/{name}"),
+            )
+            if stored is not None and stored.status_code == 200:
+                return httpx.Response(201, json=stored.json())
+        return response
+
+    async def run_pod(self, pod: SoakPod) -> None:
+        response = await self._create(pod)
         if response is None or response.status_code != 201:
             self.refused.add(pod.key)
         if response is None:
@@ -332,6 +357,7 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
         f"seed {s.seed}"
     )
     evidence, log = Evidence(), FaultLog()
+    scaling = ScalingEvidence(replicas=s.replicas)
     async with run_stack(options.stack) as stack:
         driver = _Driver(stack)
         for namespace in options.workload.namespaces:
@@ -342,6 +368,13 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
         started = time.monotonic()
         async with anyio.create_task_group() as tg:
             await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
+            await tg.start(
+                sample_replicas,
+                stack.apiserver,
+                replica_urls(stack, "discovery"),
+                replica_urls(stack, "metrics"),
+                scaling,
+            )
             async with anyio.create_task_group() as work:
                 if options.faults:
                     apply_standing_faults(stack, log)
@@ -353,6 +386,10 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             wall = time.monotonic() - started
             waited = await _drain(stack, driver, evidence)
             checks = _verdict(options, stack, plans, driver, evidence, log, waited)
+            # After the verdict: the write window plants stale claims the checks above must
+            # not see.
+            await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
+            checks = (*checks, *scaling_checks(scaling))
             tg.cancel_scope.cancel()
         lives = evidence.pods.values()
         return SoakReport(

@@ -36,8 +36,9 @@ from .service_proxy import ServiceProxy
 __all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
-REPLICATED = ("discovery", "allocator", "extender")
-"""The services ``StackOptions.replicas`` multiplies (metrics stays one: it is read, not hit)."""
+REPLICATED = ("discovery", "allocator", "extender", "metrics")
+"""The services ``StackOptions.replicas`` multiplies (every one: each must divide its work,
+not repeat it; metrics replicas elect one exporter of the card series)."""
 SYSTEM_NAMESPACE = "rgpu-system"
 
 

@@ -264,8 +264,11 @@ class Cluster:
         """Pod names holding claims, per server, straight from the stored Leases."""
         out: dict[str, list[str]] = {}
         for lease in self.sim.store.list("leases", namespace="rgpu-system"):
-            server = lease["metadata"]["annotations"].get(ANNOTATION_SERVER)
-            text = lease["metadata"]["annotations"].get(ANNOTATION_CLAIMS, "[]")
+            annotations = lease["metadata"].get("annotations") or {}
+            server = annotations.get(ANNOTATION_SERVER)
+            if server is None:
+                continue  # the leader election's Lease
+            text = annotations.get(ANNOTATION_CLAIMS, "[]")
             out[server] = sorted(c["pod"]["name"] for c in orjson.loads(text))
         return out
 

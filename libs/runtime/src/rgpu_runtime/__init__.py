@@ -36,6 +36,7 @@ from ._bounds import (
 )
 from ._bucket import TokenBucket
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
+from ._election import Election, ElectionTiming
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._logging import JsonFormatter, configure_logging
@@ -122,6 +123,8 @@ __all__ = [
     "Caller",
     "CallerAuth",
     "Conflict",
+    "Election",
+    "ElectionTiming",
     "EmbeddedServer",
     "EventRecorder",
     "FileTokenSource",

@@ -1,8 +1,13 @@
 """The composition root. It builds the allocator's state and
 activities from the settings, and its lifespan owns every client (apiserver, discovery) and
 every background task (fleet and topology long-polls, pod and Lease watches, reconciler,
-sweeper, nudger) in one task group; ``/readyz`` turns ready once all of them have started,
-which for the watches means their first list is in.
+sweeper, nudger, the leader election) in one task group; ``/readyz`` turns ready once all of
+them have started, which for the watches means their first list is in.
+
+Decisions are active-active on every replica. The work a replica does on its own initiative —
+reconciling, sweeping, repairing and nudging, all apiserver writes — runs only on the replica
+holding the ``rgpu-allocator-leader`` Lease, so those writes do not grow with the replica
+count; a follower is just as ready (it decides as well as the leader does).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    Election,
+    ElectionTiming,
     EventRecorder,
     Readiness,
     Settings,
@@ -40,13 +47,19 @@ from .rechecking import Reprober, Revalidator
 from .repair import Repairer
 from .routes import ROUTES, Deps, State
 from .sweeping import Reconciler, Sweeper
-from .wakeup import Nudger, Refused
+from .wakeup import Nudger, Refused, Waiting
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = ["create_app"]
 
 DISCOVERY_TIMEOUT = 5.0
 """Seconds for an ordinary discovery call; long-polls add their hold time on top."""
+LEADER_LEASE = "rgpu-allocator-leader"
+"""The Lease whose holder does the background work (in the system namespace, unlabelled, so
+the claim reflector never lists it)."""
+LEADER_TIMING = ElectionTiming(lease_seconds=4, renew_deadline_seconds=3, retry_seconds=1)
+"""Shorter than client-go's 15 s lease: while no replica leads nobody nudges parked pods, so a
+killed leader's successor should take over within seconds (one renewal a second in all)."""
 
 
 def create_app(
@@ -55,9 +68,11 @@ def create_app(
     discovery_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
     clock: Callable[[], float] = time.time,
+    election: ElectionTiming | None = None,
 ) -> Starlette:
-    """Build the allocator app; ``discovery_transport`` replaces the network and ``clock``
-    the wall clock claims are stamped and judged with (tests)."""
+    """Build the allocator app; ``discovery_transport`` replaces the network, ``clock``
+    the wall clock claims are stamped and judged with, and ``election`` the leader lease's
+    timing (tests)."""
     registry = CollectorRegistry() if registry is None else registry
     readiness = Readiness()
     policy = Policy.from_settings(settings)
@@ -90,8 +105,27 @@ def create_app(
             api = KubeApi(
                 kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events
             )
-            refused = Refused()
-            nudger = Nudger(api, refused, clock=time.time, count=instruments.nudges.inc)
+            refused, waiting = Refused(), Waiting()
+            leader = Election(
+                kube,
+                name=LEADER_LEASE,
+                namespace=policy.namespace,
+                timing=LEADER_TIMING if election is None else election,
+                registry=registry,
+            )
+
+            def leading() -> bool:
+                return leader.is_leader
+
+            nudger = Nudger(
+                api,
+                refused,
+                clock=time.time,
+                count=instruments.nudges.inc,
+                waiting=waiting,
+                leading=leading,
+                held=lambda uid: bool(ledger.servers_of(uid)),
+            )
             trust = cache_trust(policy.ttl)
 
             def pods_trusted() -> bool:
@@ -112,7 +146,21 @@ def create_app(
             repairer = Repairer(
                 policy, judge, writer, api, instruments, resources=settings.resources
             )
-            reconciler = Reconciler(judge, writer, remover, repairer, refused)
+            reconciler = Reconciler(
+                judge,
+                writer,
+                remover,
+                repairer,
+                refused,
+                waiting=waiting,
+                leading=leading,
+                scheduler=policy.scheduler_name,
+            )
+            leader.subscribe(reconciler.leadership)
+            leader.subscribe(nudger.leadership)
+            sweeper = Sweeper(
+                judge, api, remover, reconciler, repairer, until_leading=leader.until_leading
+            )
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             timing = watch_timing(policy.ttl)
             lease_watch = lease_reflector(api, ledger, lease_hooks, instruments, timing=timing)
@@ -121,12 +169,15 @@ def create_app(
                 await tg.start(events.run, kube)
                 await tg.start(nudger.run)
                 await tg.start(reconciler.run)
+                # Elected before the watches list, so a lone replica reconciles what they
+                # deliver; the sweeper starts after them, so a leader's first sweep sees it all.
+                await tg.start(leader.run)
                 # Decisions wait for the first fleet themselves; starting must not.
                 tg.start_soon(follow_fleet(http, inputs, nudger.notify).run)
                 tg.start_soon(follow_topology(http, inputs).run)
                 await tg.start(lease_watch.run)
                 await tg.start(pod_watch.run)
-                await tg.start(Sweeper(judge, api, remover, reconciler, repairer).run)
+                await tg.start(sweeper.run)
                 readiness.set_ready()
                 booking = Booking(
                     policy=policy,

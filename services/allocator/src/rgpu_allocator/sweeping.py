@@ -7,9 +7,16 @@ call. So watches only enqueue the pod uid, and this worker brings that pod's cla
 with the rules, one pod at a time, each decided again on fresh Lease reads.
 
 The ``Sweeper``: watch events can be missed (a replica restarts, a watch is cut, a booking
-simply lapses without any event), so every replica also sweeps periodically: invalid claims
+simply lapses without any event), so the claims are also swept periodically: invalid claims
 are removed, claims whose pod the cache cannot see are checked with a fresh read, and pods
 with duplicate, unbound-marked or missing claims are queued for reconciliation.
+
+Both write to the apiserver on their own initiative, so with several replicas only the elected
+one does either (``rgpu_runtime.Election``), or every replica would write the same fix: the
+apiserver's background writes would grow with the replica count, and all but one would lose
+the compare-and-swap. Decisions stay active-active; a follower only watches. A follower's
+queue is empty, so nothing it saw is lost at a handover: the new leader sweeps at once, which
+finds every invalid claim and queues every pod whose claims need care.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.abc import TaskStatus
@@ -32,7 +40,7 @@ from .judging import Judge, Remover, read_pod
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo
 from .repair import Repairer
-from .wakeup import Refused
+from .wakeup import Refused, Waiting
 
 __all__ = ["Reconciler", "Sweeper", "mark_bound", "sweep_interval"]
 
@@ -67,7 +75,18 @@ async def mark_bound(writer: LeaseWriter, server: str, uid: str, node: str) -> N
 class Reconciler:
     """A queue of pod uids whose claims need a look, and the worker that looks."""
 
-    __slots__ = ("_judge", "_pending", "_refused", "_remover", "_repairer", "_wake", "_writer")
+    __slots__ = (
+        "_judge",
+        "_leading",
+        "_pending",
+        "_refused",
+        "_remover",
+        "_repairer",
+        "_scheduler",
+        "_waiting",
+        "_wake",
+        "_writer",
+    )
 
     def __init__(
         self,
@@ -76,17 +95,33 @@ class Reconciler:
         remover: Remover,
         repairer: Repairer,
         refused: Refused,
+        *,
+        waiting: Waiting | None = None,
+        leading: Callable[[], bool] = lambda: True,
+        scheduler: str = "rgpu-scheduler",
     ) -> None:
         self._judge = judge
+        self._scheduler = scheduler
         self._writer = writer
         self._remover = remover
         self._repairer = repairer
         self._refused = refused
+        self._waiting = Waiting() if waiting is None else waiting
+        self._leading = leading
         self._pending: OrderedDict[PodUID, None] = OrderedDict()
         self._wake: anyio.Event | None = None
 
+    def leadership(self, leading: bool) -> None:
+        """Election listener: a replica that stops leading drops its queue (the next leader
+        sweeps at once, finding the same work)."""
+        if not leading:
+            self._pending.clear()
+
     def enqueue(self, uid: str) -> None:
-        """Ask for ``uid``'s claims to be looked at; callable from synchronous code."""
+        """Ask for ``uid``'s claims to be looked at (while leading); callable from
+        synchronous code."""
+        if not self._leading():
+            return
         if len(self._pending) < QUEUED:
             self._pending[PodUID(uid)] = None
         if self._wake is not None:
@@ -95,6 +130,7 @@ class Reconciler:
     def pod_changed(self, before: PodInfo | None, after: PodInfo | None) -> None:
         """Route a pod watch change: claims to drop, mark bound, or repair; refusals to forget."""
         ledger = self._judge.ledger
+        self._track_waiting(before, after)
         if after is None:
             if before is not None:
                 self._refused.forget(before.uid)
@@ -109,6 +145,13 @@ class Reconciler:
             not held and self._repairer.needed(after)
         ):
             self.enqueue(after.uid)
+
+    def _track_waiting(self, before: PodInfo | None, after: PodInfo | None) -> None:
+        pod = after or before
+        # schedulerName is immutable: another scheduler's pod never waits for us (most pods).
+        if pod is not None and pod.scheduler_name == self._scheduler:
+            waiting = after is not None and not (after.bound or after.finished)
+            self._waiting.track(pod.ref, waiting)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work through the queue forever."""
@@ -151,9 +194,18 @@ class Reconciler:
 
 
 class Sweeper:
-    """Periodically removes invalid claims and queues pods whose claims need care."""
+    """Periodically removes invalid claims and queues pods whose claims need care, while
+    this replica leads (at once when it starts to)."""
 
-    __slots__ = ("_api", "_interval", "_judge", "_reconciler", "_remover", "_repairer")
+    __slots__ = (
+        "_api",
+        "_interval",
+        "_judge",
+        "_reconciler",
+        "_remover",
+        "_repairer",
+        "_until_leading",
+    )
 
     def __init__(
         self,
@@ -162,6 +214,8 @@ class Sweeper:
         remover: Remover,
         reconciler: Reconciler,
         repairer: Repairer,
+        *,
+        until_leading: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._judge = judge
         self._api = api
@@ -169,13 +223,20 @@ class Sweeper:
         self._reconciler = reconciler
         self._repairer = repairer
         self._interval = sweep_interval(judge.ttl)
+        self._until_leading = until_leading
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Sweep every ``sweep_interval`` forever."""
+        """Sweep every ``sweep_interval`` while leading, forever; a replica that starts to
+        lead sweeps at once (what its predecessor may have left undone)."""
         task_status.started()
         while True:
-            await anyio.sleep(self._interval)
+            if self._until_leading is None:
+                await anyio.sleep(self._interval)
+            else:
+                await self._until_leading()
             await self.sweep_once()
+            if self._until_leading is not None:
+                await anyio.sleep(self._interval)
 
     async def sweep_once(self) -> None:
         """One pass over every claim Lease and every pod that may need repair."""

@@ -6,6 +6,13 @@ moves it back to the active queue, and kube-scheduler retries it within about a 
 
 Bounded on every axis: refused pods kept (oldest dropped first), pods nudged per round
 (oldest first), and patches per second.
+
+With several replicas only the elected one nudges, or each capacity event would patch the same
+pods once per replica. Decisions are active-active, so the pods a follower refused are unknown
+to the leader's own ``Refused``; the leader also keeps ``Waiting``, every pending pod of rgpu's
+scheduler as its pod watch shows it (every replica watches every pod), and fills each round
+from there after its own refusals, least recently nudged first, so every waiting pod gets its
+turn whichever replica refused it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from rgpu_runtime import KubeError, KubeNotFound
 from .annotations import ANNOTATION_RETRY_AT
 from .clients import KubeApi
 
-__all__ = ["Nudger", "Refused", "retry_stamp"]
+__all__ = ["Nudger", "Refused", "Waiting", "retry_stamp"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -37,6 +44,11 @@ PER_ROUND = 16
 few in card granularity; more would only have kube-scheduler refuse them again."""
 PER_SECOND = 50.0
 """Upper bound on nudge patches per second, so a flapping fleet cannot flood the apiserver."""
+COOL_DOWN = 1.0
+"""Seconds before a waiting pod is nudged again: kube-scheduler retries a nudged pod within
+about a second, and a second nudge before that retry would only repeat the first."""
+WAITING = 100_000
+"""Pending pods tracked for nudges; beyond that new ones wait for kube-scheduler's flush."""
 
 
 class Refused:
@@ -72,15 +84,67 @@ class Refused:
         return taken
 
 
+class Waiting:
+    """Pending, unbound pods of rgpu's scheduler, least recently nudged first."""
+
+    __slots__ = ("_limit", "_nudged", "_pods")
+
+    def __init__(self, *, limit: int = WAITING) -> None:
+        self._pods: OrderedDict[PodUID, PodRef] = OrderedDict()
+        self._nudged: dict[PodUID, float] = {}
+        self._limit = limit
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def track(self, pod: PodRef, waiting: bool) -> None:
+        """Note whether ``pod`` waits for a server (pending, unbound, rgpu's scheduler)."""
+        if not waiting:
+            self._pods.pop(pod.uid, None)
+            self._nudged.pop(pod.uid, None)
+        elif pod.uid not in self._pods and len(self._pods) < self._limit:
+            self._pods[pod.uid] = pod
+
+    def take(self, count: int, now: float, skip: Callable[[PodUID], bool]) -> list[PodRef]:
+        """Up to ``count`` pods not nudged in the last ``COOL_DOWN`` seconds and not
+        ``skip``ped, least recently nudged first; each moves to the back of the line."""
+        taken: list[PodRef] = []
+        for uid, pod in tuple(self._pods.items()):
+            if len(taken) >= count:
+                break
+            if now - self._nudged.get(uid, -COOL_DOWN) >= COOL_DOWN and not skip(uid):
+                taken.append(pod)
+        for pod in taken:
+            self.nudged(pod.uid, now)
+        return taken
+
+    def nudged(self, uid: PodUID, now: float) -> None:
+        """``uid`` was just nudged: to the back of the line."""
+        if uid in self._pods:
+            self._pods.move_to_end(uid)
+            self._nudged[uid] = now
+
+
 def retry_stamp(now: float) -> str:
     """A value that changes on every nudge (RFC 3339 with microseconds)."""
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Nudger:
-    """Annotates refused pods when capacity appears; run it in the lifespan's task group."""
+    """Annotates refused and waiting pods when capacity appears, while ``leading()``; run it
+    in the lifespan's task group."""
 
-    __slots__ = ("_api", "_clock", "_count", "_pending", "_refused", "_wake")
+    __slots__ = (
+        "_api",
+        "_clock",
+        "_count",
+        "_held",
+        "_leading",
+        "_pending",
+        "_refused",
+        "_waiting",
+        "_wake",
+    )
 
     def __init__(
         self,
@@ -89,11 +153,17 @@ class Nudger:
         *,
         clock: Callable[[], float],
         count: Callable[[], None],
+        waiting: Waiting | None = None,
+        leading: Callable[[], bool] = lambda: True,
+        held: Callable[[PodUID], bool] = lambda uid: False,
     ) -> None:
         self._api = api
         self._refused = refused
+        self._waiting = Waiting() if waiting is None else waiting
         self._clock = clock
         self._count = count
+        self._leading = leading
+        self._held = held
         self._pending = False
         self._wake: anyio.Event | None = None
 
@@ -110,12 +180,31 @@ class Nudger:
             if not self._pending:
                 self._wake = anyio.Event()
                 await self._wake.wait()
+            if not self._leading():
+                # A follower keeps the event pending: the round runs when it takes over,
+                # since capacity may have appeared while the old leader was dying.
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
             self._pending = False
             await self.nudge_round()
 
+    def leadership(self, leading: bool) -> None:
+        """Election listener: a new leader nudges a round at once."""
+        if leading:
+            self.notify()
+
     async def nudge_round(self) -> None:
-        """Nudge up to ``PER_ROUND`` of the oldest refused pods, at most ``PER_SECOND``."""
+        """Nudge up to ``PER_ROUND`` pods, at most ``PER_SECOND``: the oldest this replica
+        refused, then the least recently nudged of the others waiting."""
+        now = self._clock()
         pods = self._refused.take(PER_ROUND)
+        for pod in pods:
+            self._waiting.nudged(pod.uid, now)
+        mine = {pod.uid for pod in pods}
+        pods += self._waiting.take(
+            PER_ROUND - len(pods), now, lambda uid: uid in mine or self._held(uid)
+        )
         if not pods:
             return
         with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):

@@ -5,27 +5,40 @@ they feed and the routes that render it, inside the shared service edge from
 ``rgpu_runtime``. The lifespan owns both HTTP clients and every background task; ``/readyz``
 turns ready once both sources have answered at least once, and stays ready when one goes
 away later, because the last snapshot is still worth exporting (its age says how old it is).
+
+Every replica is scraped, so each card series would reach Prometheus once per replica, and a
+HAMi dashboard that sums ``hami_remote_gpu_*`` would count each card that many times. So the
+replicas elect one of them through the ``rgpu-metrics-leader`` Lease: the holder serves the
+card families, the others only their own self-metrics (process, source health, ``rgpu_leader``)
+— they still follow both sources, so a successor exports at once. A follower stays ready: it
+is healthy, and its self-metrics are worth scraping. Outside a cluster and without
+``RGPU_KUBE_URL`` (a bare process beside discovery and the allocator) there is nobody to
+elect with, and the process exports the cards itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypedDict
 
 import anyio
 import httpx
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    Election,
+    ElectionTiming,
     FollowPolicy,
     FollowStatus,
     Readiness,
     Settings,
     create_service_app,
     http_client,
+    kube_client,
     run_service,
 )
 
@@ -36,7 +49,14 @@ from .routes import ROUTES, Deps
 
 __all__ = ["State", "create_app", "main"]
 
+logger = logging.getLogger(__name__)
+
 SERVICE = "metrics"
+LEADER_LEASE = "rgpu-metrics-leader"
+"""The Lease whose holder exports the card families (in the system namespace)."""
+LEADER_TIMING = ElectionTiming(lease_seconds=10, renew_deadline_seconds=7, retry_seconds=2)
+"""A killed exporter's successor serves the cards within 10 s, below Prometheus' usual 15 s
+scrape interval, so a failover costs at most one scrape of card series."""
 
 
 class State(TypedDict):
@@ -52,8 +72,10 @@ def create_app(
     allocator_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
     policy: FollowPolicy | None = None,
+    election: ElectionTiming | None = None,
 ) -> Starlette:
-    """Build the metrics service; transports replace the network to the peers in tests."""
+    """Build the metrics service; transports replace the network to the peers and
+    ``election`` the leader lease's timing in tests."""
     registry = CollectorRegistry() if registry is None else registry
     policy = POLICY if policy is None else policy
     readiness = Readiness()
@@ -74,8 +96,10 @@ def create_app(
                 timeout=timeout,
                 transport=allocator_transport,
             ) as allocator,
+            AsyncExitStack() as stack,
             anyio.create_task_group() as tg,
         ):
+            exports_cards = await _elect(settings, stack, tg, registry, election)
             fleet = follow_fleet(discovery, board, policy)
             claims = follow_claims(allocator, board, policy)
             statuses = (fleet.status, claims.status)
@@ -86,7 +110,7 @@ def create_app(
                 tg.start_soon(fleet.run)
                 tg.start_soon(claims.run)
                 await tg.start(_ready_once_answered, readiness, statuses)
-                yield {"deps": Deps(board=board, registry=registry)}
+                yield {"deps": Deps(board=board, registry=registry, exports_cards=exports_cards)}
             finally:
                 registry.unregister(collector)
                 tg.cancel_scope.cancel()
@@ -98,6 +122,31 @@ def create_app(
     # every scrape; ours joins the board's pre-rendered card families, so it must match first.
     app.router.routes[:0] = ROUTES
     return app
+
+
+async def _elect(
+    settings: Settings,
+    stack: AsyncExitStack,
+    tg: TaskGroup,
+    registry: CollectorRegistry,
+    timing: ElectionTiming | None,
+) -> Callable[[], bool]:
+    """Join the election in a cluster (or pointed at an apiserver by ``RGPU_KUBE_URL``);
+    returns "do I export the cards"."""
+    kube_settings = settings.kube
+    if kube_settings.url is None and not kube_settings.service_host:
+        logger.warning("no apiserver to elect an exporter with: this process exports every card")
+        return lambda: True
+    kube = await stack.enter_async_context(kube_client(settings))
+    leader = Election(
+        kube,
+        name=LEADER_LEASE,
+        namespace=settings.scheduling.namespace,
+        timing=LEADER_TIMING if timing is None else timing,
+        registry=registry,
+    )
+    await tg.start(leader.run)
+    return lambda: leader.is_leader
 
 
 async def _ready_once_answered(

@@ -20,7 +20,7 @@ messages under one ``Content-Length``, so the server writes them straight to the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -46,6 +46,8 @@ class Deps:
 
     board: Board
     registry: CollectorRegistry
+    exports_cards: Callable[[], bool] = lambda: True
+    """Whether this replica serves the card families (it holds the election Lease)."""
 
 
 def deps(request: Request) -> Deps:
@@ -66,12 +68,15 @@ class Exposition:
         return b"".join(self.parts)
 
 
-def expose(registry: CollectorRegistry, board: Board, accept: str) -> Exposition:
-    """Render ``registry`` and the board's card families for a scraper sending ``accept``."""
+def expose(
+    registry: CollectorRegistry, board: Board, accept: str, *, cards: bool = True
+) -> Exposition:
+    """Render ``registry`` and, with ``cards``, the board's card families for a scraper
+    sending ``accept``."""
     encoder, content_type = choose_encoder(accept)
     openmetrics = content_type.startswith(OPENMETRICS)
     own = encoder(registry)
-    parts = board.block().parts(openmetrics=openmetrics)
+    parts = board.block().parts(openmetrics=openmetrics) if cards else []
     if openmetrics:
         own = own.removesuffix(EOF)
         parts.append(EOF)
@@ -103,9 +108,11 @@ class PartsResponse(Response):
 
 
 async def metrics(request: Request) -> Response:
-    """Every card once (HAMi's families and rgpu's), plus the service's own metrics."""
+    """Every card once (HAMi's families and rgpu's) when this replica exports them, plus the
+    service's own metrics."""
     d = deps(request)
-    exposition = expose(d.registry, d.board, request.headers.get("accept", ""))
+    accept = request.headers.get("accept", "")
+    exposition = expose(d.registry, d.board, accept, cards=d.exports_cards())
     return PartsResponse(exposition.parts, content_type=exposition.content_type)
 
 
