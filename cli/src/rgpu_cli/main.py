@@ -85,7 +85,7 @@ def soak(
     cards: int = typer.Option(4, min=1, help="GPUs per server"),
     clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
     pods: int = typer.Option(1000, min=1, help="pods in the stream"),
-    replicas: int = typer.Option(2, min=1, help="replicas of discovery, allocator, extender"),
+    replicas: int = typer.Option(2, min=1, help="replicas of every service (metrics too)"),
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
     faults: str = typer.Option("standard", callback=_faults, help="standard | none"),
     ttl_seconds: float = typer.Option(10.0, min=0.5, help="booking TTL of the allocator"),
