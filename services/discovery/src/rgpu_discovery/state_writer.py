@@ -114,7 +114,8 @@ class StateWriter:
             for server, pending in list(self._pending.items()):
                 if self._pending.get(server) is pending:
                     del self._pending[server]
-                    await self._write(server, pending.endpoint, _constant(pending.probe))
+                    fold = _constant(pending.probe)
+                    await self._write(server, pending.endpoint, fold, retrying=True)
             for orphan in self._fleet.orphans():
                 stale = self._wall() - orphan.renewed_at > self._policy.orphan_seconds
                 if stale and self._owns(orphan.server):
@@ -139,7 +140,9 @@ class StateWriter:
         else:
             await self._write(report.server, report.endpoint, lambda base: base.after(outcome))
 
-    async def _write(self, server: ServerName, endpoint: str, fold: Fold) -> None:
+    async def _write(
+        self, server: ServerName, endpoint: str, fold: Fold, *, retrying: bool = False
+    ) -> None:
         current = self._fleet.state(server)
         try:
             for _ in range(ATTEMPTS):
@@ -154,7 +157,9 @@ class StateWriter:
         except _Deferred:
             pass
         except KubeError as exc:
-            logger.warning("probe state of %s not written, will retry: %s", server, exc)
+            # Once per outage and server; the retries are counted, not logged.
+            level = logging.DEBUG if retrying else logging.WARNING
+            logger.log(level, "probe state of %s not written, will retry: %s", server, exc)
         self._pending[server] = _Pending(endpoint=endpoint, probe=fold(_base(current, endpoint)))
 
     async def _attempt(
