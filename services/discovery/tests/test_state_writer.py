@@ -18,6 +18,7 @@ from rgpu_discovery.fleet import FleetState, ProbeReport
 from rgpu_discovery.instruments import Instruments
 from rgpu_discovery.lupine import ProbeOutcome
 from rgpu_discovery.probe_states import (
+    COMPONENT_SELECTOR,
     ProbeState,
     StampedState,
     decode_state,
@@ -58,7 +59,7 @@ async def writer_rig(sim, policy: WriterPolicy) -> AsyncIterator[Rig]:
     fleet, registry = FleetState(default_port=14833), CollectorRegistry()
     instruments = Instruments.create(registry, fleet, TopologyState())
     async with kube_client(settings) as kube:
-        api = StateLeaseApi(kube, NAMESPACE)
+        api = StateLeaseApi(kube, NAMESPACE, COMPONENT_SELECTOR)
         watch = StateWatch(api=api, fleet=fleet, backoff=Backoff(initial=0.05, maximum=0.1))
         writer = StateWriter(
             api=api,

@@ -32,6 +32,7 @@ from .fleet import FleetState
 from .instruments import Instruments
 from .lupine import Dialer, LupineProber, dial_tcp
 from .nodes import NodeNotices
+from .probe_states import COMPONENT_SELECTOR
 from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
 from .routes import ROUTES, Deps, State
 from .sharding import GROUP, Shard
@@ -103,7 +104,7 @@ def create_app(
                 instruments=instruments,
                 backoff=watch_backoff,
             )
-            states = StateLeaseApi(kube, settings.scheduling.namespace)
+            states = StateLeaseApi(kube, settings.scheduling.namespace, COMPONENT_SELECTOR)
             state_watch = StateWatch(api=states, fleet=fleet, backoff=watch_backoff)
             shard = Shard(
                 membership=Membership(

@@ -34,8 +34,6 @@ from rgpu_runtime import (
     kube_pages,
 )
 
-from .probe_states import COMPONENT_SELECTOR
-
 __all__ = [
     "COMPONENT",
     "NodeApi",
@@ -82,21 +80,23 @@ class NodeApi:
 
 
 class StateLeaseApi:
-    """The probe-state Leases (``probe_states``) in ``namespace``: list, watch and write.
+    """The probe-state Leases (``probe_states``) in ``namespace``, chosen by
+    ``label_selector``: list, watch and write.
 
     Every call raises the runtime's ``KubeError`` subclasses (``KubeConflict`` when a
     compare-and-swap lost, ``KubeNotFound`` when the Lease is gone).
     """
 
-    def __init__(self, kube: KubeClient, namespace: str) -> None:
+    def __init__(self, kube: KubeClient, namespace: str, label_selector: str) -> None:
         self._kube = kube
         self.namespace = namespace
+        self._selector = label_selector
 
     def pages(self) -> AsyncIterator[Listing]:
         """Every state Lease, page by page."""
         api = self._kube.coordination
         return kube_pages(
-            self._kube, api.list_namespaced_lease, self.namespace, label_selector=COMPONENT_SELECTOR
+            self._kube, api.list_namespaced_lease, self.namespace, label_selector=self._selector
         )
 
     async def watch(self, version: str) -> AsyncIterator[WatchEvent]:
@@ -106,7 +106,7 @@ class StateLeaseApi:
             api.list_namespaced_lease,
             self.namespace,
             resource_version=version,
-            label_selector=COMPONENT_SELECTOR,
+            label_selector=self._selector,
         )
         async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
             async for event in events:
