@@ -177,10 +177,10 @@ async def measure(args: argparse.Namespace, count: int) -> None:
         row("revisions and servers agree", "yes" if agree else "no", "yes")
         if count >= 3:
             await stack.aclose()
-            await handover(sim, names, args)
+            await handover(sim, lupines, args)
 
 
-async def handover(sim: SimApiServer, names: Sequence[str], args: argparse.Namespace) -> None:
+async def handover(sim: SimApiServer, lupines: LupineFleet, args: argparse.Namespace) -> None:
     """Two replicas, then a third member that never renews (a crash): the longest gap
     between two probes of any server while its share is noticed and taken back."""
     async with AsyncExitStack() as stack:
@@ -190,22 +190,23 @@ async def handover(sim: SimApiServer, names: Sequence[str], args: argparse.Names
         await until(lambda: all(r.sample("rgpu_discovery_members") == 2 for r in live))
         await anyio.sleep(2 * args.interval)
         sim.store.create("leases", crashed_lease("crashed"), namespace=NAMESPACE)
-        gap = await longest_gap(live, names, LEASE_SECONDS + 4 * args.interval)
+        gap = await longest_gap(lupines, LEASE_SECONDS + 4 * args.interval)
     target = f"<= {args.interval + LEASE_SECONDS:.1f} s"
     row("longest gap between probes (crash)", f"{gap:.2f} s", target)
 
 
-async def longest_gap(live: Sequence[Replica], names: Sequence[str], seconds: float) -> float:
-    counts = {s: sum(r.probes(s) for r in live) for s in names}
-    last = dict.fromkeys(names, time.monotonic())
+async def longest_gap(lupines: LupineFleet, seconds: float) -> float:
+    """The longest any server went without a connection (a probe), seen from the servers."""
+    counts = {lupine.name: lupine.connections for lupine in lupines}
+    last = dict.fromkeys(counts, time.monotonic())
     gap, end = 0.0, time.monotonic() + seconds
     while time.monotonic() < end:
         now = time.monotonic()
-        for s in names:
-            total = sum(r.probes(s) for r in live)
-            if total != counts[s]:
-                counts[s], gap, last[s] = total, max(gap, now - last[s]), now
-        await anyio.sleep(0.02)
+        for lupine in lupines:
+            if lupine.connections != counts[lupine.name]:
+                counts[lupine.name] = lupine.connections
+                gap, last[lupine.name] = max(gap, now - last[lupine.name]), now
+        await anyio.sleep(0.01)
     return max(gap, *(time.monotonic() - t for t in last.values()))
 
 

@@ -6,9 +6,11 @@ every replica computes the same fleet from the same objects.
 The Lease is named ``lupine-<server>`` (hashed when too long) and labelled
 ``app.kubernetes.io/component: lupine-state`` and ``app.kubernetes.io/managed-by:
 rgpu-discovery``: never ``rgpu-…`` nor ``managed-by: rgpu``, which are the allocator's claim
-Leases' name prefix and label, so neither service ever reads the other's Leases. The state
-is the annotation ``rgpu.io/probe`` (JSON); ``spec.holderIdentity`` names the replica that
-wrote it last and ``spec.renewTime`` when, so ``kubectl get leases`` shows who probes what.
+Leases' name prefix and label, so neither service ever reads the other's Leases. The server is
+named in ``rgpu.io/probed-server`` (not the claim Leases' ``rgpu.io/server``, which tools
+reading every Lease take for a claim Lease), the state in ``rgpu.io/probe`` (JSON);
+``spec.holderIdentity`` names the replica that wrote it last and ``spec.renewTime`` when, so
+``kubectl get leases`` shows who probes what.
 
 A state is rewritten when it changes, and otherwise at least every heartbeat, so a state
 nobody refreshes stands out (its prober stopped). A heartbeat must not look like a change to
@@ -54,7 +56,7 @@ UNREACHABLE_AFTER: Final = 2
 """Consecutive unanswered probes before a server counts as unreachable."""
 
 ANNOTATION_PROBE: Final = "rgpu.io/probe"
-ANNOTATION_SERVER: Final = "rgpu.io/server"
+ANNOTATION_SERVER: Final = "rgpu.io/probed-server"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 COMPONENT_VALUE: Final = "lupine-state"
 COMPONENT_SELECTOR: Final = f"{COMPONENT_LABEL}={COMPONENT_VALUE}"
