@@ -55,6 +55,8 @@ class Shard:
             tg.start_soon(self._membership.run)
             seen = self._membership.ring.revision
             while True:
-                seen, ring = await self._membership.ring.wait_newer(seen, 3600.0)
-                logger.info("probing shared by %d replicas", len(ring.members))
-                self._fleet.targets_changed.publish(self._fleet.targets_changed.value + 1)
+                revision, ring = await self._membership.ring.wait_newer(seen, 3600.0)
+                if revision != seen:
+                    seen = revision
+                    logger.info("probing shared by %d replicas", len(ring.members))
+                    self._fleet.targets_changed.publish(self._fleet.targets_changed.value + 1)
