@@ -132,6 +132,7 @@ def create_app(
                 flights=flights,
                 interval=settings.lupine.probe_interval_seconds,
                 owns=shard.owns,
+                settled=shard.settled,
             )
             reprober = Reprober(
                 fleet=fleet,
@@ -140,6 +141,7 @@ def create_app(
                 min_interval=reprobe_min_interval,
             )
             await tg.start(events.run, kube)
+            instruments.stale.set_function(writer.stale_states)
             await tg.start(shard.run)
             await tg.start(flights.run)
             await tg.start(writer.run)

@@ -152,6 +152,10 @@ class FleetState:
         """Server ``name``'s probe state as last read from the apiserver, if any."""
         return self._states.get(name)
 
+    def listed_states(self) -> list[StampedState]:
+        """Probe states of the servers the fleet lists."""
+        return [state for name, state in self._states.items() if name in self._entries]
+
     def orphans(self) -> list[StampedState]:
         """Probe states of servers the listed fleet does not have (their Node is gone)."""
         if not self.published.value.listed:

@@ -57,6 +57,7 @@ class Instruments:
     state_writes: Counter
     members: Gauge
     owned: Gauge
+    stale: Gauge
 
     @classmethod
     def create(
@@ -116,6 +117,12 @@ class Instruments:
             owned=Gauge(
                 "rgpu_discovery_owned_servers",
                 "Servers this replica probes (its share of the hash ring).",
+                registry=registry,
+            ),
+            stale=Gauge(
+                "rgpu_discovery_stale_states",
+                "Probe states of listed servers not rewritten for two heartbeats: their "
+                "prober stopped probing or cannot write.",
                 registry=registry,
             ),
         )

@@ -226,7 +226,8 @@ def _log(server: ServerName, endpoint: str, outcome: ProbeOutcome) -> None:
 
 class ProbeLoop:
     """Probes the servers this replica ``owns`` every ``interval`` seconds, at most
-    ``concurrency`` at once; ``fleet.targets_changed`` wakes it (new servers, ring changes)."""
+    ``concurrency`` at once, from when ``settled`` is set; ``fleet.targets_changed`` wakes it
+    (new servers, ring changes)."""
 
     def __init__(
         self,
@@ -235,10 +236,12 @@ class ProbeLoop:
         flights: ProbeFlights,
         interval: float,
         owns: Callable[[ServerName], bool] = lambda _: True,
+        settled: anyio.Event | None = None,
         concurrency: int = 64,
     ) -> None:
         self._fleet = fleet
         self._owns = owns
+        self._settled = settled
         self._flights = flights
         self._interval = interval
         self._limiter = anyio.CapacityLimiter(concurrency)
@@ -251,6 +254,9 @@ class ProbeLoop:
         await self._schedule()
 
     async def _schedule(self) -> None:
+        if self._settled is not None:
+            # Who owns what is known only once the other replicas are listed.
+            await self._settled.wait()
         next_round = anyio.current_time()
         seen = self._fleet.targets_changed.revision
         while True:

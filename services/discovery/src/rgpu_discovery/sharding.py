@@ -38,6 +38,8 @@ class Shard:
     ) -> None:
         self._membership = membership
         self._fleet = fleet
+        self.settled = anyio.Event()
+        """Set once this replica's membership is written and the others' are listed."""
         instruments.members.set_function(lambda: len(membership.ring.value.members))
         instruments.owned.set_function(lambda: sum(map(self.owns, fleet.targets())))
 
@@ -48,11 +50,15 @@ class Shard:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Hold the membership and wake the prober on every ring change, until cancelled.
 
-        Started at once: until the membership is up this replica owns every server.
+        Started at once: until the membership is up this replica owns every server (the
+        probe loop waits for ``settled`` before its first round, so a replica joining does not
+        probe everything once).
         """
         task_status.started()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._membership.run)
+            await tg.start(self._membership.run)
+            self.settled.set()
+            self._fleet.targets_changed.publish(self._fleet.targets_changed.value + 1)
             seen = self._membership.ring.revision
             while True:
                 revision, ring = await self._membership.ring.wait_newer(seen, 3600.0)

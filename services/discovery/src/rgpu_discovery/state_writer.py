@@ -128,6 +128,11 @@ class StateWriter:
             # Gone already, rewritten meanwhile, or the apiserver is away: next time.
             logger.debug("orphaned state of %s not deleted: %s", orphan.server, exc)
 
+    def stale_states(self) -> int:
+        """Probe states of listed servers last written more than two heartbeats ago."""
+        limit = self._wall() - 2 * self._policy.heartbeat_seconds
+        return sum(1 for state in self._fleet.listed_states() if state.renewed_at < limit)
+
     async def record(self, report: ProbeReport) -> None:
         """Fold ``report`` into its server's state and write it if that is due; returns once
         the write is in this replica's fleet (or failed, or is pending)."""
