@@ -1,7 +1,7 @@
 """Discovery replicas sharing the probing: probes per server per interval, state writes per
 second, and the longest a server went unprobed across a clean leave and a crash.
 
-Run: ``python3 -m uv run --no-sync python bench/bench_sharding.py [--servers 200]
+Run: ``python3 -m uv run --no-sync python bench/bench_sharding.py [--servers 100]
 [--replicas 1,2,3] [--interval 1] [--heartbeat 4] [--intervals 8]``
 
 For each replica count R, R discovery apps (in process, each with its own registry and
@@ -227,7 +227,7 @@ def row(label: str, value: str, target: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=200)
+    parser.add_argument("--servers", type=int, default=100)
     parser.add_argument("--replicas", default="1,2,3")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--heartbeat", type=float, default=4.0)

@@ -5,8 +5,10 @@ only thing they all see.
 Each member holds one Lease in the system namespace, labelled with its group, and renews it
 every ``renew_seconds``. Every member watches the group's Leases; a Lease not renewed for
 ``lease_seconds`` (judged on this process's own clock, from when the renewal was *seen*, so
-clock skew between hosts does not matter) belongs to a dead member. A member that stops
-cleanly deletes its Lease, so the others take its work over at once instead of after the
+clock skew between hosts does not matter) belongs to a dead member — but only while this
+member's watch is hearing the apiserver: a member that hears nothing (not even its own
+renewals) cannot tell a death from its own deafness, and keeps the ring as it is. A member that
+stops cleanly deletes its Lease, so the others take its work over at once instead of after the
 Lease runs out.
 
 Work is assigned with a consistent-hash ring over the live members (``HashRing``): every
@@ -213,6 +215,10 @@ class Membership:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._kube.timeout):
                 await self._leave()
 
+    def _blind(self) -> bool:
+        limit = max(self._timing.lease_seconds / 2, 2 * self._timing.renew_seconds)
+        return self.reflector.age() > limit
+
     async def _join(self) -> None:
         while True:
             try:
@@ -238,6 +244,11 @@ class Membership:
             await self._forget_dead()
 
     def _judge(self) -> None:
+        if self._blind():
+            # Our own renewals come back through the watch every renew period; silence
+            # longer than that is our blindness (a starved loop, a broken watch), not the
+            # others' death: judging now would hand their work around for nothing.
+            return
         ring = HashRing(self.live())
         if ring != self.ring.value:
             logger.info("%s members now %s", self._group, sorted(ring.members))
