@@ -97,10 +97,15 @@ async def test_each_server_is_probed_by_exactly_one_replica(sim, start, build, c
         await members_seen(running, count)
         names = [lupine.name for lupine in lupines]
         await one_window(running, names)  # probes launched before the ring settled
+        accepted = {lupine.name: lupine.connections for lupine in lupines}
         window = await one_window(running, names)
+        accepted = {lupine.name: lupine.connections - accepted[lupine.name] for lupine in lupines}
         owned = [r.sample("rgpu_discovery_owned_servers") for r in running]
     for server, gained in window.items():
         assert sum(1 for g in gained if g > 0) == 1, (server, gained)
+        # Counted at the server: nobody else probed it (a probe in flight at either end of
+        # the window is counted on one side only).
+        assert abs(accepted[server] - sum(gained)) <= 1, (server, accepted[server], gained)
     assert sum(owned) == SERVERS
     assert all(share > 0 for share in owned)
 
