@@ -5,9 +5,9 @@ only thing they all see.
 Each member holds one Lease in the system namespace, labelled with its group, and renews it
 every ``renew_seconds``. Every member watches the group's Leases; a Lease not renewed for
 ``lease_seconds`` (judged on this process's own clock, from when the renewal was *seen*, so
-clock skew between hosts does not matter) belongs to a dead member — but only while this
-member's watch is hearing the apiserver: a member that hears nothing (not even its own
-renewals) cannot tell a death from its own deafness, and keeps the ring as it is. A member that
+clock skew between hosts does not matter) belongs to a dead member — but only if this member
+saw its own renewals come back meanwhile: one that hears nothing (a starved loop, a broken
+watch) cannot tell a death from its own deafness, and keeps the ring as it is. A member that
 stops cleanly deletes its Lease, so the others take its work over at once instead of after the
 Lease runs out.
 
@@ -26,6 +26,7 @@ import hashlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -170,6 +171,8 @@ class Membership:
         self._wall = wall_clock
         self._members: dict[str, _Member] = {}
         self._own_version = ""
+        # When our own renewals came back through the watch: the clock others are judged by.
+        self._own_seen: deque[float] = deque(maxlen=self._witnesses() + 1)
         self.ring: Versioned[HashRing] = Versioned(HashRing((identity,)))
         """The ring over the live members; this member alone until the first list is in."""
         self.reflector = Reflector[_Member](
@@ -189,12 +192,22 @@ class Membership:
     def live(self) -> frozenset[str]:
         """The members alive now (this one included)."""
         now = self._clock()
-        alive = {
-            m.identity
-            for m in self._members.values()
-            if now - m.seen_at <= self._timing.lease_seconds
-        }
+        alive = {m.identity for m in self._members.values() if not self._dead(m, now)}
         return frozenset({*alive, self.identity})
+
+    def _dead(self, member: _Member, now: float) -> bool:
+        """Silent for the lease time, while our own renewals kept coming back meanwhile: a
+        member that hears nothing (a starved loop, a broken watch, an apiserver refusing
+        writes) cannot tell a death from its own deafness, and judges nobody dead."""
+        if now - member.seen_at <= self._timing.lease_seconds:
+            return False
+        heard = sum(1 for at in self._own_seen if at > member.seen_at)
+        return heard >= self._witnesses()
+
+    def _witnesses(self) -> int:
+        """Own renewals that must be seen after a member's last one before it counts as dead:
+        half of those a lease period holds, at least one."""
+        return max(1, int(self._timing.lease_seconds / self._timing.renew_seconds / 2))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Hold the Lease and follow the group until cancelled; then delete the Lease.
@@ -214,10 +227,6 @@ class Membership:
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._kube.timeout):
                 await self._leave()
-
-    def _blind(self) -> bool:
-        limit = max(self._timing.lease_seconds / 2, 2 * self._timing.renew_seconds)
-        return self.reflector.age() > limit
 
     async def _join(self) -> None:
         while True:
@@ -244,11 +253,6 @@ class Membership:
             await self._forget_dead()
 
     def _judge(self) -> None:
-        if self._blind():
-            # Our own renewals come back through the watch every renew period; silence
-            # longer than that is our blindness (a starved loop, a broken watch), not the
-            # others' death: judging now would hand their work around for nothing.
-            return
         ring = HashRing(self.live())
         if ring != self.ring.value:
             logger.info("%s members now %s", self._group, sorted(ring.members))
@@ -374,4 +378,6 @@ class Membership:
                 self._members.pop(change.before.name, None)
         else:
             self._members[change.after.name] = change.after
+            if change.after.identity == self.identity:
+                self._own_seen.append(self._clock())
         self._judge()
