@@ -119,3 +119,61 @@ async def test_a_member_that_stops_renewing_is_dead_after_the_lease_time() -> No
         sim.store.create("leases", lease, namespace=NAMESPACE)  # type: ignore[attr-defined]
         await members_are(a, "a", "b")
         await members_are(a, "a")
+
+
+class FakeClock:
+    """Monotonic seconds the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_member_that_hears_nothing_of_its_own_renewals_judges_nobody_dead() -> None:
+    clock = FakeClock()
+    async with cluster() as (sim, kube):
+        lease = {
+            "metadata": {
+                "name": "discovery-member-b",
+                "labels": {"rgpu.io/membership": "discovery"},
+            },
+            "spec": {"holderIdentity": "b", "leaseDurationSeconds": 1},
+        }
+        sim.store.create("leases", lease, namespace=NAMESPACE)  # type: ignore[attr-defined]
+        a = Membership(
+            kube=kube,
+            namespace=NAMESPACE,
+            group="discovery",
+            identity="a",
+            timing=FAST,
+            clock=clock,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(a.run)
+            sim.faults.set_error(verb="update", resource="leases", rate=1.0)  # type: ignore[attr-defined]
+            clock.now += 60.0
+            tried = lease_updates(sim)
+            # Four renewals refused: a heard none of its own, so b's silence proves nothing.
+            await eventually(lambda: lease_updates(sim) >= tried + 4, timeout=5.0)
+            deaf = a.live()
+            sim.faults.clear()  # type: ignore[attr-defined]
+            await eventually(lambda: a.live() == {"a"}, timeout=5.0, what="b judged dead")
+            # Dead for longer than forget_after lease periods: its Lease is deleted, a's kept.
+            await eventually(lambda: lease_names(sim) == ["discovery-member-a"], timeout=5.0)
+            tg.cancel_scope.cancel()
+    assert deaf == {"a", "b"}
+
+
+def lease_updates(sim: object) -> int:
+    """Lease updates (renewals) the apiserver has received so far."""
+    counts = sim.meter.snapshot()  # type: ignore[attr-defined]
+    return sum(
+        c.requests for k, c in counts.items() if (k.verb, k.resource) == ("update", "leases")
+    )
+
+
+def lease_names(sim: object) -> list[str]:
+    leases = sim.store.list("leases", namespace=NAMESPACE)  # type: ignore[attr-defined]
+    return [lease["metadata"]["name"] for lease in leases]

@@ -321,7 +321,12 @@ class Membership:
             return
         limit = self._timing.lease_seconds * self._timing.forget_after
         now = self._clock()
-        for member in [m for m in self._members.values() if now - m.seen_at > limit]:
+        gone = [
+            m
+            for m in self._members.values()
+            if m.identity != self.identity and now - m.seen_at > limit and self._dead(m, now)
+        ]
+        for member in gone:
             await self._delete(member)
 
     async def _delete(self, member: _Member) -> None:
