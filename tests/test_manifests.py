@@ -937,6 +937,14 @@ def test_allocator_leases_are_granted_only_in_the_rgpu_namespace(render: Render)
     assert render.settings()["RGPU_NAMESPACE"] == NAMESPACE
 
 
+def test_discovery_leases_are_granted_only_in_the_rgpu_namespace(render: Render) -> None:
+    cluster_wide = _granted(render, "rgpu-discovery", namespace="not-rgpu-system")
+    assert not {g for g in cluster_wide if g.resource == "leases"}
+    granted = _granted(render, "rgpu-discovery", namespace=NAMESPACE)
+    verbs = {g.verb for g in granted if g.resource == "leases" and not g.name}
+    assert verbs == {"get", "list", "watch", "create", "update", "delete"}
+
+
 _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "nodes", "get"): ("read_node",),
     ("", "nodes", "list"): ("list_node",),

@@ -3,6 +3,7 @@ annotations shaped like HAMi's device plugin writes them, and settings dicts."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -22,8 +23,16 @@ from rgpu_discovery import create_app
 from rgpu_discovery.lupine import Dialer, dial_tcp
 from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
+from rgpu_discovery.state_writer import WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Backoff, BearerAuth, Settings, TokenRequestSource, kube_client
+from rgpu_runtime import (
+    Backoff,
+    BearerAuth,
+    MembershipTiming,
+    Settings,
+    TokenRequestSource,
+    kube_client,
+)
 from rgpu_testkit import eventually
 
 NAMESPACE = "rgpu-system"
@@ -34,6 +43,11 @@ ALLOCATOR = f"system:serviceaccount:{NAMESPACE}:{ALLOCATOR_ACCOUNT}"
 TOPOLOGY_KEYS = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone")
 FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2)
 """Apiserver retries in tests: fast enough that recovery is seen within a second."""
+FAST_MEMBERSHIP = MembershipTiming(lease_seconds=2.0, renew_seconds=0.25)
+"""Replicas renew four times a second and are dead after two silent seconds (a loaded
+2-core machine can starve a replica for a second)."""
+FAST_WRITER = WriterPolicy(heartbeat_seconds=30.0, retry_seconds=0.1, reflect_seconds=2.0)
+"""States retried ten times a second; no heartbeat inside a test unless it asks for one."""
 RACK = "topology.rgpu.io/rack"
 ZONE = "topology.kubernetes.io/zone"
 
@@ -240,7 +254,9 @@ async def caller(
 def start(
     sim: SimApiServer, make_settings: Callable[..., Settings]
 ) -> Callable[..., AbstractAsyncContextManager[Discovery]]:
-    """Start discovery against ``sim``: ``async with start(**RGPU_overrides) as d:``."""
+    """Start discovery against ``sim``: ``async with start(**RGPU_overrides) as d:``; each
+    replica started gets its own identity (``discovery-1``, ``discovery-2``…) unless given."""
+    started = itertools.count(1)
 
     @asynccontextmanager
     async def run(
@@ -248,6 +264,9 @@ def start(
         probe_dialer: Dialer = dial_tcp,
         wait_ready: bool = True,
         reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
+        identity: str | None = None,
+        membership: MembershipTiming = FAST_MEMBERSHIP,
+        writer_policy: WriterPolicy = FAST_WRITER,
         **overrides: str,
     ) -> AsyncIterator[Discovery]:
         registry = CollectorRegistry()
@@ -258,6 +277,9 @@ def start(
             registry=registry,
             watch_backoff=FAST_BACKOFF,
             reprobe_min_interval=reprobe_min_interval,
+            identity=identity or f"discovery-{next(started)}",
+            membership=membership,
+            writer_policy=writer_policy,
         )
         async with (
             caller(sim.url) as auth,

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import orjson
 import pytest
 
 from rgpu_contracts import Fleet
-from rgpu_discovery.fleet import FleetState, ProbeReport, ProbeState, build_server
+from rgpu_contracts.ids import ServerName
+from rgpu_discovery.fleet import FleetState, ProbeState, build_server
 from rgpu_discovery.lupine import ProbeOutcome, ProbeResult
 from rgpu_discovery.nodes import decode_cards
+from rgpu_discovery.probe_states import StampedState
 
 DEFAULT = 14833
 
@@ -36,9 +37,25 @@ def listed(fleet: FleetState, *views) -> int:
     return fleet.snapshot().revision
 
 
-def report(outcome: str, *busy: str, endpoint: str = "10.0.0.1:14833") -> ProbeReport:
-    result = ProbeOutcome(result=outcome, busy=frozenset(busy))
-    return ProbeReport(server="gpu-a", endpoint=endpoint, outcome=result)
+def stamped(
+    *busy: str,
+    endpoint: str = "10.0.0.1:14833",
+    probe: ProbeState | None = None,
+    since: int = 0,
+    version: int = 1,
+) -> StampedState:
+    """gpu-a's state as read from its Lease (busy ``busy`` unless ``probe`` is given)."""
+    if probe is None:
+        probe = ProbeState(probed=True, usage_reported=True, busy=frozenset(busy))
+    return StampedState(
+        server=ServerName("gpu-a"),
+        endpoint=endpoint,
+        probe=probe,
+        version=str(version),
+        since=since,
+        renewed_at=0.0,
+        holder="discovery-1",
+    )
 
 
 def test_nothing_is_listed_before_the_first_list(fleet: FleetState) -> None:
@@ -109,52 +126,81 @@ def test_removing_a_known_server_publishes_and_an_unknown_one_does_not(
     assert fleet.snapshot().revision == revision + 1
 
 
-def test_busy_set_change_moves_revision_once_per_batch(fleet: FleetState, gpu_a) -> None:
+def test_states_applied_together_move_the_revision_once(fleet: FleetState, gpu_a) -> None:
     revision = listed(fleet, gpu_a())
-    assert fleet.apply_probes([report("usage", "GPU-1"), report("usage", "GPU-1", "GPU-2")])
+    assert fleet.apply_states([stamped("GPU-1"), stamped("GPU-1", "GPU-2")])
     assert fleet.snapshot().revision == revision + 1
     assert fleet.fleet().servers[0].busy == {"GPU-1", "GPU-2"}
 
 
 def test_same_busy_set_again_does_not_move_revision(fleet: FleetState, gpu_a) -> None:
     listed(fleet, gpu_a())
-    fleet.apply_probes([report("usage", "GPU-1")])
+    fleet.apply_states([stamped("GPU-1")])
     revision = fleet.snapshot().revision
-    assert not fleet.apply_probes([report("usage", "GPU-1")])
+    assert not fleet.apply_states([stamped("GPU-1", version=9)])
     assert fleet.snapshot().revision == revision
 
 
-def test_one_failed_probe_changes_nothing_the_second_makes_unreachable(
-    fleet: FleetState, gpu_a
-) -> None:
+def test_unreachable_state_is_published(fleet: FleetState, gpu_a) -> None:
     revision = listed(fleet, gpu_a())
-    fleet.apply_probes([report("timeout")])
-    assert fleet.snapshot().revision == revision
-    fleet.apply_probes([report("refused")])
+    down = ProbeState(reachable=False, failures=2, probed=True)
+    fleet.apply_states([stamped(probe=down)])
     assert fleet.snapshot().revision == revision + 1
     assert not fleet.fleet().servers[0].reachable
 
 
-def test_probe_for_an_old_endpoint_is_ignored(fleet: FleetState, gpu_a) -> None:
+def test_state_for_an_old_endpoint_is_ignored(fleet: FleetState, gpu_a) -> None:
     revision = listed(fleet, gpu_a())
-    assert not fleet.apply_probes([report("usage", "GPU-1", endpoint="10.9.9.9:14833")])
+    assert not fleet.apply_states([stamped("GPU-1", endpoint="10.9.9.9:14833")])
     assert fleet.snapshot().revision == revision
 
 
 def test_probe_state_survives_node_updates(fleet: FleetState, gpu_a) -> None:
     listed(fleet, gpu_a())
-    fleet.apply_probes([report("usage", "GPU-2")])
+    fleet.apply_states([stamped("GPU-2")])
     fleet.apply(gpu_a(ready="False"))
     assert fleet.fleet().servers[0].busy == {"GPU-2"}
 
 
-def test_forgotten_server_comes_back_unprobed(fleet: FleetState, gpu_a) -> None:
+def test_state_known_before_the_node_applies_when_it_is_listed(fleet: FleetState, gpu_a) -> None:
+    fleet.apply_states([stamped("GPU-2")])
     listed(fleet, gpu_a())
-    fleet.apply_probes([report("usage", "GPU-2")])
-    fleet.remove("gpu-a")
-    fleet.apply(gpu_a())
+    assert fleet.fleet().servers[0].busy == {"GPU-2"}
+
+
+def test_server_whose_state_was_deleted_is_unprobed_again(fleet: FleetState, gpu_a) -> None:
+    listed(fleet, gpu_a())
+    fleet.apply_states([stamped("GPU-2")])
+    revision = fleet.snapshot().revision
+    assert fleet.apply_states((), ["gpu-a"])
     server = fleet.fleet().servers[0]
     assert (server.busy, server.usage_reported) == (frozenset(), False)
+    assert fleet.snapshot().revision == revision + 1
+
+
+def test_revision_is_the_newest_resource_version_behind_the_fleet(fleet: FleetState, gpu_a) -> None:
+    fleet.replace_all([gpu_a()], {"gpu-a": 40})
+    assert fleet.snapshot().revision == 40
+    fleet.apply_states([stamped("GPU-1", since=55)])
+    assert fleet.snapshot().revision == 55
+
+
+def test_a_change_older_than_the_revision_still_moves_it_up(fleet: FleetState, gpu_a) -> None:
+    fleet.replace_all([gpu_a()], {"gpu-a": 40})
+    fleet.apply_states([stamped("GPU-1", since=30)])
+    assert fleet.snapshot().revision == 41
+
+
+def test_a_replica_listing_later_computes_the_same_revision(gpu_a) -> None:
+    watched = FleetState(default_port=DEFAULT)
+    watched.replace_all([gpu_a()], {"gpu-a": 40})
+    watched.apply_states([stamped("GPU-1", since=55)])
+    watched.apply_states([stamped("GPU-1", since=55, version=70)])
+    late = FleetState(default_port=DEFAULT)
+    late.apply_states([stamped("GPU-1", since=55, version=70)])
+    late.replace_all([gpu_a()], {"gpu-a": 40})
+    assert late.snapshot().revision == watched.snapshot().revision == 55
+    assert late.fleet().servers == watched.fleet().servers
 
 
 def test_new_or_moved_endpoint_signals_the_prober(fleet: FleetState, gpu_a) -> None:
@@ -174,11 +220,6 @@ def test_body_is_the_fleet_contract_sorted_by_name(fleet: FleetState, build) -> 
     decoded = Fleet.from_dict(orjson.loads(fleet.snapshot().body()))
     assert decoded == fleet.fleet()
     assert [s.name for s in decoded.servers] == ["gpu-a", "gpu-b", "gpu-c"]
-
-
-def test_revision_starts_at_the_clock_in_ms_so_a_restart_never_reuses_one() -> None:
-    before = time.time_ns() // 1_000_000
-    assert FleetState(default_port=14833).snapshot().revision >= before
 
 
 BUSY = ProbeState(probed=True, usage_reported=True, busy=frozenset({"GPU-1"}))
@@ -228,7 +269,7 @@ def test_one_failed_probe_keeps_server_reachable(result: ProbeResult) -> None:
 def test_two_failed_probes_in_a_row_make_server_unreachable() -> None:
     state = BUSY.after(outcome("timeout")).after(outcome("refused"))
     assert not state.reachable
-    assert not state.after(outcome("unreachable")).reachable
+    assert state.after(outcome("unreachable")) == state
 
 
 def test_an_answer_between_failures_resets_the_count() -> None:

@@ -17,6 +17,7 @@ import pytest
 from rgpu_discovery import create_app
 from rgpu_kubesim import ApiOptions, run_apiserver
 from rgpu_runtime import Listener, running
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +55,18 @@ async def served(make_settings) -> AsyncIterator[Served]:
             sim.store.create("serviceaccounts", {"metadata": meta})
         app = create_app(make_settings(RGPU_KUBE_URL=sim.url))
         async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
+            await ready(url)
             yield Served(url=url, sim_url=sim.url, clock=clock)
+
+
+async def ready(url: str) -> None:
+    """Wait for ``/readyz``: the fleet and topology are served from the first Node list on."""
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+
+        async def answered() -> bool:
+            return (await client.get("/readyz")).status_code == 200
+
+        await eventually(answered, timeout=5.0, what="discovery's /readyz answering 200")
 
 
 async def probe(served: Served, auth: httpx.Auth | None = None) -> httpx.Response:

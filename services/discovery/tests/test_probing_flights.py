@@ -14,9 +14,10 @@ from anyio.abc import SocketAttribute, SocketStream
 from prometheus_client import CollectorRegistry
 
 from rgpu_contracts.ids import ServerName
-from rgpu_discovery.fleet import FleetState
+from rgpu_discovery.fleet import FleetState, ProbeReport
 from rgpu_discovery.instruments import Instruments
 from rgpu_discovery.lupine import LupineProber
+from rgpu_discovery.probe_states import ProbeState, StampedState
 from rgpu_discovery.probing import ProbeFlights
 from rgpu_discovery.topology import TopologyState
 
@@ -63,6 +64,31 @@ async def prober_for(lupine: Lupine, timeout: float) -> AsyncIterator[LupineProb
         tg.cancel_scope.cancel()
 
 
+@dataclass
+class Recorder:
+    """Records results as a single replica's state Leases would, straight into the fleet
+    (the apiserver path is tested in test_state_writer and test_sharding)."""
+
+    fleet: FleetState
+    version: int = 0
+
+    async def __call__(self, report: ProbeReport) -> None:
+        current = self.fleet.state(report.server)
+        fresh = current is None or current.endpoint != report.endpoint
+        base = ProbeState() if fresh or current is None else current.probe
+        self.version += 1
+        state = StampedState(
+            server=report.server,
+            endpoint=report.endpoint,
+            probe=base.after(report.outcome),
+            version=str(self.version),
+            since=self.version,
+            renewed_at=0.0,
+            holder="test",
+        )
+        self.fleet.apply_states([state])
+
+
 @dataclass(kw_only=True)
 class Clock:
     now: float = 100.0
@@ -92,7 +118,9 @@ async def rig(build) -> AsyncIterator[Rig]:
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     lupine, clock = Lupine(), Clock()
     async with prober_for(lupine, 5.0) as prober, anyio.create_task_group() as tg:
-        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments, clock=clock)
+        flights = ProbeFlights(
+            record=Recorder(fleet), prober=prober, instruments=instruments, clock=clock
+        )
         await tg.start(flights.run)
         yield Rig(fleet=fleet, flights=flights, lupine=lupine, clock=clock)
         tg.cancel_scope.cancel()
@@ -193,7 +221,7 @@ async def test_probe_before_run_is_a_clear_error() -> None:
     fleet = FleetState(default_port=14833)
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     async with LupineProber(timeout=1.0) as prober:
-        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
+        flights = ProbeFlights(record=Recorder(fleet), prober=prober, instruments=instruments)
         with pytest.raises(RuntimeError, match=r"ProbeFlights\.run is not running"):
             await flights.probe(GPU_A, ENDPOINT)
 
@@ -203,7 +231,7 @@ async def test_waiters_are_released_when_run_stops() -> None:
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     lupine = Lupine()
     async with prober_for(lupine, 5.0) as prober:
-        flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
+        flights = ProbeFlights(record=Recorder(fleet), prober=prober, instruments=instruments)
         outcomes: list[str] = []
 
         async def wait() -> None:

@@ -185,7 +185,7 @@ async def test_down_server_keeps_busy_and_turns_unreachable_on_the_second_reprob
         second, second_revision, _ = decoded(await discovery.reprobe("gpu-a"))
     assert (first.reachable, first.busy, first_revision) == (True, {"GPU-1"}, held.revision)
     assert (second.reachable, second.busy) == (False, {"GPU-1"})
-    assert second_revision == held.revision + 1
+    assert second_revision > held.revision
 
 
 async def test_reprobe_failure_then_periodic_failure_make_a_server_unreachable(

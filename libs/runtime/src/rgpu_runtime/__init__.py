@@ -43,6 +43,7 @@ from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
 from ._longpoll_follower import Follower, FollowPolicy, FollowStatus
 from ._main import default_listeners, run_service
+from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
 from ._parse import HostPort
 from ._readiness import Readiness
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
@@ -132,6 +133,7 @@ __all__ = [
     "FollowStatus",
     "Follower",
     "Forbidden",
+    "HashRing",
     "HostPort",
     "HttpSettings",
     "JsonFormatter",
@@ -149,6 +151,8 @@ __all__ = [
     "Listing",
     "LogSettings",
     "LupineSettings",
+    "Membership",
+    "MembershipTiming",
     "NotFound",
     "ObjectChange",
     "ObjectRef",
@@ -192,6 +196,7 @@ __all__ = [
     "json_response",
     "kube_client",
     "kube_pages",
+    "member_lease_name",
     "object_key",
     "read_bounded_json",
     "read_json",

@@ -1,20 +1,25 @@
 """The composition root — it builds discovery's states, opens its
-clients (apiserver, lupine probes), starts its background tasks (Node watch, shared probes,
-probe loop, event outbox) in one task group the lifespan owns, and hands the states to the
-routes.
+clients (apiserver, lupine probes), starts its background tasks (membership, probe-state
+watch and writer, Node watch, shared probes, probe loop, event outbox) in one task group the
+lifespan owns, and hands the states to the routes.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
     Backoff,
+    Membership,
+    MembershipTiming,
     Readiness,
     Settings,
     caller_auth,
@@ -22,13 +27,17 @@ from rgpu_runtime import (
     kube_client,
 )
 
-from .clients import event_recorder, node_event
+from .clients import StateLeaseApi, event_recorder, node_event
 from .fleet import FleetState
 from .instruments import Instruments
 from .lupine import Dialer, LupineProber, dial_tcp
 from .nodes import NodeNotices
+from .probe_states import COMPONENT_SELECTOR
 from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
 from .routes import ROUTES, Deps, State
+from .sharding import GROUP, Shard
+from .state_watch import StateWatch
+from .state_writer import StateWriter, WriterPolicy
 from .topology import TopologyState
 from .watching import Catalog, NodeWatch
 
@@ -45,12 +54,18 @@ def create_app(
     registry: CollectorRegistry | None = None,
     watch_backoff: Backoff = WATCH_BACKOFF,
     reprobe_min_interval: float = REPROBE_MIN_INTERVAL,
+    identity: str | None = None,
+    membership: MembershipTiming | None = None,
+    writer_policy: WriterPolicy | None = None,
 ) -> Starlette:
     """Discovery's ASGI app; ``probe_dialer`` opens the lupine probes' connections.
 
     ``reprobe_min_interval`` (seconds): an on-demand probe of a server probed more recently
     than this answers with the current state instead of probing. Raises ``ValueError`` when
-    it is negative.
+    it is negative. ``identity`` names this replica among its peers (default: the host
+    name, which in a pod is the pod's name, and the process id, which tells apart replicas
+    sharing a host); ``membership`` and ``writer_policy`` time the
+    sharing of probes (``sharding``, ``state_writer``).
     """
     registry = CollectorRegistry() if registry is None else registry
     readiness = Readiness()
@@ -58,6 +73,9 @@ def create_app(
     topology = TopologyState()
     instruments = Instruments.create(registry, fleet, topology)
     timeout = settings.lupine.probe_timeout_seconds
+    name = identity or f"{socket.gethostname()}-{os.getpid()}"
+    interval = settings.lupine.probe_interval_seconds
+    policy = writer_policy or WriterPolicy(heartbeat_seconds=max(60.0, 4 * interval))
     if not reprobe_min_interval >= 0:
         raise ValueError(f"reprobe_min_interval must be >= 0 seconds, got {reprobe_min_interval!r}")
 
@@ -86,9 +104,35 @@ def create_app(
                 instruments=instruments,
                 backoff=watch_backoff,
             )
-            flights = ProbeFlights(fleet=fleet, prober=prober, instruments=instruments)
+            states = StateLeaseApi(kube, settings.scheduling.namespace, COMPONENT_SELECTOR)
+            state_watch = StateWatch(api=states, fleet=fleet, backoff=watch_backoff)
+            shard = Shard(
+                membership=Membership(
+                    kube=kube,
+                    namespace=settings.scheduling.namespace,
+                    group=GROUP,
+                    identity=name,
+                    timing=membership,
+                ),
+                fleet=fleet,
+                instruments=instruments,
+            )
+            writer = StateWriter(
+                api=states,
+                fleet=fleet,
+                watch=state_watch,
+                instruments=instruments,
+                identity=name,
+                policy=policy,
+                owns=shard.owns,
+            )
+            flights = ProbeFlights(record=writer.record, prober=prober, instruments=instruments)
             probes = ProbeLoop(
-                fleet=fleet, flights=flights, interval=settings.lupine.probe_interval_seconds
+                fleet=fleet,
+                flights=flights,
+                interval=settings.lupine.probe_interval_seconds,
+                owns=shard.owns,
+                settled=shard.settled,
             )
             reprober = Reprober(
                 fleet=fleet,
@@ -97,8 +141,11 @@ def create_app(
                 min_interval=reprobe_min_interval,
             )
             await tg.start(events.run, kube)
+            instruments.stale.set_function(writer.stale_states)
+            await tg.start(shard.run)
             await tg.start(flights.run)
-            await tg.start(watch.run)
+            await tg.start(writer.run)
+            await tg.start(_follow, state_watch, watch)
             await tg.start(probes.run)
             yield {
                 "deps": Deps(fleet=fleet, topology=topology, reprober=reprober),
@@ -113,3 +160,18 @@ def create_app(
         readiness=readiness,
         registry=registry,
     )
+
+
+async def _follow(
+    states: StateWatch,
+    nodes: NodeWatch,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Follow the probe states, then the Nodes: the first fleet published (and readiness)
+    then already carries what the other replicas probed, instead of a fleet that looks
+    never-probed for a moment."""
+    task_status.started()
+    async with anyio.create_task_group() as tg:
+        await tg.start(states.run)
+        await tg.start(nodes.run)

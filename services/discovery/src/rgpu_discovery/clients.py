@@ -19,7 +19,7 @@ import socket
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from opentelemetry import trace
 from prometheus_client import Counter
@@ -34,7 +34,14 @@ from rgpu_runtime import (
     kube_pages,
 )
 
-__all__ = ["COMPONENT", "NodeApi", "NodeEvent", "event_recorder", "node_event"]
+__all__ = [
+    "COMPONENT",
+    "NodeApi",
+    "NodeEvent",
+    "StateLeaseApi",
+    "event_recorder",
+    "node_event",
+]
 
 tracer = trace.get_tracer(__name__)
 
@@ -70,6 +77,62 @@ class NodeApi:
             async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
                 async for event in events:
                     yield event
+
+
+class StateLeaseApi:
+    """The probe-state Leases (``probe_states``) in ``namespace``, chosen by
+    ``label_selector``: list, watch and write.
+
+    Every call raises the runtime's ``KubeError`` subclasses (``KubeConflict`` when a
+    compare-and-swap lost, ``KubeNotFound`` when the Lease is gone).
+    """
+
+    def __init__(self, kube: KubeClient, namespace: str, label_selector: str) -> None:
+        self._kube = kube
+        self.namespace = namespace
+        self._selector = label_selector
+
+    def pages(self) -> AsyncIterator[Listing]:
+        """Every state Lease, page by page."""
+        api = self._kube.coordination
+        return kube_pages(
+            self._kube, api.list_namespaced_lease, self.namespace, label_selector=self._selector
+        )
+
+    async def watch(self, version: str) -> AsyncIterator[WatchEvent]:
+        """State Lease changes after resourceVersion ``version``."""
+        api = self._kube.coordination
+        stream = self._kube.watch(
+            api.list_namespaced_lease,
+            self.namespace,
+            resource_version=version,
+            label_selector=self._selector,
+        )
+        async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
+            async for event in events:
+                yield event
+
+    async def read(self, name: str) -> dict[str, Any]:
+        """State Lease ``name`` as the apiserver holds it now."""
+        api = self._kube.coordination
+        return await self._kube.call_raw(api.read_namespaced_lease, name, self.namespace)
+
+    async def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a state Lease; ``KubeConflict`` when it already exists."""
+        api = self._kube.coordination
+        return await self._kube.call_raw(api.create_namespaced_lease, self.namespace, body)
+
+    async def delete(self, name: str, version: str) -> None:
+        """Delete state Lease ``name`` if it is still at resourceVersion ``version``."""
+        api = self._kube.coordination
+        body = {"preconditions": {"resourceVersion": version}}
+        await self._kube.call_raw(api.delete_namespaced_lease, name, self.namespace, body=body)
+
+    async def replace(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace a state Lease if ``metadata.resourceVersion`` still matches."""
+        api = self._kube.coordination
+        name = body["metadata"]["name"]
+        return await self._kube.call_raw(api.replace_namespaced_lease, name, self.namespace, body)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

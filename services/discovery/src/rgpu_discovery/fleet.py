@@ -10,12 +10,15 @@ value: the contract holds only allocation-relevant facts, so "equal" means "no c
 then is a new snapshot published, with the revision bumped by one; the other 4,999 servers
 are reused as they are.
 
-Probe results must be folded into what the fleet says about a server by one rule, or a
-single lost packet would flap a server out of the fleet. The rule (``ProbeState``): a server
-is unreachable only after two probes in a row got no answer; a reply that carried a readable
-usage report replaces the busy set (even with an empty one); a ``404`` means the build
-reports no usage (busy unknown, not busy-free); every other outcome keeps the last busy set,
-because forgetting a busy GPU on a hiccup would double-book it.
+Probe results come from the apiserver (``probe_states``): every replica folds the same state
+Leases into its fleet, so replicas serve the same fleet. The revision is derived from the
+apiserver's resourceVersions, so it is comparable across replicas: each change publishes
+``max(previous + 1, the change's resourceVersion)`` — a Node's version, or the version where a
+probe state's content first appeared (a heartbeat is not a change) — and a first list takes
+the newest such version of all. Replicas that saw the same history therefore publish the same
+revision for the same fleet, and one replica's revisions only ever grow. The two streams
+(Nodes, Leases) can deliver out of order by a moment; then the ``previous + 1`` keeps the
+revision growing, and the replicas agree again on the next change.
 """
 
 from __future__ import annotations
@@ -23,18 +26,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Final
+from dataclasses import dataclass
+from typing import TypeVar
 
 from rgpu_contracts.fleet import Fleet, Server
 from rgpu_contracts.hami import join_endpoint
 from rgpu_contracts.hami import port_from_label as _port_rule
-from rgpu_contracts.ids import GpuUuid, ServerName
+from rgpu_contracts.ids import ServerName
 from rgpu_runtime import Versioned
 
 from .lupine import ProbeOutcome
 from .nodes import NodeView, Register, decode_cards
-from .published import Item, Published, initial_revision
+from .probe_states import UNREACHABLE_AFTER, ProbeState, StampedState
+from .published import Item, Published
 
 __all__ = [
     "UNREACHABLE_AFTER",
@@ -47,35 +51,21 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-UNREACHABLE_AFTER: Final = 2
-"""Consecutive unanswered probes before a server counts as unreachable."""
-
 FleetSnapshot = Published[Server]
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeState:
-    """What probing knows about one server; the default is "never probed"."""
+class _AtRevision(Versioned[T]):
+    """A ``Versioned`` published at a chosen revision (an apiserver resourceVersion)."""
 
-    reachable: bool = True
-    usage_reported: bool = False
-    busy: frozenset[GpuUuid] = frozenset()
-    failures: int = 0
-    probed: bool = False
+    __slots__ = ()
 
-    def after(self, outcome: ProbeOutcome) -> ProbeState:
-        """The state once ``outcome`` is known."""
-        if not outcome.answered:
-            failures = self.failures + 1
-            return replace(
-                self, failures=failures, reachable=failures < UNREACHABLE_AFTER, probed=True
-            )
-        alive = replace(self, failures=0, reachable=True, probed=True)
-        if outcome.result == "usage":
-            return replace(alive, usage_reported=True, busy=outcome.busy)
-        if outcome.result == "no_usage":
-            return replace(alive, usage_reported=False, busy=frozenset())
-        return alive
+    def publish_at(self, value: T, revision: int) -> int:
+        """Publish ``value`` as ``revision``; raises ``ValueError`` unless it grows."""
+        if revision <= self.revision:
+            raise ValueError(f"revision {revision} does not grow from {self.revision}")
+        self._revision = revision - 1
+        return self.publish(value)
 
 
 def build_server(
@@ -83,7 +73,7 @@ def build_server(
 ) -> Server:
     """The fleet's view of server node ``view``."""
     port = _port_rule(view.server_label, default_port).port
-    endpoint = None if view.internal_ip is None else join_endpoint(view.internal_ip, port)
+    endpoint = _endpoint(view, default_port)
     problems = [register.error] if register.error else []
     if endpoint is None:
         problems.insert(0, "node has no InternalIP address, so lupine cannot be reached")
@@ -101,6 +91,11 @@ def build_server(
     )
 
 
+def _endpoint(view: NodeView, default_port: int) -> str | None:
+    port = _port_rule(view.server_label, default_port).port
+    return None if view.internal_ip is None else join_endpoint(view.internal_ip, port)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeReport:
     """A probe result for ``endpoint`` of ``server``; ignored if the endpoint changed since."""
@@ -116,6 +111,8 @@ class _Entry:
     register: Register
     probe: ProbeState
     item: Item[Server]
+    version: int
+    """The newest resourceVersion behind this entry: its Node's, or its probe state's."""
 
     @property
     def server(self) -> Server:
@@ -129,14 +126,11 @@ class FleetState:
         self._default_port = default_port
         self._clock = clock
         self._entries: dict[ServerName, _Entry] = {}
+        self._states: dict[ServerName, StampedState] = {}
         empty = Published[Server](
-            revision=initial_revision(),
-            listed=False,
-            key="servers",
-            fields={"observedAt": clock()},
-            items=(),
+            revision=0, listed=False, key="servers", fields={"observedAt": clock()}, items=()
         )
-        self.published: Versioned[FleetSnapshot] = Versioned(empty, revision=empty.revision)
+        self.published: _AtRevision[FleetSnapshot] = _AtRevision(empty, revision=0)
         self.targets_changed: Versioned[int] = Versioned(0)
         """Bumped when a server to probe appears or moves, so the prober probes it at once."""
 
@@ -154,66 +148,105 @@ class FleetState:
         entry = self._entries.get(name)
         return None if entry is None else entry.item
 
+    def state(self, name: ServerName) -> StampedState | None:
+        """Server ``name``'s probe state as last read from the apiserver, if any."""
+        return self._states.get(name)
+
+    def listed_states(self) -> list[StampedState]:
+        """Probe states of the servers the fleet lists."""
+        return [state for name, state in self._states.items() if name in self._entries]
+
+    def orphans(self) -> list[StampedState]:
+        """Probe states of servers the listed fleet does not have (their Node is gone)."""
+        if not self.published.value.listed:
+            return []
+        return [state for name, state in self._states.items() if name not in self._entries]
+
     def targets(self) -> dict[ServerName, str]:
         """Every server with an endpoint, to probe."""
         return {name: e.server.endpoint for name, e in self._entries.items() if e.server.endpoint}
 
-    def apply(self, view: NodeView) -> Register:
-        """Add or update server ``view``; publishes when the server changed."""
-        entry = self._build(view)
+    def apply(self, view: NodeView, version: int = 0) -> Register:
+        """Add or update server ``view`` (Node resourceVersion ``version``); publishes when
+        the server changed."""
+        entry = self._build(view, version)
         if self._store(entry):
-            self._publish()
+            self._publish(entry.version)
         return entry.register
 
-    def remove(self, name: ServerName) -> bool:
-        """Forget a server (deleted, or no longer labelled); publishes when it was known."""
+    def remove(self, name: ServerName, version: int = 0) -> bool:
+        """Forget a server (deleted at ``version``, or no longer labelled); publishes when
+        it was known."""
         if self._entries.pop(name, None) is None:
             return False
-        self._publish()
+        self._publish(version)
         return True
 
-    def replace_all(self, views: Iterable[NodeView]) -> Mapping[ServerName, Register]:
-        """Make the fleet exactly ``views`` (after a list); publishes once if anything changed."""
-        built = {entry.view.name: entry for entry in map(self._build, views)}
+    def replace_all(
+        self, views: Iterable[NodeView], versions: Mapping[str, int] | None = None
+    ) -> Mapping[ServerName, Register]:
+        """Make the fleet exactly ``views`` (after a list; ``versions``: resourceVersions by
+        Node name); publishes once if anything changed."""
+        versions = versions or {}
+        built = {e.view.name: e for e in (self._build(v, versions.get(v.name, 0)) for v in views)}
         gone = self._entries.keys() - built.keys()
         for name in gone:
             del self._entries[name]
         changed = [self._store(entry) for entry in built.values()]
         if gone or any(changed) or not self.published.value.listed:
-            self._publish()
+            self._publish(max((e.version for e in built.values()), default=0))
         return {ServerName(name): entry.register for name, entry in built.items()}
 
-    def apply_probes(self, reports: Iterable[ProbeReport]) -> bool:
-        """Fold probe results in; publishes once if any server changed."""
-        changed = False
-        for report in reports:
-            entry = self._entries.get(report.server)
-            if entry is None or entry.server.endpoint != report.endpoint:
-                continue
-            probe = entry.probe.after(report.outcome)
-            _log_transition(entry, probe, report)
-            changed |= self._store(self._rebuilt(entry.view, entry.register, probe))
+    def apply_states(
+        self, states: Iterable[StampedState], gone: Iterable[ServerName] = (), version: int = 0
+    ) -> bool:
+        """Fold probe states read from the apiserver in (``gone``: states deleted at
+        ``version``); publishes once if any server changed."""
+        newest, changed = version, False
+        for state in states:
+            before = self._states.get(state.server)
+            self._states[state.server] = state
+            newest = max(newest, state.since)
+            changed |= self._refresh(state.server, before)
+        for name in gone:
+            before = self._states.pop(name, None)
+            changed |= before is not None and self._refresh(name, before)
         if changed:
-            self._publish()
+            self._publish(newest)
         return changed
 
-    def _build(self, view: NodeView) -> _Entry:
+    def _refresh(self, name: ServerName, before: StampedState | None) -> bool:
+        entry = self._entries.get(name)
+        if entry is None:
+            return False
+        rebuilt = self._rebuilt(entry.view, entry.register, entry.version)
+        _log_transition(entry, rebuilt.probe, before, self._states.get(name))
+        return self._store(rebuilt)
+
+    def _build(self, view: NodeView, version: int) -> _Entry:
         old = self._entries.get(ServerName(view.name))
         if old is not None and old.register.text == view.register:
             register = old.register
         else:
             register = decode_cards(ServerName(view.name), view.register)
-        probe = old.probe if old is not None else ProbeState()
-        return self._rebuilt(view, register, probe)
+        return self._rebuilt(view, register, version)
 
-    def _rebuilt(self, view: NodeView, register: Register, probe: ProbeState) -> _Entry:
+    def _rebuilt(self, view: NodeView, register: Register, version: int) -> _Entry:
+        name = ServerName(view.name)
+        endpoint = _endpoint(view, self._default_port)
+        state = self._states.get(name)
+        probe, stamp = ProbeState(), 0
+        if state is not None and endpoint is not None and state.endpoint == endpoint:
+            probe, stamp = state.probe, state.since
         server = build_server(view, register, probe, self._default_port)
-        old = self._entries.get(server.name)
+        old = self._entries.get(name)
         if old is not None and old.server == server:
             item = old.item
         else:
             item = Item.of(server.name, server, Server.to_dict)
-        return _Entry(view=view, register=register, probe=probe, item=item)
+        return _Entry(
+            view=view, register=register, probe=probe, item=item, version=max(version, stamp)
+        )
 
     def _store(self, entry: _Entry) -> bool:
         """Keep ``entry``; whether the published server changed."""
@@ -225,28 +258,33 @@ class FleetState:
             self.targets_changed.publish(self.targets_changed.value + 1)
         return old is None or old.item is not entry.item
 
-    def _publish(self) -> None:
+    def _publish(self, version: int) -> None:
+        revision = max(self.published.revision + 1, version)
         snapshot = Published[Server](
-            revision=self.published.revision + 1,
+            revision=revision,
             listed=True,
             key="servers",
             fields={"observedAt": self._clock()},
             items=(e.item for e in self._entries.values()),
         )
-        self.published.publish(snapshot)
+        self.published.publish_at(snapshot, revision)
 
 
-def _log_transition(entry: _Entry, probe: ProbeState, report: ProbeReport) -> None:
+def _log_transition(
+    entry: _Entry, probe: ProbeState, before: StampedState | None, after: StampedState | None
+) -> None:
+    endpoint = entry.server.endpoint
     if entry.probe.reachable and not probe.reachable:
+        holder = "" if after is None else after.holder
         logger.warning(
-            "lupine at %s unreachable after %d probes: %s",
-            report.endpoint,
+            "lupine at %s unreachable after %d probes (by %s)",
+            endpoint,
             probe.failures,
-            report.outcome.detail,
-            extra={"node": report.server},
+            holder,
+            extra={"node": entry.server.name},
         )
-    elif not entry.probe.reachable and probe.reachable:
-        logger.info("lupine at %s reachable again", report.endpoint, extra={"node": report.server})
+    elif not entry.probe.reachable and probe.reachable and before is not None:
+        logger.info("lupine at %s reachable again", endpoint, extra={"node": entry.server.name})
 
 
 def _observed(snapshot: FleetSnapshot) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -24,7 +24,7 @@ from .fleet import FleetState
 from .lupine import ProbeOutcome, ProbeResult
 from .topology import TopologyState
 
-__all__ = ["RESTART_CAUSES", "Instruments", "OnDemandOutcome"]
+__all__ = ["RESTART_CAUSES", "WRITE_OUTCOMES", "WRITE_REASONS", "Instruments", "OnDemandOutcome"]
 
 RESTART_CAUSES = ("expired", "error")
 """Why the Node watch started over: ``expired`` (410, relist) or ``error`` (backoff)."""
@@ -33,6 +33,12 @@ OnDemandOutcome = Literal["probed", "coalesced", "rate_limited"]
 (it shared a probe already in flight), ``rate_limited`` (the server was probed moments ago,
 so the current state was the answer)."""
 _EVENT_OUTCOMES = ("posted", "failed", "dropped")
+WRITE_REASONS = ("change", "heartbeat")
+"""Why a probe state Lease was written: its content changed, or its heartbeat was due."""
+WRITE_OUTCOMES = ("written", "conflict", "error", "deferred")
+"""``written``; ``conflict`` (409: someone wrote first, re-read and decided again);
+``error`` (the apiserver failed: the state stays pending and is retried); ``deferred`` (the
+write budget was spent: a change waits, a heartbeat waits for the next probe)."""
 _PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
 """Seconds; a healthy lupine answers within milliseconds, a hung one at the probe timeout."""
 
@@ -48,6 +54,10 @@ class Instruments:
     watch_restarts: Counter
     apiserver_errors: Counter
     events: Counter
+    state_writes: Counter
+    members: Gauge
+    owned: Gauge
+    stale: Gauge
 
     @classmethod
     def create(
@@ -92,6 +102,29 @@ class Instruments:
                 "Kubernetes Events about server Nodes by outcome.",
                 "outcome",
             ),
+            state_writes=_counter(
+                registry,
+                "state_writes_total",
+                "Probe state Lease writes to the apiserver by reason and outcome.",
+                "reason",
+                "outcome",
+            ),
+            members=Gauge(
+                "rgpu_discovery_members",
+                "Live discovery replicas dividing the servers, as this replica sees them.",
+                registry=registry,
+            ),
+            owned=Gauge(
+                "rgpu_discovery_owned_servers",
+                "Servers this replica probes (its share of the hash ring).",
+                registry=registry,
+            ),
+            stale=Gauge(
+                "rgpu_discovery_stale_states",
+                "Probe states of listed servers not rewritten for two heartbeats: their "
+                "prober stopped probing or cannot write.",
+                registry=registry,
+            ),
         )
         instruments._preset()
         return instruments
@@ -122,6 +155,9 @@ class Instruments:
             self.watch_restarts.labels(cause)
         for outcome in _EVENT_OUTCOMES:
             self.events.labels(outcome)
+        for reason in WRITE_REASONS:
+            for outcome in WRITE_OUTCOMES:
+                self.state_writes.labels(reason, outcome)
 
 
 class _StateCollector(Collector):

@@ -16,19 +16,22 @@ state), and concurrent requests share the probe in flight.
 One probe must never count twice (two counted failures make a server unreachable), so every
 probe, whoever asked, goes through ``ProbeFlights``: while a probe of a server is in flight,
 any other caller for that server waits for it instead of probing again, and its result is
-folded into the fleet exactly once. The schedule of rounds never moves because of on-demand
-probes. Probes run in the flights' own task group, which the lifespan owns, not in the
-caller's task: a caller that gives up (an HTTP client hanging up) never strands those sharing
-its probe, nor leaves a half-counted result. Results are applied in batches — whatever
-finished together is applied together — so a round over thousands of servers publishes a
-handful of revisions, not thousands.
+recorded exactly once — written to the server's state Lease (``state_writer``), from which
+every replica's fleet, this one's included, takes it. The schedule of rounds never moves
+because of on-demand probes. Probes run in the flights' own task group, which the lifespan
+owns, not in the caller's task: a caller that gives up (an HTTP client hanging up) never
+strands those sharing its probe, nor leaves a half-counted result. Results are recorded in
+batches — whatever finished together is written together, concurrently.
+
+With several replicas, the periodic loop probes only the servers this replica owns
+(``sharding``); an on-demand probe is served by whichever replica received it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -89,21 +92,26 @@ class _Running:
     send: MemoryObjectSendStream[Landed]
 
 
+Record = Callable[[ProbeReport], Awaitable[None]]
+"""Takes one probe result where the fleet will see it (``StateWriter.record``)."""
+
+
 class ProbeFlights:
     """Probes servers for every caller, one probe per server at a time; ``run`` must be running.
 
-    ``clock`` (seconds, monotonic) dates each applied result, for ``reprobe``'s rate limit.
+    ``record`` takes each result; ``clock`` (seconds, monotonic) dates each recorded result,
+    for ``reprobe``'s rate limit.
     """
 
     def __init__(
         self,
         *,
-        fleet: FleetState,
+        record: Record,
         prober: LupineProber,
         instruments: Instruments,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
-        self._fleet = fleet
+        self._record = record
         self._prober = prober
         self._instruments = instruments
         self._clock = clock
@@ -184,13 +192,15 @@ class ProbeFlights:
 
     async def _apply(self, receive: MemoryObjectReceiveStream[Landed]) -> None:
         async for first in receive:
-            batch = [first, *_drain(receive)]
-            self._fleet.apply_probes(report for _, report in batch)
-            now = self._clock()
-            for flight, _ in batch:
-                flight.landed_at = now
-                flight.applied.set()
-                self._airborne.discard(flight)
+            async with anyio.create_task_group() as tg:
+                for flight, report in (first, *_drain(receive)):
+                    tg.start_soon(self._land, flight, report)
+
+    async def _land(self, flight: _Flight, report: ProbeReport) -> None:
+        await self._record(report)
+        flight.landed_at = self._clock()
+        flight.applied.set()
+        self._airborne.discard(flight)
 
     def _release_waiters(self) -> None:
         # At shutdown a probe may never land; its waiters answer with the state as it is.
@@ -215,7 +225,9 @@ def _log(server: ServerName, endpoint: str, outcome: ProbeOutcome) -> None:
 
 
 class ProbeLoop:
-    """Probes the fleet's servers every ``interval`` seconds, at most ``concurrency`` at once."""
+    """Probes the servers this replica ``owns`` every ``interval`` seconds, at most
+    ``concurrency`` at once, from when ``settled`` is set; ``fleet.targets_changed`` wakes it
+    (new servers, ring changes)."""
 
     def __init__(
         self,
@@ -223,9 +235,13 @@ class ProbeLoop:
         fleet: FleetState,
         flights: ProbeFlights,
         interval: float,
+        owns: Callable[[ServerName], bool] = lambda _: True,
+        settled: anyio.Event | None = None,
         concurrency: int = 64,
     ) -> None:
         self._fleet = fleet
+        self._owns = owns
+        self._settled = settled
         self._flights = flights
         self._interval = interval
         self._limiter = anyio.CapacityLimiter(concurrency)
@@ -238,17 +254,20 @@ class ProbeLoop:
         await self._schedule()
 
     async def _schedule(self) -> None:
+        if self._settled is not None:
+            # Who owns what is known only once the other replicas are listed.
+            await self._settled.wait()
         next_round = anyio.current_time()
         seen = self._fleet.targets_changed.revision
         while True:
             timeout = max(0.0, next_round - anyio.current_time())
             seen, _ = await self._fleet.targets_changed.wait_newer(seen, timeout)
-            targets = self._fleet.targets()
+            targets = {n: e for n, e in self._fleet.targets().items() if self._owns(n)}
             if anyio.current_time() >= next_round:
                 next_round = anyio.current_time() + self._interval
                 batch = targets
                 self._dispatched = dict(targets)
-                self._flights.retain(targets)
+                self._flights.retain(self._fleet.targets())
             else:
                 batch = {n: e for n, e in targets.items() if self._dispatched.get(n) != e}
                 self._dispatched = {n: e for n, e in self._dispatched.items() if n in targets}

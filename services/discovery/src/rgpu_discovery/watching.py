@@ -71,9 +71,11 @@ class Catalog:
             self._relist(objects)
 
     def _relist(self, objects: Iterable[Mapping[str, object]]) -> None:
-        views = [view for view in map(self._view, objects) if view is not None]
+        pairs = [(view, obj) for obj in objects if (view := self._view(obj)) is not None]
+        versions = {str(view.name): _version(obj) for view, obj in pairs}
+        views = [view for view, _ in pairs]
         servers = [view for view in views if view.is_server]
-        registers = self.fleet.replace_all(servers)
+        registers = self.fleet.replace_all(servers, versions)
         self.topology.replace_all(view for view in views if not view.is_server)
         self._notices.retain(view.name for view in servers)
         for view in servers:
@@ -89,10 +91,10 @@ class Catalog:
             return
         if view.is_server:
             self.topology.remove(view.name)
-            self._notices.server(view, self.fleet.apply(view))
+            self._notices.server(view, self.fleet.apply(view, _version(obj)))
         else:
             self._notices.forget(view.name)
-            self.fleet.remove(ServerName(view.name))
+            self.fleet.remove(ServerName(view.name), _version(obj))
             self.topology.apply(view)
 
     def _delete(self, obj: Mapping[str, object]) -> None:
@@ -102,7 +104,7 @@ class Catalog:
             logger.warning("%s", exc)
             return
         self._notices.forget(name)
-        self.fleet.remove(ServerName(name))
+        self.fleet.remove(ServerName(name), _version(obj))
         self.topology.remove(name)
 
     def _view(self, obj: Mapping[str, object]) -> NodeView | None:
@@ -111,6 +113,13 @@ class Catalog:
         except MalformedNode as exc:
             logger.warning("%s", exc)
             return None
+
+
+def _version(obj: Mapping[str, object]) -> int:
+    """An object's resourceVersion as a number (0 when absent or not a number)."""
+    metadata = obj.get("metadata")
+    raw = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else 0
 
 
 @contextmanager
