@@ -232,6 +232,7 @@ class FleetState:
             key="servers",
             fields={"observedAt": self._clock()},
             items=(e.item for e in self._entries.values()),
+            previous=self.published.value,
         )
         self.published.publish(snapshot)
 
