@@ -5,7 +5,8 @@ A follower that asks ``GET /v1/fleet?since=R&delta=1`` (or ``/v1/claims``) gets 
 *update*, one of three kinds:
 
 * ``full``: the whole value (the answer when ``R`` is older than the publisher's history,
-  or was never given); the body is today's ``Fleet`` / ``ClaimSet`` plus ``"kind"``;
+  or was never given); the body is today's ``Fleet`` / ``ClaimSet`` plus ``"kind"`` (a body
+  without ``"kind"``, from a peer that predates updates, reads as full);
 * ``delta``: what changed between ``since`` (= ``R``) and ``revision``: the servers added
   or changed, and the names of those removed (for claims: the servers whose claims changed,
   and every claim those servers now hold);
@@ -68,7 +69,8 @@ class ClaimsUpdateDict(TypedDict, total=False):
 
 def _head(m: object, path: str) -> tuple[UpdateKind, int, int | None]:
     raw = v.as_mapping(m, path)
-    kind = UpdateKind(v.choice(raw, "kind", path, _KINDS))
+    # A peer that predates updates ignores ``delta=1`` and answers the plain contract: whole.
+    kind = UpdateKind(v.choice(raw, "kind", path, _KINDS, UpdateKind.FULL.value))
     revision = v.integer(raw, "revision", path, minimum=0)
     if kind is UpdateKind.FULL:
         return kind, revision, None
