@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import random
 
+import anyio
+import httpx
 import pytest
 
 from rgpu_contracts import Fleet, FleetUpdate, UpdateKind
 from rgpu_discovery.published import Item, Published
+from rgpu_runtime import Follower, FollowPolicy, http_client
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -163,3 +167,53 @@ def test_an_update_body_is_built_once_per_since() -> None:
     assert second.update(1) == (
         b'{"kind":"delta","revision":2,"since":1,"things":[{"a":2}],"removed":[]}'
     )
+
+
+class Switching(httpx.AsyncBaseTransport):
+    """Sends each request to the next replica in turn, as a Service may."""
+
+    def __init__(self, replicas) -> None:
+        self.replicas = replicas
+        self.calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        replica = self.replicas[self.calls % len(self.replicas)]
+        self.calls += 1
+        answer = await replica.client.get(request.url.path, params=request.url.params)
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+async def test_a_follower_switched_between_replicas_never_goes_back_and_ends_equal(
+    sim, start, build
+) -> None:
+    rng = random.Random(19)
+    present: set[str] = set()
+    taken: list[Fleet] = []
+    policy = FollowPolicy(wait_seconds=0.3, min_interval_seconds=0.01)
+    async with (
+        start() as a,
+        start() as b,
+        http_client(base_url="http://discovery", timeout=5.0, transport=Switching([a, b])) as http,
+        anyio.create_task_group() as tg,
+    ):
+        follower = Follower(
+            http,
+            "/v1/fleet",
+            name="discovery",
+            decode=Fleet.from_dict,
+            revision=lambda fleet: fleet.revision,
+            updates=FleetUpdate.from_dict,
+            policy=policy,
+            on_change=taken.append,
+        )
+        await tg.start(follower.run)
+        for step in range(12):
+            change(sim, build, rng, present, step)
+            await anyio.sleep(0.05)
+        names = {f"gpu-{i:02d}" for i in range(12)} & present
+        ends = [await r.fleet_when(lambda f: {s.name for s in f.servers} == names) for r in (a, b)]
+        await eventually(lambda: taken and taken[-1].servers == ends[0].servers)
+        tg.cancel_scope.cancel()
+    revisions = [fleet.revision for fleet in taken]
+    assert revisions == sorted(set(revisions))
+    assert ends[0].servers == ends[1].servers
