@@ -5,7 +5,8 @@ holding but still from its revision."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ import pytest
 
 from rgpu_contracts import ContractError, UpdateKind
 from rgpu_runtime import Follower, FollowPolicy, http_client
+from rgpu_runtime._longpoll_follower import THREAD_MIN_BYTES
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
@@ -100,7 +102,9 @@ class Pace:
 
 
 @asynccontextmanager
-async def following(script: Script, taken: list[Names]) -> AsyncIterator[Follower[Names]]:
+async def following(
+    script: Script, on_change: Callable[[Names], object]
+) -> AsyncIterator[Follower[Names]]:
     pace = Pace()
     transport = httpx.MockTransport(script.handle)
     async with (
@@ -115,7 +119,7 @@ async def following(script: Script, taken: list[Names]) -> AsyncIterator[Followe
             revision=lambda names: names.revision,
             updates=NamesUpdate.from_dict,
             policy=POLICY,
-            on_change=taken.append,
+            on_change=on_change,
             clock=pace.clock,
             sleep=pace.sleep,
         )
@@ -128,7 +132,7 @@ async def following(script: Script, taken: list[Names]) -> AsyncIterator[Followe
 async def test_deltas_are_applied_to_the_value_held() -> None:
     script = Script([full(3, "a"), delta(3, 5, "b"), delta(5, 9, "c")])
     taken: list[Names] = []
-    async with following(script, taken):
+    async with following(script, taken.append):
         await eventually(lambda: len(taken) == 3)
     assert taken[-1] == Names(revision=9, names=("a", "b", "c"))
     assert script.params(0) == {"delta": "1"}
@@ -139,7 +143,7 @@ async def test_deltas_are_applied_to_the_value_held() -> None:
 async def test_a_delta_from_another_revision_is_not_applied_and_the_whole_value_is_asked() -> None:
     script = Script([full(3, "a"), delta(4, 6, "x"), full(7, "a", "y")])
     taken: list[Names] = []
-    async with following(script, taken):
+    async with following(script, taken.append):
         await eventually(lambda: len(taken) == 2)
     assert taken == [Names(revision=3, names=("a",)), Names(revision=7, names=("a", "y"))]
     assert script.params(2) == {"delta": "1"}
@@ -148,7 +152,7 @@ async def test_a_delta_from_another_revision_is_not_applied_and_the_whole_value_
 async def test_a_behind_answer_keeps_the_value_and_asks_again_from_the_same_revision() -> None:
     script = Script([full(5, "a"), behind(4, 5), behind(4, 5), delta(5, 6, "b")])
     taken: list[Names] = []
-    async with following(script, taken):
+    async with following(script, taken.append):
         await eventually(lambda: len(taken) == 2)
     assert [names.revision for names in taken] == [5, 6]
     assert [script.params(i)["since"] for i in (1, 2, 3)] == ["5", "5", "5"]
@@ -157,7 +161,7 @@ async def test_a_behind_answer_keeps_the_value_and_asks_again_from_the_same_revi
 async def test_after_a_failure_it_asks_from_its_revision_without_holding() -> None:
     script = Script([full(5, "a"), httpx.ConnectError("refused"), delta(5, 8, "b")])
     taken: list[Names] = []
-    async with following(script, taken):
+    async with following(script, taken.append):
         await eventually(lambda: len(taken) == 2)
     assert script.params(2) == {"since": "5", "wait": "0", "delta": "1"}
     assert taken[-1] == Names(revision=8, names=("a", "b"))
@@ -166,6 +170,23 @@ async def test_after_a_failure_it_asks_from_its_revision_without_holding() -> No
 async def test_an_older_full_answer_from_a_replica_behind_is_not_taken() -> None:
     script = Script([full(5, "a"), full(4, "old"), full(6, "a", "b")])
     taken: list[Names] = []
-    async with following(script, taken):
+    async with following(script, taken.append):
         await eventually(lambda: len(taken) == 2)
     assert [names.revision for names in taken] == [5, 6]
+
+
+async def test_a_large_answer_is_decoded_off_the_loop_but_taken_on_it() -> None:
+    many = [f"server-{i:06d}" for i in range(8000)]
+    script = Script([full(5, *many), delta(5, 6, "more")])
+    threads: list[int] = []
+    taken: list[Names] = []
+
+    def took(names: Names) -> None:
+        threads.append(threading.get_ident())
+        taken.append(names)
+
+    async with following(script, took):
+        await eventually(lambda: len(taken) == 2)
+    assert len(orjson.dumps(full(5, *many))) >= THREAD_MIN_BYTES
+    assert threads == [threading.get_ident()] * 2
+    assert taken[-1].names[-1] == "more"

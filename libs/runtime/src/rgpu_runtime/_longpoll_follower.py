@@ -43,6 +43,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, Generic, NoReturn, Protocol, TypeVar
 
 import aiohttp
@@ -241,12 +242,16 @@ class Follower(Generic[T]):
         """
         since, wait = self._asking()
         body = await self._get(since, wait)
-        if body is None:
+        # A quiet long-poll answers the same value again after each hold; decoding a large
+        # fleet again costs ~100 ms for nothing.
+        if body is None or body == self._last_body:
             changed = self._unchanged()
-        elif len(body) >= THREAD_MIN_BYTES:
-            changed = await anyio.to_thread.run_sync(self._answered, body, since)
+        elif self._updates is None:
+            value = await self._off_loop(partial(self._read, self._decode), body)
+            changed = self._offered(self._revision(value), lambda: value, body)
         else:
-            changed = self._answered(body, since)
+            update = await self._off_loop(partial(self._read, self._updates), body)
+            changed = self._judged(update, body)
         self._succeeded()
         return changed
 
@@ -279,16 +284,18 @@ class Follower(Generic[T]):
             raise response_error(response, peer=peer)
         return response.content
 
-    def _answered(self, body: bytes, since: int | None) -> bool:
-        # A quiet long-poll answers the same value again after each hold; decoding a large
-        # fleet again costs ~100 ms for nothing.
-        if body == self._last_body:
-            return self._unchanged()
-        raw = self._json(body)
-        if self._updates is None:
-            value = self._contract(self._decode, raw)
-            return self._offered(self._revision(value), lambda: value, body)
-        update = self._contract(self._updates, raw)
+    async def _off_loop(self, read: Callable[[bytes], V], body: bytes) -> V:
+        """``read(body)``, in a worker thread when the body is large. Only decoding goes
+        there: taking a value (callbacks, ``latest``) stays on the event loop."""
+        if len(body) < THREAD_MIN_BYTES:
+            return read(body)
+        return await anyio.to_thread.run_sync(read, body)
+
+    def _read(self, decode: Callable[[object], V], body: bytes) -> V:
+        return self._contract(decode, self._json(body))
+
+    def _judged(self, update: Update[T], body: bytes) -> bool:
+        """Take an update answer, or say why not (behind, or a delta from elsewhere)."""
         if update.kind is UpdateKind.BEHIND:
             return self._behind(update.revision)
         if update.kind is UpdateKind.DELTA and update.since != self.status.revision:
