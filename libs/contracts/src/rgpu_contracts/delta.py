@@ -20,7 +20,7 @@ over by identity, so applying costs the decoding of the changed entries only.
 from __future__ import annotations
 
 import enum
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -184,10 +184,17 @@ class ClaimsUpdate:
         _check_applicable(self.kind, self.since, None if held is None else held.revision)
         if self.kind is UpdateKind.FULL or held is None:
             return ClaimSet(revision=self.revision, claims=self.claims)
-        touched = frozenset(self.servers)
-        kept = [claim for claim in held.claims if claim.server not in touched]
-        merged = sorted((*kept, *self.claims), key=_claim_server)
-        return ClaimSet(revision=self.revision, claims=tuple(merged))
+        return ClaimSet(revision=self.revision, claims=self._patched(held.claims))
+
+    def _patched(self, held: tuple[Claim, ...]) -> tuple[Claim, ...]:
+        """``held`` (ordered by server, as the allocator serves it) with each named server's
+        claims replaced; every other claim is carried over as the same object."""
+        claims = list(held)
+        for server in sorted(set(self.servers)):
+            low = bisect_left(claims, server, key=_claim_server)
+            high = bisect_right(claims, server, lo=low, key=_claim_server)
+            claims[low:high] = [claim for claim in self.claims if claim.server == server]
+        return tuple(claims)
 
     def to_dict(self) -> ClaimsUpdateDict:
         raw: ClaimsUpdateDict = {"kind": self.kind.value, "revision": self.revision}
@@ -221,5 +228,5 @@ def _check_named(claims: tuple[Claim, ...], servers: frozenset[str], path: str) 
             )
 
 
-def _claim_server(claim: Claim) -> str:
+def _claim_server(claim: Claim) -> ServerName:
     return claim.server
