@@ -244,7 +244,10 @@ class Follower(Generic[T]):
         body = await self._get(since, wait)
         # A quiet long-poll answers the same value again after each hold; decoding a large
         # fleet again costs ~100 ms for nothing.
-        if body is None or body == self._last_body:
+        if body is None:
+            changed = self._unchanged()
+        elif body == self._last_body:
+            self._resync = False  # exactly the whole value held: nothing to resync
             changed = self._unchanged()
         elif self._updates is None:
             value = await self._off_loop(partial(self._read, self._decode), body)
