@@ -51,11 +51,31 @@ async def test_without_since_the_current_value_comes_at_once(client: httpx.Async
     assert answer.json() == {"revision": 7, "value": "first"}
 
 
-async def test_a_since_other_than_the_current_revision_answers_at_once(
+async def test_a_since_below_the_current_revision_answers_at_once(
     client: httpx.AsyncClient,
 ) -> None:
-    answer = await client.get("/v1/things", params={"since": "999", "wait": "60"})
+    answer = await client.get("/v1/things", params={"since": "3", "wait": "60"})
     assert answer.json() == {"revision": 7, "value": "first"}
+
+
+async def test_a_since_above_the_current_revision_is_held_until_it_is_passed(
+    client: httpx.AsyncClient, things: Versioned[str]
+) -> None:
+    answers: list[httpx.Response] = []
+
+    async def ask() -> None:
+        answers.append(await client.get("/v1/things", params={"since": "9", "wait": "60"}))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            for value in ("second", "third"):
+                await anyio.wait_all_tasks_blocked()
+                things.publish(value)
+            await anyio.wait_all_tasks_blocked()
+            assert answers == []
+            things.publish("fourth")
+    assert answers[0].json() == {"revision": 10, "value": "fourth"}
 
 
 async def test_a_held_request_answers_the_next_publish(
@@ -99,6 +119,8 @@ async def test_a_held_request_answers_unchanged_when_the_wait_runs_out(
         ({"since": "1", "wait": "nan"}, "wait"),
         ({"since": "1", "wait": "inf"}, "wait"),
         ({"wait": "5"}, "wait"),
+        ({"since": "1", "delta": "yes"}, "delta"),
+        ({"delta": "2"}, "delta"),
     ],
 )
 async def test_an_unusable_parameter_is_a_400_naming_it(
@@ -117,7 +139,20 @@ def test_since_without_wait_waits_the_default() -> None:
 
 
 def test_no_parameters_mean_answer_now() -> None:
-    assert Poll.from_query({}) == Poll(since=None, wait=0.0)
+    assert Poll.from_query({}) == Poll(since=None, wait=0.0, delta=False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "delta"), [("1", True), ("true", True), ("0", False), ("FALSE", False)]
+)
+def test_delta_is_an_opt_in_switch(raw: str, delta: bool) -> None:
+    assert Poll.from_query({"since": "5", "delta": raw}).delta is delta
+    assert Poll.from_query({"delta": raw}) == Poll(delta=delta)
+
+
+def test_an_answer_below_since_is_behind() -> None:
+    poll = Poll(since=5, wait=1.0)
+    assert (poll.behind(4), poll.behind(5), Poll().behind(0)) == (True, False, False)
 
 
 def test_nineteen_digits_are_a_revision() -> None:

@@ -238,14 +238,28 @@ async def test_an_outage_keeps_the_value_backs_off_capped_and_asks_afresh(
     assert sum("is back" in m for m in messages) == 1
 
 
-async def test_an_older_revision_is_dropped_once_and_taken_when_it_persists(pace: Pace) -> None:
-    script = Script(
-        [Thing(revision=5), Thing(revision=3), Thing(revision=6), *[Thing(revision=2)] * 2]
-    )
+async def test_an_older_revision_is_never_taken_and_the_next_call_asks_from_the_held_one(
+    pace: Pace,
+) -> None:
+    script = Script([Thing(revision=5), Thing(revision=3), Thing(revision=3), Thing(revision=6)])
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
-        await eventually(lambda: len(taken) == 3)
-    assert [thing.revision for thing in taken] == [5, 6, 2]
+        await eventually(lambda: len(taken) == 2)
+    assert [thing.revision for thing in taken] == [5, 6]
+    assert [r.url.params.get("since") for r in script.requests[1:4]] == ["5", "5", "5"]
+
+
+async def test_a_peer_below_for_the_behind_limit_is_believed_with_a_warning(
+    pace: Pace, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = Script([Thing(revision=5), Thing(revision=2)])
+    taken: list[Thing] = []
+    with caplog.at_level(logging.WARNING):
+        async with following(httpx.MockTransport(script.handle), pace, taken):
+            await eventually(lambda: len(taken) == 2)
+    assert [thing.revision for thing in taken] == [5, 2]
+    assert pace.now >= POLICY.behind_limit_seconds
+    assert any("stayed below revision 5" in record.getMessage() for record in caplog.records)
 
 
 async def test_a_replica_behind_answering_in_turn_with_the_followed_one_is_never_taken(
@@ -259,12 +273,12 @@ async def test_a_replica_behind_answering_in_turn_with_the_followed_one_is_never
     assert [thing.revision for thing in taken] == [5, 6]
 
 
-async def test_after_a_failure_an_older_revision_is_taken_at_once(pace: Pace) -> None:
-    script = Script([Thing(revision=5), refused(), Thing(revision=2)])
+async def test_after_a_failure_an_older_revision_is_not_taken_either(pace: Pace) -> None:
+    script = Script([Thing(revision=5), refused(), Thing(revision=2), Thing(revision=7)])
     taken: list[Thing] = []
     async with following(httpx.MockTransport(script.handle), pace, taken):
         await eventually(lambda: len(taken) == 2)
-    assert [thing.revision for thing in taken] == [5, 2]
+    assert [thing.revision for thing in taken] == [5, 7]
 
 
 def _answers() -> Iterator[tuple[Callable[[httpx.Request], httpx.Response], type[Exception], str]]:

@@ -15,10 +15,37 @@ async def test_wait_newer_returns_at_once_when_the_caller_is_behind() -> None:
         assert await fleet.wait_newer(1, timeout=30) == (2, "b")
 
 
-async def test_wait_newer_returns_at_once_for_a_revision_from_another_server_life() -> None:
+async def test_wait_newer_from_a_revision_ahead_waits_until_the_value_passes_it() -> None:
     fleet = Versioned("a")
-    with anyio.fail_after(0.5):
-        assert await fleet.wait_newer(999, timeout=30) == (1, "a")
+    results: list[tuple[int, str]] = []
+
+    async def wait() -> None:
+        results.append(await fleet.wait_newer(3, timeout=30))
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            for value in ("b", "c"):
+                await anyio.wait_all_tasks_blocked()
+                fleet.publish(value)
+                assert results == []
+            await anyio.wait_all_tasks_blocked()
+            fleet.publish("d", revision=9)
+    assert results == [(9, "d")]
+
+
+async def test_wait_newer_from_a_revision_ahead_answers_the_lower_one_only_after_the_wait() -> None:
+    fleet = Versioned("a")
+    started = anyio.current_time()
+    assert await fleet.wait_newer(999, timeout=0.05) == (1, "a")
+    assert anyio.current_time() - started >= 0.05
+
+
+def test_publish_to_a_revision_that_does_not_move_forward_is_refused() -> None:
+    fleet = Versioned("a", revision=10)
+    with pytest.raises(ValueError, match="does not follow 10"):
+        fleet.publish("b", revision=10)
+    assert fleet.publish("b", revision=25) == 25
 
 
 async def test_publish_wakes_every_waiter_with_the_new_value() -> None:

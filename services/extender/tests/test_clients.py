@@ -180,8 +180,8 @@ async def test_discovery_polls_carry_since_and_wait(make) -> None:
         assert await follower.poll_once()
         assert follower.latest.value == fleet
         await follower.poll_once()
-    assert dict(seen[0].url.params) == {}
-    assert dict(seen[1].url.params) == {"since": "4", "wait": "30"}
+    assert dict(seen[0].url.params) == {"delta": "1"}
+    assert dict(seen[1].url.params) == {"since": "4", "wait": "30", "delta": "1"}
 
 
 async def test_discovery_failures_are_typed() -> None:

@@ -71,8 +71,12 @@ async def test_the_first_answer_is_applied_and_marks_the_source_up(peers):
         assert follower.status.up
         assert follower.status.revision == 1
         await wait_for(lambda: len(peers.discovery.requests) == 2)
-        assert dict(peers.discovery.requests[0].url.params) == {}
-        assert dict(peers.discovery.requests[1].url.params) == {"since": "1", "wait": "30"}
+        assert dict(peers.discovery.requests[0].url.params) == {"delta": "1"}
+        assert dict(peers.discovery.requests[1].url.params) == {
+            "since": "1",
+            "wait": "30",
+            "delta": "1",
+        }
 
 
 async def test_each_published_value_is_applied_in_turn(make, peers):
@@ -100,7 +104,7 @@ async def test_an_outage_keeps_the_last_value_and_asks_afresh_after_recovery(mak
         peers.discovery.publish(make.fleet(make.server("gpu-b"), revision=5))
         await wait_for(lambda: follower.status.up)
         retry = peers.discovery.requests[failed_at:]
-        assert "since" not in retry[0].url.params
+        assert retry[0].url.params["wait"] == "0"
         assert board.fleet is not None
         assert board.fleet.revision == 5
         assert follower.status.last_error == ""

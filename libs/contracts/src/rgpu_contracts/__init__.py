@@ -44,6 +44,13 @@ from .allocation import (
     ServerVerdict,
     ServerVerdictDict,
 )
+from .delta import (
+    ClaimsUpdate,
+    ClaimsUpdateDict,
+    FleetUpdate,
+    FleetUpdateDict,
+    UpdateKind,
+)
 from .errors import (
     ContractError,
 )
@@ -132,6 +139,8 @@ __all__ = [
     "ClaimSet",
     "ClaimSetDict",
     "ClaimState",
+    "ClaimsUpdate",
+    "ClaimsUpdateDict",
     "CommitRequest",
     "CommitRequestDict",
     "ContainerAssignment",
@@ -151,6 +160,8 @@ __all__ = [
     "ExtenderFilterResultDict",
     "Fleet",
     "FleetDict",
+    "FleetUpdate",
+    "FleetUpdateDict",
     "GpuUuid",
     "HostPriority",
     "NoFit",
@@ -173,6 +184,7 @@ __all__ = [
     "ServerVerdictDict",
     "Topology",
     "TopologyDict",
+    "UpdateKind",
     "UserInfo",
     "admission_allow",
     "admission_deny",

@@ -35,13 +35,14 @@ from ._bounds import (
     read_bounded_json,
 )
 from ._bucket import TokenBucket
+from ._changelog import CHANGELOG_LIMIT, Changelog, Changes
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
-from ._longpoll_follower import Follower, FollowPolicy, FollowStatus
+from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
 from ._parse import HostPort
@@ -105,6 +106,7 @@ __all__ = [
     "ADMISSION_REVIEW_MAX_BYTES",
     "AUDIENCE",
     "CALLER_AUTH_STATE",
+    "CHANGELOG_LIMIT",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
     "DNS_LABEL_MAX",
@@ -123,6 +125,8 @@ __all__ = [
     "BodyLimitMiddleware",
     "Caller",
     "CallerAuth",
+    "Changelog",
+    "Changes",
     "Conflict",
     "Election",
     "ElectionTiming",
@@ -173,6 +177,7 @@ __all__ = [
     "TokenSource",
     "Unauthorized",
     "Unavailable",
+    "Update",
     "UpstreamError",
     "VerdictCache",
     "Versioned",

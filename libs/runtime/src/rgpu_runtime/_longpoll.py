@@ -2,11 +2,19 @@
 read ``?since=R&wait=S`` the same way and hold a request the same way.
 
 A client that holds revision ``R`` asks with ``since=R``: the answer comes as soon as the
-revision differs from ``R``, or after ``wait`` seconds with the unchanged value (the wire
-protocol never answers ``304``; followers accept one all the same). Without ``since`` the
-answer comes at once, and ``wait`` alone is refused: with no revision held there is nothing
-to wait for. A parameter that cannot be used is a ``400`` naming it and the fix, never a
-``500`` (a ``since`` of thousands of digits would otherwise trip Python's int-parsing limit).
+revision is past ``R`` (at once when it already is), or after ``wait`` seconds with the
+unchanged value (the wire protocol never answers ``304``; followers accept one all the same).
+A ``since`` above the publisher's own revision (the client came from a replica further along)
+is held until the publisher passes it, never answered early with an older state. Without
+``since`` the answer comes at once, and ``wait`` alone is refused: with no revision held
+there is nothing to wait for.
+
+``delta=1`` (``true``; ``0``/``false`` is the default) opts in to answers that carry only
+what changed since ``R`` (``rgpu_contracts.FleetUpdate``, ``ClaimsUpdate``); clients that
+never send it get exactly the bodies they always got.
+
+A parameter that cannot be used is a ``400`` naming it and the fix, never a ``500`` (a
+``since`` of thousands of digits would otherwise trip Python's int-parsing limit).
 """
 
 from __future__ import annotations
@@ -33,28 +41,35 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Poll:
-    """A request's long-poll: wait for a revision other than ``since``, up to ``wait`` s."""
+    """A request's long-poll: wait for a revision past ``since``, up to ``wait`` s."""
 
     since: int | None = None
     wait: float = 0.0
+    delta: bool = False
+    """Whether the client reads update answers (full, delta or behind)."""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Poll:
-        """Read ``since`` and ``wait``; raises ``BadRequest`` naming the unusable one."""
+        """Read ``since``, ``wait`` and ``delta``; raises ``BadRequest`` naming the unusable one."""
         since = _since(query.get("since"))
         wait = _wait(query.get("wait"))
+        delta = _delta(query.get("delta"))
         if since is None and wait is not None:
             raise _bad("wait", query["wait"], "needs since=<the revision you hold> to wait for")
         if since is None:
-            return cls()
-        return cls(since=since, wait=DEFAULT_WAIT_SECONDS if wait is None else wait)
+            return cls(delta=delta)
+        return cls(since=since, wait=DEFAULT_WAIT_SECONDS if wait is None else wait, delta=delta)
 
     async def answer(self, versioned: Versioned[T]) -> tuple[int, T]:
         """``versioned``'s ``(revision, value)``: at once without ``since``, otherwise once
-        the revision differs from ``since`` or ``wait`` seconds passed (then unchanged)."""
+        the revision is past ``since`` or ``wait`` seconds passed (then as it is)."""
         if self.since is None:
             return versioned.snapshot()
         return await versioned.wait_newer(self.since, self.wait)
+
+    def behind(self, revision: int) -> bool:
+        """Whether ``revision`` (the one answered) is below the client's ``since``."""
+        return self.since is not None and revision < self.since
 
 
 def _since(raw: str | None) -> int | None:
@@ -68,6 +83,14 @@ def _since(raw: str | None) -> int | None:
             "digits); send the revision of the last answer, or no since for the current value",
         )
     return int(raw)
+
+
+def _delta(raw: str | None) -> bool:
+    if raw is None or raw.lower() in ("0", "false"):
+        return False
+    if raw.lower() in ("1", "true"):
+        return True
+    raise _bad("delta", raw, "is not a switch; send delta=1 for updates, or leave it out")
 
 
 def _wait(raw: str | None) -> float | None:

@@ -2,7 +2,10 @@
 the topology, the claims) for as long as they run, and must do it the same way.
 
 A ``Follower`` asks ``GET <path>`` at once, then ``?since=R&wait=S`` with the revision ``R``
-of the last value it took. It obeys these rules, in one place:
+of the last value it took. Given ``updates`` (a contract's ``FleetUpdate.from_dict``), it
+also sends ``delta=1`` and applies what changed to the value it holds, so one server
+changing costs each follower the decoding of that server, not of the fleet. It obeys these
+rules, in one place:
 
 * **Changed**: an answer with a new revision goes to ``on_change`` and ``latest`` at once,
   and the next call follows at once, so a burst of changes is not delayed.
@@ -13,12 +16,18 @@ of the last value it took. It obeys these rules, in one place:
 * **Failed** (``Unavailable``: unreachable, timeout, 429, 5xx; ``UpstreamError``: another
   status, or a body that is not the contract): the last value stays, ``status`` says why,
   the first failure of a run is logged, and the next call waits a capped, jittered backoff
-  and then asks without ``since``, so a recovered (or restarted) peer is taken within one
-  round trip instead of one full hold.
-* **Never backwards**: an answer whose revision is lower than the one held is dropped as
-  unchanged: within one run of answers, a value never steps back. Two such answers in a row
-  mean the peer we followed is gone (a restart that counts from lower), and the second one
-  is taken. Ordering revisions across replicas is not attempted here.
+  and then asks without holding (``wait=0`` with updates, else without ``since``), so a
+  recovered (or restarted) peer is taken within one round trip instead of one full hold.
+* **Never backwards**: an answer whose revision is lower than the one held (a replica
+  behind, reached through the Service after a restart or a rollout), or a ``behind``
+  update, is not taken: the value stays and the next call asks with the same ``since``,
+  which a current peer holds until it has caught up. Revisions are comparable across
+  replicas (they derive from the apiserver's), so this holds whichever replica answers. Only
+  a peer that stays below for ``behind_limit_seconds`` is believed: its revisions restarted
+  (a restored apiserver, a new cluster), and keeping a value it will never confirm would
+  freeze the follower for good; that is logged as a warning.
+* **Resync**: a delta from another revision than the one held cannot be applied; the next
+  call asks for the whole value.
 * **Started** is reported through ``task_status.started()`` after the first successful
   answer, and only then; ``status.answered`` is set at the same moment, for a lifespan that
   must serve before its peer answers (it starts the follower with ``start_soon``).
@@ -34,7 +43,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, NoReturn, TypeVar
+from functools import partial
+from typing import Final, Generic, NoReturn, Protocol, TypeVar
 
 import aiohttp
 import anyio
@@ -43,18 +53,25 @@ import httpx
 import orjson
 from anyio.abc import TaskStatus
 
-from rgpu_contracts import ContractError
+from rgpu_contracts import ContractError, UpdateKind
 
 from ._backoff import Backoff
 from ._http import response_error, upstream_error
 from ._versioned import Versioned
 from .errors import Unavailable, UpstreamError
 
-__all__ = ["FollowPolicy", "FollowStatus", "Follower"]
+__all__ = ["FollowPolicy", "FollowStatus", "Follower", "Update"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+V = TypeVar("V")
+W = TypeVar("W")
+
+THREAD_MIN_BYTES: Final = 64 * 1024
+"""Bodies at least this large are decoded in a worker thread (a 10,000-card fleet takes
+~100 ms; the event loop still gets the GIL every few milliseconds, so other requests are
+slowed, not stalled); a delta of a few servers decodes faster than a thread hop."""
 
 # httpx_aiohttp maps most aiohttp failures to httpx ones, but not all; sockets raise OSError.
 _CALL_ERRORS = (httpx.HTTPError, aiohttp.ClientError, OSError)
@@ -80,9 +97,31 @@ class FollowPolicy:
     """Longest retry delay: a recovered peer is followed again within 5 s, fresh enough for
     the allocator's decisions and well within a Prometheus scrape interval."""
 
+    behind_limit_seconds: float = 90.0
+    """How long a peer may answer only revisions below the one held before they are
+    believed: three long-poll holds, far beyond how long a replica lags the apiserver (ms),
+    so only a peer whose revisions restarted lower gets here."""
+
     def backoff(self) -> Backoff:
         """The retry delays after failures."""
         return Backoff(initial=self.backoff_initial_seconds, maximum=self.backoff_cap_seconds)
+
+
+class Update(Protocol[T]):
+    """An update answer (``rgpu_contracts.FleetUpdate``, ``ClaimsUpdate``)."""
+
+    @property
+    def kind(self) -> UpdateKind: ...
+
+    @property
+    def revision(self) -> int: ...
+
+    @property
+    def since(self) -> int | None: ...
+
+    def apply(self, held: T | None) -> T:
+        """The value this update describes given the value held (``ContractError`` if none)."""
+        ...
 
 
 class FollowStatus:
@@ -114,25 +153,28 @@ class Follower(Generic[T]):
     """Long-poll one peer's ``path`` forever, keeping the latest value it answered.
 
     ``http`` is the peer's client (its base URL and transport; tests inject the transport),
-    ``decode`` the contract's ``from_dict``, ``revision`` reads a value's revision.
+    ``decode`` the contract's ``from_dict``, ``revision`` reads a value's revision;
+    ``updates``, when given, decodes update answers (and opts in to them with ``delta=1``).
     ``on_change`` is called with every new value, ``on_status`` after every call; ``clock``
     and ``sleep`` pace the calls (tests pass fakes).
     """
 
     __slots__ = (
         "_backoff",
+        "_behind_since",
         "_clock",
         "_decode",
-        "_dropped",
         "_http",
         "_last_body",
         "_on_change",
         "_on_status",
         "_path",
         "_policy",
+        "_resync",
         "_revision",
         "_rng",
         "_sleep",
+        "_updates",
         "latest",
         "status",
     )
@@ -145,6 +187,7 @@ class Follower(Generic[T]):
         name: str,
         decode: Callable[[object], T],
         revision: Callable[[T], int],
+        updates: Callable[[object], Update[T]] | None = None,
         policy: FollowPolicy | None = None,
         on_change: Callable[[T], object] | None = None,
         on_status: Callable[[FollowStatus], object] | None = None,
@@ -155,6 +198,7 @@ class Follower(Generic[T]):
         self._path = path
         self._decode = decode
         self._revision = revision
+        self._updates = updates
         self._policy = policy or FollowPolicy()
         self._backoff = self._policy.backoff()
         self._on_change = on_change
@@ -163,7 +207,8 @@ class Follower(Generic[T]):
         self._sleep = sleep
         self._rng = random.Random()
         self._last_body = b""
-        self._dropped = False
+        self._behind_since: float | None = None
+        self._resync = False
         self.status = FollowStatus(name)
         self.latest: Versioned[T | None] = Versioned(None, revision=0)
         """Every value taken, in turn; its own revision counts them (not the peer's)."""
@@ -195,19 +240,39 @@ class Follower(Generic[T]):
 
         Raises ``Unavailable`` or ``UpstreamError``; ``run`` records those in ``status``.
         """
-        since = self.status.revision if self.status.up else None
-        body = await self._get(since)
-        # A 10,000-card fleet takes ~100 ms to decode; in a worker thread the event loop
-        # still gets the GIL every few milliseconds, so other requests are slowed, not stalled.
-        value = None if body is None else await anyio.to_thread.run_sync(self._value, body)
-        changed = self._unchanged() if body is None or value is None else self._take(value, body)
+        since, wait = self._asking()
+        body = await self._get(since, wait)
+        # A quiet long-poll answers the same value again after each hold; decoding a large
+        # fleet again costs ~100 ms for nothing.
+        if body is None:
+            changed = self._unchanged()
+        elif body == self._last_body:
+            self._resync = False  # exactly the whole value held: nothing to resync
+            changed = self._unchanged()
+        elif self._updates is None:
+            value = await self._off_loop(partial(self._read, self._decode), body)
+            changed = self._offered(self._revision(value), lambda: value, body)
+        else:
+            update = await self._off_loop(partial(self._read, self._updates), body)
+            changed = self._judged(update, body)
         self._succeeded()
         return changed
 
-    async def _get(self, since: int | None) -> bytes | None:
-        policy = self._policy
-        params = {} if since is None else {"since": str(since), "wait": f"{policy.wait_seconds:g}"}
-        deadline = policy.margin_seconds + (0.0 if since is None else policy.wait_seconds)
+    def _asking(self) -> tuple[int | None, float]:
+        """The ``since`` and ``wait`` of the next call."""
+        held, policy = self.status.revision, self._policy
+        if held is None or self._resync or self._reset_due():
+            return None, 0.0
+        if self.status.up:
+            return held, policy.wait_seconds
+        # After a failure, ask without holding: a recovered peer is taken in one round trip.
+        return (held, 0.0) if self._updates is not None else (None, 0.0)
+
+    async def _get(self, since: int | None, wait: float) -> bytes | None:
+        params = {} if since is None else {"since": str(since), "wait": f"{wait:g}"}
+        if self._updates is not None:
+            params["delta"] = "1"
+        deadline = self._policy.margin_seconds + wait
         peer = str(self._http.base_url.join(self._path))
         try:
             with anyio.fail_after(deadline):
@@ -222,47 +287,93 @@ class Follower(Generic[T]):
             raise response_error(response, peer=peer)
         return response.content
 
-    def _value(self, body: bytes) -> T | None:
-        # A quiet long-poll answers the same value again after each hold; decoding a large
-        # fleet again costs ~100 ms for nothing.
-        if body == self._last_body:
-            return None
-        peer = f"{self.status.name} {self._path}"
+    async def _off_loop(self, read: Callable[[bytes], V], body: bytes) -> V:
+        """``read(body)``, in a worker thread when the body is large. Only decoding goes
+        there: taking a value (callbacks, ``latest``) stays on the event loop."""
+        if len(body) < THREAD_MIN_BYTES:
+            return read(body)
+        return await anyio.to_thread.run_sync(read, body)
+
+    def _read(self, decode: Callable[[object], V], body: bytes) -> V:
+        return self._contract(decode, self._json(body))
+
+    def _judged(self, update: Update[T], body: bytes) -> bool:
+        """Take an update answer, or say why not (behind, or a delta from elsewhere)."""
+        if update.kind is UpdateKind.BEHIND:
+            return self._behind(update.revision)
+        if update.kind is UpdateKind.DELTA and update.since != self.status.revision:
+            self._resync = True
+            return self._unchanged()
+        full = body if update.kind is UpdateKind.FULL else b""
+        return self._offered(update.revision, lambda: self._applied(update), full)
+
+    def _json(self, body: bytes) -> object:
         try:
-            raw = orjson.loads(body)
-            value = self._decode(raw)
+            return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise UpstreamError(
-                f"{peer} answered a body that is not JSON: {exc}", peer_status=200
+                f"{self._peer()} answered a body that is not JSON: {exc}", peer_status=200
             ) from exc
+
+    def _contract(self, decode: Callable[[W], V], raw: W) -> V:
+        try:
+            return decode(raw)
         except ContractError as exc:
-            raise UpstreamError(f"{peer} answered off-contract: {exc}", peer_status=200) from exc
-        return value
+            raise UpstreamError(
+                f"{self._peer()} answered off-contract: {exc}", peer_status=200
+            ) from exc
 
-    def _unchanged(self) -> bool:
-        self._dropped = False
-        return False
+    def _applied(self, update: Update[T]) -> T:
+        return self._contract(update.apply, self.latest.value)
 
-    def _take(self, value: T, body: bytes) -> bool:
-        revision, held = self._revision(value), self.status.revision
+    def _peer(self) -> str:
+        return f"{self.status.name} {self._path}"
+
+    def _offered(self, revision: int, value: Callable[[], T], body: bytes) -> bool:
+        """Take the value at ``revision`` unless it is not newer than the one held."""
+        held = self.status.revision
+        if held is not None and revision < held and not self._reset_due():
+            return self._behind(revision)
         if held is not None and revision == held:
             return self._unchanged()
-        if held is not None and self.status.up and revision < held and not self._dropped:
-            self._dropped = True
+        if held is not None and revision < held:
+            logger.warning(
+                "%s stayed below revision %d for %g s; taking its revision %d",
+                self.status.name,
+                held,
+                self._policy.behind_limit_seconds,
+                revision,
+            )
+        self._take(value(), revision, body)
+        return True
+
+    def _behind(self, revision: int) -> bool:
+        if self._behind_since is None:
+            self._behind_since = self._clock()
             logger.info(
                 "%s answered revision %d, older than %d; keeping the latest",
                 self.status.name,
                 revision,
-                held,
+                self.status.revision,
             )
-            return False
-        self._dropped = False
+        return False
+
+    def _reset_due(self) -> bool:
+        began = self._behind_since
+        return began is not None and self._clock() - began >= self._policy.behind_limit_seconds
+
+    def _unchanged(self) -> bool:
+        self._behind_since = None
+        return False
+
+    def _take(self, value: T, revision: int, body: bytes) -> None:
+        self._behind_since = None
+        self._resync = False
         self._last_body = body
         self.status.revision = revision
         if self._on_change is not None:
             self._on_change(value)
         self.latest.publish(value)
-        return True
 
     def _succeeded(self) -> None:
         status = self.status

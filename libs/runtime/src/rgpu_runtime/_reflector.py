@@ -233,8 +233,9 @@ class Reflector(Generic[T]):
                     key = self._key(item)
                     values[key], versions[key] = value, _version(item)
             version = page.resource_version or version
-        self._reconcile(values, versions)
+        # Set first, so a consumer's ``on_relist`` reads the position its new values are at.
         self.resource_version = version
+        self._reconcile(values, versions)
         self.synced = True
         self._failures = 0
         self._heard()

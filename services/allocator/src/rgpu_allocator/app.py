@@ -43,6 +43,7 @@ from .judging import Judge, Policy, Remover
 from .leases import Finder, LeaseWriter
 from .pods import PodIndex
 from .preempting import Preemptor
+from .published import PublishedClaims
 from .rechecking import Reprober, Revalidator
 from .repair import Repairer
 from .routes import ROUTES, Deps, State
@@ -76,7 +77,7 @@ def create_app(
     registry = CollectorRegistry() if registry is None else registry
     readiness = Readiness()
     policy = Policy.from_settings(settings)
-    ledger, pods = Ledger(), PodIndex()
+    ledger, pods, published = Ledger(), PodIndex(), PublishedClaims()
     inputs = Inputs(settings.scheduling.topology_keys)
     instruments = Instruments(registry, ledger=ledger, pods=pods, inputs=inputs)
 
@@ -163,7 +164,9 @@ def create_app(
             )
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             timing = watch_timing(policy.ttl)
-            lease_watch = lease_reflector(api, ledger, lease_hooks, instruments, timing=timing)
+            lease_watch = lease_reflector(
+                api, ledger, lease_hooks, instruments, timing=timing, published=published
+            )
             pod_watch = pod_reflector(api, pods, reconciler.pod_changed, instruments, timing=timing)
             async with anyio.create_task_group() as tg:
                 await tg.start(events.run, kube)
@@ -206,6 +209,7 @@ def create_app(
                     pods=pods,
                     inputs=inputs,
                     refused=refused,
+                    claims=published,
                 )
                 yield {"deps": deps, "caller_auth": auth}
                 tg.cancel_scope.cancel()

@@ -12,7 +12,7 @@ from typing import Final
 
 import httpx
 
-from rgpu_contracts import Fleet, Topology
+from rgpu_contracts import Fleet, FleetUpdate, Topology
 from rgpu_placement import FleetView, ServerFacts
 from rgpu_runtime import Follower, FollowPolicy, FollowStatus
 
@@ -97,7 +97,8 @@ def follow_fleet(
     *,
     policy: FollowPolicy = POLICY,
 ) -> Follower[Fleet]:
-    """A follower of discovery's fleet into ``inputs``; calls ``on_capacity`` when it grew."""
+    """A follower of discovery's fleet into ``inputs``; calls ``on_capacity`` when it grew.
+    It reads updates (``delta=1``): one server changing costs the decoding of that server."""
 
     def apply(fleet: Fleet) -> None:
         if inputs.set_fleet(fleet):
@@ -113,6 +114,7 @@ def follow_fleet(
         name="discovery fleet",
         decode=Fleet.from_dict,
         revision=_revision,
+        updates=FleetUpdate.from_dict,
         policy=policy,
         on_change=apply,
         on_status=followed,

@@ -6,7 +6,11 @@ kept to reading requests and writing answers; every decision lives below.
   Binding's annotations | ``404`` no claim | ``409`` expired or taken
 * ``DELETE /v1/allocations/{uid}`` → ``204`` (idempotent)
 * ``GET /v1/allocations/{uid}`` → ``200 Allocation`` | ``404``
-* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``)
+* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``), as
+  the Lease watch delivered it, its revision the watch's resourceVersion (``published``), so
+  every replica means the same by a revision; with ``delta=1`` a ``ClaimsUpdate``: the
+  claims of the servers changed since ``R``, the whole set marked ``full`` when ``R`` is
+  older than the changelog, ``behind`` when this replica is still below ``R`` after the wait
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
 Writes answer only callers the apiserver vouches for (DESIGN §10): commit and release are
@@ -56,11 +60,14 @@ from .errors import TooLong
 from .inputs import Inputs
 from .judging import Policy
 from .pods import PodIndex
+from .published import PublishedClaims
 from .wakeup import Refused
 
 __all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
 
 SMALL_BODY_BYTES = 4096
+REVISION_HEADER = "X-Rgpu-Revision"
+"""The claim-set revision an answer of ``GET /v1/claims`` reflects (as discovery's fleet)."""
 """Commit's body is one node name (at most 253 characters): anything larger is not a request
 of ours. (Release reads no body at all.)"""
 
@@ -75,6 +82,8 @@ class Deps:
     pods: PodIndex
     inputs: Inputs
     refused: Refused
+    claims: PublishedClaims
+    """The claim set followers read (the Lease watch's, at its resourceVersion)."""
 
 
 class State(TypedDict):
@@ -165,8 +174,15 @@ async def get_allocation(request: Request) -> Response:
 
 async def get_claims(request: Request) -> Response:
     poll = Poll.from_query(request.query_params)
-    claims = await deps(request).booking.claims(poll.since, poll.wait)
-    return json_response(claims.to_dict(), headers={"Cache-Control": "no-store"})
+    revision, snapshot = await poll.answer(deps(request).claims.versioned)
+    if not poll.delta:
+        body = snapshot.body()
+    elif poll.since is not None and poll.behind(revision):
+        body = snapshot.behind(poll.since)
+    else:
+        body = snapshot.update(poll.since)
+    headers = {"Cache-Control": "no-store", REVISION_HEADER: str(revision)}
+    return Response(body, media_type="application/json", headers=headers)
 
 
 async def get_status(request: Request) -> Response:

@@ -15,6 +15,7 @@ from .claims import LeaseRecord, Ledger, decode_lease
 from .clients import KubeApi
 from .instruments import Instruments
 from .pods import PodIndex, PodInfo, pod_info
+from .published import PublishedClaims
 
 __all__ = [
     "LeaseHooks",
@@ -108,8 +109,10 @@ def lease_reflector(
     instruments: Instruments,
     *,
     timing: ReflectorTiming | None = None,
+    published: PublishedClaims | None = None,
 ) -> Reflector[LeaseRecord]:
-    """The reflector mirroring the claim Leases into ``ledger``."""
+    """The reflector mirroring the claim Leases into ``ledger`` (and into ``published``,
+    the claim set followers read, at the watch's resourceVersion)."""
 
     def relisted(
         changes: Sequence[ObjectChange[LeaseRecord]], fresh: Mapping[str, LeaseRecord]
@@ -117,17 +120,25 @@ def lease_reflector(
         first = not ledger.synced
         if ledger.replace_all(fresh.values()).freed and not first:
             hooks.freed()
+        if published is not None:
+            published.relisted(fresh, reflector.resource_version)
 
-    return Reflector[LeaseRecord](
+    def changed(change: ObjectChange[LeaseRecord]) -> None:
+        apply_lease_change(ledger, change, hooks)
+        if published is not None:
+            published.changed(change)
+
+    reflector = Reflector[LeaseRecord](
         name="leases",
         list_pages=api.lease_pages,
         watch=api.watch_leases,
         transform=decode_lease,
-        on_change=lambda change: apply_lease_change(ledger, change, hooks),
+        on_change=changed,
         on_relist=relisted,
         on_trouble=_restarts("leases", instruments),
         timing=timing,
     )
+    return reflector
 
 
 def _touch(record: LeaseRecord | None, hooks: LeaseHooks) -> None:

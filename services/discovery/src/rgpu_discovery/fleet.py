@@ -27,7 +27,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from rgpu_contracts.fleet import Fleet, Server
 from rgpu_contracts.hami import join_endpoint
@@ -52,20 +51,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FleetSnapshot = Published[Server]
-T = TypeVar("T")
-
-
-class _AtRevision(Versioned[T]):
-    """A ``Versioned`` published at a chosen revision (an apiserver resourceVersion)."""
-
-    __slots__ = ()
-
-    def publish_at(self, value: T, revision: int) -> int:
-        """Publish ``value`` as ``revision``; raises ``ValueError`` unless it grows."""
-        if revision <= self.revision:
-            raise ValueError(f"revision {revision} does not grow from {self.revision}")
-        self._revision = revision - 1
-        return self.publish(value)
 
 
 def build_server(
@@ -130,7 +115,7 @@ class FleetState:
         empty = Published[Server](
             revision=0, listed=False, key="servers", fields={"observedAt": clock()}, items=()
         )
-        self.published: _AtRevision[FleetSnapshot] = _AtRevision(empty, revision=0)
+        self.published: Versioned[FleetSnapshot] = Versioned(empty, revision=0)
         self.targets_changed: Versioned[int] = Versioned(0)
         """Bumped when a server to probe appears or moves, so the prober probes it at once."""
 
@@ -266,8 +251,9 @@ class FleetState:
             key="servers",
             fields={"observedAt": self._clock()},
             items=(e.item for e in self._entries.values()),
+            previous=self.published.value,
         )
-        self.published.publish_at(snapshot, revision)
+        self.published.publish(snapshot, revision=revision)
 
 
 def _log_transition(

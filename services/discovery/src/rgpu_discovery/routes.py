@@ -3,9 +3,13 @@ at once or by long-poll, and an on-demand re-probe of one server — kept apart 
 state behind it is built.
 
 * ``GET /v1/fleet[?since=R&wait=S]`` and ``GET /v1/topology[?since=R&wait=S]``: the ``Fleet``
-  and ``Topology`` contracts; with ``since`` the request is held until the revision differs
-  from ``R`` or ``S`` seconds passed (``rgpu_runtime.Poll``); ``503`` before the first
+  and ``Topology`` contracts; with ``since`` the request is held until the revision is past
+  ``R`` or ``S`` seconds passed (``rgpu_runtime.Poll``); ``503`` before the first
   Node list.
+* ``GET /v1/fleet?delta=1[&since=R&wait=S]``: a ``FleetUpdate`` instead — the servers
+  changed and removed since ``R`` when the fleet's changelog reaches back to ``R``, else the
+  whole fleet marked ``full``; ``behind`` when the wait ran out with this replica still
+  below ``R`` (the follower came from a replica further along), never an older fleet.
 * ``POST /v1/servers/{name}/probe``: probe lupine server ``name`` now, with the periodic
   probe's code and rules, and answer ``200`` with the ``Server`` contract as now published.
   The allocator calls it right before refusing a pod because of busy cards (DESIGN §4, "no
@@ -79,13 +83,22 @@ def deps(request: Request) -> Deps:
 
 
 async def get_fleet(request: Request) -> Response:
-    """``GET /v1/fleet[?since=R&wait=S]``: the fleet (``Fleet`` contract)."""
-    return _json(request, await _answer(request, deps(request).fleet.published, "fleet"))
+    """``GET /v1/fleet[?since=R&wait=S&delta=1]``: the fleet (``Fleet`` contract), or with
+    ``delta=1`` what changed since ``R`` (``FleetUpdate`` contract)."""
+    poll = Poll.from_query(request.query_params)
+    snapshot = await _answer(poll, deps(request).fleet.published, "fleet")
+    if not poll.delta:
+        return _json(request, snapshot, snapshot.body())
+    if poll.since is not None and poll.behind(snapshot.revision):
+        return _json(request, snapshot, snapshot.behind(poll.since))
+    return _json(request, snapshot, snapshot.update(poll.since))
 
 
 async def get_topology(request: Request) -> Response:
     """``GET /v1/topology[?since=R&wait=S]``: client nodes' topology (``Topology`` contract)."""
-    return _json(request, await _answer(request, deps(request).topology.published, "topology"))
+    poll = Poll.from_query(request.query_params)
+    snapshot = await _answer(poll, deps(request).topology.published, "topology")
+    return _json(request, snapshot, snapshot.body())
 
 
 async def post_probe(request: Request) -> Response:
@@ -99,24 +112,23 @@ async def post_probe(request: Request) -> Response:
     return Response(reprobed.server.json, headers=headers, media_type="application/json")
 
 
-async def _answer(request: Request, published: Versioned[Published[V]], what: str) -> Published[V]:
+async def _answer(poll: Poll, published: Versioned[Published[V]], what: str) -> Published[V]:
     """The snapshot the request's long-poll gets; raises ``NotListedYet`` before the first
     list, so an empty fleet is never mistaken for "no servers"."""
-    _, snapshot = await Poll.from_query(request.query_params).answer(published)
+    _, snapshot = await poll.answer(published)
     if not snapshot.listed:
         raise NotListedYet(what)
     return snapshot
 
 
-def _json(request: Request, snapshot: Published[V]) -> Response:
+def _json(request: Request, snapshot: Published[V], body: bytes) -> Response:
     headers = {
         REVISION_HEADER: str(snapshot.revision),
         "Cache-Control": "no-store",
         "Vary": "Accept-Encoding",
     }
-    body = snapshot.body()
     if len(body) >= GZIP_MIN_BYTES and accepts_gzip(request.headers.get("accept-encoding")):
-        body = snapshot.gzipped()
+        body = snapshot.compressed(body)
         headers["Content-Encoding"] = "gzip"
     return Response(body, headers=headers, media_type="application/json")
 

@@ -19,7 +19,7 @@ from typing import Final
 import anyio
 import httpx
 
-from rgpu_contracts import Fleet, Server, Topology
+from rgpu_contracts import Fleet, FleetUpdate, Server, Topology
 from rgpu_runtime import Follower, FollowPolicy, FollowStatus, Versioned
 
 __all__ = ["POLICY", "FleetView", "Inventory", "TopologyView"]
@@ -95,6 +95,7 @@ class Inventory:
             name="discovery fleet",
             decode=Fleet.from_dict,
             revision=_revision,
+            updates=FleetUpdate.from_dict,
             policy=self._policy,
             on_change=lambda value: self.fleet_store.publish(FleetView.of(value)),
             on_status=lambda status: self._called("fleet", status),

@@ -2,7 +2,10 @@
 claims — and must survive either going away; this names the two long-polls (the sources) and
 how the exporter paces them.
 
-Each is an ``rgpu_runtime.Follower``: each new revision goes to the board at once, a failure
+Each is an ``rgpu_runtime.Follower`` reading updates (``delta=1``: one server changing costs
+the decoding of that server, not of the fleet or every claim, and unchanged servers reach the
+board as the same objects, so it re-renders only the changed ones); each new revision goes
+to the board at once, a failure
 leaves the last snapshot in place (the series stay, their age grows) while the follower backs
 off and then asks afresh, and its ``FollowStatus`` feeds ``rgpu_source_up``,
 ``rgpu_source_age_seconds`` and, through ``answered``, the readiness probe.
@@ -14,7 +17,7 @@ from typing import Final
 
 import httpx
 
-from rgpu_contracts import ClaimSet, Fleet
+from rgpu_contracts import ClaimSet, ClaimsUpdate, Fleet, FleetUpdate
 from rgpu_runtime import Follower, FollowPolicy
 
 from .board import Board
@@ -34,6 +37,7 @@ def follow_fleet(http: httpx.AsyncClient, board: Board, policy: FollowPolicy) ->
         name="discovery",
         decode=Fleet.from_dict,
         revision=_revision,
+        updates=FleetUpdate.from_dict,
         policy=policy,
         on_change=board.set_fleet,
     )
@@ -49,6 +53,7 @@ def follow_claims(
         name="allocator",
         decode=ClaimSet.from_dict,
         revision=_revision,
+        updates=ClaimsUpdate.from_dict,
         policy=policy,
         on_change=board.set_claims,
     )
