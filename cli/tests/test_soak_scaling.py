@@ -96,9 +96,9 @@ def test_one_round_straddling_a_change_at_the_end_is_no_disagreement() -> None:
     assert check_identical_fleets(samples).passed
 
 
-def test_the_digest_ignores_the_revision_but_not_the_content() -> None:
-    one = {"revision": 1, "servers": [{"name": "gpu-a", "busy": []}]}
-    assert fleet_digest(one) == fleet_digest({**one, "revision": 2})
+def test_the_digest_ignores_the_revision_and_build_time_but_not_the_content() -> None:
+    one = {"revision": 1, "observedAt": 10.0, "servers": [{"name": "gpu-a", "busy": []}]}
+    assert fleet_digest(one) == fleet_digest({**one, "revision": 2, "observedAt": 11.5})
     assert fleet_digest(one) != fleet_digest({"revision": 1, "servers": []})
 
 

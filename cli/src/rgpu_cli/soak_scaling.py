@@ -120,8 +120,9 @@ class ScalingEvidence:
 
 
 def fleet_digest(raw: Mapping[str, Any]) -> str:
-    """A fingerprint of a fleet's content, its revision left out."""
-    content = {k: v for k, v in raw.items() if k != "revision"}
+    """A fingerprint of a fleet's content: its revision and ``observedAt`` (when this replica
+    built it, a fact about the replica, not the fleet) left out."""
+    content = {k: v for k, v in raw.items() if k not in ("revision", "observedAt")}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
