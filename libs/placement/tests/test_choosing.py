@@ -270,6 +270,40 @@ def test_locality_beats_best_fit(make, granularity):
     assert none.tier == len(KEYS)
 
 
+@pytest.mark.parametrize("granularity", ["server", "card"])
+def test_one_view_ranks_each_set_of_candidates_by_its_own_domains(make, granularity):
+    servers = [
+        make.server("a-far", cards=1),
+        make.server("b-rack-1", cards=8, labels={KEYS[0]: "r1", KEYS[1]: "z1"}),
+        make.server("c-rack-2", cards=8, labels={KEYS[0]: "r2", KEYS[1]: "z1"}),
+    ]
+    topo = make.topology(
+        {
+            "n1": {KEYS[0]: "r1", KEYS[1]: "z1"},
+            "n1-twin": {KEYS[0]: "r1", KEYS[1]: "z1"},
+            "n2": {KEYS[0]: "r2", KEYS[1]: "z1"},
+        }
+    )
+    view = FleetView.build(make.fleet(*servers), topo, KEYS)
+    demand = demand_of((make.container(),))
+    held = Held(make, {"b-rack-1": (0,)})
+
+    def pick(*candidates: str, holdings: Holdings = Unclaimed()) -> tuple[str, int]:
+        result = choose(view, demand, holdings, candidates=candidates, granularity=granularity)
+        return chosen(result), result.tier
+
+    # Asked again and again, in any order and with nodes standing for the same domains, the
+    # view answers as a fresh one would: rankings are per set of domains, not per call.
+    for _ in range(2):
+        assert pick("n1") == pick("n1-twin", "n1") == ("b-rack-1", 0)
+        assert pick("n2") == ("c-rack-2", 0)
+        assert pick("n1", "n2") == ("b-rack-1", 0)
+        assert pick("unknown") == ("a-far", len(KEYS))
+        assert pick("n1", holdings=held) == (
+            ("b-rack-1", 0) if granularity == "card" else ("c-rack-2", 1)
+        )
+
+
 def test_choice_is_deterministic_whatever_the_fleet_order(make):
     servers = [make.server(f"s{i}", cards=2 + i % 3) for i in range(30)]
     first = chosen(decide(make, servers))
