@@ -203,16 +203,25 @@ class NodeVerdicts:
 
     def check(self, pod: Json, node: Json) -> str | None:
         """``filter_node(pod, node)``, computed once per pod constraints and node."""
+        return self.for_pod(pod)(pod, node)
+
+    def for_pod(self, pod: Json) -> NodeCheck:
+        """``check`` for the nodes of one attempt: the pod's constraints are read once."""
         key = constraints(pod)
         verdicts = self._by_constraints.get(key)
         if verdicts is None:
             if len(self._by_constraints) >= _KEPT_CONSTRAINTS:
                 self._by_constraints.clear()
             verdicts = self._by_constraints[key] = {}
-        name = str(node.get("metadata", {}).get("name", ""))
-        if name not in verdicts:
-            verdicts[name] = filter_node(pod, node)
-        return verdicts[name]
+
+        def check(pod: Json, node: Json) -> str | None:
+            name = str(node.get("metadata", {}).get("name", ""))
+            if name in verdicts:
+                return verdicts[name]
+            found = verdicts[name] = filter_node(pod, node)
+            return found
+
+        return check
 
 
 def filter_inputs(node: Json) -> tuple[Any, ...]:

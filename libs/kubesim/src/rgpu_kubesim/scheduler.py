@@ -297,7 +297,7 @@ class SchedulerEmulator:
         nodes = self._ordered_nodes()
         wanted = num_nodes_to_find(len(nodes), self.config.percentage_of_nodes_to_score)
         feasible, reasons, self._next_start = find_feasible(
-            pod, nodes, wanted, self._next_start, self._verdicts.check
+            pod, nodes, wanted, self._next_start, self._verdicts.for_pod(pod)
         )
         interested = is_interested(pod, self.config.managed_resources)
         try:
