@@ -304,6 +304,37 @@ def test_one_view_ranks_each_set_of_candidates_by_its_own_domains(make, granular
         )
 
 
+class HeldBy(Held):
+    """Every server held by the pod ``holder``, with lupine's reports as given."""
+
+    def __init__(self, make, servers, holder: str, busy: dict[str, frozenset[str]]) -> None:
+        self._claims = {s: (make.claim(s, (0, 1), pod=holder),) for s in servers}
+        self._problem = None
+        self._busy = busy
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        return self._busy.get(facts.name, frozenset())
+
+
+def test_repeated_refusals_on_one_view_explain_the_holdings_of_each_moment(make):
+    servers = [make.server(name, cards=2) for name in ("a", "b")]
+    view = FleetView.build(make.fleet(*servers), None, KEYS)
+    demand = demand_of((make.container(),))
+    gpu = servers[1].cards[0].uuid
+
+    def details(holder: str, busy: dict[str, frozenset[str]]) -> list[str]:
+        result = choose(view, demand, HeldBy(make, ("a",), holder, busy))
+        assert isinstance(result, Refusal), result
+        return [v.detail for v in result.nofit.servers]
+
+    busy_b = {"b": frozenset({gpu})}
+    reported = f"lupine reports clients on {gpu}"
+    assert details("first", busy_b) == ["held by team-a/first", reported]
+    assert details("second", busy_b) == ["held by team-a/second", reported]
+    assert details("first", busy_b) == ["held by team-a/first", reported]
+    assert chosen(choose(view, demand, HeldBy(make, ("a",), "first", {}))) == "b"
+
+
 def test_choice_is_deterministic_whatever_the_fleet_order(make):
     servers = [make.server(f"s{i}", cards=2 + i % 3) for i in range(30)]
     first = chosen(decide(make, servers))

@@ -149,6 +149,35 @@ def _only_busy_blocks(
     return [f for f in view.order if held.busy(f) and fit(f, demand, idle, granularity)]
 
 
+_VERDICTS_KEPT = 8192
+"""Verdicts a view keeps per demand (a few per server); past it they start over (bounded)."""
+
+
+def _verdicts(
+    view: FleetView, demand: Demand, held: Holdings, granularity: Granularity
+) -> list[ServerVerdict]:
+    """Every server's verdict; in server granularity each is remembered on ``view`` by all
+    it depends on (the server, its Lease's problem, its holders, lupine's busy cards)."""
+    if granularity != "server":
+        return [verdict(f, demand, held, granularity) for f in view.order]
+    memo = view.verdicts.get(demand)
+    if memo is None:
+        if len(view.verdicts) >= _RANKINGS_KEPT:
+            view.verdicts.clear()
+        memo = view.verdicts[demand] = {}
+    found = []
+    for f in view.order:
+        holders = tuple(c.pod for c in held.blocking(f.name))
+        key = (f.name, held.problem(f.name), holders, held.busy(f))
+        judged = memo.get(key)
+        if judged is None:
+            if len(memo) >= _VERDICTS_KEPT:
+                memo.clear()
+            judged = memo[key] = verdict(f, demand, held, granularity)
+        found.append(judged)
+    return found
+
+
 def _refuse(
     view: FleetView,
     demand: Demand,
@@ -156,7 +185,7 @@ def _refuse(
     candidates: tuple[NodeName, ...],
     granularity: Granularity,
 ) -> Refusal:
-    verdicts = [verdict(f, demand, held, granularity) for f in view.order]
+    verdicts = _verdicts(view, demand, held, granularity)
     verdicts.sort(key=lambda v: v.server)
     claimed = _only_claims_block(view, demand, held, granularity)
     busy = _only_busy_blocks(view, demand, held, granularity)

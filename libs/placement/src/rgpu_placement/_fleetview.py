@@ -11,7 +11,16 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rgpu_contracts import Card, CardId, Fleet, Reason, Server, ServerName, Topology
+from rgpu_contracts import (
+    Card,
+    CardId,
+    Fleet,
+    Reason,
+    Server,
+    ServerName,
+    ServerVerdict,
+    Topology,
+)
 
 __all__ = ["FleetView", "Ranking", "ServerFacts", "server_facts"]
 
@@ -120,6 +129,12 @@ class FleetView:
     """The locality ranking per set of candidate paths, filled by ``choose`` as decisions
     need them: kube-scheduler's samples change every pod, but the paths they cover repeat,
     and ranking 1,000 servers per decision was most of a decision's cost."""
+    verdicts: dict[object, dict[object, ServerVerdict]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Server-granularity verdicts per demand and per what they were judged on, filled by
+    refusals: every parked pod's retry explains the whole fleet, and little of it changes
+    between two retries."""
 
     @classmethod
     def build(
