@@ -3,7 +3,12 @@
 Run: ``make bench-system`` (full size, about 10 minutes per granularity on 2 cores) or
 ``python3 -m uv run --no-sync python bench/bench_system.py [--servers 1000] [--cards 8]
 [--clients 5000] [--background 100000] [--burst 1000] [--rate 50] [--stream-seconds 60]
-[--free-rate 10] [--granularity both] [--profile DIR] [--json FILE]``
+[--free-rate 10] [--granularity both] [--probe-interval 15] [--profile DIR] [--json FILE]``
+
+The acceptance check of ``rgpu up --sim --servers 400 --cards 8 --clients 400`` (a burst of 400
+one-GPU pods bound in seconds) is this benchmark's burst alone, on the same stack with
+``rgpu up``'s probe interval: ``--servers 400 --clients 400 --background 0 --burst 400
+--rest-seconds 1 --stream-seconds 0 --granularity server --probe-interval 1``.
 
 The four services run as separate processes over real HTTP (``rgpu_cli.stack``); the simulated
 apiserver, the fake lupine servers and the scheduler and kubelet emulators run in this process
@@ -305,7 +310,7 @@ async def run(args: argparse.Namespace, granularity: str) -> dict[str, Any]:
         clients=args.clients,
         seed=args.seed,
         granularity=granularity,
-        probe_interval_seconds=PROBE_INTERVAL_SECONDS,
+        probe_interval_seconds=args.probe_interval,
         kubelet=KubeletConfig(start_delay_seconds=0.2),
         work_dir=Path(tempfile.mkdtemp(prefix=f"bench-system-{granularity}-")),
         prepare=background(args.background),
@@ -344,6 +349,12 @@ def main() -> None:
     parser.add_argument("--rest-seconds", type=float, default=30.0)
     parser.add_argument("--granularity", choices=("server", "card", "both"), default="both")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=PROBE_INTERVAL_SECONDS,
+        help="discovery's probe interval, s (15 as deployed; rgpu up --sim probes every 1)",
+    )
     parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()

@@ -530,6 +530,26 @@ async def test_extender_receives_only_nodes_the_default_filters_keep(
     assert extender.bodies("filter")[0]["NodeNames"] == ["fits", "tolerated"]
 
 
+async def test_a_node_cordoned_after_one_pod_was_placed_is_not_offered_for_the_next_alike_pod(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a", "node-b")
+    extender.answers["filter"] = sequence(keep_all, refuse_all(), keep_all)
+    async with scheduler() as emulator:
+        add_pod(sim, "first")
+        await eventually(lambda: node_of(sim, "first"))
+        await refused_once(emulator, add_pod(sim, "second"))
+        # The label change moves the refused pod; the cordon arrives in the same event.
+        cordon = {"spec": {"unschedulable": True}, "metadata": {"labels": {"drain": "soon"}}}
+        sim.store.patch("nodes", "node-b", cordon)
+        await eventually(lambda: node_of(sim, "second"))
+    assert [b["NodeNames"] for b in extender.bodies("filter")] == [
+        ["node-a", "node-b"],
+        ["node-a", "node-b"],
+        ["node-a"],
+    ]
+
+
 async def test_no_feasible_node_refuses_with_kube_schedulers_message_without_the_extender(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:

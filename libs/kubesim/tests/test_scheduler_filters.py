@@ -11,7 +11,9 @@ import pytest
 
 from rgpu_kubesim._scheduling import (
     ExtenderError,
+    NodeVerdicts,
     extender_pod,
+    filter_inputs,
     filter_node,
     find_feasible,
     fit_error,
@@ -174,6 +176,57 @@ def test_filtering_stops_once_enough_nodes_fit_and_rotates_the_start() -> None:
     assert (feasible, reasons, start) == (["e", "a"], {}, 1)
     feasible, reasons, start = find_feasible(pod(), nodes, 2, start)
     assert (feasible, list(reasons), start) == (["c", "d"], ["b"], 4)
+
+
+NOT_A_SERVER = {"key": "hami.io/lupine-server", "operator": "DoesNotExist"}
+OFF_SERVERS = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [NOT_A_SERVER]}]
+        }
+    }
+}
+
+
+def test_a_required_affinity_excluding_server_nodes_skips_them_before_the_sample_fills() -> None:
+    servers = [node(f"a-server-{i}", labels={"hami.io/lupine-server": "14833"}) for i in range(3)]
+    nodes = [*servers, node("b-client"), node("c-client")]
+    feasible, reasons, start = find_feasible(pod(affinity=OFF_SERVERS), nodes, 2, 0)
+    assert feasible == ["b-client", "c-client"]
+    assert set(reasons) == {"a-server-0", "a-server-1", "a-server-2"}
+    assert start == 0
+    assert find_feasible(pod(), nodes, 2, 0)[0] == ["a-server-0", "a-server-1"]
+
+
+def test_remembered_verdicts_are_filter_nodes_per_pod_constraints() -> None:
+    verdicts = NodeVerdicts()
+    zone_a, zone_b = node("x", labels={"zone": "a"}), node("y", labels={"zone": "b"})
+    picky = pod(nodeSelector={"zone": "a"})
+    alike = {**pod(nodeSelector={"zone": "a"}), "metadata": {"name": "other", "uid": "u2"}}
+    for candidate in (picky, alike, pod()):
+        for n in (zone_a, zone_b):
+            assert verdicts.check(candidate, n) == filter_node(candidate, n)
+    # Remembered until cleared: the nodes' own changes are the caller's to report.
+    zone_a["spec"]["unschedulable"] = True
+    assert verdicts.check(alike, zone_a) is None
+    verdicts.clear()
+    assert verdicts.check(alike, zone_a) == "node(s) were unschedulable"
+
+
+def test_filter_inputs_ignore_heartbeats_and_annotations_but_not_what_filters_read() -> None:
+    before = node("n", labels={"zone": "a"})
+    beat = {**before, "status": {"conditions": [{**READY, "lastHeartbeatTime": "later"}]}}
+    annotated = {**before, "metadata": {**before["metadata"], "annotations": {"a": "b"}}}
+    assert filter_inputs(beat) == filter_inputs(annotated) == filter_inputs(before)
+    not_ready = {**before, "status": {"conditions": [{**READY, "status": "False"}]}}
+    changed = (
+        node("n", labels={"zone": "b"}),
+        node("n", labels={"zone": "a"}, unschedulable=True),
+        node("n", labels={"zone": "a"}, taints=[TAINT]),
+        not_ready,
+    )
+    for after in changed:
+        assert filter_inputs(after) != filter_inputs(before)
 
 
 def test_filtering_no_nodes_finds_nothing() -> None:

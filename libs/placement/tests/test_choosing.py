@@ -270,6 +270,71 @@ def test_locality_beats_best_fit(make, granularity):
     assert none.tier == len(KEYS)
 
 
+@pytest.mark.parametrize("granularity", ["server", "card"])
+def test_one_view_ranks_each_set_of_candidates_by_its_own_domains(make, granularity):
+    servers = [
+        make.server("a-far", cards=1),
+        make.server("b-rack-1", cards=8, labels={KEYS[0]: "r1", KEYS[1]: "z1"}),
+        make.server("c-rack-2", cards=8, labels={KEYS[0]: "r2", KEYS[1]: "z1"}),
+    ]
+    topo = make.topology(
+        {
+            "n1": {KEYS[0]: "r1", KEYS[1]: "z1"},
+            "n1-twin": {KEYS[0]: "r1", KEYS[1]: "z1"},
+            "n2": {KEYS[0]: "r2", KEYS[1]: "z1"},
+        }
+    )
+    view = FleetView.build(make.fleet(*servers), topo, KEYS)
+    demand = demand_of((make.container(),))
+    held = Held(make, {"b-rack-1": (0,)})
+
+    def pick(*candidates: str, holdings: Holdings = Unclaimed()) -> tuple[str, int]:
+        result = choose(view, demand, holdings, candidates=candidates, granularity=granularity)
+        return chosen(result), result.tier
+
+    # Asked again and again, in any order and with nodes standing for the same domains, the
+    # view answers as a fresh one would: rankings are per set of domains, not per call.
+    for _ in range(2):
+        assert pick("n1") == pick("n1-twin", "n1") == ("b-rack-1", 0)
+        assert pick("n2") == ("c-rack-2", 0)
+        assert pick("n1", "n2") == ("b-rack-1", 0)
+        assert pick("unknown") == ("a-far", len(KEYS))
+        assert pick("n1", holdings=held) == (
+            ("b-rack-1", 0) if granularity == "card" else ("c-rack-2", 1)
+        )
+
+
+class HeldBy(Held):
+    """Every server held by the pod ``holder``, with lupine's reports as given."""
+
+    def __init__(self, make, servers, holder: str, busy: dict[str, frozenset[str]]) -> None:
+        self._claims = {s: (make.claim(s, (0, 1), pod=holder),) for s in servers}
+        self._problem = None
+        self._busy = busy
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        return self._busy.get(facts.name, frozenset())
+
+
+def test_repeated_refusals_on_one_view_explain_the_holdings_of_each_moment(make):
+    servers = [make.server(name, cards=2) for name in ("a", "b")]
+    view = FleetView.build(make.fleet(*servers), None, KEYS)
+    demand = demand_of((make.container(),))
+    gpu = servers[1].cards[0].uuid
+
+    def details(holder: str, busy: dict[str, frozenset[str]]) -> list[str]:
+        result = choose(view, demand, HeldBy(make, ("a",), holder, busy))
+        assert isinstance(result, Refusal), result
+        return [v.detail for v in result.nofit.servers]
+
+    busy_b = {"b": frozenset({gpu})}
+    reported = f"lupine reports clients on {gpu}"
+    assert details("first", busy_b) == ["held by team-a/first", reported]
+    assert details("second", busy_b) == ["held by team-a/second", reported]
+    assert details("first", busy_b) == ["held by team-a/first", reported]
+    assert chosen(choose(view, demand, HeldBy(make, ("a",), "first", {}))) == "b"
+
+
 def test_choice_is_deterministic_whatever_the_fleet_order(make):
     servers = [make.server(f"s{i}", cards=2 + i % 3) for i in range(30)]
     first = chosen(decide(make, servers))

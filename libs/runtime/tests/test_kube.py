@@ -188,6 +188,21 @@ async def test_kube_client_reads_a_kubeconfig_when_no_url_is_set(
     assert pod["metadata"]["name"] == "trainer-0"
 
 
+async def test_kube_client_ignores_proxy_variables_and_reaches_the_apiserver_directly(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session trusting the environment would send every request to this closed port.
+    dead_proxy = f"http://127.0.0.1:{_closed_port()}"
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    settings = Settings.from_env({"RGPU_KUBE_URL": apiserver.url}, service="allocator")
+    async with kube_client(settings, timeout=2.0) as kube:
+        pod = await kube.call_raw(kube.core.read_namespaced_pod, "trainer-0", "ml-team")
+    assert pod["metadata"]["name"] == "trainer-0"
+
+
 async def test_kube_client_without_any_configuration_says_what_to_set(tmp_path: Path) -> None:
     settings = Settings.from_env({"KUBECONFIG": str(tmp_path / "absent")}, service="allocator")
     with pytest.raises(SettingsError, match="set RGPU_KUBE_URL or KUBECONFIG"):

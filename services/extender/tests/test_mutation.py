@@ -15,6 +15,9 @@ from rgpu_extender.wiring import CACHE_FILE, LIB_FILE, LIB_SOURCE, LIB_VOLUME
 SCHEDULER = "rgpu-scheduler"
 ENDPOINT_PATH = "metadata.annotations['hami.io/lupine-endpoint']"
 LIB_IMAGE = "registry.example.com/hami-core:2.5"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+NOT_A_SERVER = {"key": "hami.io/lupine-server", "operator": "DoesNotExist"}
+ONLY_CLIENT_NODES = {"nodeSelectorTerms": [{"matchExpressions": [NOT_A_SERVER]}]}
 
 
 def policy(build, **env: str) -> AdmissionPolicy:
@@ -53,6 +56,8 @@ def test_shared_create_fixture_is_mutated_and_uid_echoed(build, load_fixture) ->
     assert field_path(env[0]) == ENDPOINT_PATH
     assert field_path(env[1]) == "metadata.uid"
     untouched = copy.deepcopy(the_pod)
+    assert patched["spec"]["affinity"] == {"nodeAffinity": {REQUIRED: ONLY_CLIENT_NODES}}
+    patched["spec"].pop("affinity")
     for key in ("schedulerName",):
         untouched["spec"].pop(key)
         patched["spec"].pop(key)

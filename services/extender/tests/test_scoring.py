@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from rgpu_contracts import NoFit
 from rgpu_extender.scoring import closeness
+from rgpu_runtime import Versioned
 
 pytestmark = pytest.mark.anyio
 
@@ -106,6 +108,48 @@ async def test_configured_topology_keys_are_used(open_extender, allocator, build
     async with open_extender(RGPU_TOPOLOGY_KEYS=REGION) as extender:
         reply = await scores(extender, build.filter_args(build.pod(), ["cpu-node-2", "cpu-node-3"]))
     assert reply == {"cpu-node-2": 10, "cpu-node-3": 0}
+
+
+async def test_a_pod_this_replica_just_filtered_is_scored_without_asking_the_allocator(
+    extender, allocator, build
+) -> None:
+    nodes = ["gpu-node-1", "cpu-node-1", "cpu-node-2"]
+    filtered = await extender.client.post("/filter", json=build.filter_args(build.pod(), nodes))
+    assert filtered.json()["NodeNames"] == nodes
+    asked = len(allocator.headers)
+    reply = await scores(extender, build.filter_args(build.pod(), nodes))
+    assert reply == {"gpu-node-1": 10, "cpu-node-1": 5, "cpu-node-2": 2}
+    assert len(allocator.headers) == asked
+
+
+async def test_a_pod_refused_since_its_last_booking_is_looked_up_at_the_allocator(
+    extender, allocator, build
+) -> None:
+    args = build.filter_args(build.pod(), ["gpu-node-1"])
+    await extender.client.post("/filter", json=args)
+    allocator.no_fit = NoFit(reasons=(), total=4)
+    allocator.claims.clear()
+    refused = await extender.client.post("/filter", json=args)
+    assert refused.json()["FailedNodes"]
+    assert await scores(extender, args) == {"gpu-node-1": 0}
+
+
+async def test_many_candidates_sharing_a_few_label_sets_are_each_scored_by_their_own(
+    open_extender, allocator, discovery, make, build
+) -> None:
+    allocator.hold(UID)
+    profiles = [
+        {RACK: "r1", ZONE: "z1", REGION: "eu"},
+        {RACK: "r2", ZONE: "z1", REGION: "eu"},
+        {RACK: "r1", ZONE: "z2", REGION: "eu"},
+        {},
+    ]
+    nodes = {f"client-{i:03d}": profiles[i % 4] for i in range(300)}
+    topology = make.topology(nodes, revision=2)
+    discovery.topologies = Versioned(topology, revision=topology.revision)
+    async with open_extender() as extender:
+        reply = await scores(extender, build.filter_args(build.pod(), nodes))
+    assert reply == {name: (10, 5, 2, 0)[i % 4] for i, name in enumerate(nodes)}
 
 
 async def test_malformed_prioritize_body_is_a_400_error_body(extender) -> None:

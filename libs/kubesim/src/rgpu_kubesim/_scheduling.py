@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 __all__ = [
     "ExtenderError",
+    "NodeCheck",
+    "NodeVerdicts",
+    "constraints",
     "extender_pod",
+    "filter_inputs",
     "filter_node",
     "find_feasible",
     "fit_error",
@@ -38,6 +44,8 @@ REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 _FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
 _MIN_NODES_TO_FIND = 100
 _MIN_PERCENTAGE_TO_FIND = 5
+_KEPT_CONSTRAINTS = 256
+"""Distinct pod constraints whose verdicts are kept; past it they start over (bounded)."""
 _EXTENDER_SCORE_SCALE = 10
 """MaxNodeScore (100) / MaxExtenderPriority (10): how kube-scheduler scales extender scores."""
 
@@ -164,10 +172,74 @@ def filter_node(pod: Json, node: Json) -> str | None:
     )
 
 
+NodeCheck = Callable[[Json, Json], str | None]
+"""``filter_node`` or a remembering stand-in for it: (pod, node) -> reason or ``None``."""
+
+
+def constraints(pod: Json) -> bytes:
+    """What of ``pod`` the filter plugins read (node selector, required node affinity,
+    tolerations): pods alike in these get the same verdict on every node."""
+    spec = pod.get("spec", {})
+    read = (spec.get("nodeSelector"), _affinity_terms(pod), spec.get("tolerations"))
+    return orjson.dumps(read, option=orjson.OPT_SORT_KEYS)
+
+
+class NodeVerdicts:
+    """``filter_node``'s verdicts remembered per pod constraints until the nodes change.
+
+    kube-scheduler runs its filters in parallel, in Go, well under a millisecond per node; a
+    Python loop over thousands of nodes per attempt would make this emulator the bottleneck it
+    stands in for. A burst of alike pods costs one pass over the nodes instead of one per pod.
+    """
+
+    __slots__ = ("_by_constraints",)
+
+    def __init__(self) -> None:
+        self._by_constraints: dict[bytes, dict[str, str | None]] = {}
+
+    def clear(self) -> None:
+        """Forget every verdict (a node was added, changed or removed)."""
+        self._by_constraints.clear()
+
+    def check(self, pod: Json, node: Json) -> str | None:
+        """``filter_node(pod, node)``, computed once per pod constraints and node."""
+        return self.for_pod(pod)(pod, node)
+
+    def for_pod(self, pod: Json) -> NodeCheck:
+        """``check`` for the nodes of one attempt: the pod's constraints are read once."""
+        key = constraints(pod)
+        verdicts = self._by_constraints.get(key)
+        if verdicts is None:
+            if len(self._by_constraints) >= _KEPT_CONSTRAINTS:
+                self._by_constraints.clear()
+            verdicts = self._by_constraints[key] = {}
+
+        def check(pod: Json, node: Json) -> str | None:
+            name = str(node.get("metadata", {}).get("name", ""))
+            if name in verdicts:
+                return verdicts[name]
+            found = verdicts[name] = filter_node(pod, node)
+            return found
+
+        return check
+
+
+def filter_inputs(node: Json) -> tuple[Any, ...]:
+    """What of ``node`` ``filter_node`` reads: a change elsewhere (a heartbeat, an
+    annotation) leaves every verdict on it as it was."""
+    spec = node.get("spec", {})
+    return (
+        bool(spec.get("unschedulable")),
+        spec.get("taints") or [],
+        _metadata(node, "labels"),
+        _ready_status(node),
+    )
+
+
 def find_feasible(
-    pod: Json, nodes: Sequence[Json], wanted: int, start: int
+    pod: Json, nodes: Sequence[Json], wanted: int, start: int, check: NodeCheck = filter_node
 ) -> tuple[list[str], dict[str, str], int]:
-    """Filter ``nodes`` from index ``start`` round-robin until ``wanted`` fit.
+    """Filter ``nodes`` with ``check`` from index ``start`` round-robin until ``wanted`` fit.
 
     Returns the fitting names (in visiting order), the reason of every rejected node, and the
     start index of the next cycle, which kube-scheduler advances by the nodes it visited.
@@ -181,7 +253,7 @@ def find_feasible(
             break
         node = nodes[(start + offset) % count]
         name = str(node.get("metadata", {}).get("name", ""))
-        reason = filter_node(pod, node)
+        reason = check(pod, node)
         if reason is None:
             feasible.append(name)
         else:

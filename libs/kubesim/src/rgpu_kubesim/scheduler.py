@@ -31,11 +31,13 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._informer import ADDED, DELETED, Informer, KubeHttp
+from ._informer import ADDED, DELETED, MODIFIED, Informer, KubeHttp
 from ._lupine_errors import SimOptionError
 from ._scheduling import (
     ExtenderError,
+    NodeVerdicts,
     extender_pod,
+    filter_inputs,
     find_feasible,
     fit_error,
     is_interested,
@@ -176,6 +178,7 @@ class SchedulerEmulator:
         self._extenders: tuple[httpx.AsyncClient, ...] = ()
         self._calls = 0
         self._node_order: list[dict[str, Any]] | None = None
+        self._verdicts = NodeVerdicts()
         self._next_start = 0
         self._pods = Informer(
             self.api, "/api/v1/pods", self._on_pod, field_selector=NON_TERMINAL_PODS
@@ -242,6 +245,8 @@ class SchedulerEmulator:
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._node_order = None
+        if kind != MODIFIED or old is None or filter_inputs(old) != filter_inputs(node):
+            self._verdicts.clear()
         if kind == ADDED or (old is not None and node_changed(old, node)):
             self._move_all(f"node {node['metadata'].get('name')} {kind.lower()}")
 
@@ -291,7 +296,9 @@ class SchedulerEmulator:
         self._note(uid, attempts=self._records[uid].attempts + 1)
         nodes = self._ordered_nodes()
         wanted = num_nodes_to_find(len(nodes), self.config.percentage_of_nodes_to_score)
-        feasible, reasons, self._next_start = find_feasible(pod, nodes, wanted, self._next_start)
+        feasible, reasons, self._next_start = find_feasible(
+            pod, nodes, wanted, self._next_start, self._verdicts.for_pod(pod)
+        )
         interested = is_interested(pod, self.config.managed_resources)
         try:
             if feasible and interested:

@@ -19,7 +19,7 @@ from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, Ser
 
 from ._demand import Demand
 from ._fitting import BusyIgnored, Fit, Granularity, Holdings, fit, verdict
-from ._fleetview import FleetView, ServerFacts
+from ._fleetview import FleetView, Path, Ranking, ServerFacts
 from ._locality import tiers
 
 __all__ = ["Choice", "Refusal", "choose"]
@@ -67,15 +67,34 @@ def _card_key(f: Fit) -> tuple[int, int, str]:
     return f.weight, len(f.facts.healthy), f.facts.name
 
 
-def _by_tier(view: FleetView, ranked: dict[ServerName, int]) -> list[list[ServerFacts]]:
-    groups: list[list[ServerFacts]] = [[] for _ in view.topology_keys]
-    for name, tier in ranked.items():
-        facts = view.facts.get(name)
-        if facts is not None:
-            groups[tier].append(facts)
-    for group in groups:
-        group.sort(key=lambda f: (len(f.healthy), f.name))
-    return groups
+_RANKINGS_KEPT = 256
+"""Candidate path sets whose ranking a view keeps; past it the memo starts over (bounded)."""
+
+
+def _ranking(view: FleetView, candidates: tuple[NodeName, ...]) -> Ranking:
+    """The servers by tier for ``candidates``, worked out once per distinct set of paths.
+
+    ``tiers`` depends only on the candidates' distinct paths, so one node per path stands for
+    all of them; each group keeps ``view.order`` (the best-fit order), so nothing is sorted
+    per decision.
+    """
+    nowhere = (None,) * len(view.topology_keys)
+    standing: dict[Path, NodeName] = {}
+    for node in candidates:
+        standing.setdefault(view.node_paths.get(node, nowhere), node)
+    key = frozenset(standing)
+    found = view.rankings.get(key)
+    if found is None:
+        ranked = tiers(view, tuple(standing.values()))
+        depth = len(view.topology_keys)
+        groups: list[list[ServerFacts]] = [[] for _ in range(depth + 1)]
+        for facts in view.order:
+            groups[ranked.get(facts.name, depth)].append(facts)
+        found = tuple(tuple(group) for group in groups)
+        if len(view.rankings) >= _RANKINGS_KEPT:
+            view.rankings.clear()
+        view.rankings[key] = found
+    return found
 
 
 def _search(
@@ -85,14 +104,11 @@ def _search(
     candidates: tuple[NodeName, ...],
     granularity: Granularity,
 ) -> Choice | None:
-    ranked = tiers(view, candidates)
-    for tier, group in enumerate(_by_tier(view, ranked)):
+    for tier, group in enumerate(_ranking(view, candidates)):
         found = _best(group, demand, held, granularity)
         if found is not None:
             return Choice(fit=found, tier=tier)
-    rest = (f for f in view.order if f.name not in ranked)
-    found = _best(rest, demand, held, granularity)
-    return Choice(fit=found, tier=len(view.topology_keys)) if found is not None else None
+    return None
 
 
 def _nofit(verdicts: Sequence[ServerVerdict], total: int) -> NoFit:
@@ -133,6 +149,35 @@ def _only_busy_blocks(
     return [f for f in view.order if held.busy(f) and fit(f, demand, idle, granularity)]
 
 
+_VERDICTS_KEPT = 8192
+"""Verdicts a view keeps per demand (a few per server); past it they start over (bounded)."""
+
+
+def _verdicts(
+    view: FleetView, demand: Demand, held: Holdings, granularity: Granularity
+) -> list[ServerVerdict]:
+    """Every server's verdict; in server granularity each is remembered on ``view`` by all
+    it depends on (the server, its Lease's problem, its holders, lupine's busy cards)."""
+    if granularity != "server":
+        return [verdict(f, demand, held, granularity) for f in view.order]
+    memo = view.verdicts.get(demand)
+    if memo is None:
+        if len(view.verdicts) >= _RANKINGS_KEPT:
+            view.verdicts.clear()
+        memo = view.verdicts[demand] = {}
+    found = []
+    for f in view.order:
+        holders = tuple(c.pod for c in held.blocking(f.name))
+        key = (f.name, held.problem(f.name), holders, held.busy(f))
+        judged = memo.get(key)
+        if judged is None:
+            if len(memo) >= _VERDICTS_KEPT:
+                memo.clear()
+            judged = memo[key] = verdict(f, demand, held, granularity)
+        found.append(judged)
+    return found
+
+
 def _refuse(
     view: FleetView,
     demand: Demand,
@@ -140,7 +185,7 @@ def _refuse(
     candidates: tuple[NodeName, ...],
     granularity: Granularity,
 ) -> Refusal:
-    verdicts = [verdict(f, demand, held, granularity) for f in view.order]
+    verdicts = _verdicts(view, demand, held, granularity)
     verdicts.sort(key=lambda v: v.server)
     claimed = _only_claims_block(view, demand, held, granularity)
     busy = _only_busy_blocks(view, demand, held, granularity)

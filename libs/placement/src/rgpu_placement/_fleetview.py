@@ -9,11 +9,20 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rgpu_contracts import Card, CardId, Fleet, Reason, Server, ServerName, Topology
+from rgpu_contracts import (
+    Card,
+    CardId,
+    Fleet,
+    Reason,
+    Server,
+    ServerName,
+    ServerVerdict,
+    Topology,
+)
 
-__all__ = ["FleetView", "ServerFacts", "server_facts"]
+__all__ = ["FleetView", "Ranking", "ServerFacts", "server_facts"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +80,10 @@ def server_facts(server: Server) -> ServerFacts:
 Path = tuple[str | None, ...]
 """Label values of the topology keys from one key to the coarsest (``None`` where absent)."""
 
+Ranking = tuple[tuple[ServerFacts, ...], ...]
+"""Servers by locality tier for one set of candidate profiles: one group per topology key
+(finest first), then the servers sharing no domain; each group in best-fit order."""
+
 DomainIndex = Mapping[str, Mapping[Path, frozenset[ServerName]]]
 """For one topology key: its value -> the coarser labels seen beside it -> the servers."""
 
@@ -78,6 +91,10 @@ DomainIndex = Mapping[str, Mapping[Path, frozenset[ServerName]]]
 def path_of(labels: Mapping[str, str], keys: Sequence[str]) -> Path:
     """``labels``' values of ``keys``, ``None`` where a label is absent."""
     return tuple(labels.get(k) for k in keys)
+
+
+def _paths(node_labels: Mapping[str, Mapping[str, str]], keys: Sequence[str]) -> dict[str, Path]:
+    return {node: path_of(labels, keys) for node, labels in node_labels.items()}
 
 
 def _domain_index(facts: Sequence[ServerFacts], keys: Sequence[str], tier: int) -> DomainIndex:
@@ -103,7 +120,21 @@ class FleetView:
     the locality rule compares distinct label sets, not every server."""
     cards: Mapping[CardId, Card]
     node_labels: Mapping[str, Mapping[str, str]]
+    node_paths: Mapping[str, Path]
+    """Each client node's topology path: candidates are compared by distinct paths."""
     total_cards: int
+    rankings: dict[frozenset[Path], Ranking] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """The locality ranking per set of candidate paths, filled by ``choose`` as decisions
+    need them: kube-scheduler's samples change every pod, but the paths they cover repeat,
+    and ranking 1,000 servers per decision was most of a decision's cost."""
+    verdicts: dict[object, dict[object, ServerVerdict]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Server-granularity verdicts per demand and per what they were judged on, filled by
+    refusals: every parked pod's retry explains the whole fleet, and little of it changes
+    between two retries."""
 
     @classmethod
     def build(
@@ -126,6 +157,7 @@ class FleetView:
             domains=tuple(_domain_index(facts, keys, tier) for tier in range(len(keys))),
             cards={c.id: c for s in fleet.servers for c in s.cards},
             node_labels=node_labels,
+            node_paths=_paths(node_labels, keys),
             total_cards=sum(len(s.cards) for s in fleet.servers),
         )
 
@@ -141,6 +173,7 @@ class FleetView:
 
     def with_topology(self, topology: Topology) -> FleetView:
         """The same fleet with newer client-node labels."""
+        labels = topology.labels_of()
         return FleetView(
             fleet=self.fleet,
             topology_keys=self.topology_keys,
@@ -148,6 +181,7 @@ class FleetView:
             order=self.order,
             domains=self.domains,
             cards=self.cards,
-            node_labels=topology.labels_of(),
+            node_labels=labels,
+            node_paths=_paths(labels, self.topology_keys),
             total_cards=self.total_cards,
         )

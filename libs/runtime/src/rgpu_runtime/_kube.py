@@ -219,12 +219,36 @@ async def kube_client(
     """
     configuration = await _configuration(settings)
     api_client = ApiClient(configuration)
+    _ignore_proxy_environment(api_client)
     api_client.user_agent = f"rgpu-{settings.service}"
     trace_requests(api_client)
     try:
         yield KubeClient(api_client, timeout=timeout)
     finally:
         await api_client.close()
+
+
+_READ_BUFFER_BYTES = 2**21
+"""kubernetes-asyncio's own read buffer: a watch event can carry an object up to etcd's
+1.5 MiB request limit."""
+
+
+def _ignore_proxy_environment(api_client: ApiClient) -> None:
+    """Give the client a session that does not read proxy variables and ``~/.netrc``.
+
+    kubernetes-asyncio opens its aiohttp session with ``trust_env=True``, and aiohttp then
+    looks up proxies and netrc credentials in a worker thread on *every* request: a thread hop
+    per apiserver call that cost the allocator 13-22 % of its CPU under load. The apiserver is
+    reached directly (in-cluster) or through the kubeconfig's ``proxy-url``, which
+    kubernetes-asyncio passes per request and which still applies.
+    """
+    rest = api_client.rest_client
+    trusting = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=trusting.connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
+    )
+    # The new session owns the connector now; the old one is closed without closing it.
+    trusting.detach()
 
 
 async def _configuration(settings: Settings) -> Configuration:

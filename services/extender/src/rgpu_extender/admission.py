@@ -3,10 +3,11 @@ scheduler-owned annotations on updates, allow everything else — kept apart fro
 rule is a plain function call in tests.
 
 A GPU pod is only schedulable and runnable by rgpu once it names our scheduler, reads its
-endpoint through the downward API and, when memory is capped, preloads HAMi-core (``wiring``
-says what each container gets); the webhook adds all of that at CREATE, refusing what would
-defeat it. The result is idempotent: mutating an already-mutated pod yields no operations, so
-the webhook is safe under ``reinvocationPolicy: IfNeeded`` and under apiserver retries.
+endpoint through the downward API, keeps off lupine server nodes (``affinity``) and, when memory
+is capped, preloads HAMi-core (``wiring`` says what each container gets); the webhook adds all
+of that at CREATE, refusing what would defeat it. The result is idempotent: mutating an
+already-mutated pod yields no operations, so the webhook is safe under
+``reinvocationPolicy: IfNeeded`` and under apiserver retries.
 
 The answer is an RFC 6902 JSONPatch, which fails on the apiserver if it ``add``s below a member
 that does not exist yet (a pod without annotations, a container without env) or forgets RFC 6901
@@ -44,6 +45,7 @@ from rgpu_contracts import (
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
 from rgpu_runtime import Settings
 
+from .affinity import affinity_ops
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
 from .instruments import ExtenderMetrics
 from .objects import mapping, pod_label
@@ -272,6 +274,7 @@ def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]
         *_container_ops(demand, policy),
         *_pod_lib_ops(pod, demand, policy),
         *_scheduler_ops(pod, policy),
+        *affinity_ops(pod),
         *_marker_ops(pod),
     )
 

@@ -38,6 +38,7 @@ from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .inventory import Inventory
+from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
 from .surfaces import WEBHOOK_MAX_BODY_BYTES, scheduler_surface, webhook_surface
@@ -130,6 +131,7 @@ def _deps(
     """Each verb with the clients and stores it decides with."""
     budget = settings.scheduling.extender_budget_seconds
     resources = settings.resources
+    recent = RecentBookings()
     return Deps(
         filtering=Filtering(
             allocator=allocator,
@@ -138,6 +140,7 @@ def _deps(
             metrics=metrics,
             resources=resources,
             budget=budget,
+            recent=recent,
         ),
         scoring=Scoring(
             allocator=allocator,
@@ -145,6 +148,7 @@ def _deps(
             metrics=metrics,
             topology_keys=settings.scheduling.topology_keys,
             budget=budget,
+            recent=recent,
         ),
         binding=Binding(
             allocator=allocator,

@@ -34,6 +34,7 @@ from .events import UNAVAILABLE, pod_event
 from .instruments import ExtenderMetrics, observed
 from .inventory import FleetView, Inventory
 from .objects import node_name, pod_label, pod_ref
+from .recent import RecentBookings
 from .wiring import check_wired
 
 __all__ = ["SERVER_NODE_REASON", "FilterOutcome", "Filtering"]
@@ -65,6 +66,8 @@ class Filtering:
     resources: ResourceSettings
     budget: float
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
+    recent: RecentBookings
+    """Where each booking is noted for the ``/prioritize`` that follows."""
 
     async def filter_pod(self, raw: object) -> FilterOutcome:
         """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
@@ -124,9 +127,11 @@ class Filtering:
             logger.warning("filter of pod %s: %s", label, exc.message)
             return _error("allocator_error", exc.message, label)
         if isinstance(answer, NoFit):
+            self.recent.forget(ref.uid)
             self._tell(ref, answer.message)
             failed = tuple((node, answer.message) for node in clients)
             return _outcome(args, (), failed, servers, "no_fit", label)
+        self.recent.remember(ref.uid, answer.server)
         return _outcome(args, clients, (), servers, "fit", label)
 
     def _tell(self, pod: PodRef, message: str) -> None:

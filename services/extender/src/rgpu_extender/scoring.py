@@ -10,7 +10,7 @@ so anything short of a readable request scores every node 0 rather than failing.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -24,6 +24,7 @@ from .errors import AllocatorUnavailable, PeerReplyInvalid
 from .instruments import ExtenderMetrics, observed
 from .inventory import Inventory
 from .objects import node_labels, node_name, pod_label, pod_ref
+from .recent import RecentBookings
 
 __all__ = ["DOMAIN_SCORES", "PrioritizeOutcome", "Scoring", "closeness"]
 
@@ -51,6 +52,8 @@ class Scoring:
     """``RGPU_TOPOLOGY_KEYS``, finest domain first."""
     budget: float
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
+    recent: RecentBookings
+    """The servers this replica's ``/filter`` just booked, asked before the allocator."""
 
     async def prioritize(self, raw: object) -> PrioritizeOutcome:
         """Score the candidates in ExtenderArgs ``raw``; raises ``BadRequest`` if unreadable."""
@@ -65,12 +68,8 @@ class Scoring:
         server_labels, outcome = await self._claimed_server_labels(args)
         if server_labels is None:
             return _flat(args, outcome)
-        keys = self.topology_keys
         labels = self._candidate_labels(args)
-        priorities = tuple(
-            HostPriority(host=name, score=closeness(server_labels, labels.get(name, {}), keys))
-            for name in args.candidate_names()
-        )
+        priorities = _by_profile(server_labels, labels, args.candidate_names(), self.topology_keys)
         return PrioritizeOutcome(priorities=priorities, outcome="scored", pod=pod_label(args.pod))
 
     async def _claimed_server_labels(
@@ -80,14 +79,17 @@ class Scoring:
         fleet = self.inventory.fleet
         if not uid or fleet is None:
             return None, "not_synced" if uid else "no_claim"
-        try:
-            with anyio.fail_after(self.budget):
-                allocation = await self.allocator.find(uid)
-        except (TimeoutError, AllocatorUnavailable, PeerReplyInvalid):
-            return None, "allocator_error"
-        if allocation is None:
-            return None, "no_claim"
-        server = fleet.servers.get(allocation.server)
+        booked = self.recent.server_of(uid)
+        if booked is None:
+            try:
+                with anyio.fail_after(self.budget):
+                    allocation = await self.allocator.find(uid)
+            except (TimeoutError, AllocatorUnavailable, PeerReplyInvalid):
+                return None, "allocator_error"
+            if allocation is None:
+                return None, "no_claim"
+            booked = allocation.server
+        server = fleet.servers.get(booked)
         if server is None:
             return None, "server_unknown"
         return dict(server.topology), "scored"
@@ -98,6 +100,26 @@ class Scoring:
             return {node_name(n): node_labels(n) for n in args.nodes.get("items") or ()}
         topology = self.inventory.topology
         return topology.labels if topology is not None else {}
+
+
+def _by_profile(
+    server: Mapping[str, str],
+    labels: Mapping[str, Mapping[str, str]],
+    names: Iterable[str],
+    keys: Sequence[str],
+) -> tuple[HostPriority, ...]:
+    """Each candidate's closeness, worked out once per distinct label set: hundreds of
+    candidates share a handful of (rack, zone, region) profiles."""
+    scores: dict[tuple[str | None, ...], int] = {}
+    priorities = []
+    for name in names:
+        node = labels.get(name) or {}
+        profile = tuple(node.get(k) for k in keys)
+        score = scores.get(profile)
+        if score is None:
+            score = scores[profile] = closeness(server, node, keys)
+        priorities.append(HostPriority(host=name, score=score))
+    return tuple(priorities)
 
 
 def _flat(args: ExtenderArgs, outcome: str) -> PrioritizeOutcome:

@@ -43,6 +43,12 @@ _CONTAINER: Mapping[str, Shape] = {
     "volumeMounts": ListOf(_NAMED),
     "resources": _QUANTITIES,
 }
+_TERM: Mapping[str, Shape] = {"matchExpressions": ListOf({"key": str, "operator": str})}
+_AFFINITY: Mapping[str, Shape] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": ListOf(_TERM)}
+    }
+}
 _POD: Mapping[str, Shape] = {
     "metadata": {
         "name": str,
@@ -58,6 +64,7 @@ _POD: Mapping[str, Shape] = {
         "initContainers": ListOf(_CONTAINER),
         "ephemeralContainers": ListOf(_CONTAINER),
         "volumes": ListOf(_NAMED),
+        "affinity": _AFFINITY,
     },
 }
 
