@@ -546,3 +546,88 @@ async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_pa
     assert not any(terminating(cluster, other) for other in others)
     assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
     assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+
+
+async def test_the_nominee_waits_for_its_server_when_another_frees_while_victims_terminate(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # gpu-a's holder cannot be preempted, so gpu-b is freed for urgent; gpu-a frees first, and
+    # the replica that did not preempt is asked while gpu-b's victim still terminates.
+    peer = make_pod(cluster, "peer", "urgent")
+    batch = make_pod(cluster, "batch", "batch", grace=30)
+    urgent = make_pod(cluster, "urgent", "urgent")
+    both = build.container(count=2)
+    registries = (CollectorRegistry(), CollectorRegistry())
+    async with (
+        allocator(kit, sim, discovery, registry=registries[0], RGPU_GRANULARITY="card") as a,
+        allocator(kit, sim, discovery, registry=registries[1], RGPU_GRANULARITY="card") as b,
+    ):
+        assert await hold(a, cluster, peer, kit, both) == "gpu-a"
+        assert await hold(a, cluster, batch, kit, both) == "gpu-b"
+        refused = await a.post("/v1/allocations", json=kit.ask(urgent, both))
+        assert refused.status_code == 409
+        assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+        assert terminating(cluster, batch)
+        finish(cluster, peer)
+
+        async def gpu_a_free_on_b() -> bool:
+            claims = (await b.get("/v1/claims")).json()["claims"]
+            return [c["pod"]["name"] for c in claims] == ["batch"]
+
+        await kit.wait_for(gpu_a_free_on_b, what="gpu-a's release seen by the other replica")
+        waiting = await b.post("/v1/allocations", json=kit.ask(urgent, both))
+        assert waiting.status_code == 409, waiting.text
+        assert "waits for this server while its victims leave" in waiting.text
+        assert cluster.holders().get("gpu-a") == []
+        finish(cluster, batch)
+
+        async def booked() -> bool:
+            got = await b.post("/v1/allocations", json=kit.ask(urgent, both))
+            return got.status_code == 200 and got.json()["server"] == "gpu-b"
+
+        await kit.wait_for(booked, what="the nominee booked the server freed for it")
+        texts = [(await c.get("/metrics")).text for c in (a, b)]
+    assert nomination(cluster, "gpu-b") is None
+    assert sum(metric(t, "rgpu_allocator_preemption_victims_total") for t in texts) == 1
+
+
+async def test_a_nominee_whose_server_a_higher_priority_pod_took_may_book_elsewhere(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    critical = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 5000}
+    cluster.sim.store.create("priorityclasses", {**critical, "metadata": {"name": "critical"}})
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    peer = make_pod(cluster, "peer", "urgent")
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    vip = make_pod(cluster, "vip", "critical")
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, peer, kit) == "gpu-a"
+        assert await hold(client, cluster, batch, kit) == "gpu-b"
+        await preempted_and_freed_on(client, kit, cluster, batch, urgent, "gpu-b")
+        assert await hold(client, cluster, vip, kit) == "gpu-b"
+        finish(cluster, peer)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == "gpu-a"
+
+        await kit.wait_for(booked, what="the overtaken nominee booked the server that freed")
+
+
+async def preempted_and_freed_on(
+    client, kit, cluster, victim: PodRef, nominee: PodRef, server: str
+) -> None:
+    refused = await client.post("/v1/allocations", json=kit.ask(nominee))
+    assert refused.status_code == 409
+    assert nomination(cluster, server)["pod"]["uid"] == nominee.uid
+    finish(cluster, victim)
+
+    async def freed() -> bool:
+        return cluster.holders().get(server) == []
+
+    await kit.wait_for(freed, what="the victim's claim released")

@@ -8,9 +8,10 @@ annotations, ``DELETE`` releases it. The rules are subtle enough to read top-dow
   race means deciding again (another server, or the same one if still free);
 * no stale refusal: a refusal caused by claims first re-validates the blockers, and one
   caused only by lupine's busy reports first has discovery probe those servers again;
-* a refusal because servers are held lets a pod of priority free one (``preempting``); the
-  pod's next choice prefers that server whenever it fits (its victims were evicted for it),
-  and the booking that follows clears the pod's nomination in the same compare-and-swap;
+* a refusal because servers are held lets a pod of priority free one (``preempting``); while
+  that nomination stands the pod books that server or nothing, even when another frees first
+  (its victims were evicted for it), and the booking clears the nomination in the same
+  compare-and-swap;
 * replicas racing on the same pod settle on one server (``Remover.settle``);
 * commit honours only a booking that is still valid and still exclusively the pod's, judged
   on the Lease as the apiserver holds it, and finds it even when another replica booked it a
@@ -289,7 +290,7 @@ class Booking:
                 self.judge.occupancy(request.pod.uid),
                 candidates=request.candidate_nodes,
                 granularity=self.policy.granularity,
-                preferred=self.preemptor.nominated_on(request.pod.uid),
+                nominated=self.preemptor.nominated_on(request.pod.uid),
             )
         self.instruments.decision_seconds.observe(time.perf_counter() - started)
         return outcome

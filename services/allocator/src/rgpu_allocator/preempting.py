@@ -14,7 +14,9 @@ are held, the allocator frees one itself (DESIGN §11):
    budget that changes between the dry run and the evictions can still refuse a later one:
    the nomination is taken back and that attempt counts as ``partial``;
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
-   released after their graceful termination, its next filter books the server.
+   released after their graceful termination, its next filter books the server. Until then
+   the pod books nothing else (``nominated_on``), even a server that frees first: a victim
+   is never evicted for a pod that then does not take the server freed for it.
 
 The nomination expires after the booking TTL plus the victims' longest grace period, and
 stops counting once its pod books, is gone or finished.
@@ -128,13 +130,25 @@ class Preemptor:
         return outcome
 
     def nominated_on(self, uid: str) -> ServerName | None:
-        """The server on which ``uid`` holds a live nomination, if any (its booking prefers it)."""
+        """The server ``uid`` is held to: where it has a live nomination that still stands.
+
+        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
+        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
+        its cards (one of higher priority may book over it): the victims' leaving can no
+        longer free them, and the pod is free to look elsewhere (or preempt again).
+        """
         now = self.judge.clock()
         for record in self.judge.ledger.leases():
             found = record.nomination
             if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return record.server
+                return None if self._overtaken(record.server, found) else record.server
         return None
+
+    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
+        victims = {v.uid for v in nomination.victims}
+        cards = set(nomination.cards)
+        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
+        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
 
     async def _pod(self, ref: PodRef) -> PodInfo | None:
         cached = self.judge.pods.get(ref.uid)
