@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
+from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 from rgpu_placement import ANNOTATION_NOMINATION
@@ -516,14 +517,14 @@ def ready(cluster, pod: PodRef) -> None:
     )
 
 
-async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_partial(
+async def test_victims_one_budget_cannot_all_spare_are_not_evicted_and_the_next_server_is_freed(
     build, kit, sim, cluster
 ):
     install_classes(cluster)
     fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
     discovery = kit.FakeDiscovery(fleet)
     # One budget allows one disruption for both of gpu-a's victims: each dry run is allowed
-    # (a dry run spends nothing) but the second real eviction is refused.
+    # (a dry run spends nothing), but evicting both is not, so neither may go.
     shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
     others = (make_pod(cluster, "c-other", "standard"), make_pod(cluster, "d-other", "standard"))
     urgent = make_pod(cluster, "urgent", "urgent")
@@ -540,12 +541,34 @@ async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_pa
         )
         metrics = (await client.get("/metrics")).text
     assert refused.status_code == 409
-    assert [terminating(cluster, p) for p in shared] == [True, False]
+    assert not any(terminating(cluster, p) for p in shared)
     assert nomination(cluster, "gpu-a") is None
-    assert nomination(cluster, "gpu-b") is None
-    assert not any(terminating(cluster, other) for other in others)
-    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
-    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+    assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+    assert all(terminating(cluster, other) for other in others)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 0
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+
+
+async def test_a_budget_no_set_of_victims_can_spare_evicts_nobody(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=2)))
+    shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget(cluster, "shared", maxUnavailable=1)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in shared:
+            await hold(client, cluster, pod, kit, one)
+            ready(cluster, pod)
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert not any(terminating(cluster, p) for p in shared)
+    assert nomination(cluster, "gpu-a") is None
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="blocked"}') == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 0
 
 
 async def test_the_nominee_waits_for_its_server_when_another_frees_while_victims_terminate(
@@ -631,3 +654,31 @@ async def preempted_and_freed_on(
         return cluster.holders().get(server) == []
 
     await kit.wait_for(freed, what="the victim's claim released")
+
+
+async def test_the_nominee_is_nudged_first_when_its_victims_cards_free(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    # More pods refused before the nominee than one nudge round takes (16), twice over.
+    queue = [make_pod(cluster, f"wait-{i:02d}") for i in range(40)]
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        for pod in queue:
+            assert (await client.post("/v1/allocations", json=kit.ask(pod))).status_code == 409
+        assert (await client.post("/v1/allocations", json=kit.ask(urgent))).status_code == 409
+
+        async def announced() -> bool:
+            return ANNOTATION_RETRY_AT in cluster.annotations(queue[15])
+
+        await kit.wait_for(announced, what="the nudge round of the nomination")
+        held = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert held.status_code == 409
+        assert ANNOTATION_RETRY_AT not in cluster.annotations(urgent)
+        finish(cluster, batch)
+
+        async def nudged() -> bool:
+            return ANNOTATION_RETRY_AT in cluster.annotations(urgent)
+
+        await kit.wait_for(nudged, what="the nominee nudged when its victim's card freed")

@@ -36,6 +36,7 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
     Reason,
+    ServerName,
 )
 from rgpu_placement import (
     Choice,
@@ -259,12 +260,14 @@ class Booking:
         fresh: FleetView | None,
     ) -> Allocation | NoFit | _Again:
         view = fresh if fresh is not None else self._require_view()
-        outcome = self._decide(request, demand, view)
+        nominated = self.preemptor.nominated_on(request.pod.uid)
+        outcome = self._decide(request, demand, view, nominated)
         if isinstance(outcome, Refusal):
             again = await checks.recheck(view, outcome)
             if again is not None:
                 return again
-            nofit = self._refuse(request, outcome)
+            # A pod held to its nominated server is woken first when its victims' cards free.
+            nofit = self._refuse(request, outcome, nominee=nominated is not None)
             if not request.dry_run and outcome.blocked_by_claims:
                 await self.preemptor.preempt(request, demand, view)
             return nofit
@@ -280,7 +283,11 @@ class Booking:
         return self.allocation_of(kept)
 
     def _decide(
-        self, request: AllocationRequest, demand: Demand, view: FleetView
+        self,
+        request: AllocationRequest,
+        demand: Demand,
+        view: FleetView,
+        nominated: ServerName | None,
     ) -> Choice | Refusal:
         started = time.perf_counter()
         with tracer.start_as_current_span("choose"):
@@ -290,7 +297,7 @@ class Booking:
                 self.judge.occupancy(request.pod.uid),
                 candidates=request.candidate_nodes,
                 granularity=self.policy.granularity,
-                nominated=self.preemptor.nominated_on(request.pod.uid),
+                nominated=nominated,
             )
         self.instruments.decision_seconds.observe(time.perf_counter() - started)
         return outcome
@@ -339,12 +346,12 @@ class Booking:
         ):
             return await self.writer.edit(server, change, op="book")
 
-    def _refuse(self, request: AllocationRequest, refusal: Refusal) -> NoFit:
+    def _refuse(self, request: AllocationRequest, refusal: Refusal, *, nominee: bool) -> NoFit:
         nofit = refusal.nofit
         outcome = "dry_run" if request.dry_run else "refused"
         self.instruments.decisions.labels(outcome, _main_reason(nofit)).inc()
         if not request.dry_run:
-            self.refused.remember(request.pod)
+            self.refused.remember(request.pod, first=nominee)
             logger.info("no server for pod %s: %s", request.pod.key, nofit.message)
         return nofit
 

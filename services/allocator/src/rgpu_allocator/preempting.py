@@ -9,10 +9,12 @@ are held, the allocator frees one itself (DESIGN §11):
    replica that finds a live nomination for the pod evicts nothing more — the nomination is
    the de-duplication between replicas and between the pod's retries;
 3. evict the victims through the Eviction API, so PodDisruptionBudgets decide: every eviction
-   is first asked as a dry run, and only when all would be allowed are they made, so a budget
-   forbidding one victim's eviction moves on to the next server without evicting anyone. A
-   budget that changes between the dry run and the evictions can still refuse a later one:
-   the nomination is taken back and that attempt counts as ``partial``;
+   is first asked as a dry run, and the victims one budget covers are counted against the
+   disruptions it allows (``budgets``: a dry run judges one eviction, not the set); only when
+   all would be allowed are they made, so a budget forbidding one victim's eviction moves on
+   to the next server without evicting anyone. A budget that changes between the check and
+   the evictions can still refuse a later one: the nomination is taken back and that attempt
+   counts as ``partial``;
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
    released after their graceful termination, its next filter books the server. Until then
    the pod books nothing else (``nominated_on``), even a server that frees first: a victim
@@ -42,6 +44,7 @@ from rgpu_placement import (
 )
 from rgpu_runtime import KubeError, RgpuError
 
+from .budgets import afford
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
@@ -213,10 +216,11 @@ class Preemptor:
         return await self._carry_out(pod, option)
 
     async def _rehearse(self, option: Preemption) -> None:
-        """Ask every victim's eviction as a dry run; raises ``EvictionRefused`` at the first
-        one a budget forbids, before anyone is evicted."""
+        """Ask every victim's eviction as a dry run, then whether the budgets let them all go
+        together; raises ``EvictionRefused`` at the first refusal, before anyone is evicted."""
         for victim in option.victims:
             await self.api.evict_pod(victim.pod.namespace, victim.pod.name, dry_run=True)
+        await afford(self.api, tuple(v.pod for v in option.victims))
 
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
