@@ -266,11 +266,12 @@ class Booking:
             again = await checks.recheck(view, outcome)
             if again is not None:
                 return again
-            # A pod held to its nominated server is woken first when its victims' cards free.
-            nofit = self._refuse(request, outcome, nominee=nominated is not None)
+            held = nominated is not None
             if not request.dry_run and outcome.blocked_by_claims:
-                await self.preemptor.preempt(request, demand, view)
-            return nofit
+                held = (await self.preemptor.preempt(request, demand, view)).holds or held
+            # Remembered after preempting, before the nudge it asked for runs: a pod held to
+            # its nominated server is first in line, so its victims' leaving wakes it at once.
+            return self._refuse(request, outcome, nominee=held)
         if request.dry_run:
             return self._preview(request, outcome)
         booked = await self._book(request, demand, outcome)

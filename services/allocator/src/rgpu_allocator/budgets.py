@@ -56,16 +56,17 @@ def selects(selector: object, labels: Mapping[str, Any]) -> bool:
     return all(_matches(_mapping(e), labels) for e in expressions)
 
 
-def _spends(pod: Mapping[str, Any] | None, ref: PodRef) -> bool:
-    """Whether evicting ``pod`` spends one of its budget's disruptions (it is healthy)."""
+def _spender(pod: Mapping[str, Any] | None, ref: PodRef) -> Mapping[str, Any] | None:
+    """The labels of ``pod`` when evicting it spends a disruption (it is healthy), else None."""
     meta = _mapping(pod.get("metadata")) if pod is not None else {}
     if pod is None or meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
-        return False
+        return None
     conditions = _mapping(pod.get("status")).get("conditions") or ()
-    return any(
+    ready = any(
         _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
         for c in conditions
     )
+    return _mapping(meta.get("labels")) if ready else None
 
 
 def _allowed(budget: Mapping[str, Any]) -> int:
@@ -79,9 +80,9 @@ async def _afford_in(api: KubeApi, namespace: str, victims: Sequence[PodRef]) ->
         return
     spending = []
     for ref in victims:
-        pod = await api.get_pod(namespace, ref.name)
-        if pod is not None and _spends(pod, ref):
-            spending.append(_mapping(_mapping(pod.get("metadata")).get("labels")))
+        labels = _spender(await api.get_pod(namespace, ref.name), ref)
+        if labels is not None:
+            spending.append(labels)
     for budget in budgets:
         selector = _mapping(budget.get("spec")).get("selector")
         needed = sum(1 for labels in spending if selects(selector, labels))

@@ -80,6 +80,11 @@ class Outcome(enum.Enum):
     """Some victims were evicted, then a later eviction was refused although its dry run was
     allowed (a budget changed meanwhile); no other server is tried for this refusal."""
 
+    @property
+    def holds(self) -> bool:
+        """Whether the pod holds a live nomination after this attempt (it waits for it)."""
+        return self in (Outcome.NOMINATED, Outcome.PENDING)
+
 
 def may_preempt(pod: PodInfo | None) -> bool:
     """Whether ``pod`` may evict others: a priority above 0 and ``preemptionPolicy`` not Never."""
