@@ -34,6 +34,7 @@ from kubernetes_asyncio.client import (
     CoordinationV1Api,
     CoreV1Api,
     EventsV1Api,
+    PolicyV1Api,
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -954,6 +955,7 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "pods", "update"): ("replace_namespaced_pod",),
     ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
     ("", "pods/eviction", "create"): ("create_namespaced_pod_eviction",),
+    ("policy", "poddisruptionbudgets", "list"): ("list_namespaced_pod_disruption_budget",),
     ("", "events", "create"): ("create_namespaced_event",),
     ("", "events", "patch"): ("patch_namespaced_event",),
     ("coordination.k8s.io", "leases", "get"): ("read_namespaced_lease",),
@@ -969,7 +971,7 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
 """Which kubernetes_asyncio methods need which (apiGroup, resource, verb). ``watch`` is the
 list method passed to a watch (``KubeClient.watch(core.list_node, ...)`` or ``watch=True``)."""
 
-_API_CLASSES = (CoreV1Api, CoordinationV1Api, EventsV1Api, AuthenticationV1Api)
+_API_CLASSES = (CoreV1Api, CoordinationV1Api, EventsV1Api, AuthenticationV1Api, PolicyV1Api)
 _RUNTIME_ENTRY_POINTS: Mapping[str, frozenset[str]] = {
     "caller_auth": frozenset({"create_token_review"}),
 }

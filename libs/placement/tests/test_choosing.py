@@ -65,7 +65,7 @@ def decide(
     granularity="server",
     candidates=(),
     topo=None,
-    preferred=None,
+    nominated=None,
 ):
     view = FleetView.build(make.fleet(*servers), topo, KEYS)
     demand = demand_of(containers or (make.container(),))
@@ -75,7 +75,7 @@ def decide(
         held or Unclaimed(),
         candidates=tuple(candidates),
         granularity=granularity,
-        preferred=preferred,
+        nominated=nominated,
     )
 
 
@@ -116,17 +116,26 @@ def test_server_with_no_healthy_card_is_refused_card_not_health(make, granularit
 
 
 @pytest.mark.parametrize("granularity", ["server", "card"])
-def test_the_preferred_server_wins_when_it_fits(make, granularity):
+def test_the_nominated_server_is_chosen_over_a_better_one(make, granularity):
     servers = [make.server("a"), make.server("b")]
     assert chosen(decide(make, servers, granularity=granularity)) == "a"
-    assert chosen(decide(make, servers, granularity=granularity, preferred="b")) == "b"
+    assert chosen(decide(make, servers, granularity=granularity, nominated="b")) == "b"
 
 
-@pytest.mark.parametrize("preferred", ["b", "gone"])
-def test_a_preferred_server_that_cannot_take_the_pod_changes_nothing(make, preferred):
+@pytest.mark.parametrize("granularity", ["server", "card"])
+def test_a_held_nominated_server_refuses_the_pod_though_another_fits(make, granularity):
     servers = [make.server("a"), make.server("b")]
     held = Held(make, {"b": (0, 1, 2, 3)})
-    assert chosen(decide(make, servers, held=held, preferred=preferred)) == "a"
+    result = decide(make, servers, held=held, granularity=granularity, nominated="b")
+    assert isinstance(result, Refusal)
+    assert [v.server for v in result.nofit.servers] == ["b"]
+    assert "waits for this server while its victims leave" in result.nofit.servers[0].detail
+    assert result.blocked_by_claims == ("b",)
+
+
+def test_a_nominated_server_gone_from_the_fleet_holds_nobody(make):
+    servers = [make.server("a"), make.server("b")]
+    assert chosen(decide(make, servers, nominated="gone")) == "a"
 
 
 def test_empty_fleet_is_refused_with_no_servers(make):

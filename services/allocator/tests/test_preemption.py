@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
+from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 from rgpu_placement import ANNOTATION_NOMINATION
@@ -516,14 +517,14 @@ def ready(cluster, pod: PodRef) -> None:
     )
 
 
-async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_partial(
+async def test_victims_one_budget_cannot_all_spare_are_not_evicted_and_the_next_server_is_freed(
     build, kit, sim, cluster
 ):
     install_classes(cluster)
     fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
     discovery = kit.FakeDiscovery(fleet)
     # One budget allows one disruption for both of gpu-a's victims: each dry run is allowed
-    # (a dry run spends nothing) but the second real eviction is refused.
+    # (a dry run spends nothing), but evicting both is not, so neither may go.
     shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
     others = (make_pod(cluster, "c-other", "standard"), make_pod(cluster, "d-other", "standard"))
     urgent = make_pod(cluster, "urgent", "urgent")
@@ -540,9 +541,144 @@ async def test_an_eviction_refused_after_its_dry_run_allowed_it_is_counted_as_pa
         )
         metrics = (await client.get("/metrics")).text
     assert refused.status_code == 409
-    assert [terminating(cluster, p) for p in shared] == [True, False]
+    assert not any(terminating(cluster, p) for p in shared)
     assert nomination(cluster, "gpu-a") is None
+    assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+    assert all(terminating(cluster, other) for other in others)
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 0
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+
+
+async def test_a_budget_no_set_of_victims_can_spare_evicts_nobody(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=2)))
+    shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in ("a-1", "a-2"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    budget(cluster, "shared", maxUnavailable=1)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in shared:
+            await hold(client, cluster, pod, kit, one)
+            ready(cluster, pod)
+        refused = await client.post(
+            "/v1/allocations", json=kit.ask(urgent, build.container(count=2))
+        )
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert not any(terminating(cluster, p) for p in shared)
+    assert nomination(cluster, "gpu-a") is None
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="blocked"}') == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 0
+
+
+async def test_the_nominee_waits_for_its_server_when_another_frees_while_victims_terminate(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # gpu-a's holder cannot be preempted, so gpu-b is freed for urgent; gpu-a frees first, and
+    # the replica that did not preempt is asked while gpu-b's victim still terminates.
+    peer = make_pod(cluster, "peer", "urgent")
+    batch = make_pod(cluster, "batch", "batch", grace=30)
+    urgent = make_pod(cluster, "urgent", "urgent")
+    both = build.container(count=2)
+    registries = (CollectorRegistry(), CollectorRegistry())
+    async with (
+        allocator(kit, sim, discovery, registry=registries[0], RGPU_GRANULARITY="card") as a,
+        allocator(kit, sim, discovery, registry=registries[1], RGPU_GRANULARITY="card") as b,
+    ):
+        assert await hold(a, cluster, peer, kit, both) == "gpu-a"
+        assert await hold(a, cluster, batch, kit, both) == "gpu-b"
+        refused = await a.post("/v1/allocations", json=kit.ask(urgent, both))
+        assert refused.status_code == 409
+        assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+        assert terminating(cluster, batch)
+        finish(cluster, peer)
+
+        async def gpu_a_free_on_b() -> bool:
+            claims = (await b.get("/v1/claims")).json()["claims"]
+            return [c["pod"]["name"] for c in claims] == ["batch"]
+
+        await kit.wait_for(gpu_a_free_on_b, what="gpu-a's release seen by the other replica")
+        waiting = await b.post("/v1/allocations", json=kit.ask(urgent, both))
+        assert waiting.status_code == 409, waiting.text
+        assert "waits for this server while its victims leave" in waiting.text
+        assert cluster.holders().get("gpu-a") == []
+        finish(cluster, batch)
+
+        async def booked() -> bool:
+            got = await b.post("/v1/allocations", json=kit.ask(urgent, both))
+            return got.status_code == 200 and got.json()["server"] == "gpu-b"
+
+        await kit.wait_for(booked, what="the nominee booked the server freed for it")
+        texts = [(await c.get("/metrics")).text for c in (a, b)]
     assert nomination(cluster, "gpu-b") is None
-    assert not any(terminating(cluster, other) for other in others)
-    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
-    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+    assert sum(metric(t, "rgpu_allocator_preemption_victims_total") for t in texts) == 1
+
+
+async def test_a_nominee_whose_server_a_higher_priority_pod_took_may_book_elsewhere(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    critical = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 5000}
+    cluster.sim.store.create("priorityclasses", {**critical, "metadata": {"name": "critical"}})
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    peer = make_pod(cluster, "peer", "urgent")
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    vip = make_pod(cluster, "vip", "critical")
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, peer, kit) == "gpu-a"
+        assert await hold(client, cluster, batch, kit) == "gpu-b"
+        await preempted_and_freed_on(client, kit, cluster, batch, urgent, "gpu-b")
+        assert await hold(client, cluster, vip, kit) == "gpu-b"
+        finish(cluster, peer)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == "gpu-a"
+
+        await kit.wait_for(booked, what="the overtaken nominee booked the server that freed")
+
+
+async def preempted_and_freed_on(
+    client, kit, cluster, victim: PodRef, nominee: PodRef, server: str
+) -> None:
+    refused = await client.post("/v1/allocations", json=kit.ask(nominee))
+    assert refused.status_code == 409
+    assert nomination(cluster, server)["pod"]["uid"] == nominee.uid
+    finish(cluster, victim)
+
+    async def freed() -> bool:
+        return cluster.holders().get(server) == []
+
+    await kit.wait_for(freed, what="the victim's claim released")
+
+
+async def test_the_nominee_is_nudged_first_when_its_victims_cards_free(build, kit, sim, cluster):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    # More pods refused before the nominee than one nudge round takes (16), twice over.
+    queue = [make_pod(cluster, f"wait-{i:02d}") for i in range(40)]
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        for pod in queue:
+            assert (await client.post("/v1/allocations", json=kit.ask(pod))).status_code == 409
+        assert (await client.post("/v1/allocations", json=kit.ask(urgent))).status_code == 409
+
+        async def announced() -> bool:
+            return ANNOTATION_RETRY_AT in cluster.annotations(urgent)
+
+        await kit.wait_for(announced, what="the nominee first in the nomination's nudge round")
+        stamp = cluster.annotations(urgent)[ANNOTATION_RETRY_AT]
+        held = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert held.status_code == 409
+        finish(cluster, batch)
+
+        async def nudged() -> bool:
+            return cluster.annotations(urgent).get(ANNOTATION_RETRY_AT) != stamp
+
+        await kit.wait_for(nudged, what="the nominee nudged when its victim's card freed")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
 
@@ -196,20 +196,35 @@ def _refuse(
     )
 
 
-def _preferred(
+_WAITING = "nominated for this pod, which waits for this server while its victims leave"
+
+
+def _held_to(
     view: FleetView,
     demand: Demand,
     held: Holdings,
     candidates: tuple[NodeName, ...],
     granularity: Granularity,
-    preferred: ServerName | None,
-) -> Choice | None:
-    facts = view.facts.get(preferred) if preferred is not None else None
-    found = fit(facts, demand, held, granularity) if facts is not None else None
-    if found is None:
-        return None
-    tier = tiers(view, candidates).get(found.facts.name, len(view.topology_keys))
-    return Choice(fit=found, tier=tier)
+    server: ServerName,
+) -> Choice | Refusal:
+    """The nominated server, or a refusal that names it: nothing else is chosen."""
+    facts = view.facts[server]
+    found = fit(facts, demand, held, granularity)
+    if found is not None:
+        tier = tiers(view, candidates).get(server, len(view.topology_keys))
+        return Choice(fit=found, tier=tier)
+    said = verdict(facts, demand, held, granularity)
+    detail = "; ".join(d for d in (_WAITING, said.detail) if d)
+    nofit = _nofit([replace(said, detail=detail)], view.total_cards)
+    claimed = bool(held.blocking(server) or held.problem(server)) and fit(
+        facts, demand, held.without_claims(), granularity
+    )
+    busy = bool(held.busy(facts)) and fit(facts, demand, BusyIgnored(held), granularity)
+    return Refusal(
+        nofit=nofit,
+        blocked_by_claims=(server,) if claimed else (),
+        blocked_by_busy=(server,) if busy else (),
+    )
 
 
 def choose(
@@ -219,16 +234,17 @@ def choose(
     *,
     candidates: tuple[NodeName, ...] = (),
     granularity: Granularity = "server",
-    preferred: ServerName | None = None,
+    nominated: ServerName | None = None,
 ) -> Choice | Refusal:
     """Choose a server for ``demand`` near ``candidates``, or explain why none fits.
 
-    ``preferred`` (the server freed for the pod by preemption) wins whenever it fits: its
-    victims were evicted for this pod, and booking elsewhere would waste their eviction.
+    A pod ``nominated`` on a server (freed for it by preemption) gets that server or nothing,
+    even when another frees first: its victims were evicted for this pod, and booking
+    elsewhere would waste their eviction (DESIGN §11). A server gone from the fleet holds
+    nobody.
     """
-    chosen = _preferred(view, demand, held, candidates, granularity, preferred)
-    if chosen is not None:
-        return chosen
+    if nominated is not None and nominated in view.facts:
+        return _held_to(view, demand, held, candidates, granularity, nominated)
     found = _search(view, demand, held, candidates, granularity)
     if found is not None:
         return found

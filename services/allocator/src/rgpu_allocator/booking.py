@@ -8,9 +8,10 @@ annotations, ``DELETE`` releases it. The rules are subtle enough to read top-dow
   race means deciding again (another server, or the same one if still free);
 * no stale refusal: a refusal caused by claims first re-validates the blockers, and one
   caused only by lupine's busy reports first has discovery probe those servers again;
-* a refusal because servers are held lets a pod of priority free one (``preempting``); the
-  pod's next choice prefers that server whenever it fits (its victims were evicted for it),
-  and the booking that follows clears the pod's nomination in the same compare-and-swap;
+* a refusal because servers are held lets a pod of priority free one (``preempting``); while
+  that nomination stands the pod books that server or nothing, even when another frees first
+  (its victims were evicted for it), and the booking clears the nomination in the same
+  compare-and-swap;
 * replicas racing on the same pod settle on one server (``Remover.settle``);
 * commit honours only a booking that is still valid and still exclusively the pod's, judged
   on the Lease as the apiserver holds it, and finds it even when another replica booked it a
@@ -35,6 +36,7 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
     Reason,
+    ServerName,
 )
 from rgpu_placement import (
     Choice,
@@ -258,15 +260,18 @@ class Booking:
         fresh: FleetView | None,
     ) -> Allocation | NoFit | _Again:
         view = fresh if fresh is not None else self._require_view()
-        outcome = self._decide(request, demand, view)
+        nominated = self.preemptor.nominated_on(request.pod.uid)
+        outcome = self._decide(request, demand, view, nominated)
         if isinstance(outcome, Refusal):
             again = await checks.recheck(view, outcome)
             if again is not None:
                 return again
-            nofit = self._refuse(request, outcome)
+            held = nominated is not None
             if not request.dry_run and outcome.blocked_by_claims:
-                await self.preemptor.preempt(request, demand, view)
-            return nofit
+                held = (await self.preemptor.preempt(request, demand, view)).holds or held
+            # Remembered after preempting, before the nudge it asked for runs: a pod held to
+            # its nominated server is first in line, so its victims' leaving wakes it at once.
+            return self._refuse(request, outcome, nominee=held)
         if request.dry_run:
             return self._preview(request, outcome)
         booked = await self._book(request, demand, outcome)
@@ -279,7 +284,11 @@ class Booking:
         return self.allocation_of(kept)
 
     def _decide(
-        self, request: AllocationRequest, demand: Demand, view: FleetView
+        self,
+        request: AllocationRequest,
+        demand: Demand,
+        view: FleetView,
+        nominated: ServerName | None,
     ) -> Choice | Refusal:
         started = time.perf_counter()
         with tracer.start_as_current_span("choose"):
@@ -289,7 +298,7 @@ class Booking:
                 self.judge.occupancy(request.pod.uid),
                 candidates=request.candidate_nodes,
                 granularity=self.policy.granularity,
-                preferred=self.preemptor.nominated_on(request.pod.uid),
+                nominated=nominated,
             )
         self.instruments.decision_seconds.observe(time.perf_counter() - started)
         return outcome
@@ -338,12 +347,12 @@ class Booking:
         ):
             return await self.writer.edit(server, change, op="book")
 
-    def _refuse(self, request: AllocationRequest, refusal: Refusal) -> NoFit:
+    def _refuse(self, request: AllocationRequest, refusal: Refusal, *, nominee: bool) -> NoFit:
         nofit = refusal.nofit
         outcome = "dry_run" if request.dry_run else "refused"
         self.instruments.decisions.labels(outcome, _main_reason(nofit)).inc()
         if not request.dry_run:
-            self.refused.remember(request.pod)
+            self.refused.remember(request.pod, first=nominee)
             logger.info("no server for pod %s: %s", request.pod.key, nofit.message)
         return nofit
 

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from kubernetes_asyncio.client import PolicyV1Api
 
 from rgpu_contracts import PodRef, Server
 from rgpu_runtime import (
@@ -63,7 +64,7 @@ class KubeApi:
     go to ``events``, whose writer the lifespan runs.
     """
 
-    __slots__ = ("_events", "_kube", "_selector", "namespace")
+    __slots__ = ("_events", "_kube", "_policy", "_selector", "namespace")
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class KubeApi:
         events: EventRecorder,
     ) -> None:
         self._kube = kube
+        self._policy = PolicyV1Api(kube.api_client)
         self._selector = lease_selector
         self._events = events
         self.namespace = namespace
@@ -181,6 +183,12 @@ class KubeApi:
                 raise EvictionRefused(f"evicting {namespace}/{name}: {exc.kube_message}") from exc
             raise
         return True
+
+    async def list_budgets(self, namespace: str) -> tuple[dict[str, Any], ...]:
+        """The PodDisruptionBudgets of ``namespace`` (policy/v1), status included."""
+        fn = self._policy.list_namespaced_pod_disruption_budget
+        listing = await self._kube.list_objects(fn, namespace, request_timeout=CALL_TIMEOUT)
+        return listing.items
 
     def record_event(self, event: KubeEvent) -> None:
         """Queue a core/v1 Event; never blocks or raises (see ``EventRecorder``)."""

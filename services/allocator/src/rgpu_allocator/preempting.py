@@ -9,12 +9,16 @@ are held, the allocator frees one itself (DESIGN §11):
    replica that finds a live nomination for the pod evicts nothing more — the nomination is
    the de-duplication between replicas and between the pod's retries;
 3. evict the victims through the Eviction API, so PodDisruptionBudgets decide: every eviction
-   is first asked as a dry run, and only when all would be allowed are they made, so a budget
-   forbidding one victim's eviction moves on to the next server without evicting anyone. A
-   budget that changes between the dry run and the evictions can still refuse a later one:
-   the nomination is taken back and that attempt counts as ``partial``;
+   is first asked as a dry run, and the victims one budget covers are counted against the
+   disruptions it allows (``budgets``: a dry run judges one eviction, not the set); only when
+   all would be allowed are they made, so a budget forbidding one victim's eviction moves on
+   to the next server without evicting anyone. A budget that changes between the check and
+   the evictions can still refuse a later one: the nomination is taken back and that attempt
+   counts as ``partial``;
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
-   released after their graceful termination, its next filter books the server.
+   released after their graceful termination, its next filter books the server. Until then
+   the pod books nothing else (``nominated_on``), even a server that frees first: a victim
+   is never evicted for a pod that then does not take the server freed for it.
 
 The nomination expires after the booking TTL plus the victims' longest grace period, and
 stops counting once its pod books, is gone or finished.
@@ -40,6 +44,7 @@ from rgpu_placement import (
 )
 from rgpu_runtime import KubeError, RgpuError
 
+from .budgets import afford
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
@@ -74,6 +79,11 @@ class Outcome(enum.Enum):
     PARTIAL = "partial"
     """Some victims were evicted, then a later eviction was refused although its dry run was
     allowed (a budget changed meanwhile); no other server is tried for this refusal."""
+
+    @property
+    def holds(self) -> bool:
+        """Whether the pod holds a live nomination after this attempt (it waits for it)."""
+        return self in (Outcome.NOMINATED, Outcome.PENDING)
 
 
 def may_preempt(pod: PodInfo | None) -> bool:
@@ -128,13 +138,25 @@ class Preemptor:
         return outcome
 
     def nominated_on(self, uid: str) -> ServerName | None:
-        """The server on which ``uid`` holds a live nomination, if any (its booking prefers it)."""
+        """The server ``uid`` is held to: where it has a live nomination that still stands.
+
+        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
+        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
+        its cards (one of higher priority may book over it): the victims' leaving can no
+        longer free them, and the pod is free to look elsewhere (or preempt again).
+        """
         now = self.judge.clock()
         for record in self.judge.ledger.leases():
             found = record.nomination
             if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return record.server
+                return None if self._overtaken(record.server, found) else record.server
         return None
+
+    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
+        victims = {v.uid for v in nomination.victims}
+        cards = set(nomination.cards)
+        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
+        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
 
     async def _pod(self, ref: PodRef) -> PodInfo | None:
         cached = self.judge.pods.get(ref.uid)
@@ -199,10 +221,11 @@ class Preemptor:
         return await self._carry_out(pod, option)
 
     async def _rehearse(self, option: Preemption) -> None:
-        """Ask every victim's eviction as a dry run; raises ``EvictionRefused`` at the first
-        one a budget forbids, before anyone is evicted."""
+        """Ask every victim's eviction as a dry run, then whether the budgets let them all go
+        together; raises ``EvictionRefused`` at the first refusal, before anyone is evicted."""
         for victim in option.victims:
             await self.api.evict_pod(victim.pod.namespace, victim.pod.name, dry_run=True)
+        await afford(self.api, tuple(v.pod for v in option.victims))
 
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)

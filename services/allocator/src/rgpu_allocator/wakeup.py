@@ -66,11 +66,15 @@ class Refused:
     def __contains__(self, uid: object) -> bool:
         return uid in self._pods
 
-    def remember(self, pod: PodRef) -> None:
-        """Note a refusal; a pod refused again keeps its place in line."""
+    def remember(self, pod: PodRef, *, first: bool = False) -> None:
+        """Note a refusal; a pod refused again keeps its place in line, unless ``first``: a
+        pod held to a server freed for it (preemption) goes to the head, so the release of
+        its victims' cards nudges it whatever the queue behind."""
         self._pods.setdefault(pod.uid, pod)
         while len(self._pods) > self._limit:
             self._pods.popitem(last=False)
+        if first and pod.uid in self._pods:
+            self._pods.move_to_end(pod.uid, last=False)
 
     def forget(self, uid: str) -> None:
         """The pod got a server or is gone."""
