@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
@@ -178,6 +179,31 @@ async def test_tokenreview_down_is_503_retryable_never_a_pass(cluster: Cluster) 
     assert reply.status_code == 503
     assert reply.json()["retryable"] is True
     assert "TokenReview is unreachable" in reply.json()["message"]
+
+
+def tokenreviews_asked(cluster: Cluster) -> int:
+    counts = cluster.sim.meter.snapshot().items()
+    return sum(c.requests for k, c in counts if k.resource == "tokenreviews" and k.verb == "create")
+
+
+async def test_a_throttled_tokenreview_is_asked_again_and_the_caller_gets_through(
+    cluster: Cluster,
+) -> None:
+    source = cluster.source()
+    await source.token()
+    cluster.sim.faults.set_error(verb="create", resource="tokenreviews", rate=1.0, code=429)
+
+    async def lift_after_the_first_refusal() -> None:
+        while tokenreviews_asked(cluster) < 1:
+            await anyio.sleep(0.005)
+        cluster.sim.faults.set_error(verb="create", resource="tokenreviews", rate=0.0)
+
+    auth = auth_for(cluster)
+    async with serving(auth, BearerAuth(source)) as client, anyio.create_task_group() as tg:
+        tg.start_soon(lift_after_the_first_refusal)
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 200, reply.text
+    assert tokenreviews_asked(cluster) >= 2
 
 
 async def test_a_cached_verdict_is_reused_within_the_ttl_without_tokenreview(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import orjson
 from kubernetes_asyncio.client import AuthenticationV1Api
 from starlette.datastructures import Headers
@@ -58,6 +59,14 @@ MAX_CACHED_VERDICTS = 4096
 REFUSAL_CACHE_SECONDS = 5.0
 """A refused token is re-reviewed after this long: short, so a just-created account works at
 once, yet a caller retrying a bad token in a loop costs one review per interval."""
+REVIEW_ATTEMPTS = 3
+REVIEW_RETRY_SECONDS = 0.2
+REVIEW_WAIT_LIMIT = 1.0
+"""A throttled or briefly failing apiserver (429, 5xx, a timeout) is asked twice more, after its
+Retry-After or 0.2 s and never more than 1 s, before the caller gets a 503: a second's delay on
+one call is cheaper than a failed call the caller must retry, and a steady outage still
+answers 503 within about 2 s."""
+
 _CALLER_SCOPE_KEY = "rgpu.caller"
 _ACCOUNTS_SETTING = "RGPU_ALLOWED_CALLERS"
 
@@ -179,7 +188,7 @@ class CallerAuth:
             "spec": {"token": token, "audiences": [AUDIENCE]},
         }
         try:
-            answer = await self._kube.call_raw(self._authn.create_token_review, body)
+            answer = await _ask(self._kube, self._authn, body)
         except KubeUnavailable as exc:
             raise Unavailable(
                 f"cannot confirm the caller's token: TokenReview is unreachable ({exc.message}); "
@@ -206,6 +215,16 @@ class CallerAuth:
         return _Verdict(
             username=username, reason="", expires=expires if exp is None else min(expires, exp)
         )
+
+
+async def _ask(kube: KubeClient, authn: AuthenticationV1Api, body: dict[str, Any]) -> Any:
+    """The TokenReview's answer, asked again while the apiserver is briefly unavailable."""
+    for _ in range(REVIEW_ATTEMPTS - 1):
+        try:
+            return await kube.call_raw(authn.create_token_review, body)
+        except KubeUnavailable as exc:
+            await anyio.sleep(min(exc.retry_after or REVIEW_RETRY_SECONDS, REVIEW_WAIT_LIMIT))
+    return await kube.call_raw(authn.create_token_review, body)
 
 
 def _bearer(headers: Headers) -> str:
