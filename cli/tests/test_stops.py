@@ -147,6 +147,8 @@ async def test_discovery_exits_within_5s_of_sigterm_with_a_long_poll_and_probes_
     probing = anyio.Event()
     plan = plan_fleet(FleetSpec(servers=1, clients=1, seed=3))
     async with run_apiserver() as sim, anyio.create_task_group() as tg:
+        # Discovery's membership and probe-state Leases live in the system namespace.
+        sim.store.create("namespaces", {"metadata": {"name": "rgpu-system"}})
         for server in plan.servers:
             port = await _hanging_lupine(server.address, probing, tg)
             sim.store.create("nodes", server.node(port=port, now=datetime.now(UTC)))

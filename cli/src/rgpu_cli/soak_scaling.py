@@ -27,6 +27,7 @@ from anyio.abc import TaskStatus
 
 from rgpu_contracts import Claim, ClaimState, ContainerAssignment, Fleet, PodRef, PodUID
 from rgpu_kubesim import SimApiServer
+from rgpu_runtime import MembershipTiming
 
 from .checks import CheckResult
 from .soak_evidence import ANNOTATION_CLAIMS, ANNOTATION_SERVER
@@ -303,6 +304,9 @@ async def _get_text(http: httpx.AsyncClient, url: str) -> str | None:
 
 # --- windows after the drain ----------------------------------------------------------------
 
+_MEMBERSHIP = MembershipTiming()
+_RING_SETTLE_SECONDS = _MEMBERSHIP.lease_seconds + 2 * _MEMBERSHIP.renew_seconds
+
 
 async def count_probes(
     connections: Mapping[str, Any], seconds: float
@@ -412,6 +416,11 @@ async def measure_after_drain(stack: Stack, evidence: ScalingEvidence, namespace
     """The probe and write windows, once the workload is gone and the faults healed."""
     interval = stack.options.probe_interval_seconds
     lupines = {name: stack.fleet.lupine.by_name(name) for name in stack.fleet.endpoints()}
+    if stack.options.replicas > 1:
+        # A replica killed just before the drain came back under a new identity; its old
+        # membership Lease owns part of the ring until the others judge it dead (the lease
+        # time, then a renewal), and those servers wait for that. Count once rings agree.
+        await anyio.sleep(_RING_SETTLE_SECONDS)
     evidence.probes, evidence.probe_window_seconds = await count_probes(
         lupines, min(30.0, max(5.0, 10 * interval))
     )
