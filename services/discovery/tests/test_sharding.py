@@ -10,11 +10,17 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 
 import anyio
+import httpx
 import pytest
+from asgi_lifespan import LifespanManager
+from prometheus_client import CollectorRegistry
 
 from rgpu_contracts import Fleet
+from rgpu_discovery import create_app
+from rgpu_discovery.sharding import NOT_JOINED
+from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet
-from rgpu_runtime import member_lease_name
+from rgpu_runtime import MembershipTiming, member_lease_name
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
@@ -209,3 +215,31 @@ async def test_an_on_demand_probe_is_served_by_the_replica_asked(sim, start, bui
             assert after > before
         other = await running[1].server_when("gpu-02", lambda s: s.busy == {"GPU-0"})
     assert other.busy == {"GPU-0"}
+
+
+async def test_a_replica_that_cannot_join_says_so_on_readyz_until_it_can(make_settings) -> None:
+    async with run_apiserver() as bare:  # no system namespace: no membership Lease can be written
+        app = create_app(
+            make_settings(RGPU_KUBE_URL=bare.url),
+            registry=CollectorRegistry(),
+            identity="discovery-1",
+            membership=MembershipTiming(lease_seconds=0.5, renew_seconds=0.1),
+        )
+        async with (
+            LifespanManager(app) as manager,
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app)) as client,
+        ):
+
+            async def readyz() -> httpx.Response:
+                return await client.get("http://discovery/readyz")
+
+            await eventually(
+                lambda: _status_is(readyz, 503, NOT_JOINED), timeout=10, what="503 naming why"
+            )
+            bare.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+            await eventually(lambda: _status_is(readyz, 200, ""), timeout=10, what="ready")
+
+
+async def _status_is(readyz, status: int, words: str) -> bool:
+    reply = await readyz()
+    return reply.status_code == status and words in reply.text

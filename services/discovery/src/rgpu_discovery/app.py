@@ -116,6 +116,8 @@ def create_app(
                 ),
                 fleet=fleet,
                 instruments=instruments,
+                readiness=readiness,
+                patience=(membership or MembershipTiming()).lease_seconds,
             )
             writer = StateWriter(
                 api=states,

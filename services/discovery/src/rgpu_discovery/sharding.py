@@ -17,27 +17,40 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Membership
+from rgpu_runtime import Membership, Readiness
 
 from .fleet import FleetState
 from .instruments import Instruments
 
-__all__ = ["GROUP", "Shard"]
+__all__ = ["GROUP", "NOT_JOINED", "Shard"]
 
 logger = logging.getLogger(__name__)
 
 GROUP = "discovery"
 """The membership group, part of each replica's Lease name (``discovery-member-<pod>``)."""
 
+NOT_JOINED = (
+    "not probing: cannot write this replica's membership Lease (its log says why; the system "
+    "namespace must exist and discovery's Role must allow leases)"
+)
+
 
 class Shard:
     """This replica's share of the servers."""
 
     def __init__(
-        self, *, membership: Membership, fleet: FleetState, instruments: Instruments
+        self,
+        *,
+        membership: Membership,
+        fleet: FleetState,
+        instruments: Instruments,
+        readiness: Readiness,
+        patience: float,
     ) -> None:
         self._membership = membership
         self._fleet = fleet
+        self._readiness = readiness
+        self._patience = patience
         self.settled = anyio.Event()
         """Set once this replica's membership is written and the others' are listed."""
         instruments.members.set_function(lambda: len(membership.ring.value.members))
@@ -56,6 +69,7 @@ class Shard:
         """
         task_status.started()
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._unready_until_settled)
             await tg.start(self._membership.run)
             self.settled.set()
             self._fleet.targets_changed.publish(self._fleet.targets_changed.value + 1)
@@ -66,3 +80,15 @@ class Shard:
                     seen = revision
                     logger.info("probing shared by %d replicas", len(ring.members))
                     self._fleet.targets_changed.publish(self._fleet.targets_changed.value + 1)
+
+    async def _unready_until_settled(self) -> None:
+        """A replica that cannot join probes nothing; say so on ``/readyz`` rather than
+        serve a fleet nobody refreshes, once joining took longer than ``patience``."""
+        with anyio.move_on_after(self._patience):
+            await self.settled.wait()
+        if self.settled.is_set():
+            return
+        self._readiness.set_not_ready(NOT_JOINED)
+        await self.settled.wait()
+        if self._readiness.reason == NOT_JOINED:
+            self._readiness.set_ready()
