@@ -50,3 +50,14 @@ def test_the_line_is_bounded() -> None:
     for name in "abc":
         waiting.track(pod(name), True)
     assert len(waiting) == 2
+
+
+def test_the_first_pod_out_of_its_cool_down_says_when_a_round_may_run_again() -> None:
+    waiting = Waiting()
+    assert waiting.cooled_at(5.0, never) is None
+    for name in "ab":
+        waiting.track(pod(name), True)
+    assert waiting.cooled_at(5.0, never) == 5.0
+    waiting.take(2, 10.0, never)
+    assert waiting.cooled_at(10.5, never) == 10.0 + COOL_DOWN
+    assert waiting.cooled_at(10.5, lambda uid: True) is None

@@ -18,6 +18,7 @@ turn whichever replica refused it.
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -122,6 +123,14 @@ class Waiting:
             self.nudged(pod.uid, now)
         return taken
 
+    def cooled_at(self, now: float, skip: Callable[[PodUID], bool]) -> float | None:
+        """When the first pod not ``skip``ped may be nudged again (``now`` if one may
+        already); ``None`` when nobody waits."""
+        for uid in self._pods:
+            if not skip(uid):
+                return max(now, self._nudged.get(uid, now - COOL_DOWN) + COOL_DOWN)
+        return None
+
     def nudged(self, uid: PodUID, now: float) -> None:
         """``uid`` was just nudged: to the back of the line."""
         if uid in self._pods:
@@ -146,6 +155,7 @@ class Nudger:
         "_leading",
         "_pending",
         "_refused",
+        "_retry_at",
         "_waiting",
         "_wake",
     )
@@ -169,6 +179,7 @@ class Nudger:
         self._leading = leading
         self._held = held
         self._pending = False
+        self._retry_at: float | None = None
         self._wake: anyio.Event | None = None
 
     def notify(self) -> None:
@@ -182,8 +193,7 @@ class Nudger:
         task_status.started()
         while True:
             if not self._pending:
-                self._wake = anyio.Event()
-                await self._wake.wait()
+                await self._rest()
             if not self._leading():
                 # A follower keeps the event pending: the round runs when it takes over,
                 # since capacity may have appeared while the old leader was dying.
@@ -192,6 +202,16 @@ class Nudger:
                 continue
             self._pending = False
             await self.nudge_round()
+
+    async def _rest(self) -> None:
+        """Until a capacity event, or until a round that found every waiting pod in its
+        cool-down can run: the capacity it was for is still unused."""
+        self._wake = anyio.Event()
+        retry_at = self._retry_at
+        delay = math.inf if retry_at is None else max(0.0, retry_at - self._clock())
+        with anyio.move_on_after(delay):
+            await self._wake.wait()
+        self._pending = True
 
     def leadership(self, leading: bool) -> None:
         """Election listener: a new leader nudges a round at once."""
@@ -209,6 +229,8 @@ class Nudger:
         pods += self._waiting.take(
             PER_ROUND - len(pods), now, lambda uid: uid in mine or self._held(uid)
         )
+        # Nobody to nudge yet (all cooling down): come back when the first one may be.
+        self._retry_at = None if pods else self._waiting.cooled_at(now, self._held)
         if not pods:
             return
         with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
