@@ -61,3 +61,15 @@ def test_the_first_pod_out_of_its_cool_down_says_when_a_round_may_run_again() ->
     waiting.take(2, 10.0, never)
     assert waiting.cooled_at(10.5, never) == 10.0 + COOL_DOWN
     assert waiting.cooled_at(10.5, lambda uid: True) is None
+
+
+def test_nominees_come_first_and_skip_the_cool_down() -> None:
+    waiting = Waiting()
+    for name in "abc":
+        waiting.track(pod(name), True)
+    assert names(waiting.take(3, 10.0, never)) == ["a", "b", "c"]
+    # Capacity freed for "c" half a cool-down later: only the nominee is nudged again.
+    later = 10.0 + COOL_DOWN / 2
+    assert names(waiting.take(2, later, never, first=frozenset({PodUID("uid-c")}))) == ["c"]
+    held = frozenset({PodUID("uid-b")})
+    assert waiting.take(2, later, lambda uid: uid in held, first=held) == []

@@ -126,6 +126,7 @@ def create_app(
                 waiting=waiting,
                 leading=leading,
                 held=lambda uid: bool(ledger.servers_of(uid)),
+                nominees=lambda: ledger.nominees(time.time()),
             )
             trust = cache_trust(policy.ttl)
 

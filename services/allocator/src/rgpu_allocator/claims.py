@@ -275,6 +275,14 @@ class Ledger:
         found = (self._leases[s].claim_of(uid) for s in servers)
         return tuple(c for c in found if c is not None)
 
+    def nominees(self, now: float) -> frozenset[PodUID]:
+        """Pods with a live nomination on some server (capacity is being freed for them)."""
+        return frozenset(
+            r.nomination.pod.uid
+            for r in self._leases.values()
+            if r.nomination is not None and now < r.nomination.expires_at
+        )
+
     def servers_of(self, uid: str) -> int:
         """On how many servers ``uid`` holds claims."""
         return len(self._by_pod.get(PodUID(uid), ()))

@@ -110,14 +110,22 @@ class Waiting:
         elif pod.uid not in self._pods and len(self._pods) < self._limit:
             self._pods[pod.uid] = pod
 
-    def take(self, count: int, now: float, skip: Callable[[PodUID], bool]) -> list[PodRef]:
-        """Up to ``count`` pods not nudged in the last ``COOL_DOWN`` seconds and not
-        ``skip``ped, least recently nudged first; each moves to the back of the line."""
-        taken: list[PodRef] = []
+    def take(
+        self,
+        count: int,
+        now: float,
+        skip: Callable[[PodUID], bool],
+        first: frozenset[PodUID] = frozenset(),
+    ) -> list[PodRef]:
+        """Up to ``count`` pods not ``skip``ped: those in ``first`` (nominees: capacity freed
+        for them is what they wait for, so no cool-down), then those not nudged in the last
+        ``COOL_DOWN`` seconds, least recently nudged first; each moves to the back of the line."""
+        taken = [self._pods[u] for u in first if u in self._pods and not skip(u)][:count]
         for uid, pod in tuple(self._pods.items()):
             if len(taken) >= count:
                 break
-            if now - self._nudged.get(uid, -COOL_DOWN) >= COOL_DOWN and not skip(uid):
+            cooled = now - self._nudged.get(uid, -COOL_DOWN) >= COOL_DOWN
+            if uid not in first and cooled and not skip(uid):
                 taken.append(pod)
         for pod in taken:
             self.nudged(pod.uid, now)
@@ -153,6 +161,7 @@ class Nudger:
         "_count",
         "_held",
         "_leading",
+        "_nominees",
         "_pending",
         "_refused",
         "_retry_at",
@@ -170,8 +179,10 @@ class Nudger:
         waiting: Waiting | None = None,
         leading: Callable[[], bool] = lambda: True,
         held: Callable[[PodUID], bool] = lambda uid: False,
+        nominees: Callable[[], frozenset[PodUID]] = frozenset,
     ) -> None:
         self._api = api
+        self._nominees = nominees
         self._refused = refused
         self._waiting = Waiting() if waiting is None else waiting
         self._clock = clock
@@ -227,7 +238,10 @@ class Nudger:
             self._waiting.nudged(pod.uid, now)
         mine = {pod.uid for pod in pods}
         pods += self._waiting.take(
-            PER_ROUND - len(pods), now, lambda uid: uid in mine or self._held(uid)
+            PER_ROUND - len(pods),
+            now,
+            lambda uid: uid in mine or self._held(uid),
+            first=self._nominees(),
         )
         # Nobody to nudge yet (all cooling down): come back when the first one may be.
         self._retry_at = None if pods else self._waiting.cooled_at(now, self._held)
