@@ -99,6 +99,7 @@ from .ids import (
     NodeName,
     PodUID,
     ServerName,
+    prefixed_name,
 )
 from .reasons import (
     Reason,
@@ -199,6 +200,7 @@ __all__ = [
     "parse_reasons",
     "pointer",
     "port_from_label",
+    "prefixed_name",
     "render_reasons",
     "split_card_id",
     "split_endpoint",

@@ -5,12 +5,29 @@ A ``CardId`` is ``<server node name>/<GPU UUID>``; a ``GpuUuid`` is the bare UUI
 
 from __future__ import annotations
 
+import hashlib
 from typing import NewType
 
-__all__ = ["CardId", "GpuUuid", "NodeName", "PodUID", "ServerName"]
+__all__ = ["CardId", "GpuUuid", "NodeName", "PodUID", "ServerName", "prefixed_name"]
 
 NodeName = NewType("NodeName", str)
 ServerName = NewType("ServerName", str)
 GpuUuid = NewType("GpuUuid", str)
 CardId = NewType("CardId", str)
 PodUID = NewType("PodUID", str)
+
+
+_MAX_OBJECT_NAME = 63
+"""Lease names are DNS subdomains (253), but 63 keeps them valid as labels too."""
+_HASH_CHARS = 10
+
+
+def prefixed_name(prefix: str, name: str) -> str:
+    """``prefix + name`` as an object name: itself when it fits in 63 characters, else a
+    readable cut of ``name`` plus a hash of all of it, so distinct names never collide."""
+    full = prefix + name
+    if len(full) <= _MAX_OBJECT_NAME:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_HASH_CHARS]
+    keep = _MAX_OBJECT_NAME - len(prefix) - len(digest) - 1
+    return f"{prefix}{name[:keep].rstrip('.-')}-{digest}"

@@ -35,6 +35,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from rgpu_contracts import prefixed_name
+
 from ._kube import KubeClient, Listing
 from ._reflector import ObjectChange, Reflector, ReflectorTiming, kube_pages
 from ._versioned import Versioned
@@ -47,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 GROUP_LABEL = "rgpu.io/membership"
 """The label naming a Lease's group; its value is the group (``discovery``)."""
-_MAX_NAME = 63
-_HASH_CHARS = 10
 _POINTS = 64
 """Points per member on the ring: enough that three members split keys within a few
 percent of a third each, few enough that building a ring costs microseconds."""
@@ -93,13 +93,7 @@ class HashRing:
 def member_lease_name(group: str, identity: str) -> str:
     """The Lease of member ``identity`` of ``group``: ``<group>-member-<identity>``, or a
     readable prefix plus a hash of the identity when that would exceed 63 characters."""
-    prefix = f"{group}-member-"
-    name = prefix + identity
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:_HASH_CHARS]
-    keep = _MAX_NAME - len(prefix) - len(digest) - 1
-    return f"{prefix}{identity[:keep].rstrip('.-')}-{digest}"
+    return prefixed_name(f"{group}-member-", identity)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,14 +20,22 @@ and a busy report older than the release is stale (see ``judging.Occupancy.busy`
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import orjson
 
-from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, ContractError, PodUID, ServerName
+from rgpu_contracts import (
+    CardId,
+    Claim,
+    ClaimSet,
+    ClaimState,
+    ContractError,
+    PodUID,
+    ServerName,
+    prefixed_name,
+)
 from rgpu_placement import ANNOTATION_NOMINATION, Nomination
 from rgpu_runtime import Versioned
 
@@ -56,19 +64,12 @@ MANAGED_BY_VALUE = "rgpu"
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 _PREFIX = "rgpu-"
-_MAX_NAME = 63
-_HASH_CHARS = 10
 
 
 def lease_name(server: str) -> str:
     """The Lease that stores ``server``'s claims: ``rgpu-<server>``, or a readable prefix plus a
     hash of the full name when that would exceed 63 characters."""
-    name = _PREFIX + server
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(server.encode()).hexdigest()[:_HASH_CHARS]
-    keep = _MAX_NAME - len(_PREFIX) - len(digest) - 1
-    return f"{_PREFIX}{server[:keep].rstrip('.-')}-{digest}"
+    return prefixed_name(_PREFIX, server)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

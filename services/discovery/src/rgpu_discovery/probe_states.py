@@ -28,7 +28,6 @@ forgetting a busy GPU on a hiccup would double-book it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ from typing import Any, Final
 
 import orjson
 
-from rgpu_contracts.ids import GpuUuid, ServerName
+from rgpu_contracts.ids import GpuUuid, ServerName, prefixed_name
 
 from .lupine import ProbeOutcome
 
@@ -62,8 +61,6 @@ COMPONENT_VALUE: Final = "lupine-state"
 COMPONENT_SELECTOR: Final = f"{COMPONENT_LABEL}={COMPONENT_VALUE}"
 _MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "rgpu-discovery"}
 _PREFIX: Final = "lupine-"
-_MAX_NAME: Final = 63
-_HASH_CHARS: Final = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,12 +117,7 @@ class StampedState:
 def state_lease_name(server: str) -> str:
     """The Lease holding ``server``'s probe state: ``lupine-<server>``, or a readable prefix
     plus a hash of the full name when that would exceed 63 characters."""
-    name = _PREFIX + server
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(server.encode()).hexdigest()[:_HASH_CHARS]
-    keep = _MAX_NAME - len(_PREFIX) - len(digest) - 1
-    return f"{_PREFIX}{server[:keep].rstrip('.-')}-{digest}"
+    return prefixed_name(_PREFIX, server)
 
 
 def encode_state(
