@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import anyio
 import pytest
 
-from rgpu_kubesim import run_apiserver
+from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import (
     HashRing,
     KubeClient,
@@ -60,7 +60,7 @@ def test_a_long_identity_gets_a_hashed_lease_name_within_63_characters() -> None
 
 
 @asynccontextmanager
-async def cluster() -> AsyncIterator[tuple[object, KubeClient]]:
+async def cluster() -> AsyncIterator[tuple[SimApiServer, KubeClient]]:
     async with run_apiserver() as sim:
         sim.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="discovery")
@@ -102,7 +102,7 @@ async def test_a_member_that_stops_deletes_its_lease_and_the_others_take_over() 
         async with member(kube, "b"):
             await members_are(a, "a", "b")
         await members_are(a, "a")
-        leases = sim.store.list("leases", namespace=NAMESPACE)  # type: ignore[attr-defined]
+        leases = sim.store.list("leases", namespace=NAMESPACE)
     assert [lease["metadata"]["name"] for lease in leases] == [member_lease_name("discovery", "a")]
     assert all(a.owns(k) for k in KEYS[:100])
 
@@ -116,7 +116,7 @@ async def test_a_member_that_stops_renewing_is_dead_after_the_lease_time() -> No
             },
             "spec": {"holderIdentity": "b", "leaseDurationSeconds": 1},
         }
-        sim.store.create("leases", lease, namespace=NAMESPACE)  # type: ignore[attr-defined]
+        sim.store.create("leases", lease, namespace=NAMESPACE)
         await members_are(a, "a", "b")
         await members_are(a, "a")
 
@@ -141,7 +141,7 @@ async def test_a_member_that_hears_nothing_of_its_own_renewals_judges_nobody_dea
             },
             "spec": {"holderIdentity": "b", "leaseDurationSeconds": 1},
         }
-        sim.store.create("leases", lease, namespace=NAMESPACE)  # type: ignore[attr-defined]
+        sim.store.create("leases", lease, namespace=NAMESPACE)
         a = Membership(
             kube=kube,
             namespace=NAMESPACE,
@@ -152,13 +152,13 @@ async def test_a_member_that_hears_nothing_of_its_own_renewals_judges_nobody_dea
         )
         async with anyio.create_task_group() as tg:
             await tg.start(a.run)
-            sim.faults.set_error(verb="update", resource="leases", rate=1.0)  # type: ignore[attr-defined]
+            sim.faults.set_error(verb="update", resource="leases", rate=1.0)
             clock.now += 60.0
             tried = lease_updates(sim)
             # Four renewals refused: a heard none of its own, so b's silence proves nothing.
             await eventually(lambda: lease_updates(sim) >= tried + 4, timeout=5.0)
             deaf = a.live()
-            sim.faults.clear()  # type: ignore[attr-defined]
+            sim.faults.clear()
             await eventually(lambda: a.live() == {"a"}, timeout=5.0, what="b judged dead")
             # Dead for longer than forget_after lease periods: its Lease is deleted, a's kept.
             await eventually(lambda: lease_names(sim) == ["discovery-member-a"], timeout=5.0)
@@ -166,14 +166,14 @@ async def test_a_member_that_hears_nothing_of_its_own_renewals_judges_nobody_dea
     assert deaf == {"a", "b"}
 
 
-def lease_updates(sim: object) -> int:
+def lease_updates(sim: SimApiServer) -> int:
     """Lease updates (renewals) the apiserver has received so far."""
-    counts = sim.meter.snapshot()  # type: ignore[attr-defined]
+    counts = sim.meter.snapshot()
     return sum(
         c.requests for k, c in counts.items() if (k.verb, k.resource) == ("update", "leases")
     )
 
 
-def lease_names(sim: object) -> list[str]:
-    leases = sim.store.list("leases", namespace=NAMESPACE)  # type: ignore[attr-defined]
+def lease_names(sim: SimApiServer) -> list[str]:
+    leases = sim.store.list("leases", namespace=NAMESPACE)
     return [lease["metadata"]["name"] for lease in leases]
