@@ -4,11 +4,13 @@ the failure it exists to catch."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from rgpu_cli.checks import check_no_sharing
-from rgpu_cli.soak_evidence import Evidence, LeaseVersion, PodLife
+from rgpu_cli.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
 from rgpu_cli.soak_faults import FaultWindow
 from rgpu_cli.verdict import (
+    WakeUp,
     check_commits_held,
     check_completion,
     check_no_5xx,
@@ -122,7 +124,7 @@ def test_wake_up_is_measured_from_the_last_other_claim_leaving() -> None:
     ]
     lives = [_pod("old", bound=1, end=2), _pod("p", bound=5, end=9)]
     lives[0].end_at, lives[1].bound_at = 9.8, 11.0
-    assert wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False) == [1.0]
+    assert [w.seconds for w in wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False)] == [1.0]
 
 
 def test_a_server_under_an_injected_fault_is_left_out_of_the_wake_ups() -> None:
@@ -131,12 +133,33 @@ def test_a_server_under_an_injected_fault_is_left_out_of_the_wake_ups() -> None:
     lives[1].bound_at = 15.0
     down = [FaultWindow(kind="node-not-ready", target="gpu-01", start=9.0, end=14.0)]
     assert wake_seconds(leases, lives, {"p": 0.5}, down, per_card=False) == []
-    assert wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False) == [5.0]
+    assert [w.seconds for w in wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False)] == [5.0]
+
+
+def _wake(seconds: float, key: str = "default/p") -> WakeUp:
+    return WakeUp(key=key, server="gpu-01", seconds=seconds)
 
 
 def test_slow_wake_ups_fail_at_the_99th_percentile() -> None:
-    assert check_wakeups([0.3] * 99).passed
-    assert not check_wakeups([0.3] * 90 + [5.0] * 10).passed
+    assert check_wakeups([_wake(0.3)] * 99).passed
+    assert not check_wakeups([_wake(0.3)] * 90 + [_wake(5.0)] * 10).passed
+
+
+def test_a_failed_wake_up_check_names_the_slowest_and_the_nominee_holding_the_server() -> None:
+    late = WakeUp(key="default/slow", server="gpu-07", seconds=9.0, promised_to="default/vip")
+    result = check_wakeups([_wake(0.3)] * 90 + [_wake(5.0)] * 9 + [late])
+    assert not result.passed
+    assert "default/slow on gpu-07 9.00s, nominated for default/vip" in result.detail
+
+
+def test_a_wake_up_names_the_nominee_the_freeing_lease_version_carried() -> None:
+    nomination = NominationSeen(uid="vip", priority=1000, cards=(), victims=(), expires_at=0.0)
+    freed = replace(_lease(3, at=10.0), nomination=nomination)
+    leases = [_lease(1, ("old", (CARD_A,)), at=1.0), freed, _lease(4, ("p", (CARD_A,)), at=10.5)]
+    lives = [_pod("old", bound=1, end=2), _pod("p", bound=5, end=9), _pod("vip", bound=6, end=9)]
+    lives[0].end_at, lives[1].bound_at = 9.8, 11.0
+    (wake,) = wake_seconds(leases, lives, {"p": 0.5}, [], per_card=False)
+    assert wake.promised_to == lives[2].key
 
 
 def test_a_replica_that_died_unplanned_or_stayed_down_fails() -> None:

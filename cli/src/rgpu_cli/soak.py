@@ -48,6 +48,7 @@ from .soak_workload import (
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
 from .verdict import (
     WAKE_LIMIT_SECONDS,
+    WakeUp,
     check_commits_held,
     check_completion,
     check_no_5xx,
@@ -332,7 +333,7 @@ def _logged_5xx(stack: Stack) -> list[str]:
     return found
 
 
-def _waits(stack: Stack, evidence: Evidence, log: FaultLog, per_card: bool) -> list[float]:
+def _waits(stack: Stack, evidence: Evidence, log: FaultLog, per_card: bool) -> list[WakeUp]:
     # A pod whose scheduling hit an error (an extender replica killed under it, a Binding
     # failed by the faults) waited for the fault, not for rgpu: its wake-up is not rgpu's.
     parked = {
@@ -398,7 +399,9 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             bound=sum(1 for life in lives if life.bound_rv is not None),
             succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
             deleted=len(driver.deleted),
-            waits=tuple(_waits(stack, evidence, log, stack.options.granularity == "card")),
+            waits=tuple(
+                w.seconds for w in _waits(stack, evidence, log, stack.options.granularity == "card")
+            ),
             faults=dict(Counter(w.kind for w in log.windows)),
             checks=checks,
             preemption=preemption_summary(

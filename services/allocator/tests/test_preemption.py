@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
+from rgpu_allocator.wakeup import COOL_DOWN
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 from rgpu_placement import ANNOTATION_NOMINATION
@@ -682,3 +683,96 @@ async def test_the_nominee_is_nudged_first_when_its_victims_cards_free(build, ki
             return cluster.annotations(urgent).get(ANNOTATION_RETRY_AT) != stamp
 
         await kit.wait_for(nudged, what="the nominee nudged when its victim's card freed")
+
+
+def retry_stamp(cluster, pod: PodRef) -> str | None:
+    return cluster.annotations(pod).get(ANNOTATION_RETRY_AT)
+
+
+async def nudge_seen(kit, cluster, pod: PodRef, *, after: str | None, what: str) -> None:
+    async def changed() -> bool:
+        return retry_stamp(cluster, pod) not in (None, after)
+
+    await kit.wait_for(changed, what=what)
+
+
+async def settled_stamp(cluster, pod: PodRef) -> str | None:
+    """The pod's nudge stamp once the rounds for the last capacity event are over (none for
+    longer than the cool-down and its retry)."""
+    stamp = retry_stamp(cluster, pod)
+    while True:
+        await anyio.sleep(COOL_DOWN * 1.5)
+        if retry_stamp(cluster, pod) == stamp:
+            return stamp
+        stamp = retry_stamp(cluster, pod)
+
+
+async def test_pods_kept_off_a_promised_server_are_nudged_when_its_nominee_goes_away(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        refused = await client.post("/v1/allocations", json=kit.ask(standard))
+        assert refused.status_code == 409
+        await nudge_seen(kit, cluster, standard, after=None, what="the round for the freed server")
+        stamp = await settled_stamp(cluster, standard)
+        # No claim changes from here on: only the nominee leaving frees the server.
+        finish(cluster, urgent)
+        await nudge_seen(kit, cluster, standard, after=stamp, what="a nudge once the nominee left")
+        assert (await client.post("/v1/allocations", json=kit.ask(standard))).status_code == 200
+
+
+async def test_pods_kept_off_a_promised_server_are_nudged_when_the_nomination_expires(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch", grace=1)
+    urgent = make_pod(cluster, "urgent", "urgent")
+    standard = make_pod(cluster, "standard", "standard")
+    env = {"RGPU_BOOKING_TTL_SECONDS": "3"}
+    async with allocator(kit, sim, discovery, **env) as client:
+        await hold(client, cluster, batch, kit)
+        await preempted_and_freed(client, kit, cluster, batch, urgent)
+        expires = nomination(cluster, "gpu-a")["expiresAt"]
+        refused = await client.post("/v1/allocations", json=kit.ask(standard))
+        assert refused.status_code == 409
+        await nudge_seen(kit, cluster, standard, after=None, what="the round for the freed server")
+        # The rounds for the victim's release are over long before; the nominee never comes
+        # back for its server, so only the expiry frees it.
+        await anyio.sleep(max(0.0, expires - time.time() - 0.5))
+        stamp = retry_stamp(cluster, standard)
+        await nudge_seen(kit, cluster, standard, after=stamp, what="a nudge at the expiry")
+        assert time.time() >= expires
+        assert (await client.post("/v1/allocations", json=kit.ask(standard))).status_code == 200
+
+
+async def test_a_nominee_refused_by_another_replica_is_nudged_before_the_leaders_own_refusals(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    queue = [make_pod(cluster, f"wait-{i:02d}") for i in range(40)]
+    async with (
+        allocator(kit, sim, discovery) as leader,
+        allocator(kit, sim, discovery) as follower,
+    ):
+        await hold(leader, cluster, batch, kit)
+        # The leader refuses more pods than a round takes; the follower nominates the urgent pod.
+        for pod in queue:
+            assert (await leader.post("/v1/allocations", json=kit.ask(pod))).status_code == 409
+        assert (await follower.post("/v1/allocations", json=kit.ask(urgent))).status_code == 409
+        assert nomination(cluster, "gpu-a")["pod"]["uid"] == urgent.uid
+        before = retry_stamp(cluster, urgent)
+        finish(cluster, batch)
+        await nudge_seen(kit, cluster, urgent, after=before, what="the nominee nudged")
+        nudged_queue = sum(1 for pod in queue if retry_stamp(cluster, pod) is not None)
+        assert nudged_queue < len(queue)

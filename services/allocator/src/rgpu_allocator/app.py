@@ -41,7 +41,7 @@ from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .judging import Judge, Policy, Remover
 from .leases import Finder, LeaseWriter
-from .pods import PodIndex
+from .pods import PodIndex, PodInfo
 from .preempting import Preemptor
 from .published import PublishedClaims
 from .rechecking import Reprober, Revalidator
@@ -168,7 +168,12 @@ def create_app(
             lease_watch = lease_reflector(
                 api, ledger, lease_hooks, instruments, timing=timing, published=published
             )
-            pod_watch = pod_reflector(api, pods, reconciler.pod_changed, instruments, timing=timing)
+
+            def pod_changed(before: PodInfo | None, after: PodInfo | None) -> None:
+                reconciler.pod_changed(before, after)
+                nudger.pod_changed(before, after)
+
+            pod_watch = pod_reflector(api, pods, pod_changed, instruments, timing=timing)
             async with anyio.create_task_group() as tg:
                 await tg.start(events.run, kube)
                 await tg.start(nudger.run)

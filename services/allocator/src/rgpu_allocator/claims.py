@@ -237,6 +237,7 @@ class Ledger:
         "_changes",
         "_clock",
         "_leases",
+        "_nominated",
         "_released",
         "_snapshot",
         "synced",
@@ -250,6 +251,8 @@ class Ledger:
         self._snapshot: ClaimSet | None = None
         self._leases: dict[ServerName, LeaseRecord] = {}
         self._by_pod: dict[PodUID, set[ServerName]] = {}
+        # Few Leases carry a nomination; decisions and every pod deletion ask for them.
+        self._nominated: dict[ServerName, LeaseRecord] = {}
         # Only the revision moves here (the claim set is built on demand, above); Versioned
         # makes its wake-up event on first wait, so decisions and benchmarks outside any
         # event loop pay nothing.
@@ -276,13 +279,18 @@ class Ledger:
         found = (self._leases[s].claim_of(uid) for s in servers)
         return tuple(c for c in found if c is not None)
 
-    def nominees(self, now: float) -> frozenset[PodUID]:
-        """Pods with a live nomination on some server (capacity is being freed for them)."""
-        return frozenset(
-            r.nomination.pod.uid
-            for r in self._leases.values()
+    def nominees(self, now: float) -> dict[PodUID, float]:
+        """Pods with a live nomination on some server (capacity is being freed for them),
+        each with when its nomination expires."""
+        return {
+            r.nomination.pod.uid: r.nomination.expires_at
+            for r in self._nominated.values()
             if r.nomination is not None and now < r.nomination.expires_at
-        )
+        }
+
+    def nominated(self) -> tuple[LeaseRecord, ...]:
+        """The Leases that carry a nomination, live or expired."""
+        return tuple(self._nominated.values())
 
     def servers_of(self, uid: str) -> int:
         """On how many servers ``uid`` holds claims."""
@@ -340,7 +348,7 @@ class Ledger:
         for server, old in self._leases.items():
             self._remember(_released(old, fresh.get(server)))
         self._leases = dict(fresh)
-        self._by_pod = {}
+        self._by_pod, self._nominated = {}, {}
         for record in self._leases.values():
             self._index(record)
         self.synced = True
@@ -368,12 +376,15 @@ class Ledger:
         self._changes.publish(None)
 
     def _index(self, record: LeaseRecord) -> None:
+        if record.nomination is not None:
+            self._nominated[record.server] = record
         for claim in record.claims:
             self._by_pod.setdefault(claim.pod.uid, set()).add(record.server)
 
     def _unindex(self, record: LeaseRecord | None) -> None:
         if record is None:
             return
+        self._nominated.pop(record.server, None)
         for claim in record.claims:
             servers = self._by_pod.get(claim.pod.uid)
             if servers is not None:

@@ -146,7 +146,7 @@ class Preemptor:
         longer free them, and the pod is free to look elsewhere (or preempt again).
         """
         now = self.judge.clock()
-        for record in self.judge.ledger.leases():
+        for record in self.judge.ledger.nominated():
             found = record.nomination
             if found is not None and found.pod.uid == uid and now < found.expires_at:
                 return None if self._overtaken(record.server, found) else record.server

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import anyio
@@ -32,6 +32,7 @@ from rgpu_runtime import KubeError, KubeNotFound
 
 from .annotations import ANNOTATION_RETRY_AT
 from .clients import KubeApi
+from .pods import PodInfo
 
 __all__ = ["Nudger", "Refused", "Waiting", "retry_stamp"]
 
@@ -146,6 +147,10 @@ class Waiting:
             self._nudged[uid] = now
 
 
+def _given(value: float | None) -> tuple[float, ...]:
+    return () if value is None else (value,)
+
+
 def retry_stamp(now: float) -> str:
     """A value that changes on every nudge (RFC 3339 with microseconds)."""
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -179,7 +184,7 @@ class Nudger:
         waiting: Waiting | None = None,
         leading: Callable[[], bool] = lambda: True,
         held: Callable[[PodUID], bool] = lambda uid: False,
-        nominees: Callable[[], frozenset[PodUID]] = frozenset,
+        nominees: Callable[[], Mapping[PodUID, float]] = dict,
     ) -> None:
         self._api = api
         self._nominees = nominees
@@ -199,6 +204,13 @@ class Nudger:
         if self._wake is not None:
             self._wake.set()
 
+    def pod_changed(self, before: PodInfo | None, after: PodInfo | None) -> None:
+        """Pod watch listener: a nominee that goes away or finishes releases the server
+        promised to it, which is capacity for everyone else it kept off."""
+        gone = after is None or after.finished
+        if before is not None and gone and before.uid in self._nominees():
+            self.notify()
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Nudge a round of refused pods after each capacity event, forever."""
         task_status.started()
@@ -215,11 +227,12 @@ class Nudger:
             await self.nudge_round()
 
     async def _rest(self) -> None:
-        """Until a capacity event, or until a round that found every waiting pod in its
-        cool-down can run: the capacity it was for is still unused."""
+        """Until a capacity event, a nomination's expiry (the server promised to a pod that
+        never booked it is free again), or until a round that found every waiting pod in
+        its cool-down can run: the capacity it was for is still unused."""
         self._wake = anyio.Event()
-        retry_at = self._retry_at
-        delay = math.inf if retry_at is None else max(0.0, retry_at - self._clock())
+        wake_at = min((*self._nominees().values(), *_given(self._retry_at)), default=math.inf)
+        delay = max(0.0, wake_at - self._clock())
         with anyio.move_on_after(delay):
             await self._wake.wait()
         self._pending = True
@@ -233,15 +246,20 @@ class Nudger:
         """Nudge up to ``PER_ROUND`` pods, at most ``PER_SECOND``: the oldest this replica
         refused, then the least recently nudged of the others waiting."""
         now = self._clock()
-        pods = self._refused.take(PER_ROUND)
-        for pod in pods:
-            self._waiting.nudged(pod.uid, now)
+        nominees = frozenset(self._nominees())
+        # Nominees first, whichever replica refused them: a round of others the leader
+        # refused must not push back the pod its victims are leaving for.
+        pods = self._waiting.take(
+            PER_ROUND, now, lambda uid: uid not in nominees or self._held(uid), first=nominees
+        )
+        taken = {pod.uid for pod in pods}
+        for pod in self._refused.take(PER_ROUND - len(pods)):
+            if pod.uid not in taken:
+                pods.append(pod)
+                self._waiting.nudged(pod.uid, now)
         mine = {pod.uid for pod in pods}
         pods += self._waiting.take(
-            PER_ROUND - len(pods),
-            now,
-            lambda uid: uid in mine or self._held(uid),
-            first=self._nominees(),
+            PER_ROUND - len(pods), now, lambda uid: uid in mine or self._held(uid)
         )
         # Nobody to nudge yet (all cooling down): come back when the first one may be.
         self._retry_at = None if pods else self._waiting.cooled_at(now, self._held)
