@@ -39,6 +39,15 @@ def stamp(sim: SimApiServer) -> str | None:
     return (pod["metadata"].get("annotations") or {}).get(ANNOTATION_RETRY_AT)
 
 
+def patches(sim: SimApiServer) -> int:
+    """Pod patches the apiserver received, refused ones included."""
+    return sum(
+        count.requests
+        for key, count in sim.meter.snapshot().items()
+        if key.verb == "patch" and key.resource == "pods"
+    )
+
+
 async def test_capacity_that_finds_everyone_cooling_nudges_once_the_cool_down_ends(
     api: tuple[SimApiServer, KubeApi],
 ) -> None:
@@ -60,3 +69,47 @@ async def test_capacity_that_finds_everyone_cooling_nudges_once_the_cool_down_en
         await eventually(lambda: stamp(sim) is not None, timeout=5 * COOL_DOWN, what="a nudge")
         tg.cancel_scope.cancel()
     assert len(nudged) == 1
+
+
+async def test_a_nudge_the_apiserver_refused_with_429_is_retried_after_its_retry_after(
+    api: tuple[SimApiServer, KubeApi],
+) -> None:
+    sim, kube_api = api
+    waiting = Waiting()
+    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
+    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    nudger = Nudger(
+        kube_api, Refused(), clock=anyio.current_time, count=lambda: None, waiting=waiting
+    )
+    sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=429, retry_after=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(nudger.run)
+        nudger.notify()  # one capacity event, and no other after it
+        await eventually(lambda: patches(sim) > 0, timeout=5, what="the nudge refused")
+        sim.faults.clear()
+        assert stamp(sim) is None
+        await eventually(lambda: stamp(sim) is not None, timeout=5, what="the nudge retried")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_nudge_refused_for_good_is_not_retried(
+    api: tuple[SimApiServer, KubeApi],
+) -> None:
+    sim, kube_api = api
+    waiting = Waiting()
+    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
+    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    refused = Refused()
+    nudger = Nudger(
+        kube_api, refused, clock=anyio.current_time, count=lambda: None, waiting=waiting
+    )
+    sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=403)
+    async with anyio.create_task_group() as tg:
+        await tg.start(nudger.run)
+        nudger.notify()
+        await eventually(lambda: patches(sim) > 0, timeout=5, what="the nudge refused")
+        sim.faults.clear()
+        await anyio.sleep(COOL_DOWN / 2)
+        assert stamp(sim) is None
+        assert len(refused) == 0
+        tg.cancel_scope.cancel()

@@ -49,6 +49,11 @@ PER_SECOND = 50.0
 COOL_DOWN = 1.0
 """Seconds before a waiting pod is nudged again: kube-scheduler retries a nudged pod within
 about a second, and a second nudge before that retry would only repeat the first."""
+RETRY_SECONDS = 0.2
+"""Wait before retrying a nudge the apiserver failed without saying how long to wait."""
+RETRY_LIMIT = 2.0
+"""Longest wait before retrying failed nudges, whatever ``Retry-After`` asked: each second
+the nudge waits the freed capacity idles."""
 WAITING = 100_000
 """Pending pods tracked for nudges; beyond that new ones wait for kube-scheduler's flush."""
 
@@ -265,18 +270,29 @@ class Nudger:
         self._retry_at = None if pods else self._waiting.cooled_at(now, self._held)
         if not pods:
             return
+        waits = []
         with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
             for pod in pods:
-                await self._nudge(pod)
+                wait = await self._nudge(pod)
+                if wait is not None:
+                    # The capacity this round was for is still unused: the pod goes first
+                    # in the next round, which runs once the apiserver asked us to wait.
+                    self._refused.remember(pod, first=True)
+                    waits.append(wait)
                 await anyio.sleep(1.0 / PER_SECOND)
+        if waits:
+            self._retry_at = self._clock() + min(max(waits), RETRY_LIMIT)
 
-    async def _nudge(self, pod: PodRef) -> None:
+    async def _nudge(self, pod: PodRef) -> float | None:
+        """Annotate ``pod``; seconds to wait before trying again when the apiserver failed
+        in a way worth retrying (429, 5xx, timeouts), else ``None``."""
         stamp = retry_stamp(self._clock())
         try:
             await self._api.annotate_pod(pod.namespace, pod.name, {ANNOTATION_RETRY_AT: stamp})
         except KubeNotFound:
-            return
+            return None
         except KubeError as exc:
             logger.warning("could not nudge pod %s: %s", pod.key, exc)
-            return
+            return (exc.retry_after or RETRY_SECONDS) if exc.retryable else None
         self._count()
+        return None
