@@ -49,6 +49,7 @@ __all__ = [
     "Change",
     "LeaseRecord",
     "Ledger",
+    "Nominee",
     "decode_lease",
     "encode_lease",
     "holder_of",
@@ -229,6 +230,21 @@ def _released(before: LeaseRecord | None, after: LeaseRecord | None) -> list[Car
     return [c for claim in before.claims if placed(claim) for c in claim.cards if c not in kept]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nominee:
+    """A pod with a live nomination, as the nudger needs it."""
+
+    expires_at: float
+    freed: bool
+    """Whether no other pod's claim holds the promised cards any more: the pod can book."""
+
+
+def _promise_kept(record: LeaseRecord, nomination: Nomination) -> bool:
+    promised = set(nomination.cards)
+    nominee = nomination.pod.uid
+    return not any(c.pod.uid != nominee and promised.intersection(c.cards) for c in record.claims)
+
+
 class Ledger:
     """The claim Leases as last seen, with a revision that moves on every change."""
 
@@ -279,11 +295,12 @@ class Ledger:
         found = (self._leases[s].claim_of(uid) for s in servers)
         return tuple(c for c in found if c is not None)
 
-    def nominees(self, now: float) -> dict[PodUID, float]:
-        """Pods with a live nomination on some server (capacity is being freed for them),
-        each with when its nomination expires."""
+    def nominees(self, now: float) -> dict[PodUID, Nominee]:
+        """Pods with a live nomination on some server (capacity is being freed for them)."""
         return {
-            r.nomination.pod.uid: r.nomination.expires_at
+            r.nomination.pod.uid: Nominee(
+                expires_at=r.nomination.expires_at, freed=_promise_kept(r, r.nomination)
+            )
             for r in self._nominated.values()
             if r.nomination is not None and now < r.nomination.expires_at
         }

@@ -31,6 +31,7 @@ from rgpu_contracts import PodRef, PodUID
 from rgpu_runtime import KubeError, KubeNotFound
 
 from .annotations import ANNOTATION_RETRY_AT
+from .claims import Nominee
 from .clients import KubeApi
 from .pods import PodInfo
 
@@ -189,7 +190,7 @@ class Nudger:
         waiting: Waiting | None = None,
         leading: Callable[[], bool] = lambda: True,
         held: Callable[[PodUID], bool] = lambda uid: False,
-        nominees: Callable[[], Mapping[PodUID, float]] = dict,
+        nominees: Callable[[], Mapping[PodUID, Nominee]] = dict,
     ) -> None:
         self._api = api
         self._nominees = nominees
@@ -236,7 +237,8 @@ class Nudger:
         never booked it is free again), or until a round that found every waiting pod in
         its cool-down can run: the capacity it was for is still unused."""
         self._wake = anyio.Event()
-        wake_at = min((*self._nominees().values(), *_given(self._retry_at)), default=math.inf)
+        expiries = (n.expires_at for n in self._nominees().values())
+        wake_at = min((*expiries, *_given(self._retry_at)), default=math.inf)
         delay = max(0.0, wake_at - self._clock())
         with anyio.move_on_after(delay):
             await self._wake.wait()
@@ -251,23 +253,33 @@ class Nudger:
         """Nudge up to ``PER_ROUND`` pods, at most ``PER_SECOND``: the oldest this replica
         refused, then the least recently nudged of the others waiting."""
         now = self._clock()
-        nominees = frozenset(self._nominees())
-        # Nominees first, whichever replica refused them: a round of others the leader
-        # refused must not push back the pod its victims are leaving for.
+        nominees = self._nominees()
+        freed = frozenset(uid for uid, n in nominees.items() if n.freed)
+        # A nominee whose victims still hold its cards books nothing (its server or none):
+        # nudging it would only cost kube-scheduler a cycle ahead of everyone below it.
+        # Once they are gone it goes first, whichever replica refused it: a round of others
+        # the leader refused must not push back the pod its victims left for.
         pods = self._waiting.take(
-            PER_ROUND, now, lambda uid: uid not in nominees or self._held(uid), first=nominees
+            PER_ROUND, now, lambda uid: uid not in freed or self._held(uid), first=freed
         )
         taken = {pod.uid for pod in pods}
         for pod in self._refused.take(PER_ROUND - len(pods)):
-            if pod.uid not in taken:
+            if pod.uid not in taken and pod.uid not in nominees:
                 pods.append(pod)
                 self._waiting.nudged(pod.uid, now)
         mine = {pod.uid for pod in pods}
         pods += self._waiting.take(
-            PER_ROUND - len(pods), now, lambda uid: uid in mine or self._held(uid)
+            PER_ROUND - len(pods),
+            now,
+            lambda uid: uid in mine or uid in nominees or self._held(uid),
         )
         # Nobody to nudge yet (all cooling down): come back when the first one may be.
-        self._retry_at = None if pods else self._waiting.cooled_at(now, self._held)
+        unready = nominees.keys() - freed
+        self._retry_at = (
+            None
+            if pods
+            else self._waiting.cooled_at(now, lambda uid: uid in unready or self._held(uid))
+        )
         if not pods:
             return
         waits = []
