@@ -202,6 +202,34 @@ async def test_an_unchanged_answer_is_not_retaken_and_spaces_the_next_call(pace:
     assert dict(script.requests[1].url.params) == {"since": "1", "wait": "60"}
 
 
+async def test_a_coalescing_follower_pauses_after_each_change_and_only_after_changes(
+    pace: Pace,
+) -> None:
+    script = Script([Thing(revision=1), Thing(revision=2), Thing(revision=2)])
+    taken: list[Thing] = []
+    async with http_client(
+        base_url="http://peer", timeout=5.0, transport=httpx.MockTransport(script.handle)
+    ) as http:
+        follower = Follower(
+            http,
+            "/v1/things",
+            name="peer",
+            decode=Thing.from_dict,
+            revision=lambda thing: thing.revision,
+            policy=FollowPolicy(min_interval_seconds=0.25, coalesce_seconds=0.5),
+            on_change=taken.append,
+            clock=pace.clock,
+            sleep=pace.sleep,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(follower.run)
+            await eventually(lambda: len(script.requests) >= 4)
+            tg.cancel_scope.cancel()
+    assert taken == [Thing(revision=1), Thing(revision=2)]
+    # Two changes, each followed by the coalescing pause; then unchanged answers, paced.
+    assert pace.pauses[:3] == [0.5, 0.5, 0.25]
+
+
 async def test_an_outage_keeps_the_value_backs_off_capped_and_asks_afresh(
     pace: Pace, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -64,7 +64,7 @@ async def test_dry_run_answers_without_booking(build, kit, sim, cluster):
 
 
 @pytest.mark.parametrize("granularity", ["server", "card"])
-async def test_no_fit_is_409_with_hami_reasons_and_per_server_verdicts(
+async def test_no_fit_is_409_with_hami_reasons_and_a_dry_run_explains_server_by_server(
     build, kit, sim, cluster, granularity
 ):
     fleet = build.fleet(
@@ -76,14 +76,17 @@ async def test_no_fit_is_409_with_hami_reasons_and_per_server_verdicts(
     big = app_container(count=2, memory=40000)
     async with kit.running_allocator(sim.url, discovery, RGPU_GRANULARITY=granularity) as client:
         answer = await client.post("/v1/allocations", json=kit.ask(pod, big))
-    assert answer.status_code == 409
+        explained = await client.post("/v1/allocations", json=kit.ask(pod, big, dry_run=True))
+    message = "1/4 CardInsufficientMemory, 1/4 NodeInsufficientDevice, 2/4 ServerNotReady"
+    assert answer.status_code == explained.status_code == 409
     body = answer.json()
-    assert body["message"] == (
-        "1/4 CardInsufficientMemory, 1/4 NodeInsufficientDevice, 2/4 ServerNotReady"
-    )
+    assert body["message"] == explained.json()["message"] == message
     assert body["total"] == 4
-    assert [s["server"] for s in body["servers"]] == ["gpu-a", "gpu-b"]
-    assert "not Ready" in body["servers"][0]["detail"]
+    # kube-scheduler shows only the message: the server-by-server detail is a dry run's.
+    assert body["servers"] == []
+    servers = explained.json()["servers"]
+    assert [s["server"] for s in servers] == ["gpu-a", "gpu-b"]
+    assert "not Ready" in servers[0]["detail"]
 
 
 async def test_empty_fleet_is_refused_with_no_servers(build, kit, sim, cluster):

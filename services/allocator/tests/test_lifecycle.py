@@ -296,7 +296,9 @@ async def test_unreadable_lease_is_never_overwritten(build, kit, sim, cluster):
     sim.store.create("leases", body, namespace="rgpu-system")
     async with kit.running_allocator(sim.url, discovery) as client:
         first = await client.post("/v1/allocations", json=kit.ask(cluster.pod("one")))
-        second = await client.post("/v1/allocations", json=kit.ask(cluster.pod("two")))
+        second = await client.post(
+            "/v1/allocations", json=kit.ask(cluster.pod("two"), dry_run=True)
+        )
     assert first.json()["server"] == "gpu-b"
     assert second.status_code == 409
     gpu_a = next(v for v in second.json()["servers"] if v["server"] == "gpu-a")

@@ -253,7 +253,8 @@ async def test_a_lower_priority_pod_cannot_book_a_nominated_server(build, kit, s
         await kit.wait_for(freed, what="the victim's claim released")
         cut_in = await client.post("/v1/allocations", json=kit.ask(standard))
         assert cut_in.status_code == 409
-        assert "held by ml/urgent" in cut_in.text
+        why = await client.post("/v1/allocations", json=kit.ask(standard, dry_run=True))
+        assert "held by ml/urgent" in why.text
         nominee = await client.post("/v1/allocations", json=kit.ask(urgent))
     assert nominee.status_code == 200
     assert nominee.json()["server"] == "gpu-a"
@@ -604,7 +605,8 @@ async def test_the_nominee_waits_for_its_server_when_another_frees_while_victims
         await kit.wait_for(gpu_a_free_on_b, what="gpu-a's release seen by the other replica")
         waiting = await b.post("/v1/allocations", json=kit.ask(urgent, both))
         assert waiting.status_code == 409, waiting.text
-        assert "waits for this server while its victims leave" in waiting.text
+        why = await b.post("/v1/allocations", json=kit.ask(urgent, both, dry_run=True))
+        assert "waits for this server while its victims leave" in why.text
         assert cluster.holders().get("gpu-a") == []
         finish(cluster, batch)
 

@@ -8,7 +8,10 @@ changing costs each follower the decoding of that server, not of the fleet. It o
 rules, in one place:
 
 * **Changed**: an answer with a new revision goes to ``on_change`` and ``latest`` at once,
-  and the next call follows at once, so a burst of changes is not delayed.
+  and the next call follows at once, so a burst of changes is not delayed — unless the
+  policy sets ``coalesce_seconds``: a follower that does not decide on the value (metrics)
+  then asks again only that long after a change, so a burst costs it one delta per pause
+  instead of one round trip per change.
 * **Unchanged** (the same revision, a ``304``, or a body byte-for-byte equal to the last):
   nothing is re-applied, and the next call starts no sooner than ``min_interval_seconds``
   after this one started. A held poll is long past that, so only a peer that answers at
@@ -90,6 +93,9 @@ class FollowPolicy:
     min_interval_seconds: float = 0.1
     """Least time between the starts of two calls after an unchanged answer, so a peer that
     ignores ``wait`` costs at most ten calls a second."""
+    coalesce_seconds: float = 0.0
+    """Pause after a changed answer before the next call, so the changes of a burst arrive
+    together in one delta; 0 (deciders: the allocator, the extender) follows at once."""
     backoff_initial_seconds: float = 0.2
     """First retry delay after a failure; most failures are blips, a restarting peer is
     usually back within a second."""
@@ -226,7 +232,9 @@ class Follower(Generic[T]):
             if not self.status.answered.is_set():
                 self.status.answered.set()
                 task_status.started()
-            if changed:
+            if changed and self._policy.coalesce_seconds > 0:
+                await self._sleep(self._policy.coalesce_seconds)
+            elif changed:
                 # Let the tasks this answer woke (readiness, waiters on ``latest``) run before
                 # the next call, as they would after a pause.
                 await anyio.lowlevel.checkpoint()

@@ -348,7 +348,10 @@ class Booking:
             return await self.writer.edit(server, change, op="book")
 
     def _refuse(self, request: AllocationRequest, refusal: Refusal, *, nominee: bool) -> NoFit:
-        nofit = refusal.nofit
+        # The server-by-server explanation is for a person asking (``rgpu explain``, a dry
+        # run); kube-scheduler shows only the message, and encoding a verdict per server
+        # made every refusal O(fleet) on the wire and in the extender.
+        nofit = refusal.nofit if request.dry_run else replace(refusal.nofit, servers=())
         outcome = "dry_run" if request.dry_run else "refused"
         self.instruments.decisions.labels(outcome, _main_reason(nofit)).inc()
         if not request.dry_run:
