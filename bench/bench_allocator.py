@@ -13,6 +13,9 @@ Figures (medians over rounds unless said otherwise):
   cards held
 * refusal (everything held)      - the slow path: every server judged card by card to build
   HAMi's reasons (no target; shown for scale)
+* fleet change (one server busy) - the allocator's view updated for a fleet in which one
+  server changed (as discovery's deltas deliver it), 5,000 client nodes; beside it, the view
+  built anew, as it was before
 * pod event applied              - one MODIFIED pod (a realistic Pod dict, already decoded
   from the watch line, as the watch hands it over) slimmed, stored and routed to the
   reconciler, on a cache of P pods
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import re
@@ -79,6 +83,7 @@ from rgpu_placement import Choice, FleetView, Granularity, Refusal, choose, dema
 from rgpu_runtime import Listener, Reflector, Settings, WatchEvent, running
 
 DECISION_TARGET_MS = 1.0
+FLEET_CHANGE_TARGET_MS = 3.0
 EVENT_TARGET_US = 50.0
 RSS_TARGET_MB = 300.0
 RECOVERY_TARGET_S = 5.0
@@ -272,6 +277,31 @@ def decisions(servers: int, cards: int, rounds: int) -> None:
     )
     samples, kind = bench_decisions(view, everything, PodIndex(), "server", max(rounds // 10, 5))
     show("refusal (everything held)", median_ms(samples), "ms", None, f"({kind}, for scale)")
+    fleet_changes(fleet, make_topology(5000), rounds)
+
+
+def fleet_changes(fleet: Fleet, topology: Topology, rounds: int) -> None:
+    """One server turning busy: the view updated for the new fleet, against built anew."""
+    view = FleetView.build(fleet, topology, KEYS)
+    updated, rebuilt = [], []
+    for i in range(min(rounds, 50)):
+        servers = list(fleet.servers)
+        at = i % len(servers)
+        servers[at] = dataclasses.replace(servers[at], busy=frozenset({servers[at].cards[0].uuid}))
+        newer = dataclasses.replace(fleet, servers=tuple(servers), revision=fleet.revision + i + 1)
+        started = time.perf_counter()
+        view.with_fleet(newer)
+        updated.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        FleetView.build(newer, topology, KEYS)
+        rebuilt.append(time.perf_counter() - started)
+    show(
+        "fleet change (one server busy)",
+        median_ms(updated),
+        "ms",
+        FLEET_CHANGE_TARGET_MS,
+        f"(built anew: {median_ms(rebuilt):.1f} ms; {len(fleet.servers)} servers, 5000 nodes)",
+    )
 
 
 # -- pod events ------------------------------------------------------------------------------

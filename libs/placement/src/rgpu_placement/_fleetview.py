@@ -106,6 +106,10 @@ def _domain_index(facts: Sequence[ServerFacts], keys: Sequence[str], tier: int) 
     return {v: {p: frozenset(s) for p, s in by.items()} for v, by in index.items()}
 
 
+def _reused(facts: ServerFacts | None, server: Server) -> ServerFacts:
+    return facts if facts is not None and facts.server is server else server_facts(server)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetView:
     """A fleet (and the client nodes' topology) indexed for deciding."""
@@ -149,16 +153,61 @@ class FleetView:
         cls, fleet: Fleet, keys: tuple[str, ...], node_labels: Mapping[str, Mapping[str, str]]
     ) -> FleetView:
         facts = [server_facts(s) for s in fleet.servers]
+        return cls._assemble(
+            fleet,
+            keys,
+            facts,
+            domains=tuple(_domain_index(facts, keys, tier) for tier in range(len(keys))),
+            node_labels=node_labels,
+            node_paths=_paths(node_labels, keys),
+        )
+
+    @classmethod
+    def _assemble(
+        cls,
+        fleet: Fleet,
+        keys: tuple[str, ...],
+        facts: Sequence[ServerFacts],
+        *,
+        domains: tuple[DomainIndex, ...],
+        node_labels: Mapping[str, Mapping[str, str]],
+        node_paths: Mapping[str, Path],
+    ) -> FleetView:
         return cls(
             fleet=fleet,
             topology_keys=keys,
             facts={f.name: f for f in facts},
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
-            domains=tuple(_domain_index(facts, keys, tier) for tier in range(len(keys))),
+            domains=domains,
             cards={c.id: c for s in fleet.servers for c in s.cards},
             node_labels=node_labels,
-            node_paths=_paths(node_labels, keys),
+            node_paths=node_paths,
             total_cards=sum(len(s.cards) for s in fleet.servers),
+        )
+
+    def with_fleet(self, fleet: Fleet) -> FleetView:
+        """This view for a newer ``fleet``, same topology. Servers that did not change (the
+        same object: deltas keep them) keep their facts, and the locality index is kept
+        while every server keeps its name and labels, so one server turning busy costs
+        about one server, not the ~17 ms of indexing 1,000 servers and 5,000 nodes anew."""
+        known = self.facts
+        facts = [_reused(known.get(s.name), s) for s in fleet.servers]
+        placed = len(facts) == len(known) and all(
+            f.name in known and known[f.name].labels == f.labels for f in facts
+        )
+        keys = self.topology_keys
+        domains = (
+            self.domains
+            if placed
+            else tuple(_domain_index(facts, keys, tier) for tier in range(len(keys)))
+        )
+        return self._assemble(
+            fleet,
+            keys,
+            facts,
+            domains=domains,
+            node_labels=self.node_labels,
+            node_paths=self.node_paths,
         )
 
     def with_servers(self, fresh: Iterable[Server]) -> FleetView:
@@ -168,8 +217,7 @@ class FleetView:
         if not newer:
             return self
         servers = tuple(newer.get(s.name, s) for s in self.fleet.servers)
-        fleet = dataclasses.replace(self.fleet, servers=servers)
-        return self._index(fleet, self.topology_keys, self.node_labels)
+        return self.with_fleet(dataclasses.replace(self.fleet, servers=servers))
 
     def with_topology(self, topology: Topology) -> FleetView:
         """The same fleet with newer client-node labels."""

@@ -62,7 +62,11 @@ class Inputs:
     def set_fleet(self, fleet: Fleet) -> bool:
         """Use ``fleet`` from now on; returns whether capacity grew."""
         old = self.view
-        self.view = FleetView.build(fleet, self._topology, self._keys)
+        self.view = (
+            FleetView.build(fleet, self._topology, self._keys)
+            if old is None
+            else old.with_fleet(fleet)
+        )
         self._received = self._clock()
         return capacity_grew(old, self.view)
 
