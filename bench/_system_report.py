@@ -53,7 +53,11 @@ def _bound(stack: Stack, uids: Sequence[str]) -> list[float]:
 
 def freed_to_bound(stack: Stack, uids: Sequence[str], freed: Mapping[str, float]) -> list[float]:
     """For each freed server (a holder deleted while pods waited): the time until a waiting pod
-    was bound to it, or the first of them in card granularity: how long freed room sat idle."""
+    was bound to it, or the first of them in card granularity: how long freed room sat idle.
+
+    The room is free when the holder's containers have stopped (the kubelet's end of its
+    graceful deletion, 10 % of its 30 s grace here), not when the deletion was asked: until
+    then the holder still runs on the server and keeps it (DESIGN §10)."""
     runs, records = stack.kubelet.records, stack.scheduler.records
     binds: dict[str, list[float]] = {}
     for uid in uids:
@@ -61,7 +65,8 @@ def freed_to_bound(stack: Stack, uids: Sequence[str], freed: Mapping[str, float]
         if record is not None and ran is not None and record.bound_at is not None:
             binds.setdefault(ran.endpoint, []).append(record.bound_at)
     waits = []
-    for uid, at in freed.items():
+    for uid, asked in freed.items():
+        at = max(asked, runs[uid].finished_at or asked)
         later = [b for b in binds.get(runs[uid].endpoint, ()) if b >= at]
         if later:
             waits.append(min(later) - at)

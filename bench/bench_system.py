@@ -24,7 +24,8 @@ pods go through the admission webhook. Per granularity, on a fresh stack:
 * stream  - ``--rate`` one-card pods/s (half a server's cards in card granularity) for
   ``--stream-seconds`` onto that full fleet, while the burst's pods are deleted at
   ``--free-rate`` per second: each deletion frees room that waiting pods need; "freed -> bound"
-  is the time from a deletion to the first binding onto the freed server
+  is the time from the holder's end (its containers stopped after the deletion) to the first
+  binding onto the freed server
 * relist  - the HAMi-style baseline: one full pod list (HAMi re-lists every pod every 15 s and
   on forced refreshes; forced refreshes are not counted, so the ratio is a lower bound) against
   the bytes rgpu's pod watches received per 15 s of the stream

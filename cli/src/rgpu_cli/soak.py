@@ -100,6 +100,9 @@ class SoakReport:
     checks: tuple[CheckResult, ...]
     preemption: str = ""
     """The priority mix's figures (empty without it)."""
+    scheduler: str = ""
+    """The scheduler emulator's waits (each extender verb, each scheduling cycle): a parked
+    pod's wake-up queues behind the cycles of every pod ahead of it."""
 
     @property
     def ok(self) -> bool:
@@ -412,7 +415,17 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             )
             if _mixed(options)
             else "",
+            scheduler=_scheduler_waits(stack),
         )
+
+
+def _scheduler_waits(stack: Stack) -> str:
+    waits = stack.scheduler.latencies()
+    return ", ".join(
+        f"{verb} {percentile(kept, 50) * 1000:.0f}/{percentile(kept, 99) * 1000:.0f}"
+        for verb, kept in waits.items()
+        if kept
+    )
 
 
 async def _progress(
@@ -444,6 +457,8 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
     )
     if report.preemption:
         table.add_row("preemption", report.preemption)
+    if report.scheduler:
+        table.add_row("scheduler (ms p50/p99)", report.scheduler)
     table.add_row(
         "faults injected", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"
     )
