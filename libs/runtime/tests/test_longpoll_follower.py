@@ -100,14 +100,16 @@ def refused() -> httpx.ConnectError:
     return httpx.ConnectError("connection refused")
 
 
-def make_follower(http: httpx.AsyncClient, pace: Pace, taken: list[Thing]) -> Follower[Thing]:
+def make_follower(
+    http: httpx.AsyncClient, pace: Pace, taken: list[Thing], policy: FollowPolicy = POLICY
+) -> Follower[Thing]:
     return Follower(
         http,
         "/v1/things",
         name="peer",
         decode=Thing.from_dict,
         revision=lambda thing: thing.revision,
-        policy=POLICY,
+        policy=policy,
         on_change=taken.append,
         clock=pace.clock,
         sleep=pace.sleep,
@@ -116,13 +118,16 @@ def make_follower(http: httpx.AsyncClient, pace: Pace, taken: list[Thing]) -> Fo
 
 @asynccontextmanager
 async def following(
-    transport: httpx.AsyncBaseTransport, pace: Pace, taken: list[Thing]
+    transport: httpx.AsyncBaseTransport,
+    pace: Pace,
+    taken: list[Thing],
+    policy: FollowPolicy = POLICY,
 ) -> AsyncIterator[Follower[Thing]]:
     async with (
         http_client(base_url="http://peer", timeout=5.0, transport=transport) as http,
         anyio.create_task_group() as tg,
     ):
-        follower = make_follower(http, pace, taken)
+        follower = make_follower(http, pace, taken, policy)
         with anyio.fail_after(5):
             await tg.start(follower.run)
         yield follower
@@ -207,24 +212,9 @@ async def test_a_coalescing_follower_pauses_after_each_change_and_only_after_cha
 ) -> None:
     script = Script([Thing(revision=1), Thing(revision=2), Thing(revision=2)])
     taken: list[Thing] = []
-    async with http_client(
-        base_url="http://peer", timeout=5.0, transport=httpx.MockTransport(script.handle)
-    ) as http:
-        follower = Follower(
-            http,
-            "/v1/things",
-            name="peer",
-            decode=Thing.from_dict,
-            revision=lambda thing: thing.revision,
-            policy=FollowPolicy(min_interval_seconds=0.25, coalesce_seconds=0.5),
-            on_change=taken.append,
-            clock=pace.clock,
-            sleep=pace.sleep,
-        )
-        async with anyio.create_task_group() as tg:
-            await tg.start(follower.run)
-            await eventually(lambda: len(script.requests) >= 4)
-            tg.cancel_scope.cancel()
+    policy = FollowPolicy(min_interval_seconds=0.25, coalesce_seconds=0.5)
+    async with following(httpx.MockTransport(script.handle), pace, taken, policy):
+        await eventually(lambda: len(script.requests) >= 4)
     assert taken == [Thing(revision=1), Thing(revision=2)]
     # Two changes, each followed by the coalescing pause; then unchanged answers, paced.
     assert pace.pauses[:3] == [0.5, 0.5, 0.25]

@@ -237,11 +237,7 @@ async def test_a_disruption_budget_moves_preemption_to_the_next_server(build, ki
 
 
 async def test_a_lower_priority_pod_cannot_book_a_nominated_server(build, kit, sim, cluster):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
-    standard = make_pod(cluster, "standard", "standard")
+    discovery, batch, urgent, standard = one_server_three_classes(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         await hold(client, cluster, batch, kit)
         await client.post("/v1/allocations", json=kit.ask(urgent))
@@ -363,6 +359,14 @@ async def test_card_granularity_frees_just_enough_cards(build, kit, sim, cluster
         await kit.wait_for(booked, what="the preemptor booked the freed cards")
 
 
+def one_server_three_classes(build, kit, cluster):
+    """One server, and a batch, an urgent and a standard pod (the priority classes installed)."""
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    pods = (make_pod(cluster, name, name) for name in ("batch", "urgent", "standard"))
+    return (discovery, *pods)
+
+
 async def preempted_and_freed(client, kit, cluster, victim: PodRef, nominee: PodRef) -> None:
     """``nominee`` is refused, nominated on the victim's server, and the victim is gone."""
     refused = await client.post("/v1/allocations", json=kit.ask(nominee))
@@ -376,11 +380,7 @@ async def preempted_and_freed(client, kit, cluster, victim: PodRef, nominee: Pod
 
 
 async def test_a_nomination_ends_when_its_pod_goes_away(build, kit, sim, cluster):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
-    standard = make_pod(cluster, "standard", "standard")
+    discovery, batch, urgent, standard = one_server_three_classes(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         await hold(client, cluster, batch, kit)
         await preempted_and_freed(client, kit, cluster, batch, urgent)
@@ -709,11 +709,7 @@ async def settled_stamp(cluster, pod: PodRef) -> str | None:
 async def test_pods_kept_off_a_promised_server_are_nudged_when_its_nominee_goes_away(
     build, kit, sim, cluster
 ):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
-    standard = make_pod(cluster, "standard", "standard")
+    discovery, batch, urgent, standard = one_server_three_classes(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         await hold(client, cluster, batch, kit)
         await preempted_and_freed(client, kit, cluster, batch, urgent)
@@ -730,11 +726,7 @@ async def test_pods_kept_off_a_promised_server_are_nudged_when_its_nominee_goes_
 async def test_pods_kept_off_a_promised_server_are_nudged_when_the_nomination_expires(
     build, kit, sim, cluster
 ):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch", grace=1)
-    urgent = make_pod(cluster, "urgent", "urgent")
-    standard = make_pod(cluster, "standard", "standard")
+    discovery, batch, urgent, standard = one_server_three_classes(build, kit, cluster)
     env = {"RGPU_BOOKING_TTL_SECONDS": "3"}
     async with allocator(kit, sim, discovery, **env) as client:
         await hold(client, cluster, batch, kit)

@@ -39,6 +39,14 @@ def stamp(sim: SimApiServer) -> str | None:
     return (pod["metadata"].get("annotations") or {}).get(ANNOTATION_RETRY_AT)
 
 
+def trainer_waiting(sim: SimApiServer) -> tuple[Waiting, PodUID]:
+    """The leader's line holding the one pending pod, ``trainer-0``."""
+    waiting = Waiting()
+    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
+    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    return waiting, uid
+
+
 def patches(sim: SimApiServer) -> int:
     """Pod patches the apiserver received, refused ones included."""
     return sum(
@@ -52,9 +60,7 @@ async def test_capacity_that_finds_everyone_cooling_nudges_once_the_cool_down_en
     api: tuple[SimApiServer, KubeApi],
 ) -> None:
     sim, kube_api = api
-    waiting = Waiting()
-    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
-    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    waiting, uid = trainer_waiting(sim)
     clock = anyio.current_time
     waiting.nudged(uid, clock())  # nudged a moment ago: in its cool-down
     nudged: list[None] = []
@@ -75,9 +81,7 @@ async def test_a_nudge_the_apiserver_refused_with_429_is_retried_after_its_retry
     api: tuple[SimApiServer, KubeApi],
 ) -> None:
     sim, kube_api = api
-    waiting = Waiting()
-    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
-    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    waiting, _ = trainer_waiting(sim)
     nudger = Nudger(
         kube_api, Refused(), clock=anyio.current_time, count=lambda: None, waiting=waiting
     )
@@ -96,9 +100,7 @@ async def test_a_nudge_refused_for_good_is_not_retried(
     api: tuple[SimApiServer, KubeApi],
 ) -> None:
     sim, kube_api = api
-    waiting = Waiting()
-    uid = PodUID(sim.store.get("pods", "trainer-0", namespace="ml")["metadata"]["uid"])
-    waiting.track(PodRef(uid=uid, namespace="ml", name="trainer-0"), True)
+    waiting, _ = trainer_waiting(sim)
     refused = Refused()
     nudger = Nudger(
         kube_api, refused, clock=anyio.current_time, count=lambda: None, waiting=waiting
