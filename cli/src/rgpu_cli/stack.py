@@ -380,6 +380,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             emulated,
         )
         kubelet = KubeletEmulator(options.kubelet, emulated, fleet.lupine.get)
+        # The emulators use the clients above: they stop before the clients close (the exit
+        # stack unwinds last in, first out), or a pod starting at the very end sends on a
+        # closed client.
+        stack.callback(tg.cancel_scope.cancel)
         await tg.start(scheduler.run)
         await tg.start(kubelet.run)
         yield Stack(
