@@ -115,32 +115,3 @@ async def test_a_nudge_refused_for_good_is_not_retried(
         assert stamp(sim) is None
         assert len(refused) == 0
         tg.cancel_scope.cancel()
-
-
-async def test_a_rounds_nudges_do_not_wait_for_each_others_answers(
-    api: tuple[SimApiServer, KubeApi],
-) -> None:
-    sim, kube_api = api
-    waiting = Waiting()
-    for i in range(4):
-        name = f"queued-{i}"
-        made = sim.store.create("pods", rgpu_testkit.pod_manifest(name=name, namespace="ml"))
-        waiting.track(PodRef(uid=made["metadata"]["uid"], namespace="ml", name=name), True)
-    nudger = Nudger(
-        kube_api, Refused(), clock=anyio.current_time, count=lambda: None, waiting=waiting
-    )
-    # Every patch is held for a while (a slow admission webhook): the round must not send
-    # them one answer after another.
-    sim.faults.set_latency(verb="patch", resource="pods", seconds=3.0)
-    async with anyio.create_task_group() as tg:
-        await tg.start(nudger.run)
-        nudger.notify()
-        await eventually(lambda: patches(sim) >= 4, timeout=2.5, what="four patches sent")
-        annotated = [
-            name
-            for name in (f"queued-{i}" for i in range(4))
-            if ANNOTATION_RETRY_AT
-            in (sim.store.get("pods", name, namespace="ml")["metadata"].get("annotations") or {})
-        ]
-        assert annotated == []  # none answered yet: all four were sent together
-        tg.cancel_scope.cancel()

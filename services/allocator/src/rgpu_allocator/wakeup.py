@@ -50,8 +50,6 @@ PER_SECOND = 50.0
 COOL_DOWN = 1.0
 """Seconds before a waiting pod is nudged again: kube-scheduler retries a nudged pod within
 about a second, and a second nudge before that retry would only repeat the first."""
-IN_FLIGHT = 8
-"""Nudge patches in flight at once (each crosses the apiserver and the admission webhook)."""
 RETRY_SECONDS = 0.2
 """Wait before retrying a nudge the apiserver failed without saying how long to wait."""
 RETRY_LIMIT = 2.0
@@ -284,34 +282,18 @@ class Nudger:
         )
         if not pods:
             return
+        waits = []
         with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
-            waits = await self._send(pods)
+            for pod in pods:
+                wait = await self._nudge(pod)
+                if wait is not None:
+                    # The capacity this round was for is still unused: the pod goes first
+                    # in the next round, which runs once the apiserver asked us to wait.
+                    self._refused.remember(pod, first=True)
+                    waits.append(wait)
+                await anyio.sleep(1.0 / PER_SECOND)
         if waits:
             self._retry_at = self._clock() + min(max(waits), RETRY_LIMIT)
-
-    async def _send(self, pods: list[PodRef]) -> list[float]:
-        """Nudge ``pods`` in order, one started every ``1 / PER_SECOND`` s and up to
-        ``IN_FLIGHT`` at once: a patch of a GPU pod passes the admission webhook, so waiting
-        for each answer before the next made the last pod of a round wait for all the others'
-        round trips (over a second under load) while the capacity idled. Returns the waits the
-        apiserver asked for on retryable failures."""
-        waits: list[float] = []
-        limiter = anyio.CapacityLimiter(IN_FLIGHT)
-
-        async def one(pod: PodRef) -> None:
-            async with limiter:
-                wait = await self._nudge(pod)
-            if wait is not None:
-                # The capacity this round was for is still unused: the pod goes first in the
-                # next round, which runs once the apiserver asked us to wait.
-                self._refused.remember(pod, first=True)
-                waits.append(wait)
-
-        async with anyio.create_task_group() as tg:
-            for pod in pods:
-                tg.start_soon(one, pod)
-                await anyio.sleep(1.0 / PER_SECOND)
-        return waits
 
     async def _nudge(self, pod: PodRef) -> float | None:
         """Annotate ``pod``; seconds to wait before trying again when the apiserver failed
