@@ -250,9 +250,20 @@ class Nudger:
             self.notify()
 
     async def nudge_round(self) -> None:
-        """Nudge up to ``PER_ROUND`` pods, at most ``PER_SECOND``: the oldest this replica
-        refused, then the least recently nudged of the others waiting."""
-        now = self._clock()
+        """Nudge up to ``PER_ROUND`` pods, at most ``PER_SECOND``: nominees whose promised
+        cards are free, then the oldest this replica refused, then the least recently nudged
+        of the others waiting."""
+        pods = self._pick(self._clock())
+        if not pods:
+            return
+        with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
+            waits = await self._send(pods)
+        if waits:
+            self._retry_at = self._clock() + min(max(waits), RETRY_LIMIT)
+
+    def _pick(self, now: float) -> list[PodRef]:
+        """This round's pods, each marked nudged; when there is none, notes when a round may
+        find one (every waiting pod is cooling down)."""
         nominees = self._nominees()
         freed = frozenset(uid for uid, n in nominees.items() if n.freed)
         # A nominee whose victims still hold its cards books nothing (its server or none):
@@ -273,27 +284,27 @@ class Nudger:
             now,
             lambda uid: uid in mine or uid in nominees or self._held(uid),
         )
-        # Nobody to nudge yet (all cooling down): come back when the first one may be.
         unready = nominees.keys() - freed
         self._retry_at = (
             None
             if pods
             else self._waiting.cooled_at(now, lambda uid: uid in unready or self._held(uid))
         )
-        if not pods:
-            return
+        return pods
+
+    async def _send(self, pods: list[PodRef]) -> list[float]:
+        """Nudge ``pods`` in turn, at most ``PER_SECOND``; the waits the apiserver asked for
+        on retryable failures."""
         waits = []
-        with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
-            for pod in pods:
-                wait = await self._nudge(pod)
-                if wait is not None:
-                    # The capacity this round was for is still unused: the pod goes first
-                    # in the next round, which runs once the apiserver asked us to wait.
-                    self._refused.remember(pod, first=True)
-                    waits.append(wait)
-                await anyio.sleep(1.0 / PER_SECOND)
-        if waits:
-            self._retry_at = self._clock() + min(max(waits), RETRY_LIMIT)
+        for pod in pods:
+            wait = await self._nudge(pod)
+            if wait is not None:
+                # The capacity this round was for is still unused: the pod goes first in the
+                # next round, which runs once the apiserver asked us to wait.
+                self._refused.remember(pod, first=True)
+                waits.append(wait)
+            await anyio.sleep(1.0 / PER_SECOND)
+        return waits
 
     async def _nudge(self, pod: PodRef) -> float | None:
         """Annotate ``pod``; seconds to wait before trying again when the apiserver failed
