@@ -239,7 +239,7 @@ class Nominee:
     """Whether no other pod's claim holds the promised cards any more: the pod can book."""
 
 
-def _promise_kept(record: LeaseRecord, nomination: Nomination) -> bool:
+def _promised_cards_free(record: LeaseRecord, nomination: Nomination) -> bool:
     promised = set(nomination.cards)
     nominee = nomination.pod.uid
     return not any(c.pod.uid != nominee and promised.intersection(c.cards) for c in record.claims)
@@ -299,7 +299,7 @@ class Ledger:
         """Pods with a live nomination on some server (capacity is being freed for them)."""
         return {
             r.nomination.pod.uid: Nominee(
-                expires_at=r.nomination.expires_at, freed=_promise_kept(r, r.nomination)
+                expires_at=r.nomination.expires_at, freed=_promised_cards_free(r, r.nomination)
             )
             for r in self._nominated.values()
             if r.nomination is not None and now < r.nomination.expires_at
