@@ -30,6 +30,7 @@ GPU = "nvidia.com/remote-gpu"
 FAST: dict[str, Any] = {
     "initial_backoff_seconds": 0.05,
     "max_backoff_seconds": 0.2,
+    "backoff_window_seconds": 0.01,
     "unschedulable_flush_seconds": 30.0,
     "http_timeout_seconds": 2.0,
 }
@@ -797,12 +798,28 @@ async def test_a_moved_pod_still_serves_the_rest_of_its_backoff(
     add_nodes(sim, "node-a")
     uid = add_pod(sim, "trainer")
     extender.answers["filter"] = sequence(refuse_all(), keep_all)
-    async with scheduler(initial_backoff_seconds=0.3, max_backoff_seconds=1.0) as emulator:
+    async with scheduler(
+        initial_backoff_seconds=0.3, max_backoff_seconds=1.0, pop_from_backoff=False
+    ) as emulator:
         await refused_once(emulator, uid)
         add_nodes(sim, "node-b")
         await eventually(lambda: node_of(sim, "trainer"))
     first, second = extender.times("filter")
     assert 0.3 <= second - first < 5.0
+
+
+async def test_an_idle_scheduler_retries_a_moved_pod_before_its_backoff_ends(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    uid = add_pod(sim, "trainer")
+    extender.answers["filter"] = sequence(refuse_all(), keep_all)
+    async with scheduler(initial_backoff_seconds=5.0, max_backoff_seconds=5.0) as emulator:
+        await refused_once(emulator, uid)
+        add_nodes(sim, "node-b")
+        await eventually(lambda: node_of(sim, "trainer"))
+    first, second = extender.times("filter")
+    assert second - first < 2.0, "nothing else was active: the pod need not serve its 5 s"
 
 
 async def test_a_node_added_during_the_attempt_turns_the_refusal_into_a_backoff(
@@ -819,7 +836,7 @@ async def test_a_node_added_during_the_attempt_turns_the_refusal_into_a_backoff(
         return await refuse_all()(body)
 
     extender.answers["filter"] = sequence(held_refusal, keep_all)
-    async with scheduler() as emulator:
+    async with scheduler(pop_from_backoff=False) as emulator:
         await arrived.wait()
         assert emulator.queue.state(uid) == "in-flight"
         add_nodes(sim, "node-b")

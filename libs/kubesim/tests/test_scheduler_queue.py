@@ -25,6 +25,19 @@ def clock() -> Clock:
 
 @pytest.fixture
 def queue(clock: Clock) -> SchedulingQueue:
+    """The rules before SchedulerPopFromBackoffQ (Kubernetes < 1.33): backoff is served whole."""
+    return SchedulingQueue(
+        initial_backoff=1.0,
+        max_backoff=10.0,
+        flush_after=300.0,
+        pop_from_backoff=False,
+        clock=clock,
+    )
+
+
+@pytest.fixture
+def idle_pops(clock: Clock) -> SchedulingQueue:
+    """kube-scheduler's default since 1.33: an idle scheduler takes pods from backoffQ."""
     return SchedulingQueue(initial_backoff=1.0, max_backoff=10.0, flush_after=300.0, clock=clock)
 
 
@@ -195,10 +208,76 @@ async def test_wait_returns_when_a_pod_is_added() -> None:
 
 @pytest.mark.anyio
 async def test_wait_returns_at_the_next_due_time_without_any_change() -> None:
-    queue = SchedulingQueue(initial_backoff=0.05, max_backoff=1.0, flush_after=300.0)
+    queue = SchedulingQueue(
+        initial_backoff=0.05, max_backoff=1.0, flush_after=300.0, pop_from_backoff=False
+    )
     queue.add("p")
     assert queue.pop() == "p"
     queue.failed("p", unschedulable=False)
     with anyio.fail_after(2):
         await queue.wait()
     assert queue.pop() == "p"
+
+
+def test_an_idle_scheduler_takes_a_moved_pod_before_its_backoff_ends(
+    idle_pops: SchedulingQueue, clock: Clock
+) -> None:
+    idle_pops.add("p")
+    fail(idle_pops, "p", unschedulable=True)
+    clock.now += 0.5
+    idle_pops.move_all()
+    assert idle_pops.state("p") == "backoff"
+    assert idle_pops.pop() == "p"
+
+
+def test_an_idle_scheduler_takes_a_pod_refused_during_a_move_at_once(
+    idle_pops: SchedulingQueue,
+) -> None:
+    idle_pops.add("p")
+    assert idle_pops.pop() == "p"
+    idle_pops.updated("p")
+    idle_pops.failed("p", unschedulable=True)
+    assert (idle_pops.state("p"), idle_pops.pop()) == ("backoff", "p")
+
+
+def test_active_pods_go_before_pods_in_backoff(idle_pops: SchedulingQueue) -> None:
+    idle_pops.add("a")
+    idle_pops.add("b")
+    fail(idle_pops, "a", unschedulable=True)
+    idle_pops.move_all()
+    assert [idle_pops.pop(), idle_pops.pop()] == ["b", "a"]
+
+
+def test_a_pod_that_failed_with_an_error_keeps_its_whole_backoff(
+    idle_pops: SchedulingQueue, clock: Clock
+) -> None:
+    idle_pops.add("p")
+    fail(idle_pops, "p", unschedulable=False)
+    assert (idle_pops.state("p"), idle_pops.pop()) == ("backoff", None)
+    clock.now = 101.999
+    assert idle_pops.pop() is None
+    clock.now = 102.0
+    assert idle_pops.pop() == "p"
+
+
+def test_backoff_ends_at_the_start_of_the_window_after_its_expiry(
+    idle_pops: SchedulingQueue, clock: Clock
+) -> None:
+    clock.now = 100.3
+    idle_pops.add("p")
+    fail(idle_pops, "p", unschedulable=False)
+    assert idle_pops.next_due() == pytest.approx(102.0)
+
+
+def test_pods_in_backoff_are_taken_by_window_then_priority_then_age(
+    idle_pops: SchedulingQueue, clock: Clock
+) -> None:
+    idle_pops.add("low", 0)
+    idle_pops.add("high", 10)
+    fail(idle_pops, "high", unschedulable=True)
+    fail(idle_pops, "low", unschedulable=True)
+    idle_pops.add("later", 100)
+    clock.now = 101.0
+    fail(idle_pops, "later", unschedulable=True)
+    idle_pops.move_all()
+    assert [idle_pops.pop() for _ in range(4)] == ["high", "low", "later", None]

@@ -5,6 +5,11 @@ that doubles per attempt up to a cap, unschedulable pods that wait for a cluster
 periodic flush, and the in-flight rule that turns a move request received during an attempt into
 a backoff instead of a lost wake-up. Keeping the queue apart from the HTTP side lets it be tested
 with a fake clock.
+
+Since Kubernetes 1.33 the ``SchedulerPopFromBackoffQ`` feature gate (beta, on by default) changes
+two of those rules, and ``pop_from_backoff`` follows it: an idle scheduler (activeQ empty) takes
+the next pod from backoffQ instead of waiting out its backoff (never one that failed with an
+error: those keep their full backoff), and backoff ends on whole-second ordering windows.
 """
 
 from __future__ import annotations
@@ -15,10 +20,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
-__all__ = ["SchedulingQueue"]
+__all__ = ["ORDERING_WINDOW", "SchedulingQueue"]
+
+ORDERING_WINDOW = 1.0
+"""kube-scheduler's ``backoffQOrderingWindowDuration``: with ``pop_from_backoff`` a backoff
+ends at the start of the window after the one its expiry falls in."""
+
+_Entry = tuple[Any, ...]
+"""A heap entry: sort keys first, then the pod's ticket and uid."""
 
 _ACTIVE, _BACKOFF, _UNSCHEDULABLE, _IN_FLIGHT, _ASSUMED = (
     "active",
@@ -57,15 +70,22 @@ class SchedulingQueue:
         initial_backoff: float,
         max_backoff: float,
         flush_after: float,
+        pop_from_backoff: bool = True,
+        window: float = ORDERING_WINDOW,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.flush_after = flush_after
+        self.pop_from_backoff = pop_from_backoff
+        self.window = window
         self.clock = clock
         self._pods: dict[str, _Queued] = {}
-        self._active: list[tuple[int, float, int, str]] = []
-        self._backoff: list[tuple[float, int, str]] = []
+        self._active: list[_Entry] = []
+        # Pods that were unschedulable (an idle scheduler may take them early), by due time,
+        # then as activeQ orders them; and pods that failed with an error, by due time.
+        self._backoff: list[_Entry] = []
+        self._errors: list[_Entry] = []
         # Insertion order is age order, so the flush only ever looks at the front.
         self._unschedulable: dict[str, None] = {}
         self._in_flight: set[str] = set()
@@ -92,16 +112,26 @@ class SchedulingQueue:
             self._to_active(pod)
 
     def pop(self) -> str | None:
-        """The next pod to schedule (highest priority, then oldest), now in flight."""
+        """The next pod to schedule (highest priority, then oldest), now in flight; with
+        ``pop_from_backoff`` and nothing active, the first unschedulable pod in backoff."""
         self._release(self.clock())
-        while self._active:
-            _, _, ticket, uid = heapq.heappop(self._active)
+        pod = self._take(self._active, _ACTIVE)
+        if pod is None and self.pop_from_backoff:
+            pod = self._take(self._backoff, _BACKOFF)
+        if pod is None:
+            return None
+        pod.state, pod.moved = _IN_FLIGHT, False
+        pod.attempts += 1
+        self._in_flight.add(pod.uid)
+        return pod.uid
+
+    def _take(self, heap: list[_Entry], state: str) -> _Queued | None:
+        """The first pod of ``heap`` still in ``state`` under that entry's ticket."""
+        while heap:
+            *_, ticket, uid = heapq.heappop(heap)
             pod = self._pods.get(uid)
-            if pod is not None and pod.state == _ACTIVE and pod.ticket == ticket:
-                pod.state, pod.moved = _IN_FLIGHT, False
-                pod.attempts += 1
-                self._in_flight.add(uid)
-                return uid
+            if pod is not None and pod.state == state and pod.ticket == ticket:
+                return pod
         return None
 
     def assume(self, uid: str) -> None:
@@ -117,13 +147,13 @@ class SchedulingQueue:
         if pod is None or pod.state not in (_IN_FLIGHT, _ASSUMED):
             return
         self._in_flight.discard(uid)
-        pod.since = now = self.clock()
+        pod.since = self.clock()
         if unschedulable and not pod.moved:
             pod.state = _UNSCHEDULABLE
             self._unschedulable[uid] = None
             self._changed.set()
         else:
-            self._to_backoff(pod, now + self.backoff_seconds(pod.attempts))
+            self._to_backoff(pod, self._due(pod), error=not unschedulable)
 
     def updated(self, uid: str) -> None:
         """The pending pod itself changed: retry it if it was waiting for a change."""
@@ -151,9 +181,7 @@ class SchedulingQueue:
 
     def next_due(self) -> float | None:
         """When a pod in backoffQ or the unschedulable pods next becomes due (clock time)."""
-        dues = []
-        if self._backoff:
-            dues.append(self._backoff[0][0])
+        dues = [heap[0][0] for heap in (self._backoff, self._errors) if heap]
         if self._unschedulable:
             dues.append(self._pods[next(iter(self._unschedulable))].since + self.flush_after)
         return min(dues) if dues else None
@@ -167,11 +195,11 @@ class SchedulingQueue:
             await self._changed.wait()
 
     def _release(self, now: float) -> None:
-        while self._backoff and self._backoff[0][0] <= now:
-            _, ticket, uid = heapq.heappop(self._backoff)
-            pod = self._pods.get(uid)
-            if pod is not None and pod.state == _BACKOFF and pod.ticket == ticket:
-                self._to_active(pod)
+        for heap in (self._backoff, self._errors):
+            while heap and heap[0][0] <= now:
+                pod = self._take(heap, _BACKOFF)
+                if pod is not None:
+                    self._to_active(pod)
         while self._unschedulable:
             pod = self._pods[next(iter(self._unschedulable))]
             # The same sum as next_due, so a wake-up at that time always finds the pod due.
@@ -179,11 +207,19 @@ class SchedulingQueue:
                 break
             self._requeue(pod, now)
 
+    def _due(self, pod: _Queued) -> float:
+        """When ``pod``'s backoff ends: its expiry, or with ``pop_from_backoff`` the start of
+        the ordering window after the expiry's (kube compares truncated times)."""
+        expiry = pod.since + self.backoff_seconds(pod.attempts)
+        if not self.pop_from_backoff:
+            return expiry
+        return (math.floor(expiry / self.window) + 1) * self.window
+
     def _requeue(self, pod: _Queued, now: float) -> None:
         self._unschedulable.pop(pod.uid, None)
-        due = pod.since + self.backoff_seconds(pod.attempts)
+        due = self._due(pod)
         if due > now:
-            self._to_backoff(pod, due)
+            self._to_backoff(pod, due, error=False)
         else:
             self._to_active(pod)
 
@@ -192,7 +228,10 @@ class SchedulingQueue:
         heapq.heappush(self._active, (-pod.priority, pod.since, pod.ticket, pod.uid))
         self._changed.set()
 
-    def _to_backoff(self, pod: _Queued, due: float) -> None:
+    def _to_backoff(self, pod: _Queued, due: float, *, error: bool) -> None:
         pod.state, pod.ticket = _BACKOFF, next(self._tickets)
-        heapq.heappush(self._backoff, (due, pod.ticket, pod.uid))
+        if error:
+            heapq.heappush(self._errors, (due, pod.ticket, pod.uid))
+        else:
+            heapq.heappush(self._backoff, (due, -pod.priority, pod.since, pod.ticket, pod.uid))
         self._changed.set()

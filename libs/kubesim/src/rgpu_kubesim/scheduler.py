@@ -11,7 +11,10 @@ What it reproduces, and from where in kube-scheduler:
 * an unschedulable pod moves back on node add, on scheduling-relevant node updates, on the
   deletion of an assigned pod and on an update of the pod itself; moved pods still serve the rest
   of their backoff; a move that arrives while the pod is being scheduled sends it to backoffQ
-  instead of unschedulable (the ``moveRequestCycle`` rule), so no wake-up is lost.
+  instead of unschedulable (the ``moveRequestCycle`` rule), so no wake-up is lost;
+* an idle scheduler takes pods from backoffQ before their backoff ends
+  (``SchedulerPopFromBackoffQ``, on by default since 1.33; ``pop_from_backoff=False`` gives the
+  older rule).
 """
 
 from __future__ import annotations
@@ -85,6 +88,13 @@ class SchedulerConfig:
     unschedulable_flush_seconds: float = 300.0
     """Pods nothing moved back are retried after this long
     (``podMaxInUnschedulablePodsDuration``)."""
+    pop_from_backoff: bool = True
+    """The ``SchedulerPopFromBackoffQ`` feature gate (beta and on by default since Kubernetes
+    1.33): with nothing active, the next unschedulable pod in backoff is tried at once."""
+    backoff_window_seconds: float = 1.0
+    """With ``pop_from_backoff``, backoff ends at the start of the window of this length after
+    the one it expires in (kube's ``backoffQOrderingWindowDuration``, fixed at 1 s there;
+    tests with short backoffs shorten it)."""
     prioritize_weight: int = 1
     """The extender's ``weight``; its 0-10 scores are multiplied by it (and by 10, as kube does)."""
     percentage_of_nodes_to_score: int = 0
@@ -105,6 +115,7 @@ class SchedulerConfig:
         for name in (
             "http_timeout_seconds",
             "initial_backoff_seconds",
+            "backoff_window_seconds",
             "unschedulable_flush_seconds",
         ):
             if not getattr(self, name) > 0:
@@ -172,6 +183,8 @@ class SchedulerEmulator:
             initial_backoff=config.initial_backoff_seconds,
             max_backoff=config.max_backoff_seconds,
             flush_after=config.unschedulable_flush_seconds,
+            pop_from_backoff=config.pop_from_backoff,
+            window=config.backoff_window_seconds,
         )
         self._records: dict[str, PodRecord] = {}
         self._random = random.Random(config.seed)
