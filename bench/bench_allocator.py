@@ -11,8 +11,9 @@ Figures (medians over rounds unless said otherwise):
   ``POST /v1/allocations`` except the apiserver write and HTTP
 * decision, card granularity     - the same with card granularity and half of every server's
   cards held
-* refusal (everything held)      - the slow path: every server judged card by card to build
-  HAMi's reasons (no target; shown for scale)
+* refusal (everything held)      - the slow path: every server held by a running, bound pod,
+  each judged to build HAMi's reasons, successive refusals sharing one replica's memo of
+  time-independent verdicts as they do in the allocator (no target; shown for scale)
 * fleet change (one server busy) - the allocator's view updated for a fleet in which one
   server changed (as discovery's deltas deliver it), 5,000 client nodes; beside it, the view
   built anew, as it was before
@@ -56,7 +57,7 @@ from starlette.routing import Route
 
 from rgpu_allocator import create_app
 from rgpu_allocator.claims import LeaseRecord, Ledger, encode_lease
-from rgpu_allocator.judging import Occupancy
+from rgpu_allocator.judging import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.watching import PodHooks, pod_changed
 from rgpu_contracts import (
@@ -199,13 +200,16 @@ def show(name: str, value: float, unit: str, target: float | None, extra: str = 
 # -- decisions -------------------------------------------------------------------------------
 
 
-def seeded_state(fleet: Fleet, granularity: Granularity) -> tuple[Ledger, PodIndex]:
-    """Half the servers held (server granularity) or half of every server's cards (card)."""
+def seeded_state(
+    fleet: Fleet, granularity: Granularity, *, everything: bool = False
+) -> tuple[Ledger, PodIndex]:
+    """Half the servers held (server granularity) or half of every server's cards (card);
+    ``everything``: every server held whole. Each holder is a running, bound pod."""
     ledger, pods = Ledger(), PodIndex()
     now = time.time()
     records = []
     for i, server in enumerate(fleet.servers):
-        if granularity == "server" and i % 2:
+        if granularity == "server" and i % 2 and not everything:
             continue
         pod = PodRef(uid=PodUID(f"holder-{i}"), namespace="ml", name=f"holder-{i}")
         cards = server.cards if granularity == "server" else server.cards[: len(server.cards) // 2]
@@ -239,10 +243,13 @@ def bench_decisions(
     containers = (ContainerRequest(name="main", kind=ContainerKind.APP, count=2, memory_mib=40000),)
     samples = []
     outcome: Choice | Refusal | None = None
+    settled = Settled()  # one replica's, shared by its decisions as the Judge shares it
     for i in range(rounds):
         started = time.perf_counter()
         demand = demand_of(containers)
-        held = Occupancy(ledger.lease, pods, uid=PodUID(f"new-{i}"), now=time.time(), ttl=30.0)
+        held = Occupancy(
+            ledger.lease, pods, uid=PodUID(f"new-{i}"), now=time.time(), ttl=30.0, settled=settled
+        )
         outcome = choose(view, demand, held, candidates=candidates, granularity=granularity)
         samples.append(time.perf_counter() - started)
     kind = "chose " + outcome.fit.facts.name if isinstance(outcome, Choice) else "refused"
@@ -262,20 +269,8 @@ def decisions(servers: int, cards: int, rounds: int) -> None:
             DECISION_TARGET_MS,
             f"(p90 {p90_ms(samples):.3f} ms; {kind}; {servers}x{cards})",
         )
-    everything = Ledger()
-    now = time.time()
-    everything.replace_all(
-        LeaseRecord(
-            name=f"rgpu-{s.name}",
-            server=s.name,
-            resource_version="1",
-            claims=(
-                claim_on(s, PodRef(uid=PodUID(f"h{i}"), namespace="ml", name="h"), s.cards, at=now),
-            ),
-        )
-        for i, s in enumerate(fleet.servers)
-    )
-    samples, kind = bench_decisions(view, everything, PodIndex(), "server", max(rounds // 10, 5))
+    everything, holders = seeded_state(fleet, "server", everything=True)
+    samples, kind = bench_decisions(view, everything, holders, "server", max(rounds // 10, 5))
     show("refusal (everything held)", median_ms(samples), "ms", None, f"({kind}, for scale)")
     fleet_changes(fleet, make_topology(5000), rounds)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rgpu_allocator.claims import LeaseRecord, Ledger
-from rgpu_allocator.judging import Occupancy
+from rgpu_allocator.judging import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 from rgpu_placement import Choice, FleetView, Refusal, choose, demand_of
@@ -119,3 +119,65 @@ def test_an_expired_booking_never_explains_a_busy_card(build):
     result = decide(build, view, occupancy())
     assert isinstance(result, Refusal)
     assert result.nofit.message == "2/2 CardBusyOnServer"
+
+
+# -- verdicts remembered across decisions (Settled) ---------------------------------------------
+
+
+def settled_setup(build, claim: Claim, *, node: str | None = "client-1"):
+    """Server ``a`` (idle) with ``claim`` for ``holder``; decisions share one ``Settled``."""
+    ledger, pods, settled = Ledger(), PodIndex(), Settled()
+    ledger.replace_all([lease("1", (claim,))])
+    pods.put(holder_pod(node=node))
+    view = FleetView.build(build.fleet(build.server("a", cards=2)), None, KEYS)
+
+    def decide_at(now: float, uid: str = "uid-new") -> Choice | Refusal:
+        held = Occupancy(ledger.lease, pods, uid=PodUID(uid), now=now, ttl=30.0, settled=settled)
+        return decide(build, view, held)
+
+    return ledger, pods, decide_at
+
+
+def holder_pod(*, node: str | None = "client-1", phase: str = "Running") -> PodInfo:
+    return PodInfo(
+        uid=PodUID("uid-holder"),
+        namespace="ml",
+        name="holder",
+        node_name=node,
+        phase=phase,
+        scheduler_name="rgpu-scheduler",
+        has_allocated=True,
+    )
+
+
+def test_a_bound_holders_remembered_verdict_keeps_blocking_later_decisions(build):
+    _, _, decide_at = settled_setup(build, holder_claim(build))
+    assert isinstance(decide_at(200.0), Refusal)
+    assert isinstance(decide_at(10_000.0), Refusal)
+
+
+def test_a_holder_finishing_frees_its_server_though_its_verdict_was_remembered(build):
+    _, pods, decide_at = settled_setup(build, holder_claim(build))
+    assert isinstance(decide_at(200.0), Refusal)
+    pods.put(holder_pod(phase="Succeeded"))
+    assert isinstance(decide_at(201.0), Choice)
+
+
+def test_a_newer_lease_version_is_judged_again(build):
+    ledger, _, decide_at = settled_setup(build, holder_claim(build))
+    assert isinstance(decide_at(200.0), Refusal)
+    ledger.replace_all([lease("2", ())])
+    assert isinstance(decide_at(201.0), Choice)
+
+
+def test_an_unbound_holders_claim_is_judged_at_each_decisions_time(build):
+    claim = holder_claim(build, state=ClaimState.BOOKED)
+    _, _, decide_at = settled_setup(build, claim, node=None)
+    assert isinstance(decide_at(120.0), Refusal), "booked 20 s ago: within the 30 s TTL"
+    assert isinstance(decide_at(140.0), Choice), "40 s ago and still unbound: lapsed"
+
+
+def test_the_deciding_pods_own_remembered_claim_does_not_block_it(build):
+    _, _, decide_at = settled_setup(build, holder_claim(build))
+    assert isinstance(decide_at(200.0), Refusal)
+    assert isinstance(decide_at(201.0, uid="uid-holder"), Choice)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from rgpu_contracts import NodeName, NoFit, Reason, ReasonCount, ServerName, ServerVerdict
 
 from ._demand import Demand
-from ._fitting import BusyIgnored, Fit, Granularity, Holdings, fit, verdict
+from ._fitting import BusyIgnored, Fit, Granularity, Holdings, Unclaimed, fit, verdict
 from ._fleetview import FleetView, Path, Ranking, ServerFacts
 from ._locality import tiers
 
@@ -125,10 +125,29 @@ def _nofit(verdicts: Sequence[ServerVerdict], total: int) -> NoFit:
 def _best_first(
     servers: list[ServerFacts], view: FleetView, candidates: tuple[NodeName, ...]
 ) -> tuple[ServerName, ...]:
-    ranked = tiers(view, candidates)
-    depth = len(view.topology_keys)
-    servers.sort(key=lambda f: (ranked.get(f.name, depth), len(f.healthy), f.name))
-    return tuple(f.name for f in servers)
+    """``servers`` by tier, then best fit, then name: the order the ranking already has."""
+    if not servers:
+        return ()
+    wanted = {f.name for f in servers}
+    return tuple(f.name for group in _ranking(view, candidates) for f in group if f.name in wanted)
+
+
+_IDLE: Holdings = BusyIgnored(Unclaimed())
+
+
+def _capable(view: FleetView, demand: Demand, granularity: Granularity) -> tuple[ServerFacts, ...]:
+    """The servers that could take ``demand`` were nothing held or busy, in ``view.order``;
+    worked out once per view, demand and granularity. A server that fits despite holdings
+    is one of them, so the passes below look no further."""
+    key = (demand, granularity)
+    found = view.capable.get(key)
+    if found is None:
+        if len(view.capable) >= _RANKINGS_KEPT:
+            view.capable.clear()
+        found = view.capable[key] = tuple(
+            f for f in view.order if fit(f, demand, _IDLE, granularity)
+        )
+    return found
 
 
 def _only_claims_block(
@@ -137,16 +156,27 @@ def _only_claims_block(
     free = held.without_claims()
     return [
         f
-        for f in view.order
-        if (held.blocking(f.name) or held.problem(f.name)) and fit(f, demand, free, granularity)
+        for f in _capable(view, demand, granularity)
+        if (held.blocking(f.name) or held.problem(f.name))
+        and (_untouched(free, f) or fit(f, demand, free, granularity))
     ]
+
+
+def _untouched(held: Holdings, f: ServerFacts) -> bool:
+    """Nothing in ``held`` bears on ``f``: a capable server then fits, no need to check."""
+    name = f.name
+    return not (held.busy(f) or held.problem(name) or held.blocking(name) or held.taken(name))
 
 
 def _only_busy_blocks(
     view: FleetView, demand: Demand, held: Holdings, granularity: Granularity
 ) -> list[ServerFacts]:
     idle = BusyIgnored(held)
-    return [f for f in view.order if held.busy(f) and fit(f, demand, idle, granularity)]
+    return [
+        f
+        for f in _capable(view, demand, granularity)
+        if held.busy(f) and fit(f, demand, idle, granularity)
+    ]
 
 
 _VERDICTS_KEPT = 8192

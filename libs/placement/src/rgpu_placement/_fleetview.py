@@ -30,6 +30,8 @@ class ServerFacts:
     """One server as far as it can be judged without looking at claims."""
 
     server: Server
+    name: ServerName
+    """``server.name``, kept as a field: every decision reads it for every server tried."""
     problem: Reason | None
     """Why no card of this server can be used, whatever the pod (None when eligible)."""
     detail: str
@@ -41,10 +43,6 @@ class ServerFacts:
     """GPU UUIDs lupine reports a client on."""
     labels: Mapping[str, str]
     """The server's topology labels, for the locality rule."""
-
-    @property
-    def name(self) -> ServerName:
-        return self.server.name
 
     def capable(self, memory_mib: int) -> int:
         """How many healthy cards have at least ``memory_mib``."""
@@ -68,6 +66,7 @@ def server_facts(server: Server) -> ServerFacts:
     busy = server.busy if server.usage_reported else frozenset()
     return ServerFacts(
         server=server,
+        name=server.name,
         problem=problem,
         detail=detail,
         healthy=healthy,
@@ -139,6 +138,12 @@ class FleetView:
     """Server-granularity verdicts per demand and per what they were judged on, filled by
     refusals: every parked pod's retry explains the whole fleet, and little of it changes
     between two retries."""
+    capable: dict[object, tuple[ServerFacts, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Per demand and granularity, the servers (in ``order``) that could take it were nothing
+    held or busy: a refusal asks which of them only claims keep from the pod, and the answer
+    for the rest of the fleet is known without looking at any claim."""
 
     @classmethod
     def build(

@@ -54,6 +54,7 @@ __all__ = [
     "ReleaseLookup",
     "Remover",
     "Seen",
+    "Settled",
     "read_pod",
 ]
 
@@ -121,6 +122,61 @@ def _uuid(card: CardId) -> str:
     return split_card_id(card)[1]
 
 
+def _settled(claim: Claim, pod: PodInfo | None) -> bool:
+    """Whether ``claim``'s verdict on ``pod`` holds at any time: its pod is bound (valid until
+    the pod changes), finished or replaced (invalid for good)."""
+    return pod is not None and (pod.bound or pod.finished or pod.uid != claim.pod.uid)
+
+
+def _unchanged(record: LeaseRecord, seen: tuple[PodInfo | None, ...], pods: PodIndex) -> bool:
+    """Whether every claim's pod is still the object ``seen`` when it was judged."""
+    for claim, pod in zip(record.claims, seen, strict=True):
+        if pods.get(claim.pod.uid) is not pod:
+            return False
+    return True
+
+
+SETTLED_KEPT = 65_536
+"""Servers ``Settled`` remembers; past it the memo starts over (bounded)."""
+
+
+class Settled:
+    """Per server, the stored claims that hold its cards whatever the time, remembered for the
+    Lease version and the pod states they were judged on.
+
+    A refusal judges every server, and at 1,000 servers that was most of its cost, though a
+    bound holder's claim reads the same on every retry. The memo is keyed on the Lease record
+    and on each claim's pod object (both immutable and replaced on change), so a change to
+    either is a miss, never a stale answer; claims whose verdict depends on the time (unbound
+    pods, pods not in the cache) are never remembered.
+    """
+
+    __slots__ = ("_found",)
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[LeaseRecord, tuple[PodInfo | None, ...], tuple[Claim, ...]]]
+        self._found = {}
+
+    def holding(self, record: LeaseRecord, pods: PodIndex) -> tuple[Claim, ...] | None:
+        """The claims of ``record`` that hold their cards, if that does not depend on the time;
+        ``None`` when it does."""
+        found = self._found.get(record.server)
+        if found is not None and found[0] is record and _unchanged(record, found[1], pods):
+            return found[2]
+        seen = tuple(pods.get(c.pod.uid) for c in record.claims)
+        if not all(_settled(c, p) for c, p in zip(record.claims, seen, strict=True)):
+            return None
+        holding = tuple(
+            c
+            for c, p in zip(record.claims, seen, strict=True)
+            if p is not None and p.uid == c.pod.uid and not p.finished
+        )
+        if len(self._found) >= SETTLED_KEPT:
+            self._found.clear()
+        self._found[record.server] = (record, seen, holding)
+        return holding
+
+
 class Occupancy:
     """Claims of pods other than ``uid`` that still hold cards, per server, at time ``now``."""
 
@@ -134,6 +190,7 @@ class Occupancy:
         "_pods",
         "_priority",
         "_released",
+        "_settled",
         "_trusted",
         "_ttl",
         "uid",
@@ -153,8 +210,10 @@ class Occupancy:
         trusted: bool = True,
         priority: int = 0,
         holds: HoldsLookup = _holds_nothing,
+        settled: Settled | None = None,
     ) -> None:
         self._leases = leases
+        self._settled = settled
         self._priority = priority
         self._holds = holds
         self._trusted = trusted
@@ -225,6 +284,10 @@ class Occupancy:
 
     def _judge(self, server: str) -> tuple[Claim, ...]:
         record = self._leases(server)
+        if record is not None and record.nomination is None and self._settled is not None:
+            holding = self._settled.holding(record, self._pods)
+            if holding is not None and not self._pending(server):
+                return tuple(c for c in holding if c.pod.uid != self.uid)
         stored = record.claims if record is not None else ()
         held = [c for c in stored if c.pod.uid != self.uid and self.validity(c).blocks]
         seen = {c.pod.uid for c in stored} | {self.uid}
@@ -291,6 +354,8 @@ class Judge:
     pods_trusted: Callable[[], bool] = field(default=_always)
     """Whether the pod cache heard from the apiserver recently enough to drop claims on
     (DESIGN §10, "stale caches are noticed")."""
+    settled: Settled = field(default_factory=Settled)
+    """Time-independent verdicts per server, shared by this replica's decisions."""
 
     def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now."""
@@ -307,6 +372,7 @@ class Judge:
             trusted=self.pods_trusted(),
             priority=self.priority_of(uid),
             holds=self._holds,
+            settled=self.settled,
         )
 
     def priority_of(self, uid: str) -> int:
