@@ -281,3 +281,18 @@ def test_pods_in_backoff_are_taken_by_window_then_priority_then_age(
     fail(idle_pops, "later", unschedulable=True)
     idle_pops.move_all()
     assert [idle_pops.pop() for _ in range(4)] == ["high", "low", "later", None]
+
+
+def test_a_stale_entry_falling_due_releases_no_pod_before_its_time(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    queue.add("gone")
+    queue.add("later")
+    fail(queue, "gone", unschedulable=False)
+    clock.now += 0.5
+    fail(queue, "later", unschedulable=False)
+    queue.forget("gone")
+    clock.now = 101.2
+    assert (queue.pop(), queue.state("later")) == (None, "backoff")
+    clock.now = 101.5
+    assert queue.pop() == "later"

@@ -128,11 +128,16 @@ class SchedulingQueue:
     def _take(self, heap: list[_Entry], state: str) -> _Queued | None:
         """The first pod of ``heap`` still in ``state`` under that entry's ticket."""
         while heap:
-            *_, ticket, uid = heapq.heappop(heap)
-            pod = self._pods.get(uid)
-            if pod is not None and pod.state == state and pod.ticket == ticket:
+            pod = self._current(heapq.heappop(heap), state)
+            if pod is not None:
                 return pod
         return None
+
+    def _current(self, entry: _Entry, state: str) -> _Queued | None:
+        """The pod of ``entry`` if the entry is still its place in a ``state`` queue."""
+        *_, ticket, uid = entry
+        pod = self._pods.get(uid)
+        return pod if pod is not None and pod.state == state and pod.ticket == ticket else None
 
     def assume(self, uid: str) -> None:
         """The pod's scheduling cycle chose a node; it waits for its binding cycle."""
@@ -196,8 +201,9 @@ class SchedulingQueue:
 
     def _release(self, now: float) -> None:
         for heap in (self._backoff, self._errors):
+            # One entry at a time: a stale entry that is due says nothing of the next one.
             while heap and heap[0][0] <= now:
-                pod = self._take(heap, _BACKOFF)
+                pod = self._current(heapq.heappop(heap), _BACKOFF)
                 if pod is not None:
                     self._to_active(pod)
         while self._unschedulable:
