@@ -38,7 +38,9 @@ def queue(clock: Clock) -> SchedulingQueue:
 @pytest.fixture
 def idle_pops(clock: Clock) -> SchedulingQueue:
     """kube-scheduler's default since 1.33: an idle scheduler takes pods from backoffQ."""
-    return SchedulingQueue(initial_backoff=1.0, max_backoff=10.0, flush_after=300.0, clock=clock)
+    return SchedulingQueue(
+        initial_backoff=1.0, max_backoff=10.0, flush_after=300.0, pop_from_backoff=True, clock=clock
+    )
 
 
 def fail(queue: SchedulingQueue, uid: str, *, unschedulable: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import anyio
 import httpx
 import pytest
 
@@ -46,3 +47,21 @@ async def test_fixed_port_in_use_raises_oserror() -> None:
         with pytest.raises(OSError, match="cannot listen on"):
             async with run_apiserver(port=port):
                 pass
+
+
+async def test_a_client_gone_before_its_body_arrived_is_no_server_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with run_apiserver() as sim:
+        host, port = sim.url.removeprefix("http://").rsplit(":", 1)
+        stream = await anyio.connect_tcp(host, int(port))
+        await stream.send(
+            b"PATCH /api/v1/namespaces/default/pods/p HTTP/1.1\r\nHost: sim\r\n"
+            b"Content-Type: application/merge-patch+json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        await anyio.sleep(0.1)
+        await stream.aclose()
+        await anyio.sleep(0.2)
+        async with httpx.AsyncClient(base_url=sim.url) as client:
+            assert (await client.get("/healthz")).text == "ok"
+    assert "Exception in ASGI application" not in caplog.text

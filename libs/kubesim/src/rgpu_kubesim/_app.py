@@ -11,7 +11,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -29,6 +29,12 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # handlers are keyed by class; never reached
         raise exc
     return error_response(exc)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client closed the connection before its body arrived (a process killed mid-request,
+    # as the soak's faults do): nobody is left to read an answer, and it is no server error.
+    return error_response(_status.bad_request("the client disconnected before its body arrived"))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -125,7 +131,7 @@ def create_app(deps: Deps) -> Starlette:
         Route("/api/{path:path}", resources.handle, methods=_ALL_METHODS),
         Route("/apis/{path:path}", resources.handle, methods=_ALL_METHODS),
     ]
-    handlers = {ApiError: _api_error, HTTPException: _http_error}
+    handlers = {ApiError: _api_error, HTTPException: _http_error, ClientDisconnect: _client_gone}
     middleware = [
         Middleware(RequestMetering, meter=deps.meter),
         Middleware(BearerAuth, authenticator=deps.authn),

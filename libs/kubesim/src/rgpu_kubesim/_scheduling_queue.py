@@ -9,7 +9,8 @@ with a fake clock.
 Since Kubernetes 1.33 the ``SchedulerPopFromBackoffQ`` feature gate (beta, on by default) changes
 two of those rules, and ``pop_from_backoff`` follows it: an idle scheduler (activeQ empty) takes
 the next pod from backoffQ instead of waiting out its backoff (never one that failed with an
-error: those keep their full backoff), and backoff ends on whole-second ordering windows.
+error: those keep their full backoff), and backoff ends on whole-second ordering windows. It is
+off by default: rgpu deploys kube-scheduler v1.31, which has neither rule.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class SchedulingQueue:
         initial_backoff: float,
         max_backoff: float,
         flush_after: float,
-        pop_from_backoff: bool = True,
+        pop_from_backoff: bool = False,
         window: float = ORDERING_WINDOW,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -12,9 +12,9 @@ What it reproduces, and from where in kube-scheduler:
   deletion of an assigned pod and on an update of the pod itself; moved pods still serve the rest
   of their backoff; a move that arrives while the pod is being scheduled sends it to backoffQ
   instead of unschedulable (the ``moveRequestCycle`` rule), so no wake-up is lost;
-* an idle scheduler takes pods from backoffQ before their backoff ends
-  (``SchedulerPopFromBackoffQ``, on by default since 1.33; ``pop_from_backoff=False`` gives the
-  older rule).
+* with ``pop_from_backoff`` (kube-scheduler 1.33 and later), an idle scheduler takes pods from
+  backoffQ before their backoff ends (``SchedulerPopFromBackoffQ``); off by default, as in the
+  v1.31 kube-scheduler rgpu deploys.
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ class SchedulerConfig:
     unschedulable_flush_seconds: float = 300.0
     """Pods nothing moved back are retried after this long
     (``podMaxInUnschedulablePodsDuration``)."""
-    pop_from_backoff: bool = True
-    """The ``SchedulerPopFromBackoffQ`` feature gate (beta and on by default since Kubernetes
-    1.33): with nothing active, the next unschedulable pod in backoff is tried at once."""
+    pop_from_backoff: bool = False
+    """The ``SchedulerPopFromBackoffQ`` feature gate: with nothing active, the next
+    unschedulable pod in backoff is tried at once. Off, as in the kube-scheduler rgpu deploys
+    (v1.31, ``k8s/base/scheduler``); on by default in kube-scheduler 1.33 and later."""
     backoff_window_seconds: float = 1.0
     """With ``pop_from_backoff``, backoff ends at the start of the window of this length after
     the one it expires in (kube's ``backoffQOrderingWindowDuration``, fixed at 1 s there;
