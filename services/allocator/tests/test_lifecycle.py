@@ -160,6 +160,32 @@ async def test_deleted_holder_frees_the_server_before_the_watch_says_so(build, k
     assert cluster.holders() == {"gpu-a": ["waiter"]}
 
 
+async def test_a_refusal_rereads_first_the_holders_asked_to_stop(build, kit, sim, cluster):
+    # Six held servers; the fresh reads of one refusal reach four, best placed first, so the
+    # holder that ended unseen (on the last server) is found only if it is looked at first.
+    names = [f"gpu-{c}" for c in "abcdef"]
+    discovery = kit.FakeDiscovery(build.fleet(*(build.server(n) for n in names)))
+    holders = [cluster.pod(f"holder-{n}") for n in names]
+    waiter = cluster.pod("waiter")
+    async with kit.running_allocator(sim.url, discovery) as client:
+        for holder in holders:
+            await client.post("/v1/allocations", json=kit.ask(holder))
+            await client.post(f"/v1/allocations/{holder.uid}/commit", json={"node": "client-1"})
+            cluster.bind(holder)
+        leaving = next(h for h in holders if cluster.holders()["gpu-f"] == [h.name])
+        sim.store.delete("pods", leaving.name, namespace="ml")  # graceful: it keeps running
+        await anyio.sleep(0.3)  # the allocator's watch sees the deletion requested
+        for verb in ("watch", "list"):
+            sim.faults.set_error(verb=verb, resource="pods", rate=1.0, code=500)
+        sim.faults.cut_watches()
+        await anyio.sleep(0.1)
+        cluster.delete(leaving)  # it ended; the allocator's watch cannot say so
+        got = await client.post("/v1/allocations", json=kit.ask(waiter))
+        sim.faults.clear()
+    assert got.status_code == 200, got.text
+    assert got.json()["server"] == "gpu-f"
+
+
 async def test_refused_pod_is_nudged_when_a_server_frees_up(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
     holder, waiter = cluster.pod("holder"), cluster.pod("waiter")

@@ -84,3 +84,19 @@ def test_a_pod_without_priority_fields_has_priority_zero_and_the_default_grace()
     assert info.started_at is None
     garbled = pod_info({"metadata": {"uid": "u"}, "status": {"startTime": "yesterday"}})
     assert garbled.started_at is None
+
+
+def test_pods_asked_to_stop_are_listed_until_they_end_or_a_list_says_otherwise():
+    index = PodIndex()
+    stopping = {"metadata": {"uid": "a", "deletionTimestamp": "2026-12-01T00:00:00Z"}}
+    index.put(pod_info(stopping))
+    index.put(pod_info({"metadata": {"uid": "b"}}))
+    assert index.deleting() == {"a"}
+    index.remove("a")
+    assert index.deleting() == frozenset()
+    index.replace_all(
+        {PodUID("c"): pod_info({**stopping, "metadata": {**stopping["metadata"], "uid": "c"}})}
+    )
+    assert index.deleting() == {"c"}
+    index.put(pod_info({"metadata": {"uid": "c"}}))
+    assert index.deleting() == frozenset()

@@ -48,6 +48,9 @@ class PodInfo:
     """``status.startTime`` (wall clock), the start of the work an eviction would lose."""
     grace_seconds: float = DEFAULT_GRACE
     """``spec.terminationGracePeriodSeconds``: how long an eviction takes at most."""
+    deleting: bool = False
+    """``metadata.deletionTimestamp`` is set: the pod was asked to stop and ends within its
+    grace period (its claim holds until then)."""
 
     @property
     def ref(self) -> PodRef:
@@ -108,6 +111,7 @@ def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
         never_preempts=_text(spec, "preemptionPolicy") == "Never",
         started_at=_moment(_text(status, "startTime")),
         grace_seconds=_number(spec, "terminationGracePeriodSeconds", DEFAULT_GRACE),
+        deleting=bool(_text(meta, "deletionTimestamp")),
     )
 
 
@@ -119,10 +123,11 @@ class PodIndex:
     reused. Claims of gone pods are invalid at once, without waiting for the booking TTL.
     """
 
-    __slots__ = ("_gone", "_limit", "_pods", "synced")
+    __slots__ = ("_deleting", "_gone", "_limit", "_pods", "synced")
 
     def __init__(self, *, tombstones: int = TOMBSTONES) -> None:
         self._pods: dict[PodUID, PodInfo] = {}
+        self._deleting: set[PodUID] = set()
         self._gone: OrderedDict[PodUID, None] = OrderedDict()
         self._limit = tombstones
         self.synced = False
@@ -141,12 +146,21 @@ class PodIndex:
         """Store ``pod``; returns what was stored before under its uid."""
         before = self._pods.get(pod.uid)
         self._pods[pod.uid] = pod
+        if pod.deleting:
+            self._deleting.add(pod.uid)
+        else:
+            self._deleting.discard(pod.uid)
         return before
 
     def remove(self, uid: str) -> PodInfo | None:
         """Forget a deleted pod and remember that it is gone."""
         self._bury((PodUID(uid),))
+        self._deleting.discard(PodUID(uid))
         return self._pods.pop(PodUID(uid), None)
+
+    def deleting(self) -> frozenset[PodUID]:
+        """The pods asked to stop that have not ended yet, as far as the watch has said."""
+        return frozenset(self._deleting)
 
     def gone(self, uid: str) -> bool:
         """Whether the pod is known to be deleted."""
@@ -162,6 +176,7 @@ class PodIndex:
         changes: list[tuple[PodInfo | None, PodInfo | None]] = [(p, None) for p in gone]
         changes.extend((old.get(uid), p) for uid, p in pods.items() if old.get(uid) != p)
         self._pods = dict(pods)
+        self._deleting = {uid for uid, p in pods.items() if p.deleting}
         self._bury(p.uid for p in gone)
         self.synced = True
         return changes

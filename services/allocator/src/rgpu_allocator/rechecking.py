@@ -149,12 +149,23 @@ class Revalidator:
 
     async def revalidate(self, servers: Sequence[str]) -> bool:
         """Check up to ``MAX_LEASES`` of ``servers``; returns whether any of them changed."""
-        checked = servers[:MAX_LEASES]
+        checked = self._chosen(servers)
         changed = False
         with tracer.start_as_current_span("revalidate", attributes={"servers": len(checked)}):
             for server in checked:
                 changed = await self._check(server) or changed
         return changed
+
+    def _chosen(self, servers: Sequence[str]) -> Sequence[str]:
+        """Up to ``MAX_LEASES`` of ``servers`` (best first): those whose holder was asked to stop
+        go first. Their holders are the ones likely to have ended unseen, and with a fleet held
+        whole the best-placed few would rarely include the server that just freed."""
+        judge = self._judge
+        leaving = {c.server for uid in judge.pods.deleting() for c in judge.ledger.claims_of(uid)}
+        if not leaving:
+            return servers[:MAX_LEASES]
+        first = [s for s in servers if s in leaving]
+        return (first + [s for s in servers if s not in leaving])[:MAX_LEASES]
 
     def _lease_due(self, server: str) -> bool:
         now = self._monotonic()
