@@ -811,12 +811,7 @@ async def test_a_moved_pod_still_serves_the_rest_of_its_backoff(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:
     gap = await _retry_after_a_node_is_added(
-        sim,
-        extender,
-        scheduler,
-        initial_backoff_seconds=0.3,
-        max_backoff_seconds=1.0,
-        pop_from_backoff=False,
+        sim, extender, scheduler, initial_backoff_seconds=0.3, max_backoff_seconds=1.0
     )
     assert 0.3 <= gap < 5.0
 
