@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -80,11 +81,69 @@ def _child_setup(parent: int) -> Callable[[], None]:
     return setup
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """An ephemeral port that was free a moment ago (the service binds it right after)."""
+LOWEST_PORT = 10_000
+"""Ports handed out start here, above the well-known and registered ports services use."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    """Where the kernel starts picking local ports for outgoing connections (Linux's default
+    32768 when the range cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _kernel_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class PortPicker:
+    """Distinct local ports, each free when handed out, for services that bind them a second
+    or so later (a Python process starting).
+
+    They come from below the kernel's ephemeral range: a port the kernel picked there can be
+    taken in that second as the local end of any outgoing connection, and a service then
+    failed to start with "Address already in use" (seen once in a test run). Successive ports
+    of one picker never repeat, so the services of one stack cannot be handed the same port.
+    """
+
+    __slots__ = ("_high", "_host", "_low", "_next")
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._host = host
+        self._low, self._high = LOWEST_PORT, _ephemeral_low()
+        span = self._high - self._low
+        self._next = self._low + random.SystemRandom().randrange(span) if span > 0 else None
+
+    def take(self) -> int:
+        """The next free port (one the kernel picks, if no range is left below its own)."""
+        if self._next is None:
+            return _kernel_port(self._host)
+        span = self._high - self._low
+        for _ in range(span):
+            port = self._next
+            self._next = self._low + (port + 1 - self._low) % span
+            if _bindable(self._host, port):
+                return port
+        return _kernel_port(self._host)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago, below the ephemeral range (see ``PortPicker``)."""
+    return PortPicker(host).take()
 
 
 @dataclass(slots=True)

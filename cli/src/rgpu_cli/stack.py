@@ -26,9 +26,9 @@ from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
 from .processes import (
     READY_TIMEOUT_SECONDS,
+    PortPicker,
     ProcessGroup,
     ServiceProcess,
-    free_port,
     wait_ready,
 )
 from .service_proxy import ServiceProxy
@@ -253,16 +253,19 @@ class _Layout:
             s: (s,) if replicas == 1 or s not in REPLICATED else _numbered(s, replicas)
             for s in SERVICES
         }
-        ports = {name: free_port() for group in names.values() for name in group}
-        webhook_ports = {name: free_port() for name in names["extender"]}
+        picker = PortPicker()
+        ports = {name: picker.take() for group in names.values() for name in group}
+        webhook_ports = {name: picker.take() for name in names["extender"]}
         proxies = {}
         if replicas > 1:
             for service in REPLICATED:
                 proxies[service] = ServiceProxy(
-                    name=service, backends=tuple(ports[n] for n in names[service])
+                    name=service,
+                    backends=tuple(ports[n] for n in names[service]),
+                    port=picker.take(),
                 )
             proxies["webhook"] = ServiceProxy(
-                name="webhook", backends=tuple(webhook_ports.values())
+                name="webhook", backends=tuple(webhook_ports.values()), port=picker.take()
             )
         return cls(names=names, ports=ports, webhook_ports=webhook_ports, proxies=proxies)
 
