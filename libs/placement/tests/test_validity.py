@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from rgpu_contracts import Claim, ClaimState, PodRef, PodUID, ServerName
-from rgpu_placement import Validity, expires_at, judge
+from rgpu_placement import Validity, expires_at, judge, lasting
 
 TTL = 30.0
 
@@ -82,3 +82,21 @@ def test_missing_pod_with_old_claim_is_unknown_and_still_blocks():
 
 def test_same_name_pod_with_another_uid_invalidates():
     assert judge(claim(uid="old"), pod(uid="new"), now=101.0, ttl=TTL) is Validity.INVALID
+
+
+@pytest.mark.parametrize(
+    ("cached", "expected"),
+    [
+        (pod(node="n1", phase="Running"), Validity.VALID),
+        (pod(node="n1", phase="Succeeded"), Validity.INVALID),
+        (pod(node="n1", phase="Running", uid="u2"), Validity.INVALID),
+        (pod(phase="Pending"), None),
+        (None, None),
+    ],
+    ids=["bound", "finished", "replaced", "unbound", "not cached"],
+)
+def test_a_lasting_verdict_is_given_only_where_time_cannot_change_it(cached, expected):
+    assert lasting(claim(), cached) is expected
+    if expected is not None:
+        for now in (100.0, 10_000.0):
+            assert judge(claim(), cached, now=now, ttl=30.0) is expected

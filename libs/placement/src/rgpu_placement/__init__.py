@@ -79,6 +79,7 @@ from ._validity import (
     claim_stamp,
     expires_at,
     judge,
+    lasting,
 )
 
 __all__ = [
@@ -119,6 +120,7 @@ __all__ = [
     "fit",
     "holding_claims",
     "judge",
+    "lasting",
     "precedence",
     "preemptions",
     "read_demand",

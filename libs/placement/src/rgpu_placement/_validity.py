@@ -14,7 +14,7 @@ from typing import Protocol
 
 from rgpu_contracts import Claim, ClaimState
 
-__all__ = ["PodFacts", "Validity", "claim_stamp", "expires_at", "judge"]
+__all__ = ["PodFacts", "Validity", "claim_stamp", "expires_at", "judge", "lasting"]
 
 
 class PodFacts(Protocol):
@@ -77,3 +77,14 @@ def judge(
     if pod.bound or fresh:
         return Validity.VALID
     return Validity.INVALID
+
+
+def lasting(claim: Claim, pod: PodFacts | None) -> Validity | None:
+    """``judge``'s verdict when no passing of time can change it, else ``None``: the cached
+    pod finished or is another pod (invalid for good), or it is bound (valid until the pod
+    changes). A caller may remember such a verdict for as long as ``pod`` stays the same."""
+    if pod is None:
+        return None
+    if pod.uid != claim.pod.uid or pod.finished:
+        return Validity.INVALID
+    return Validity.VALID if pod.bound else None

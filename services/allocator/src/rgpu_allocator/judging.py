@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from opentelemetry import trace
 
 from rgpu_contracts import CardId, Claim, PodUID, card_id, split_card_id
-from rgpu_placement import Granularity, ServerFacts, Validity, judge, precedence, winner
+from rgpu_placement import (
+    Granularity,
+    ServerFacts,
+    Validity,
+    judge,
+    lasting,
+    precedence,
+    winner,
+)
 from rgpu_runtime import Settings
 
 from .claims import LeaseRecord, Ledger, placed
@@ -122,12 +130,6 @@ def _uuid(card: CardId) -> str:
     return split_card_id(card)[1]
 
 
-def _settled(claim: Claim, pod: PodInfo | None) -> bool:
-    """Whether ``claim``'s verdict on ``pod`` holds at any time: its pod is bound (valid until
-    the pod changes), finished or replaced (invalid for good)."""
-    return pod is not None and (pod.bound or pod.finished or pod.uid != claim.pod.uid)
-
-
 def _unchanged(record: LeaseRecord, seen: tuple[PodInfo | None, ...], pods: PodIndex) -> bool:
     """Whether every claim's pod is still the object ``seen`` when it was judged."""
     for claim, pod in zip(record.claims, seen, strict=True):
@@ -164,12 +166,11 @@ class Settled:
         if found is not None and found[0] is record and _unchanged(record, found[1], pods):
             return found[2]
         seen = tuple(pods.get(c.pod.uid) for c in record.claims)
-        if not all(_settled(c, p) for c, p in zip(record.claims, seen, strict=True)):
+        verdicts = [lasting(c, p) for c, p in zip(record.claims, seen, strict=True)]
+        if None in verdicts:
             return None
         holding = tuple(
-            c
-            for c, p in zip(record.claims, seen, strict=True)
-            if p is not None and p.uid == c.pod.uid and not p.finished
+            c for c, v in zip(record.claims, verdicts, strict=True) if v is Validity.VALID
         )
         if len(self._found) >= SETTLED_KEPT:
             self._found.clear()

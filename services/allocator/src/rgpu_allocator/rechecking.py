@@ -164,8 +164,8 @@ class Revalidator:
         leaving = {c.server for uid in judge.pods.deleting() for c in judge.ledger.claims_of(uid)}
         if not leaving:
             return servers[:MAX_LEASES]
-        first = [s for s in servers if s in leaving]
-        return (first + [s for s in servers if s not in leaving])[:MAX_LEASES]
+        # sorted is stable: within each group the servers keep their best-first order.
+        return sorted(servers, key=lambda s: s not in leaving)[:MAX_LEASES]
 
     def _lease_due(self, server: str) -> bool:
         now = self._monotonic()
