@@ -109,6 +109,18 @@ async def test_budget_status_follows_pods_as_they_change(
     assert status_of(sim)["conditions"][0]["reason"] == "InsufficientPods"
 
 
+async def test_a_pod_relabelled_out_of_a_budget_and_a_finished_one_leave_its_count(
+    sim: SimApiServer, client: httpx.AsyncClient, pod: Manifest
+) -> None:
+    for name in ("t-0", "t-1", "t-2"):
+        running(sim, pod, name)
+    await client.post(BUDGETS, json=budget(minAvailable=1))
+    sim.store.patch("pods", "t-0", {"metadata": {"labels": {"app": "serve"}}})
+    assert status_of(sim)["expectedPods"] == 2
+    sim.store.patch("pods", "t-1", {"status": {"phase": "Succeeded"}}, subresource="status")
+    assert (status_of(sim)["expectedPods"], status_of(sim)["disruptionsAllowed"]) == (1, 0)
+
+
 async def test_a_budget_with_both_bounds_is_invalid(client: httpx.AsyncClient) -> None:
     response = await client.post(BUDGETS, json=budget(minAvailable=1, maxUnavailable=1))
     assert response.status_code == 422

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rgpu_kubesim._objects import timestamp
-from rgpu_kubesim._selectors import labels_match, selector_from_object
+from rgpu_kubesim._selectors import LabelSelector, labels_match, selector_from_object
 from rgpu_kubesim._status import Cause
 from rgpu_kubesim._validation import invalid_value
 from rgpu_kubesim.errors import ApiError
@@ -23,7 +23,8 @@ from rgpu_kubesim.errors import ApiError
 JsonObj = dict[str, Any]
 DISRUPTED_POD_TIMEOUT_SECONDS = 120
 """An eviction's entry in ``disruptedPods`` lapses after this (kube's DeletionTimeout)."""
-_TERMINAL = frozenset({"Succeeded", "Failed"})
+TERMINAL = frozenset({"Succeeded", "Failed"})
+"""Phases of pods that count toward no budget."""
 
 
 def budget_causes(pdb: JsonObj) -> list[Cause]:
@@ -63,10 +64,21 @@ def _scaled(value: object, total: int) -> int:
     return math.ceil(amount * total / 100) if percent else amount
 
 
+def selector(pdb: Mapping[str, Any]) -> LabelSelector | None:
+    """The pods ``pdb`` covers; policy/v1: a null selector matches no pod (``None``), an
+    empty one every pod of the namespace."""
+    raw = (pdb.get("spec") or {}).get("selector")
+    return None if raw is None else selector_from_object(raw)
+
+
+def covers(chosen: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Whether a budget with the ``selector`` ``chosen`` covers a pod with ``labels``."""
+    return chosen is not None and labels_match(chosen, labels)
+
+
 def matches(pdb: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """policy/v1: a null selector matches no pod, an empty one every pod of the namespace."""
-    selector = (pdb.get("spec") or {}).get("selector")
-    return selector is not None and labels_match(selector_from_object(selector), labels)
+    """Whether ``pdb`` covers a pod with ``labels``."""
+    return covers(selector(pdb), labels)
 
 
 def is_healthy(pod: Mapping[str, Any]) -> bool:
@@ -100,11 +112,12 @@ def _disrupted(pdb: JsonObj, pods: Mapping[str, JsonObj], now: float) -> dict[st
 def status(pdb: JsonObj, pods: Iterable[JsonObj], now: float) -> JsonObj:
     """The budget's status from the pods of its namespace."""
     spec = pdb.get("spec") or {}
+    chosen = selector(pdb)
     covered = {
         p["metadata"]["name"]: p
         for p in pods
-        if matches(pdb, p["metadata"].get("labels") or {})
-        and (p.get("status") or {}).get("phase") not in _TERMINAL
+        if covers(chosen, p["metadata"].get("labels") or {})
+        and (p.get("status") or {}).get("phase") not in TERMINAL
     }
     disrupted = _disrupted(pdb, covered, now)
     expected = len(covered)

@@ -39,7 +39,7 @@ from rgpu_kubesim._patching import (
     strategic_merge_patch,
 )
 from rgpu_kubesim._resources import RESOURCES, Resource, require
-from rgpu_kubesim._selectors import Filter
+from rgpu_kubesim._selectors import Filter, LabelSelector
 from rgpu_kubesim._validation import invalid_value
 from rgpu_kubesim._watching import (
     ADDED,
@@ -419,23 +419,32 @@ class Storage:
         self._logs[resource.plural].append(change)
         self.hub.dispatch(change)
         if resource in (_PODS, _BUDGETS) and self._objects[_BUDGETS.plural]:
-            self._sync_budgets(entry.namespace)
+            self._sync_budgets(entry.namespace, None if resource is _BUDGETS else (entry, prev))
         return entry
 
-    def _sync_budgets(self, namespace: str) -> None:
-        """The disruption controller's pass over one namespace, done at once after a write."""
+    def _sync_budgets(self, namespace: str, pod: tuple[Entry, Entry | None] | None) -> None:
+        """The disruption controller's pass, done at once after a write: over the budgets of
+        the namespace that cover ``pod`` (before or after the write), or all of them after a
+        budget's write. Like kube's controller it reads only the pods a budget selects, so a
+        write costs the budget's live pods, not every pod the namespace ever had."""
         if self._syncing_budgets:
             return
         self._syncing_budgets = True
         try:
-            pods = [e.decode() for e in self._in_namespace(_PODS, namespace)]
             for current in self._in_namespace(_BUDGETS, namespace):
                 budget = current.decode()
-                status = _disruption.status(budget, pods, self._clock())
-                if status != budget.get("status"):
-                    self._commit(_BUDGETS, MODIFIED, {**budget, "status": status}, current)
+                chosen = _disruption.selector(budget)
+                if pod is None or any(_disruption.covers(chosen, e.labels) for e in pod if e):
+                    self._sync_budget(budget, chosen, current)
         finally:
             self._syncing_budgets = False
+
+    def _sync_budget(self, budget: JsonObj, chosen: LabelSelector | None, current: Entry) -> None:
+        entries = self._in_namespace(_PODS, current.namespace)
+        pods = [e.decode() for e in entries if _disruption.covers(chosen, e.labels) and _live(e)]
+        status = _disruption.status(budget, pods, self._clock())
+        if status != budget.get("status"):
+            self._commit(_BUDGETS, MODIFIED, {**budget, "status": status}, current)
 
     def _in_namespace(self, resource: Resource, namespace: str) -> list[Entry]:
         table = self._objects[resource.plural]
@@ -481,3 +490,8 @@ def _set_condition(status: JsonObj, kind: str, now: str) -> None:
     condition = {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
     others = [c for c in status.get("conditions") or () if c.get("type") != kind]
     status["conditions"] = [*others, condition]
+
+
+def _live(pod: Entry) -> bool:
+    """Not finished: a finished pod counts toward no budget."""
+    return pod.fields.get("status.phase") not in _disruption.TERMINAL
