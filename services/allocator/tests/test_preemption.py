@@ -169,6 +169,30 @@ async def test_an_urgent_pod_takes_the_server_of_a_batch_pod(build, kit, sim, cl
     assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
 
 
+async def test_an_urgent_pod_books_at_once_when_its_victim_had_not_started(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    batch = make_pod(cluster, "batch", "batch")
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        booked = await client.post("/v1/allocations", json=kit.ask(batch))
+        assert booked.status_code == 200, booked.text
+        # The batch pod is booked but not bound: its eviction deletes it on the spot, so the
+        # urgent pod need not be refused and wait out kube-scheduler's backoff.
+        got = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert got.status_code == 200, got.text
+        assert got.json()["server"] == "gpu-a"
+        metrics = (await client.get("/metrics")).text
+    assert cluster.holders()["gpu-a"] == ["urgent"]
+    assert nomination(cluster, "gpu-a") is None
+    assert terminating(cluster, batch)
+    assert events_about(cluster, batch, "Preempted")
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="nominated"}') == 1
+    assert metric(metrics, 'rgpu_allocator_decisions_total{outcome="allocated",reason=""}') == 2
+
+
 @pytest.mark.parametrize(
     ("holder_class", "pod_class"),
     [

@@ -66,7 +66,7 @@ from .errors import (
 from .instruments import Instruments
 from .judging import Judge, Policy, Remover
 from .leases import KEEP, Edited, Finder, KeyedLocks, LeaseWriter
-from .preempting import Preemptor
+from .preempting import Outcome, Preemptor
 from .rechecking import Reprober, Revalidator
 from .wakeup import Refused
 
@@ -100,6 +100,10 @@ class _Checks:
         revalidator = None if again.revalidated else self.revalidator
         reprober = None if again.fresh is not None else self.reprober
         return replace(self, revalidator=revalidator, reprober=reprober)
+
+    def spent(self) -> _Checks:
+        """These checks without the fresh reads, once a request has used them."""
+        return replace(self, revalidator=None)
 
     async def recheck(self, view: FleetView, refusal: Refusal) -> _Again | None:
         """Look again at what blocked the servers that nearly fit; ``None`` if nothing moved."""
@@ -268,7 +272,12 @@ class Booking:
                 return again
             held = nominated is not None
             if not request.dry_run and outcome.blocked_by_claims:
-                held = (await self.preemptor.preempt(request, demand, view)).holds or held
+                preempted = await self.preemptor.preempt(request, demand, view)
+                if preempted is Outcome.NOMINATED and await self._victims_gone(request, checks):
+                    # Victims that had not started are deleted by their eviction at once: the
+                    # pod books the server now instead of after the backoff of a refusal.
+                    return await self._round(request, demand, checks.spent(), fresh)
+                held = preempted.holds or held
             # Remembered after preempting, before the nudge it asked for runs: a pod held to
             # its nominated server is first in line, so its victims' leaving wakes it at once.
             return self._refuse(request, outcome, nominee=held)
@@ -282,6 +291,15 @@ class Booking:
         self.refused.forget(request.pod.uid)
         logger.info("booked %s for pod %s", kept.server, request.pod.key)
         return self.allocation_of(kept)
+
+    async def _victims_gone(self, request: AllocationRequest, checks: _Checks) -> bool:
+        """Whether the victims just evicted for ``request.pod`` have left its nominated
+        server, after fresh reads of them (once per request)."""
+        server = self.preemptor.nominated_on(request.pod.uid)
+        if server is None or checks.revalidator is None:
+            return False
+        await checks.revalidator.revalidate((server,))
+        return not self.preemptor.victims_hold(server)
 
     def _decide(
         self,

@@ -18,7 +18,10 @@ are held, the allocator frees one itself (DESIGN §11):
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
    released after their graceful termination, its next filter books the server. Until then
    the pod books nothing else (``nominated_on``), even a server that frees first: a victim
-   is never evicted for a pod that then does not take the server freed for it.
+   is never evicted for a pod that then does not take the server freed for it. Victims that
+   had not started are deleted by their eviction at once; the booking path reads them again
+   right after and, finding them gone, books the server in the same request, since a refusal
+   would cost the pod a kube-scheduler backoff (1-2 s) while its server stood empty.
 
 The nomination expires after the booking TTL plus the victims' longest grace period, and
 stops counting once its pod books, is gone or finished.
@@ -151,6 +154,15 @@ class Preemptor:
             if found is not None and found.pod.uid == uid and now < found.expires_at:
                 return None if self._overtaken(record.server, found) else record.server
         return None
+
+    def victims_hold(self, server: ServerName) -> bool:
+        """Whether a victim of the nomination on ``server`` still has a claim there."""
+        record = self.judge.ledger.lease(server)
+        found = record.nomination if record is not None else None
+        if record is None or found is None:
+            return False
+        victims = {v.uid for v in found.victims}
+        return any(c.pod.uid in victims for c in record.claims)
 
     def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
         victims = {v.uid for v in nomination.victims}
