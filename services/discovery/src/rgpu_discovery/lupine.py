@@ -39,6 +39,8 @@ from anyio.abc import ByteStream
 
 from rgpu_contracts.ids import GpuUuid
 
+from .dialing import dial_tcp
+
 __all__ = [
     "ANSWERED",
     "INLINE_PARSE_BYTES",
@@ -91,11 +93,6 @@ _ESCAPES: Final = {"\\": "\\", '"': '"', "n": "\n"}
 
 Dialer = Callable[[str, int], Awaitable[ByteStream]]
 """Opens one TCP connection to ``(host, port)``; raises ``OSError`` when it cannot."""
-
-
-async def dial_tcp(host: str, port: int) -> ByteStream:
-    """The production dialer: a plain TCP connection (no pool, no keep-alive)."""
-    return await anyio.connect_tcp(host, port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
