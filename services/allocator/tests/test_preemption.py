@@ -101,6 +101,13 @@ def metric(text: str, line: str) -> float:
     return float(found[0].split()[-1]) if found else 0.0
 
 
+def one_server_batch_and_urgent(build, kit, cluster):
+    """One server, and a batch and an urgent pod (the priority classes installed)."""
+    install_classes(cluster)
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    return discovery, make_pod(cluster, "batch", "batch"), make_pod(cluster, "urgent", "urgent")
+
+
 @contextlib.asynccontextmanager
 async def allocator(
     kit,
@@ -130,10 +137,7 @@ async def allocator(
 
 
 async def test_an_urgent_pod_takes_the_server_of_a_batch_pod(build, kit, sim, cluster):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         await hold(client, cluster, batch, kit)
         refused = await client.post("/v1/allocations", json=kit.ask(urgent))
@@ -172,10 +176,7 @@ async def test_an_urgent_pod_takes_the_server_of_a_batch_pod(build, kit, sim, cl
 async def test_an_urgent_pod_books_at_once_when_its_victim_had_not_started(
     build, kit, sim, cluster
 ):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         booked = await client.post("/v1/allocations", json=kit.ask(batch))
         assert booked.status_code == 200, booked.text
@@ -220,10 +221,7 @@ async def test_no_preemption_without_a_strictly_higher_priority_that_may_preempt
 
 
 async def test_preemption_is_off_when_the_setting_says_so(build, kit, sim, cluster):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
     async with allocator(kit, sim, discovery, RGPU_PREEMPTION="off") as client:
         await hold(client, cluster, batch, kit)
         refused = await client.post("/v1/allocations", json=kit.ask(urgent))
@@ -445,10 +443,7 @@ async def test_a_pod_of_higher_priority_than_the_nominee_may_book_its_server(
 async def test_a_failed_eviction_keeps_the_refusal_and_takes_the_nomination_back(
     build, kit, sim, cluster
 ):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
         await hold(client, cluster, batch, kit)
         sim.faults.set_error(verb="create", resource="pods/eviction", rate=1.0, code=500)
@@ -771,10 +766,7 @@ async def test_pods_kept_off_a_promised_server_are_nudged_when_the_nomination_ex
 async def test_a_nominee_refused_by_another_replica_is_nudged_before_the_leaders_own_refusals(
     build, kit, sim, cluster
 ):
-    install_classes(cluster)
-    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-    batch = make_pod(cluster, "batch", "batch")
-    urgent = make_pod(cluster, "urgent", "urgent")
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
     queue = [make_pod(cluster, f"wait-{i:02d}") for i in range(40)]
     async with (
         allocator(kit, sim, discovery) as leader,
