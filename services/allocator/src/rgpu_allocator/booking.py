@@ -101,10 +101,6 @@ class _Checks:
         reprober = None if again.fresh is not None else self.reprober
         return replace(self, revalidator=revalidator, reprober=reprober)
 
-    def spent(self) -> _Checks:
-        """These checks without the fresh reads, once a request has used them."""
-        return replace(self, revalidator=None)
-
     async def recheck(self, view: FleetView, refusal: Refusal) -> _Again | None:
         """Look again at what blocked the servers that nearly fit; ``None`` if nothing moved."""
         claimed, busy = refusal.blocked_by_claims, refusal.blocked_by_busy
@@ -276,7 +272,8 @@ class Booking:
                 if preempted is Outcome.NOMINATED and await self._victims_gone(request, checks):
                     # Victims that had not started are deleted by their eviction at once: the
                     # pod books the server now instead of after the backoff of a refusal.
-                    return await self._round(request, demand, checks.spent(), fresh)
+                    used = checks.after(_Again(revalidated=True))
+                    return await self._round(request, demand, used, fresh)
                 held = preempted.holds or held
             # Remembered after preempting, before the nudge it asked for runs: a pod held to
             # its nominated server is first in line, so its victims' leaving wakes it at once.
