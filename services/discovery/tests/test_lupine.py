@@ -208,6 +208,16 @@ def test_ipv6_endpoints_lose_their_brackets() -> None:
     assert split_endpoint("10.0.0.1:1") == ("10.0.0.1", 1)
 
 
+async def test_connection_never_made_times_out_without_a_connection() -> None:
+    async def hanging(host: str, port: int) -> StapledByteStream:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    outcome = await LupineProber(timeout=TIMEOUT, dialer=hanging).probe("10.1.2.3:14833")
+    assert (outcome.result, outcome.connections) == ("timeout", 0)
+    assert outcome.detail == f"no connection within {TIMEOUT} s"
+
+
 @pytest.mark.parametrize("error", [ConnectionRefusedError, OSError, TimeoutError])
 async def test_no_dialer_exception_leaks_out_of_a_probe(error: type[OSError]) -> None:
     async def failing(host: str, port: int) -> StapledByteStream:

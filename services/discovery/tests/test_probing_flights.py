@@ -18,8 +18,9 @@ from rgpu_discovery.fleet import FleetState, ProbeReport
 from rgpu_discovery.instruments import Instruments
 from rgpu_discovery.lupine import LupineProber
 from rgpu_discovery.probe_states import ProbeState, StampedState
-from rgpu_discovery.probing import ProbeFlights
+from rgpu_discovery.probing import ProbeFlights, ProbeLoop
 from rgpu_discovery.topology import TopologyState
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -131,7 +132,7 @@ async def shared(rig: Rig, second_is_reprobe: bool) -> list[str]:
     outcomes: list[str] = []
 
     async def periodic() -> None:
-        outcomes.append(await rig.flights.probe(GPU_A, ENDPOINT))
+        outcomes.append(await rig.flights.probe_here(GPU_A, ENDPOINT))
 
     async def second() -> None:
         if second_is_reprobe:
@@ -146,7 +147,7 @@ async def shared(rig: Rig, second_is_reprobe: bool) -> list[str]:
             tg.start_soon(second)
             await anyio.sleep(0.02)
             rig.lupine.gate.set()
-    return outcomes
+    return sorted(outcomes, key=["probed", "coalesced"].index)  # finishing order is the loop's
 
 
 @pytest.mark.parametrize("second_is_reprobe", [True, False])
@@ -180,7 +181,7 @@ async def test_reprobe_within_min_interval_is_rate_limited_until_it_passes(rig: 
 async def test_periodic_probe_is_never_rate_limited(rig: Rig) -> None:
     rig.lupine.gate.set()
     assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "probed"
-    assert await rig.flights.probe(GPU_A, ENDPOINT) == "probed"
+    assert await rig.flights.probe_here(GPU_A, ENDPOINT) == "probed"
     assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "rate_limited"
     assert rig.lupine.requests == 2
 
@@ -215,6 +216,82 @@ async def test_caller_giving_up_does_not_strand_the_callers_sharing_its_probe(ri
             rig.lupine.gate.set()
     assert joined == ["coalesced"]
     assert rig.server().busy == {"GPU-1"}
+
+
+async def test_a_periodic_probe_joins_an_on_demand_probe_in_flight(rig: Rig) -> None:
+    outcomes: list[str] = []
+
+    async def on_demand() -> None:
+        outcomes.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_demand)
+            await anyio.sleep(0.02)
+            tg.start_soon(lambda: periodic_into(rig, outcomes))
+            await anyio.sleep(0.02)
+            rig.lupine.gate.set()
+    assert (sorted(outcomes), rig.lupine.requests) == (["coalesced", "probed"], 1)
+
+
+async def periodic_into(rig: Rig, outcomes: list[str]) -> None:
+    outcomes.append(await rig.flights.probe_here(GPU_A, ENDPOINT))
+
+
+async def test_a_periodic_probe_cancelled_midway_releases_those_sharing_it(rig: Rig) -> None:
+    joined: list[str] = []
+
+    async def join() -> None:
+        joined.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            with anyio.move_on_after(0.05):
+                tg.start_soon(join)
+                await rig.flights.probe_here(GPU_A, ENDPOINT)
+    # Released with the state as it was: the cancelled probe landed nothing.
+    assert (joined, rig.lupine.requests, rig.server().busy) == (["coalesced"], 1, frozenset())
+    rig.lupine.gate.set()
+    assert await rig.flights.probe_here(GPU_A, ENDPOINT) == "probed"
+    assert rig.server().busy == {"GPU-1"}
+
+
+async def test_the_periodic_loop_probes_every_server_once_at_most_concurrency_at_once(
+    build,
+) -> None:
+    fleet = FleetState(default_port=14833)
+    names = [f"gpu-{i}" for i in range(10)]
+    fleet.replace_all(
+        [
+            build.view(
+                build.node(
+                    name, ip=f"10.0.0.{i + 1}", annotation=build.register(build.card(f"GPU-{i}"))
+                )
+            )
+            for i, name in enumerate(names)
+        ]
+    )
+    instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
+    lupine = Lupine()
+    async with prober_for(lupine, 5.0) as prober, anyio.create_task_group() as tg:
+        flights = ProbeFlights(record=Recorder(fleet), prober=prober, instruments=instruments)
+        await tg.start(flights.run)
+        loop = ProbeLoop(fleet=fleet, flights=flights, interval=600, concurrency=3)
+        await tg.start(loop.run)
+        await eventually(lambda: lupine.requests == 3, timeout=2, what="three probes")
+        await anyio.sleep(0.1)
+        assert lupine.requests == 3  # the bound: the others wait for a free worker
+        lupine.gate.set()
+        await eventually(
+            lambda: all(busy(fleet, name) for name in names), timeout=2, what="every server"
+        )
+        assert lupine.requests == 10
+        tg.cancel_scope.cancel()
+
+
+def busy(fleet: FleetState, name: str) -> bool:
+    item = fleet.item(ServerName(name))
+    return item is not None and bool(item.value.busy)
 
 
 async def test_probe_before_run_is_a_clear_error() -> None:
