@@ -255,7 +255,8 @@ async def stream(
     limit = anyio.CapacityLimiter(CREATIONS_IN_FLIGHT)
     with meter as phase:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_free, stack, holders, args.free_rate, phase)
+            if args.free_rate > 0:
+                tg.start_soon(_free, stack, holders, args.free_rate, phase)
             for i in range(int(args.rate * args.stream_seconds)):
                 await anyio.sleep(max(0.0, phase.started + i / args.rate - time.monotonic()))
                 manifest = gpu_pod(f"stream-{i:05d}", per_pod, HOLD_SECONDS)
@@ -346,7 +347,12 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--stream-seconds", type=float, default=60.0)
-    parser.add_argument("--free-rate", type=float, default=10.0, help="burst pods deleted/s")
+    parser.add_argument(
+        "--free-rate",
+        type=float,
+        default=10.0,
+        help="burst pods deleted/s; 0 deletes none (the stream then lands on free servers)",
+    )
     parser.add_argument("--grace-seconds", type=float, default=30.0)
     # A whole heartbeat period of the probe states (60 s at the deployed 15 s interval): the
     # states written in the first round fall due together, so a shorter window reads 5-10 %
