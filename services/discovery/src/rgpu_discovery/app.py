@@ -37,7 +37,7 @@ from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
 from .routes import ROUTES, Deps, State
 from .sharding import GROUP, Shard
 from .state_watch import StateWatch
-from .state_writer import StateWriter, WriterPolicy
+from .state_writer import HEARTBEAT_SECONDS, StateWriter, WriterPolicy
 from .topology import TopologyState
 from .watching import Catalog, NodeWatch
 
@@ -75,7 +75,7 @@ def create_app(
     timeout = settings.lupine.probe_timeout_seconds
     name = identity or f"{socket.gethostname()}-{os.getpid()}"
     interval = settings.lupine.probe_interval_seconds
-    policy = writer_policy or WriterPolicy(heartbeat_seconds=max(60.0, 4 * interval))
+    policy = writer_policy or WriterPolicy(heartbeat_seconds=max(HEARTBEAT_SECONDS, 4 * interval))
     if not reprobe_min_interval >= 0:
         raise ValueError(f"reprobe_min_interval must be >= 0 seconds, got {reprobe_min_interval!r}")
 
