@@ -16,9 +16,10 @@ apiserver, the fake lupine servers and the scheduler and kubelet emulators run i
 the apiserver's store before the services start, bound and Running, as a cluster has them. GPU
 pods go through the admission webhook. Per granularity, on a fresh stack:
 
-* rest    - nothing scheduled for ``--rest-seconds`` (60 s: one heartbeat period of the probe
-  states): each process's CPU while discovery probes every server every 15 s (the deployed
-  interval)
+* rest    - nothing scheduled for ``--rest-seconds`` (60 s, four probe rounds): each process's
+  CPU while discovery probes every server every 15 s (the deployed interval); the probe
+  states' heartbeats (every 300 s) fall after it on a fresh stack, and docs/sizing.md gives
+  what they add in the steady state
 * burst   - ``--burst`` pods created at once (one card each; a whole server's cards in card
   granularity), which fills a 1,000-server fleet; pods bound per second from the first
   creation to the last binding; the pods keep their cards
