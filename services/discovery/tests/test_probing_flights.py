@@ -4,7 +4,7 @@ prober's dialer sends every endpoint there)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -127,33 +127,47 @@ async def rig(build) -> AsyncIterator[Rig]:
         tg.cancel_scope.cancel()
 
 
-async def shared(rig: Rig, second_is_reprobe: bool) -> list[str]:
-    """A periodic probe, then a second caller while it is in flight; then release lupine."""
+Caller = Callable[[Rig], Awaitable[str]]
+
+
+async def periodic(rig: Rig) -> str:
+    """How the periodic loop asks: the probe runs in the caller's task."""
+    return await rig.flights.probe_here(GPU_A, ENDPOINT)
+
+
+async def on_demand(rig: Rig) -> str:
+    return await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25)
+
+
+async def plain(rig: Rig) -> str:
+    return await rig.flights.probe(GPU_A, ENDPOINT)
+
+
+async def shared(rig: Rig, first: Caller, second: Caller) -> list[str]:
+    """``first`` probes, ``second`` asks while it is in flight; then lupine answers."""
     outcomes: list[str] = []
 
-    async def periodic() -> None:
-        outcomes.append(await rig.flights.probe_here(GPU_A, ENDPOINT))
-
-    async def second() -> None:
-        if second_is_reprobe:
-            outcomes.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
-        else:
-            outcomes.append(await rig.flights.probe(GPU_A, ENDPOINT))
+    async def ask(caller: Caller) -> None:
+        outcomes.append(await caller(rig))
 
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(periodic)
+            tg.start_soon(ask, first)
             await anyio.sleep(0.02)
-            tg.start_soon(second)
+            tg.start_soon(ask, second)
             await anyio.sleep(0.02)
             rig.lupine.gate.set()
     return sorted(outcomes, key=["probed", "coalesced"].index)  # finishing order is the loop's
 
 
-@pytest.mark.parametrize("second_is_reprobe", [True, False])
-async def test_a_failure_shared_by_two_callers_counts_once(rig: Rig, second_is_reprobe) -> None:
+@pytest.mark.parametrize(
+    ("first", "second"), [(periodic, on_demand), (periodic, plain), (on_demand, periodic)]
+)
+async def test_a_failure_shared_by_two_callers_counts_once(
+    rig: Rig, first: Caller, second: Caller
+) -> None:
     rig.lupine.down = True
-    outcomes = await shared(rig, second_is_reprobe)
+    outcomes = await shared(rig, first, second)
     assert (outcomes, rig.lupine.requests) == (["probed", "coalesced"], 1)
     assert rig.server().reachable
     assert await rig.flights.probe(GPU_A, ENDPOINT) == "probed"
@@ -162,7 +176,7 @@ async def test_a_failure_shared_by_two_callers_counts_once(rig: Rig, second_is_r
 
 async def test_shared_success_replaces_the_busy_set_for_both_callers(rig: Rig) -> None:
     revision = rig.fleet.snapshot().revision
-    outcomes = await shared(rig, second_is_reprobe=True)
+    outcomes = await shared(rig, periodic, on_demand)
     assert outcomes == ["probed", "coalesced"]
     assert (rig.server().busy, rig.fleet.snapshot().revision) == ({"GPU-1"}, revision + 1)
 
@@ -202,53 +216,31 @@ async def test_forgotten_server_is_no_longer_rate_limited(rig: Rig) -> None:
     assert await rig.flights.reprobe(GPU_A, ENDPOINT, 60) == "rate_limited"
 
 
-async def test_caller_giving_up_does_not_strand_the_callers_sharing_its_probe(rig: Rig) -> None:
+async def given_up(rig: Rig, first: Caller, *, answer: bool) -> list[str]:
+    """``first`` probes and gives up after 50 ms while an on-demand caller shares its probe;
+    lupine answers then if ``answer``, else never; what the sharer got."""
     joined: list[str] = []
 
     async def join() -> None:
-        joined.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
+        joined.append(await on_demand(rig))
 
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
             with anyio.move_on_after(0.05):
                 tg.start_soon(join)
-                await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25)
-            rig.lupine.gate.set()
-    assert joined == ["coalesced"]
+                await first(rig)
+            if answer:
+                rig.lupine.gate.set()
+    return joined
+
+
+async def test_caller_giving_up_does_not_strand_the_callers_sharing_its_probe(rig: Rig) -> None:
+    assert await given_up(rig, on_demand, answer=True) == ["coalesced"]
     assert rig.server().busy == {"GPU-1"}
 
 
-async def test_a_periodic_probe_joins_an_on_demand_probe_in_flight(rig: Rig) -> None:
-    outcomes: list[str] = []
-
-    async def on_demand() -> None:
-        outcomes.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
-
-    with anyio.fail_after(2):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(on_demand)
-            await anyio.sleep(0.02)
-            tg.start_soon(lambda: periodic_into(rig, outcomes))
-            await anyio.sleep(0.02)
-            rig.lupine.gate.set()
-    assert (sorted(outcomes), rig.lupine.requests) == (["coalesced", "probed"], 1)
-
-
-async def periodic_into(rig: Rig, outcomes: list[str]) -> None:
-    outcomes.append(await rig.flights.probe_here(GPU_A, ENDPOINT))
-
-
 async def test_a_periodic_probe_cancelled_midway_releases_those_sharing_it(rig: Rig) -> None:
-    joined: list[str] = []
-
-    async def join() -> None:
-        joined.append(await rig.flights.reprobe(GPU_A, ENDPOINT, 0.25))
-
-    with anyio.fail_after(2):
-        async with anyio.create_task_group() as tg:
-            with anyio.move_on_after(0.05):
-                tg.start_soon(join)
-                await rig.flights.probe_here(GPU_A, ENDPOINT)
+    joined = await given_up(rig, periodic, answer=False)
     # Released with the state as it was: the cancelled probe landed nothing.
     assert (joined, rig.lupine.requests, rig.server().busy) == (["coalesced"], 1, frozenset())
     rig.lupine.gate.set()
