@@ -7,10 +7,12 @@ evidence (``cli/tests/test_soak_priority.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,10 @@ shards its probing and publishes one fleet."""
 
 
 @pytest.mark.parametrize(("granularity", "seed"), [("server", 3), ("card", 4)])
-def test_a_short_soak_with_faults_passes_every_check(granularity: str, seed: int) -> None:
+def test_a_short_soak_with_faults_passes_every_check(
+    granularity: str, seed: int, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.jsonl"
     command = [
         sys.executable,
         "-m",
@@ -41,6 +46,8 @@ def test_a_short_soak_with_faults_passes_every_check(granularity: str, seed: int
         "0",
         "--priority-mix",
         "0",
+        "--trace",
+        str(trace),
     ]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=560, env={**os.environ, "COLUMNS": "200"}
@@ -50,6 +57,21 @@ def test_a_short_soak_with_faults_passes_every_check(granularity: str, seed: int
     assert all(line.startswith("PASS") for line in lines), done.stdout
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert re.search(r"wake-up .* p50 \d+\.\d\ds, p99 \d+\.\d\ds", done.stdout), done.stdout
+    assert_trace_tells_each_pods_history(trace, done.stdout)
+
+
+def assert_trace_tells_each_pods_history(trace: Path, stdout: str) -> None:
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert f"trace: {len(lines)} pods' scheduling histories" in stdout
+    assert 100 <= len(lines) <= 200  # the scheduler sees nearly every pod before any deletion
+    assert any(pod["bound"] is not None for pod in lines)
+    for pod in lines:
+        whats = [what for _, what, _ in pod["steps"]]
+        assert whats[0] == "queued", pod
+        assert [at for at, _, _ in pod["steps"]] == sorted(at for at, _, _ in pod["steps"]), pod
+        assert whats.count("attempt") == pod["attempts"], pod
+        if pod["bound"] is not None:
+            assert pod["steps"][-1][1:] == ["bound", pod["node"]], pod
 
 
 def _check_lines(out: str) -> list[tuple[re.Match[str], str]]:

@@ -97,6 +97,9 @@ def soak(
         0.1, min=0.0, max=1.0, help="share of urgent pods (0 turns the priority mix off)"
     ),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+    trace: Path | None = typer.Option(
+        None, help="write every pod's scheduling history here, one JSON line per pod"
+    ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
     console = Console()
@@ -110,6 +113,7 @@ def soak(
         booking_ttl_seconds=ttl_seconds,
         h2only_share=0.25 if faults == "standard" else 0.0,
         work_dir=work_dir,
+        trace_scheduler=trace is not None,
     )
     shape = WorkloadShape(
         pods=pods, seed=seed, max_cards=min(2, cards), priority_share=priority_mix
@@ -119,6 +123,7 @@ def soak(
         workload=shape,
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
+        trace=trace,
     )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import httpx
@@ -37,6 +38,7 @@ from .soak_scaling import (
     sample_replicas,
     scaling_checks,
 )
+from .soak_trace import write_trace
 from .soak_workload import (
     BUDGETS,
     SoakPod,
@@ -84,6 +86,9 @@ class SoakOptions:
     """None: print the wake-ups in the summary without judging them (a timing verdict on a
     shared machine is not a correctness verdict; the CI soak runs this way)."""
     timeout_seconds: float = 900.0
+    trace: Path | None = None
+    """Write every pod's scheduling history here (``soak_trace``); needs
+    ``stack.trace_scheduler``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,6 +400,9 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
             checks = (*checks, *scaling_checks(scaling))
             tg.cancel_scope.cancel()
+        if options.trace is not None:
+            count = write_trace(options.trace, stack.scheduler.records.values(), started)
+            console.print(f"trace: {count} pods' scheduling histories in {options.trace}")
         lives = evidence.pods.values()
         return SoakReport(
             pods=len(plans),

@@ -70,6 +70,8 @@ class StackOptions:
     unschedulable_flush_seconds: float = 300.0
     max_backoff_seconds: float = 2.0
     """kube-scheduler's ``podMaxBackoffSeconds``; k8s/base deploys 2 so wake-ups are fast."""
+    trace_scheduler: bool = False
+    """Keep every pod's queue history in the scheduler emulator (``rgpu soak --trace``)."""
     replicas: int = 1
     """Processes per replicated service; above 1 each service is reached through a
     ``ServiceProxy`` and the scheduler emulator spreads its calls over the extenders."""
@@ -379,6 +381,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
                 unschedulable_flush_seconds=options.unschedulable_flush_seconds,
                 max_backoff_seconds=options.max_backoff_seconds,
                 seed=options.seed,
+                trace=options.trace_scheduler,
             ),
             emulated,
         )

@@ -715,6 +715,46 @@ async def test_deleting_an_assigned_pod_moves_refused_pods(
         await eventually(lambda: node_of(sim, "trainer"))
 
 
+async def test_with_trace_a_pods_record_tells_its_history_in_order(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    holder = make_pod("holder", spec={"nodeName": "node-a"})
+    sim.store.create("pods", holder)
+    uid = add_pod(sim, "trainer")
+    extender.answers["filter"] = sequence(refuse_all(), refuse_all(), keep_all)
+    async with scheduler(trace=True) as emulator:
+        await refused_once(emulator, uid)
+        sim.store.patch("pods", "trainer", {"metadata": {"annotations": {"nudge": "1"}}})
+        await eventually(lambda: len(emulator.records[uid].refusals) == 2)
+        sim.store.delete("pods", "holder", namespace="default", grace_period_seconds=0)
+        await eventually(lambda: emulator.records[uid].bound_at is not None)
+    record = emulator.records[uid]
+    refusal = record.refusals[0]
+    assert [(s.what, s.detail) for s in record.steps] == [
+        ("queued", ""),
+        ("attempt", ""),
+        ("refused", refusal),
+        ("updated", ""),  # a nudge: the update sends the pod back
+        ("attempt", ""),
+        ("refused", refusal),
+        ("moved", "assigned pod deleted or finished"),
+        ("attempt", ""),
+        ("bound", "node-a"),
+    ]
+    assert [s.at for s in record.steps] == sorted(s.at for s in record.steps)
+
+
+async def test_without_trace_records_keep_no_history(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    uid = add_pod(sim, "trainer")
+    async with scheduler() as emulator:
+        await eventually(lambda: node_of(sim, "trainer"))
+    assert emulator.records[uid].steps == ()
+
+
 async def test_a_terminating_assigned_pod_counts_on_its_node_until_it_is_gone(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:

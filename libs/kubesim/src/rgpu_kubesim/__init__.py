@@ -34,7 +34,7 @@ from rgpu_kubesim.fleet import (
 )
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator, RunRecord
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
-from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator
+from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator, Step
 
 __all__ = [
     "AddressUnavailable",
@@ -64,6 +64,7 @@ __all__ = [
     "SimApiServer",
     "SimOptionError",
     "SimSetupError",
+    "Step",
     "Store",
     "WorkloadSpec",
     "open_lupine_fleet",

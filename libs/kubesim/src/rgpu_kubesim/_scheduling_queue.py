@@ -169,6 +169,10 @@ class SchedulingQueue:
         elif pod is not None and pod.state == _IN_FLIGHT:
             pod.moved = True
 
+    def parked(self) -> tuple[str, ...]:
+        """The unschedulable pods, which the next ``move_all`` sends back."""
+        return tuple(self._unschedulable)
+
     def move_all(self) -> int:
         """A cluster event: every unschedulable pod goes back (serving its backoff first)."""
         now = self.clock()

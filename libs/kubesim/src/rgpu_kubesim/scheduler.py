@@ -53,7 +53,7 @@ from ._scheduling import (
 )
 from ._scheduling_queue import SchedulingQueue
 
-__all__ = ["PodRecord", "SchedulerConfig", "SchedulerEmulator"]
+__all__ = ["PodRecord", "SchedulerConfig", "SchedulerEmulator", "Step"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,9 @@ class SchedulerConfig:
     are always searched completely)."""
     seed: int = 0
     """Seeds the tie-break between equally scored nodes, so a run can be replayed."""
+    trace: bool = False
+    """Keep each pod's queue history in its record (``PodRecord.steps``), for ``rgpu soak
+    --trace``. Off by default: a pod parked for long collects a step per cluster event."""
 
     def __post_init__(self) -> None:
         for url in (self.extender_url, *self.more_extender_urls):
@@ -141,6 +144,19 @@ def _invalid(field: str, reason: str) -> NoReturn:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One thing that happened to a pod in the scheduler: ``queued`` (created or back in the
+    queue), ``updated`` (an update of the pod, a nudge included), ``moved`` (a cluster event
+    sent it back from the unschedulable pods; ``detail`` says which), ``attempt``,
+    ``refused`` and ``error`` (``detail`` is the message) and ``bound`` (``detail`` the node)."""
+
+    at: float
+    """``time.monotonic()``."""
+    what: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodRecord:
     """What happened to one pod: attempts, refusals, errors, and when it was bound where."""
 
@@ -158,6 +174,8 @@ class PodRecord:
     """The FitError text of every attempt on which no node fit (the pod went unschedulable)."""
     errors: tuple[str, ...] = ()
     """Every attempt that ended in an error (extender Error, non-200, timeout, bind refused)."""
+    steps: tuple[Step, ...] = ()
+    """With ``SchedulerConfig.trace``: what the queue did with the pod, in order."""
 
     @property
     def wait_seconds(self) -> float | None:
@@ -250,11 +268,13 @@ class SchedulerEmulator:
         elif kind == ADDED or old is None:
             self._admit(uid, pod)
         elif pod_updated(old, pod):
+            self._step(uid, "updated")
             self.queue.updated(uid)
 
     def _admit(self, uid: str, pod: dict[str, Any]) -> None:
         if uid not in self._records:
             self._records[uid] = PodRecord(uid=uid, key=_key(pod), first_seen=time.monotonic())
+        self._step(uid, "queued")
         self.queue.add(uid, int(pod.get("spec", {}).get("priority") or 0))
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -265,6 +285,9 @@ class SchedulerEmulator:
             self._move_all(f"node {node['metadata'].get('name')} {kind.lower()}")
 
     def _move_all(self, why: str) -> None:
+        if self.config.trace:
+            for uid in self.queue.parked():
+                self._step(uid, "moved", why)
         moved = self.queue.move_all()
         if moved:
             logger.debug("moved %d unschedulable pods: %s", moved, why)
@@ -290,12 +313,20 @@ class SchedulerEmulator:
         if record is not None:
             self._records[uid] = replace(record, **changes)
 
+    def _step(self, uid: str, what: str, detail: str = "") -> None:
+        record = self._records.get(uid)
+        if self.config.trace and record is not None:
+            step = Step(at=time.monotonic(), what=what, detail=detail)
+            self._records[uid] = replace(record, steps=(*record.steps, step))
+
     def _refuse(self, uid: str, message: str) -> None:
+        self._step(uid, "refused", message)
         record = self._records[uid]
         self._note(uid, last_message=message, refusals=(*record.refusals, message))
         self.queue.failed(uid, unschedulable=True)
 
     def _error(self, uid: str, message: str) -> None:
+        self._step(uid, "error", message)
         record = self._records[uid]
         self._note(uid, last_message=message, errors=(*record.errors, message))
         self.queue.failed(uid, unschedulable=False)
@@ -308,6 +339,7 @@ class SchedulerEmulator:
 
     async def _schedule(self, uid: str, pod: dict[str, Any], tg: TaskGroup) -> None:
         self._note(uid, attempts=self._records[uid].attempts + 1)
+        self._step(uid, "attempt")
         nodes = self._ordered_nodes()
         wanted = num_nodes_to_find(len(nodes), self.config.percentage_of_nodes_to_score)
         feasible, reasons, self._next_start = find_feasible(
@@ -387,6 +419,7 @@ class SchedulerEmulator:
             self._move_all("binding failed")
             return
         self._note(uid, bound_at=time.monotonic(), node=node, last_message="")
+        self._step(uid, "bound", node)
 
     async def _bind_by_extender(self, pod: dict[str, Any], node: str) -> str:
         meta = pod["metadata"]
