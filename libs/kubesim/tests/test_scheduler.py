@@ -701,13 +701,17 @@ async def test_cordoning_does_not_move_refused_pods_but_uncordoning_does(
         await eventually(lambda: node_of(sim, "trainer"))
 
 
+def trainer_behind_a_holder(sim: SimApiServer) -> str:
+    """``holder`` runs on node-a, the only node; ``trainer`` is pending: its uid."""
+    add_nodes(sim, "node-a")
+    sim.store.create("pods", make_pod("holder", spec={"nodeName": "node-a"}))
+    return add_pod(sim, "trainer")
+
+
 async def test_deleting_an_assigned_pod_moves_refused_pods(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:
-    add_nodes(sim, "node-a")
-    holder = make_pod("holder", spec={"nodeName": "node-a"})
-    sim.store.create("pods", holder)
-    uid = add_pod(sim, "trainer")
+    uid = trainer_behind_a_holder(sim)
     extender.answers["filter"] = sequence(refuse_all(), keep_all)
     async with scheduler() as emulator:
         await refused_once(emulator, uid)
@@ -718,10 +722,7 @@ async def test_deleting_an_assigned_pod_moves_refused_pods(
 async def test_with_trace_a_pods_record_tells_its_history_in_order(
     sim: SimApiServer, extender: FakeExtender, scheduler: Start
 ) -> None:
-    add_nodes(sim, "node-a")
-    holder = make_pod("holder", spec={"nodeName": "node-a"})
-    sim.store.create("pods", holder)
-    uid = add_pod(sim, "trainer")
+    uid = trainer_behind_a_holder(sim)
     extender.answers["filter"] = sequence(refuse_all(), refuse_all(), keep_all)
     async with scheduler(trace=True) as emulator:
         await refused_once(emulator, uid)
