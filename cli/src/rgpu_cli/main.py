@@ -73,6 +73,15 @@ def demo(
     raise typer.Exit(code=0 if report.ok else 1)
 
 
+def _trace_file(value: Path | None) -> Path | None:
+    # Checked before the run: a soak takes minutes, and its trace is written at the end.
+    if value is not None and not value.parent.is_dir():
+        raise typer.BadParameter(
+            f"{value.parent} is not a directory: create it, or name a file in one that exists"
+        )
+    return value
+
+
 def _faults(value: str) -> str:
     if value not in ("standard", "none"):
         raise typer.BadParameter("must be 'standard' or 'none'")
@@ -98,7 +107,9 @@ def soak(
     ),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
     trace: Path | None = typer.Option(
-        None, help="write every pod's scheduling history here, one JSON line per pod"
+        None,
+        callback=_trace_file,
+        help="write every pod's scheduling history here, one JSON line per pod",
     ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""

@@ -38,7 +38,7 @@ from .soak_scaling import (
     sample_replicas,
     scaling_checks,
 )
-from .soak_trace import write_trace
+from .soak_trace import save_trace
 from .soak_workload import (
     BUDGETS,
     SoakPod,
@@ -401,8 +401,7 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             checks = (*checks, *scaling_checks(scaling))
             tg.cancel_scope.cancel()
         if options.trace is not None:
-            count = write_trace(options.trace, stack.scheduler.records.values(), started)
-            console.print(f"trace: {count} pods' scheduling histories in {options.trace}")
+            save_trace(options.trace, stack.scheduler.records.values(), started, console)
         lives = evidence.pods.values()
         return SoakReport(
             pods=len(plans),

@@ -12,9 +12,11 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from rich.console import Console
+
 from rgpu_kubesim import PodRecord
 
-__all__ = ["trace_lines", "write_trace"]
+__all__ = ["save_trace", "trace_lines"]
 
 
 def trace_lines(records: Iterable[PodRecord], started: float) -> Iterator[str]:
@@ -24,11 +26,16 @@ def trace_lines(records: Iterable[PodRecord], started: float) -> Iterator[str]:
         yield json.dumps(_line(record, started), separators=(",", ":"))
 
 
-def write_trace(path: Path, records: Iterable[PodRecord], started: float) -> int:
-    """Write ``trace_lines`` to ``path``; how many pods it holds."""
+def save_trace(path: Path, records: Iterable[PodRecord], started: float, console: Console) -> None:
+    """Write ``trace_lines`` to ``path`` and say so. A trace that cannot be written is
+    reported, not raised: the soak's verdict, printed after it, is what the run was for."""
     lines = list(trace_lines(records, started))
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    return len(lines)
+    try:
+        path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    except OSError as exc:
+        console.print(f"[red]trace not written[/] to {path}: {exc}")
+        return
+    console.print(f"trace: {len(lines)} pods' scheduling histories in {path}")
 
 
 def _line(record: PodRecord, started: float) -> dict[str, object]:

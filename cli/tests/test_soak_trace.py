@@ -1,0 +1,77 @@
+"""``rgpu soak --trace``: the file's lines, and a trace that cannot be written never costs the
+soak its verdict (the whole run is exercised by the CI soak in tests/test_soak.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rgpu_cli.main import app
+from rgpu_cli.soak_trace import save_trace, trace_lines
+from rgpu_kubesim import PodRecord, Step
+
+
+def record(name: str, seen: float, *steps: Step, bound: float | None = None) -> PodRecord:
+    return PodRecord(
+        uid=f"uid-{name}",
+        key=f"default/{name}",
+        first_seen=seen,
+        attempts=sum(1 for s in steps if s.what == "attempt"),
+        bound_at=bound,
+        node=None if bound is None else "client-01",
+        steps=steps,
+    )
+
+
+def test_each_pod_is_one_line_in_the_order_seen_with_times_since_the_start() -> None:
+    late = record("late", 105.0, Step(at=105.0, what="queued"))
+    early = record(
+        "early",
+        101.0,
+        Step(at=101.0, what="queued"),
+        Step(at=101.5, what="attempt"),
+        Step(at=101.6, what="refused", detail="0/3 nodes are available"),
+        Step(at=103.25, what="moved", detail="assigned pod deleted or finished"),
+        Step(at=103.5, what="attempt"),
+        Step(at=103.6, what="bound", detail="client-01"),
+        bound=103.6,
+    )
+    lines = [json.loads(line) for line in trace_lines([late, early], started=100.0)]
+    assert [line["pod"] for line in lines] == ["default/early", "default/late"]
+    assert lines[0] == {
+        "pod": "default/early",
+        "uid": "uid-early",
+        "seen": 1.0,
+        "bound": 3.6,
+        "node": "client-01",
+        "attempts": 2,
+        "steps": [
+            [1.0, "queued", ""],
+            [1.5, "attempt", ""],
+            [1.6, "refused", "0/3 nodes are available"],
+            [3.25, "moved", "assigned pod deleted or finished"],
+            [3.5, "attempt", ""],
+            [3.6, "bound", "client-01"],
+        ],
+    }
+    assert (lines[1]["bound"], lines[1]["node"], lines[1]["attempts"]) == (None, None, 0)
+
+
+def test_a_trace_that_cannot_be_written_is_reported_not_raised(tmp_path: Path) -> None:
+    out = io.StringIO()
+    save_trace(tmp_path, [record("a", 1.0)], 0.0, Console(file=out, width=200))  # a directory
+    assert "trace not written" in out.getvalue()
+    assert str(tmp_path) in out.getvalue()
+
+
+def test_a_trace_in_a_missing_directory_is_refused_before_the_soak_starts(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "no-such-dir" / "trace.jsonl"
+    result = CliRunner().invoke(app, ["soak", "--trace", str(missing)])
+    assert result.exit_code == 2
+    assert "is not a directory" in result.output
