@@ -295,7 +295,16 @@ async def test_probe_before_run_is_a_clear_error() -> None:
             await flights.probe(GPU_A, ENDPOINT)
 
 
-async def test_waiters_are_released_when_run_stops() -> None:
+@pytest.mark.parametrize(
+    ("ask", "answer"),
+    [
+        ("probe", False),  # its probe is in run's task group, cancelled with it
+        ("probe_here", True),  # its probe is in the caller's task and ends after run
+    ],
+)
+async def test_a_probe_out_when_run_stops_is_released_and_raises_nothing(
+    ask: str, answer: bool
+) -> None:
     fleet = FleetState(default_port=14833)
     instruments = Instruments.create(CollectorRegistry(), fleet, TopologyState())
     lupine = Lupine()
@@ -304,12 +313,15 @@ async def test_waiters_are_released_when_run_stops() -> None:
         outcomes: list[str] = []
 
         async def wait() -> None:
-            outcomes.append(await flights.probe(GPU_A, ENDPOINT))
+            outcomes.append(await getattr(flights, ask)(GPU_A, ENDPOINT))
 
         with anyio.fail_after(2):
-            async with anyio.create_task_group() as outer, anyio.create_task_group() as inner:
-                await inner.start(flights.run)
-                outer.start_soon(wait)
-                await anyio.sleep(0.02)
-                inner.cancel_scope.cancel()
+            async with anyio.create_task_group() as outer:
+                async with anyio.create_task_group() as inner:
+                    await inner.start(flights.run)
+                    outer.start_soon(wait)
+                    await anyio.sleep(0.02)
+                    inner.cancel_scope.cancel()  # shutdown reaches run first
+                if answer:
+                    lupine.gate.set()
     assert (outcomes, lupine.requests) == (["probed"], 1)

@@ -224,9 +224,13 @@ class ProbeFlights:
             span.set_attribute("rgpu.probe.connections", outcome.connections)
         self._instruments.probed(server, outcome)
         _log(server, flight.endpoint, outcome)
-        send.send_nowait(
-            (flight, ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome))
-        )
+        report = ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome)
+        try:
+            send.send_nowait((flight, report))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # ``run`` stopped while a probe in a caller's task was out (shutdown): nothing
+            # will land it, and a probe's end must not raise into the periodic loop.
+            self._ground(flight)
 
     async def _apply(self, receive: MemoryObjectReceiveStream[Landed]) -> None:
         async for first in receive:
