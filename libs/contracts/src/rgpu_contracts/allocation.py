@@ -7,8 +7,9 @@ durable record stored in the per-server Lease (and served as a ``ClaimSet``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from . import _validate as v
 from .errors import ContractError
@@ -199,6 +200,7 @@ class ClaimDict(TypedDict):
     bookedAt: float
     committedAt: float | None
     node: str | None
+    admissionTtlSeconds: NotRequired[float]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,9 +215,19 @@ class Claim:
     booked_at: float
     committed_at: float | None = None
     node: NodeName | None = None
+    admission_ttl: float | None = None
+    """Set on bookings made by admission (the scheduling gate): seconds the booking stays
+    valid while its pod is unbound, in place of the booking TTL, since an admitted pod still
+    waits its turn in kube-scheduler's queue. A commit restarts the clock with the booking TTL.
+    Absent on bookings made at filter time."""
+
+    @property
+    def admitted(self) -> bool:
+        """Whether admission made this booking (the pod passed rgpu's scheduling gate)."""
+        return self.admission_ttl is not None
 
     def to_dict(self) -> ClaimDict:
-        return {
+        out: ClaimDict = {
             "pod": self.pod.to_dict(),
             "server": self.server,
             "cards": list(self.cards),
@@ -225,6 +237,9 @@ class Claim:
             "committedAt": self.committed_at,
             "node": self.node,
         }
+        if self.admission_ttl is not None:
+            out["admissionTtlSeconds"] = self.admission_ttl
+        return out
 
     @classmethod
     def from_dict(cls, raw: object, path: str = "") -> Claim:
@@ -239,7 +254,15 @@ class Claim:
             booked_at=v.number(m, "bookedAt", path),
             committed_at=v.opt_number(m, "committedAt", path),
             node=NodeName(node) if node is not None else None,
+            admission_ttl=_positive(m, "admissionTtlSeconds", path),
         )
+
+
+def _positive(raw: Mapping[str, object], key: str, path: str) -> float | None:
+    value = v.opt_number(raw, key, path)
+    if value is not None and not value > 0:
+        raise ContractError(v.join(path, key), f"must be a positive number of seconds, got {value}")
+    return value
 
 
 class ClaimSetDict(TypedDict):

@@ -47,6 +47,12 @@ from ._fleetview import (
     ServerFacts,
     server_facts,
 )
+from ._gating import (
+    ADMISSION_GATE,
+    gates_after_admission,
+    scheduling_gates,
+    waits_for_rgpu,
+)
 from ._locality import (
     shared_level,
     tiers,
@@ -77,12 +83,14 @@ from ._validity import (
     PodFacts,
     Validity,
     claim_stamp,
+    claim_ttl,
     expires_at,
     judge,
     lasting,
 )
 
 __all__ = [
+    "ADMISSION_GATE",
     "ANNOTATION_NOMINATION",
     "MAX_QUANTITY",
     "MAX_SUBSETS",
@@ -113,22 +121,26 @@ __all__ = [
     "assign",
     "choose",
     "claim_stamp",
+    "claim_ttl",
     "claims_by_server",
     "container_slots",
     "demand_of",
     "expires_at",
     "fit",
+    "gates_after_admission",
     "holding_claims",
     "judge",
     "lasting",
     "precedence",
     "preemptions",
     "read_demand",
+    "scheduling_gates",
     "server_facts",
     "shared_level",
     "state_rank",
     "tiers",
     "verdict",
     "view_cards",
+    "waits_for_rgpu",
     "winner",
 ]

@@ -22,6 +22,7 @@ from .errors import SettingsError
 Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]
 AuthMode = Literal["tokenreview", "none"]
+AdmissionMode = Literal["gate", "filter"]
 T = TypeVar("T")
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
@@ -34,6 +35,9 @@ _DEFAULT_LISTEN = {
 }
 
 KNOWN_KEYS = (
+    "RGPU_ADMISSION",
+    "RGPU_ADMISSION_CONCURRENCY",
+    "RGPU_ADMISSION_TTL_SECONDS",
     "RGPU_ALLOCATOR_URL",
     "RGPU_ALLOWED_CALLERS",
     "RGPU_AUTH",
@@ -132,6 +136,26 @@ class SchedulingSettings:
     preemption: bool = True
     """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
     GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionSettings:
+    """Whether rgpu admits GPU pods itself, behind a scheduling gate, before kube-scheduler."""
+
+    mode: AdmissionMode = "gate"
+    """``RGPU_ADMISSION``: ``gate`` (the webhook gates every GPU pod with ``rgpu.io/admission``;
+    the elected allocator books a server, then lifts the gate, so kube-scheduler's serial cycle
+    only reads the booking) or ``filter`` (HAMi's flow: the booking is made inside
+    kube-scheduler's ``/filter``). Gate by default: a burst is admitted at the apiserver's
+    write rate instead of one pod per scheduler cycle, and waiting pods cost nothing."""
+    ttl_seconds: float = 60.0
+    """``RGPU_ADMISSION_TTL_SECONDS``: seconds an admitted pod's booking survives unbound; it
+    covers kube-scheduler's queue after the gate is lifted (seconds in a burst), and past it
+    the booking lapses and the pod takes the filter path."""
+    concurrency: int = 64
+    """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
+    once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
+    thousands does not open thousands of requests."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,6 +259,7 @@ class Settings:
     resources: ResourceSettings = field(default_factory=ResourceSettings)
     lupine: LupineSettings = field(default_factory=LupineSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -253,6 +278,7 @@ class Settings:
             resources=_resources(env),
             lupine=_lupine(env),
             scheduling=_scheduling(env),
+            admission=_admission(env),
             peers=_peers(env),
             kube=_kube(env),
             auth=_auth(env),
@@ -326,6 +352,25 @@ def _scheduling(env: _Env) -> SchedulingSettings:
         if preemption is None
         else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
     )
+
+
+def _admission(env: _Env) -> AdmissionSettings:
+    d = AdmissionSettings()
+    mode = env.get("RGPU_ADMISSION")
+    return AdmissionSettings(
+        mode=d.mode
+        if mode is None
+        else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
+        ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
+        concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
+    )
+
+
+def _concurrency(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
+        raise p.bad(key, value, "expected a whole number from 1 to 1024")
+    return int(text)
 
 
 def _peers(env: _Env) -> PeerSettings:
