@@ -159,6 +159,27 @@ class KubeApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
 
+    async def lift_gate(
+        self, namespace: str, name: str, *, resource_version: str, gates: list[dict[str, str]]
+    ) -> None:
+        """Set the pod's scheduling gates to ``gates`` (rgpu's removed) if the pod is still at
+        ``resource_version``; a JSON merge patch, because a strategic merge patch merges gate
+        lists by name and could never remove one. Raises ``KubeConflict`` when the pod changed
+        since, ``KubeNotFound`` when it is gone."""
+        fn = self._kube.core.patch_namespaced_pod
+        body = {
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"schedulingGates": gates},
+        }
+        await self._kube.call_raw(
+            fn,
+            name,
+            namespace,
+            body,
+            request_timeout=CALL_TIMEOUT,
+            _content_type="application/merge-patch+json",
+        )
+
     async def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> bool:
         """Ask the Eviction API (policy/v1) to evict the pod; ``False`` when it is already gone.
 

@@ -358,8 +358,15 @@ class Judge:
     settled: Settled = field(default_factory=Settled)
     """Time-independent verdicts per server, shared by this replica's decisions."""
 
-    def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
-        """Who else holds what, for a decision about ``uid`` now."""
+    def occupancy(
+        self,
+        uid: str,
+        *,
+        leases: LeaseLookup | None = None,
+        pending: PendingLookup | None = None,
+    ) -> Occupancy:
+        """Who else holds what, for a decision about ``uid`` now (``pending``: bookings in
+        flight, this replica's by default)."""
         view = self.inputs.view
         return Occupancy(
             leases or self.ledger.lease,
@@ -367,7 +374,7 @@ class Judge:
             uid=PodUID(uid),
             now=self.clock(),
             ttl=self.ttl,
-            pending=self.pending.claims,
+            pending=self.pending.claims if pending is None else pending,
             released=self.ledger.released_after,
             observed_at=view.fleet.observed_at if view is not None else float("inf"),
             trusted=self.pods_trusted(),

@@ -54,6 +54,7 @@ from rgpu_runtime import (
     state_value,
 )
 
+from .admitting import Admitter
 from .booking import Booking
 from .claims import Ledger
 from .errors import TooLong
@@ -84,6 +85,7 @@ class Deps:
     refused: Refused
     claims: PublishedClaims
     """The claim set followers read (the Lease watch's, at its resourceVersion)."""
+    admitter: Admitter
 
 
 class State(TypedDict):
