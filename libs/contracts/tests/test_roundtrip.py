@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rgpu_contracts import (
+    AdmissionQueue,
     AdmissionRequest,
     Allocation,
     AllocationRequest,
@@ -40,6 +41,7 @@ from rgpu_contracts import (
     NoFit,
     PodRef,
     PodUID,
+    QueuedPod,
     Reason,
     ReasonCount,
     Server,
@@ -129,6 +131,23 @@ claims = st.builds(
     booked_at=times,
     committed_at=st.none() | times,
     node=st.none() | names.map(NodeName),
+    admission_ttl=st.none() | st.floats(min_value=0.001, max_value=1e6),
+)
+queues = st.builds(
+    AdmissionQueue,
+    pods=st.lists(
+        st.builds(
+            QueuedPod,
+            pod=pods,
+            position=small,
+            priority=st.integers(-(2**31), 2**31 - 1),
+            cards=small,
+            reason=names,
+            message=st.text(max_size=20),
+            since=times,
+        ),
+        max_size=3,
+    ).map(tuple),
 )
 reason_counts = st.builds(ReasonCount, reason=st.sampled_from(Reason), count=small)
 nofits = st.builds(
@@ -160,6 +179,39 @@ def test_fleet_roundtrips(fleet: Fleet) -> None:
 @given(allocations)
 def test_allocation_roundtrips(allocation: Allocation) -> None:
     assert Allocation.from_dict(_through_json(allocation)) == allocation
+
+
+@given(queues)
+def test_admission_queue_roundtrips(queue: AdmissionQueue) -> None:
+    assert AdmissionQueue.from_dict(_through_json(queue)) == queue
+
+
+def test_a_claim_without_an_admission_ttl_is_written_as_before() -> None:
+    claim = Claim(
+        pod=PodRef(uid=PodUID("u"), namespace="n", name="p"),
+        server=ServerName("gpu-a"),
+        cards=(),
+        containers=(),
+        state=ClaimState.BOOKED,
+        booked_at=1.0,
+    )
+    assert "admissionTtlSeconds" not in claim.to_dict()
+    assert not claim.admitted
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "60", True])
+def test_an_admission_ttl_that_is_not_a_positive_number_is_refused(ttl: object) -> None:
+    raw = {
+        "pod": {"uid": "u", "namespace": "n", "name": "p"},
+        "server": "gpu-a",
+        "cards": [],
+        "state": "booked",
+        "bookedAt": 1.0,
+        "admissionTtlSeconds": ttl,
+    }
+    with pytest.raises(ContractError) as caught:
+        Claim.from_dict(raw)
+    assert caught.value.path.endswith("admissionTtlSeconds")
 
 
 @given(st.lists(claims, max_size=3), small)
@@ -218,6 +270,7 @@ DECODERS: list[Callable[[object], object]] = [
     Allocation.from_dict,
     Claim.from_dict,
     ClaimSet.from_dict,
+    AdmissionQueue.from_dict,
     FleetUpdate.from_dict,
     ClaimsUpdate.from_dict,
     CommitRequest.from_dict,

@@ -101,6 +101,12 @@ from .ids import (
     ServerName,
     prefixed_name,
 )
+from .queue import (
+    AdmissionQueue,
+    AdmissionQueueDict,
+    QueuedPod,
+    QueuedPodDict,
+)
 from .reasons import (
     Reason,
     ReasonCount,
@@ -127,6 +133,8 @@ __all__ = [
     "MAX_NAMESPACE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_UID_CHARS",
+    "AdmissionQueue",
+    "AdmissionQueueDict",
     "AdmissionRequest",
     "Allocation",
     "AllocationDict",
@@ -174,6 +182,8 @@ __all__ = [
     "PodRefDict",
     "PodUID",
     "PortRule",
+    "QueuedPod",
+    "QueuedPodDict",
     "Reason",
     "ReasonCount",
     "ReasonCountDict",

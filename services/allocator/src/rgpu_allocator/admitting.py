@@ -27,8 +27,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from rgpu_contracts import AllocationRequest, PodUID
-from rgpu_placement import FleetView, gates_after_admission
+from rgpu_contracts import AdmissionQueue, AllocationRequest, PodUID, QueuedPod
+from rgpu_placement import FleetView, demand_of, gates_after_admission
 from rgpu_runtime import KubeConflict, KubeNotFound, RgpuError
 
 from .booker import Booker
@@ -40,7 +40,7 @@ from .pods import PodInfo, pod_info
 from .preempting import Preemptor, may_preempt
 from .queueing import in_order
 
-__all__ = ["PERIOD", "Admitter"]
+__all__ = ["PERIOD", "Admitter", "QueueEntry", "admission_queue"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -64,6 +64,27 @@ class QueueEntry:
     pod: PodInfo
     position: int
     verdict: Verdict
+
+
+def admission_queue(entries: list[QueueEntry]) -> AdmissionQueue:
+    """The queue as ``GET /v1/queue`` serves it."""
+    return AdmissionQueue(pods=tuple(_queued(e) for e in entries))
+
+
+def _queued(entry: QueueEntry) -> QueuedPod:
+    verdict, pod = entry.verdict, entry.pod
+    gated = pod.gated
+    containers = gated.containers if gated is not None else ()
+    wait = verdict.wait
+    return QueuedPod(
+        pod=pod.ref,
+        position=entry.position,
+        priority=pod.priority,
+        cards=demand_of(containers).effective_count if containers else 0,
+        reason=wait.value if wait is not None else Wait.ADMITTING.value,
+        message=verdict.message if wait is not None else "a server is booked for this pod",
+        since=gated.created_at if gated is not None else 0.0,
+    )
 
 
 class Admitter:
