@@ -119,6 +119,30 @@ def prepare_for_create(resource: Resource, obj: JsonObj) -> None:
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", qos_class(spec))
+    if spec.get("schedulingGates"):
+        _gated_condition(status)
+
+
+SCHEDULING_GATED = "SchedulingGated"
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def _gated_condition(status: JsonObj) -> None:
+    """kube's pod strategy marks a pod created with gates: PodScheduled=False, SchedulingGated
+    unless a PodScheduled condition came with it (the scheduler replaces it once it tries the
+    pod, the binding once it is bound)."""
+    conditions = status.get("conditions") or []
+    if any(c.get("type") == "PodScheduled" for c in conditions if isinstance(c, dict)):
+        return
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": None,
+        "reason": SCHEDULING_GATED,
+        "message": GATED_MESSAGE,
+    }
+    status["conditions"] = [*conditions, condition]
 
 
 def qos_class(spec: JsonObj) -> str:
@@ -190,7 +214,9 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
     causes = _validation.metadata_causes(resource, obj)
     if resource.plural == "pods":
         causes += _validation.pod_causes(obj)
-        if old is not None:
+        if old is None:
+            causes += _validation.pod_create_causes(obj)
+        else:
             causes += _validation.pod_update_causes(obj, old)
     elif resource.plural == "priorityclasses":
         causes += _priority.class_causes(obj, old)

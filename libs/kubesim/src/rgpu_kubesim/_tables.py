@@ -114,7 +114,21 @@ def _pod_status(pod: JsonObj) -> str:
             reason = (state.get(phase) or {}).get("reason")
             if reason:
                 return str(reason)
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "SchedulingGated":
+            return "SchedulingGated"
     return str(status.get("reason") or status.get("phase") or "Unknown")
+
+
+def _readiness_gates(pod: JsonObj) -> str:
+    """kubectl's READINESS GATES: how many of the gates' conditions are True, of how many."""
+    gates = (pod.get("spec") or {}).get("readinessGates") or ()
+    if not gates:
+        return "<none>"
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    true = {c.get("type") for c in conditions if c.get("status") == "True"}
+    met = sum(1 for g in gates if g.get("conditionType") in true)
+    return f"{met}/{len(gates)}"
 
 
 def _pod_row(pod: JsonObj, now: float) -> list[Any]:
@@ -122,7 +136,6 @@ def _pod_row(pod: JsonObj, now: float) -> list[Any]:
     statuses = status.get("containerStatuses") or ()
     ready = sum(1 for c in statuses if c.get("ready"))
     restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
-    gates = spec.get("readinessGates")
     return [
         pod["metadata"]["name"],
         f"{ready}/{len(spec.get('containers') or ())}",
@@ -132,7 +145,7 @@ def _pod_row(pod: JsonObj, now: float) -> list[Any]:
         status.get("podIP") or "<none>",
         spec.get("nodeName") or "<none>",
         status.get("nominatedNodeName") or "<none>",
-        f"0/{len(gates)}" if gates else "<none>",
+        _readiness_gates(pod),
     ]
 
 
