@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim import _disruption, _priority, _status, _validation
+from rgpu_kubesim import _configmaps, _disruption, _priority, _status, _validation
 from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
@@ -64,6 +64,8 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
             _default_webhook(webhook)
     elif resource.plural == "priorityclasses":
         _priority.default_class(obj)
+    elif resource.plural == "configmaps":
+        _configmaps.check_decodable(resource, obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -222,6 +224,8 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
         causes += _priority.class_causes(obj, old)
     elif resource.plural == "poddisruptionbudgets":
         causes += _disruption.budget_causes(obj)
+    elif resource.plural == "configmaps":
+        causes += _configmaps.causes(obj, old)
     elif resource.plural == "mutatingwebhookconfigurations":
         causes += _validation.webhook_configuration_causes(obj)
         for index, webhook in enumerate(obj.get("webhooks") or ()):

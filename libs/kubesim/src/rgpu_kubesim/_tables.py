@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rgpu_kubesim._configmaps import entry_count
 from rgpu_kubesim._objects import Entry
 from rgpu_kubesim._resources import Resource
 
@@ -57,6 +58,7 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Age", "string", 0),
     ),
     "serviceaccounts": (("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)),
+    "configmaps": (("Name", "string", 0), ("Data", "integer", 0), ("Age", "string", 0)),
     "priorityclasses": (
         ("Name", "string", 0),
         ("Value", "integer", 0),
@@ -242,6 +244,7 @@ _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "leases": _simple_row(lambda o: [(o.get("spec") or {}).get("holderIdentity", "")]),
     "mutatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
     "serviceaccounts": _simple_row(lambda o: [len(o.get("secrets") or ())]),
+    "configmaps": _simple_row(lambda o: [entry_count(o)]),
 }
 
 
