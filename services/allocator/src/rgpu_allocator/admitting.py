@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, PodUID, QueuedPod
+from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID, QueuedPod
 from rgpu_placement import FleetView, demand_of, gates_after_admission
 from rgpu_runtime import KubeConflict, KubeNotFound, RgpuError
 
@@ -54,6 +54,8 @@ PREEMPTIONS_AT_ONCE = 4
 """Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
 WAITING = "RemoteGPUWaiting"
 """The Event reason saying why a gated pod waits."""
+LAPSED = "RemoteGPUAdmissionLapsed"
+"""The Event reason saying an admitted pod's booking lapsed before it was bound."""
 _WARNINGS = frozenset({Wait.NEVER_FITS, Wait.NO_CLIENT_NODE, Wait.UNREADABLE})
 
 
@@ -106,7 +108,12 @@ class Admitter:
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
         self._queue: dict[PodUID, PodInfo] = {}
+        self._arrival: dict[str, int] = {}
+        self._arrivals = 0
         self._flight: set[str] = set()
+        # Lifted, but the pod watch has not delivered the pod without its gate yet: another
+        # pass must not lift it again.
+        self._lifted: set[str] = set()
         self._preempting: set[str] = set()
         self._said: dict[PodUID, Wait] = {}
         self._due = True
@@ -129,12 +136,26 @@ class Admitter:
         """Pod watch listener: keep the queue of pods waiting for rgpu's admission."""
         if after is not None and after.admissible:
             if self._queue.get(after.uid) != after:
+                if after.uid not in self._queue:
+                    self._arrivals += 1
+                    self._arrival[after.uid] = self._arrivals
                 self._queue[after.uid] = after
                 self.notify()
             return
         gone = after or before
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
             self._said.pop(gone.uid, None)
+            self._lifted.discard(gone.uid)
+            self._arrival.pop(gone.uid, None)
+
+    def lapsed(self, claim: Claim) -> None:
+        """An admitted booking lapsed unbound (removed by the sweep): say so on the pod."""
+        self._instruments.admissions.labels("lapsed").inc()
+        message = (
+            f"the booking of server {claim.server} made at admission lapsed before the pod "
+            "was bound; kube-scheduler's filter books a server for it now"
+        )
+        self._api.record_event(pod_event(claim.pod, reason=LAPSED, message=message))
 
     def leadership(self, leading: bool) -> None:
         """Election listener: a new leader looks at the whole queue at once."""
@@ -145,10 +166,11 @@ class Admitter:
         """Every gated pod in admission order with what a pass decides for it now (a dry
         pass: any replica can answer it)."""
         view = self.judge.inputs.view
-        pods = in_order(self._queue.values())
+        pods = in_order(self._queue.values(), self._arrival)
         if view is None:
             return []
-        verdicts = self._planner.plan(pods, view, limit=len(pods) + 1, busy=self._flight)
+        busy = self._flight | self._lifted
+        verdicts = self._planner.plan(pods, view, limit=len(pods) + 1, busy=busy)
         return [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
 
     def collect(self) -> Iterator[Metric]:
@@ -161,7 +183,8 @@ class Admitter:
         if self._leading():
             counts = dict.fromkeys(Wait, 0)
             for uid in self._queue:
-                reason = Wait.ADMITTING if uid in self._flight else self._said.get(uid)
+                busy = uid in self._flight or uid in self._lifted
+                reason = Wait.ADMITTING if busy else self._said.get(uid)
                 if reason is not None:
                     counts[reason] += 1
             for reason, count in counts.items():
@@ -191,8 +214,9 @@ class Admitter:
         if view is None or room <= 0 or not self._queue:
             return
         with tracer.start_as_current_span("admission.pass") as span:
-            pods = in_order(self._queue.values())
-            verdicts = self._planner.plan(pods, view, limit=room, busy=self._flight)
+            pods = in_order(self._queue.values(), self._arrival)
+            busy = self._flight | self._lifted
+            verdicts = self._planner.plan(pods, view, limit=room, busy=busy)
             span.set_attribute("rgpu.queue", len(pods))
             for verdict in verdicts:
                 self._act(verdict, view, tg)
@@ -218,7 +242,9 @@ class Admitter:
         try:
             with tracer.start_as_current_span("admit", attributes={"k8s.pod.uid": pod.uid}):
                 claim = verdict.held if booked is None else await self._booker.book(booked)
-                if claim is not None and await self._lift(pod):
+                lifted = claim is not None and await self._lift(pod)
+                if claim is not None and lifted:
+                    self._lifted.add(pod.uid)
                     self._admitted(pod, claim.server)
         except RgpuError as exc:
             logger.warning("could not admit %s: %s", pod.ref.key, exc)

@@ -121,6 +121,7 @@ def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
         ),
         Signal.CLAIMS_TOUCHED: (p.reconciler.enqueue,),
         Signal.LEADERSHIP: (p.reconciler.leadership, p.nudger.leadership, p.admitter.leadership),
+        Signal.ADMISSION_LAPSED: (p.admitter.lapsed,),
     }
 
 
@@ -178,7 +179,7 @@ def assemble(
         nominees=lambda: m.ledger.nominees(time.time()),
     )
     writer = LeaseWriter(api, m.ledger, m.instruments, on_freed=signals.capacity_freed)
-    remover = Remover(judge, writer, m.instruments)
+    remover = Remover(judge, writer, m.instruments, lapsed=signals.admission_lapsed)
     repairer = Repairer(policy, judge, writer, api, m.instruments, resources=settings.resources)
     reconciler = Reconciler(
         judge,

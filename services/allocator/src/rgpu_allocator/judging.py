@@ -415,15 +415,27 @@ async def read_pod(api: KubeApi, claim: Claim) -> PodInfo | None:
     return pod if pod is not None and pod.uid == claim.pod.uid else None
 
 
+def _ignore(claim: Claim) -> None:
+    return None
+
+
 class Remover:
     """Every way a claim leaves a Lease, each decided on the Lease as written."""
 
-    __slots__ = ("_instruments", "_judge", "_writer")
+    __slots__ = ("_instruments", "_judge", "_lapsed", "_writer")
 
-    def __init__(self, judge_: Judge, writer: LeaseWriter, instruments: Instruments) -> None:
+    def __init__(
+        self,
+        judge_: Judge,
+        writer: LeaseWriter,
+        instruments: Instruments,
+        *,
+        lapsed: Callable[[Claim], None] = _ignore,
+    ) -> None:
         self._judge = judge_
         self._writer = writer
         self._instruments = instruments
+        self._lapsed = lapsed
 
     def why_invalid(self, claim: Claim, seen: Seen) -> str:
         """A metric label for why ``claim`` no longer holds its cards."""
@@ -456,8 +468,11 @@ class Remover:
 
         dropped = await self._writer.edit(server, change, op="sweep")
         for claim in dropped:
-            self._instruments.sweep_removals.labels(self.why_invalid(claim, fresh)).inc()
+            why = self.why_invalid(claim, fresh)
+            self._instruments.sweep_removals.labels(why).inc()
             logger.info("removed invalid claim of %s on %s", claim.pod.key, server)
+            if why == "expired" and claim.admitted and claim.committed_at is None:
+                self._lapsed(claim)
         return len(dropped)
 
     async def release(self, uid: str) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 
+from rgpu_contracts import Claim
+
 from .pods import PodInfo
 
 __all__ = ["Signal", "Signals"]
@@ -31,18 +33,21 @@ class Signal(enum.Enum):
     """A pod's claims need a look (duplicated across servers, or their Lease deleted)."""
     LEADERSHIP = "leadership"
     """This replica started (``True``) or stopped (``False``) leading."""
+    ADMISSION_LAPSED = "admission lapsed"
+    """An admitted pod's booking lapsed before the pod was bound (the claim, as removed)."""
 
 
 class Signals:
     """Fans each signal out to the handlers connected to it; every method is sync-callable."""
 
-    __slots__ = ("_freed", "_leadership", "_pods", "_touched")
+    __slots__ = ("_freed", "_lapsed", "_leadership", "_pods", "_touched")
 
     def __init__(self) -> None:
         self._freed: tuple[Callable[[], None], ...] = ()
         self._pods: tuple[PodHandler, ...] = ()
         self._touched: tuple[Callable[[str], None], ...] = ()
         self._leadership: tuple[Callable[[bool], None], ...] = ()
+        self._lapsed: tuple[Callable[[Claim], None], ...] = ()
 
     def connect(self, table: Mapping[Signal, Sequence[Callable[..., None]]]) -> None:
         """Connect every signal of ``table`` to its handlers (replacing any before)."""
@@ -50,6 +55,7 @@ class Signals:
         self._pods = tuple(table.get(Signal.POD_CHANGED, ()))
         self._touched = tuple(table.get(Signal.CLAIMS_TOUCHED, ()))
         self._leadership = tuple(table.get(Signal.LEADERSHIP, ()))
+        self._lapsed = tuple(table.get(Signal.ADMISSION_LAPSED, ()))
 
     def capacity_freed(self) -> None:
         for handler in self._freed:
@@ -66,3 +72,7 @@ class Signals:
     def leadership(self, leading: bool) -> None:
         for handler in self._leadership:
             handler(leading)
+
+    def admission_lapsed(self, claim: Claim) -> None:
+        for handler in self._lapsed:
+            handler(claim)
