@@ -8,6 +8,9 @@ import pytest
 from rgpu_runtime import KNOWN_KEYS, HostPort, Settings, SettingsError
 
 EVERY_KEY = {
+    "RGPU_ADMISSION": "filter",
+    "RGPU_ADMISSION_TTL_SECONDS": "90",
+    "RGPU_ADMISSION_CONCURRENCY": "16",
     "RGPU_RESOURCE_COUNT": "example.com/gpu",
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
@@ -80,6 +83,11 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.auth.cache_seconds == 30.0
     assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
+    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == (
+        "filter",
+        90,
+        16,
+    )
 
 
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
@@ -88,6 +96,7 @@ def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
 
 def test_defaults_match_the_design_when_nothing_is_set() -> None:
     s = Settings.from_env({}, service="allocator")
+    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == ("gate", 60, 64)
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
     assert s.lupine.default_port == 14833
@@ -191,6 +200,10 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
         ("RGPU_MAX_BODY_BYTES", "100", "expected a whole number of bytes, 1024.."),
         ("RGPU_MAX_BODY_BYTES", "1MiB", "expected a whole number of bytes"),
+        ("RGPU_ADMISSION", "scheduler", "expected one of gate, filter"),
+        ("RGPU_ADMISSION_TTL_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_ADMISSION_CONCURRENCY", "0", "expected a whole number from 1 to 1024"),
+        ("RGPU_ADMISSION_CONCURRENCY", "9" * 400, "expected a whole number from 1 to 1024"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:

@@ -100,7 +100,12 @@ async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluste
         assert claim["pod"]["name"] == "trainer"
         assert claim["state"] == "booked"
         assert claim["admissionTtlSeconds"] == 60
-        assert await metric(client, "rgpu_admissions_total", outcome="admitted") == 1
+
+        async def counted() -> bool:
+            return await metric(client, "rgpu_admissions_total", outcome="admitted") == 1
+
+        # The gate is lifted in the store before the patch's answer reaches the counter.
+        await kit.wait_for(counted, what="the admission counted")
         assert await metric(client, "rgpu_admission_wait_seconds_count") == 1
 
 
@@ -157,8 +162,14 @@ async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_w
         assert "NeverFits" in event["message"]
         assert "largest server, gpu-a, has 4 card(s)" in event["message"]
         assert holders(cluster) == {"gpu-a": ["small"]}
-        [entry] = (await client.get("/v1/queue")).json()["pods"]
-        assert (entry["pod"]["name"], entry["reason"], entry["cards"]) == ("big", "NeverFits", 16)
+
+        async def only_the_big_pod_waits() -> bool:
+            entries = (await client.get("/v1/queue")).json()["pods"]
+            found = [(e["pod"]["name"], e["reason"], e["cards"]) for e in entries]
+            return found == [("big", "NeverFits", 16)]
+
+        # The small pod leaves the queue once the pod watch delivers it without its gate.
+        await kit.wait_for(only_the_big_pod_waits, what="only the big pod waits")
 
 
 async def test_a_waiting_pod_is_admitted_when_its_holder_goes(build, kit, sim, cluster):
