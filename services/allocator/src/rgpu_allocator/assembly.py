@@ -235,6 +235,7 @@ def assemble(
         refused=refused,
         instruments=m.instruments,
         preemptor=preemptor,
+        api=api,
     )
     return Parts(
         memory=m,

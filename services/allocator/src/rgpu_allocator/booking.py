@@ -53,6 +53,7 @@ from rgpu_placement import (
 from .annotations import binding_annotations
 from .booker import Booked, Booker
 from .claims import LeaseRecord
+from .clients import KubeApi
 from .errors import (
     BookingExpired,
     CardsGone,
@@ -61,9 +62,10 @@ from .errors import (
     FleetUnknown,
     NotSynced,
     ServerTaken,
+    StillRunning,
 )
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover
+from .judging import Judge, Policy, Remover, read_pod
 from .leases import Edited, Finder, KeyedLocks, LeaseWriter
 from .preempting import Outcome, Preemptor
 from .rechecking import Reprober, Revalidator
@@ -132,6 +134,7 @@ class Booking:
     refused: Refused
     instruments: Instruments
     preemptor: Preemptor
+    api: KubeApi
     pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
@@ -174,7 +177,19 @@ class Booking:
         return self.allocation_of(committed, annotations)
 
     async def release(self, uid: str) -> None:
-        """Remove every claim of ``uid``; releasing nothing is fine (idempotent)."""
+        """Remove every claim of ``uid``; releasing nothing is fine (idempotent).
+
+        A release is a removal, so it is judged like one, on the pod as the apiserver holds it
+        now: a claim whose pod is bound and not finished stays (``StillRunning``), whoever
+        asks; the extender's own releases follow a Binding that failed, for a pod still unbound.
+        """
+        for claim in self.judge.ledger.claims_of(uid):
+            pod = await read_pod(self.api, claim)
+            if pod is not None and pod.bound and not pod.finished:
+                raise StillRunning(
+                    f"{claim.pod.key} is bound to {pod.node_name} and {pod.phase.lower()}; its "
+                    f"claim on {claim.server} is released when the pod ends: delete the pod"
+                )
         await self.remover.release(uid)
         self.refused.forget(uid)
 

@@ -153,6 +153,14 @@ class KubeApi:
         except KubeNotFound:
             return None
 
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The namespace as the apiserver has it now, or ``None`` when it does not exist."""
+        fn = self._kube.core.read_namespace
+        try:
+            return await self._kube.call_raw(fn, name, request_timeout=CALL_TIMEOUT)
+        except KubeNotFound:
+            return None
+
     async def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
         """Merge ``annotations`` into the pod's; raises ``KubeNotFound`` when it is gone."""
         fn = self._kube.core.patch_namespaced_pod
