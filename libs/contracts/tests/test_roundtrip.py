@@ -37,6 +37,7 @@ from rgpu_contracts import (
     FleetUpdate,
     GpuUuid,
     HostPriority,
+    NamespaceShare,
     NodeName,
     NoFit,
     PodRef,
@@ -148,6 +149,17 @@ queues = st.builds(
         ),
         max_size=3,
     ).map(tuple),
+    namespaces=st.lists(
+        st.builds(
+            NamespaceShare,
+            namespace=names,
+            held=small,
+            quota=st.none() | small,
+            weight=st.integers(1, 1000),
+        ),
+        max_size=3,
+    ).map(tuple),
+    config_problem=st.none() | st.text(max_size=20),
 )
 reason_counts = st.builds(ReasonCount, reason=st.sampled_from(Reason), count=small)
 nofits = st.builds(

@@ -104,6 +104,8 @@ from .ids import (
 from .queue import (
     AdmissionQueue,
     AdmissionQueueDict,
+    NamespaceShare,
+    NamespaceShareDict,
     QueuedPod,
     QueuedPodDict,
 )
@@ -173,6 +175,8 @@ __all__ = [
     "FleetUpdateDict",
     "GpuUuid",
     "HostPriority",
+    "NamespaceShare",
+    "NamespaceShareDict",
     "NoFit",
     "NoFitDict",
     "NodeName",

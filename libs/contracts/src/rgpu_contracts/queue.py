@@ -9,7 +9,14 @@ from typing import TypedDict
 from . import _validate as v
 from .allocation import PodRef, PodRefDict
 
-__all__ = ["AdmissionQueue", "AdmissionQueueDict", "QueuedPod", "QueuedPodDict"]
+__all__ = [
+    "AdmissionQueue",
+    "AdmissionQueueDict",
+    "NamespaceShare",
+    "NamespaceShareDict",
+    "QueuedPod",
+    "QueuedPodDict",
+]
 
 
 class QueuedPodDict(TypedDict):
@@ -62,20 +69,71 @@ class QueuedPod:
         )
 
 
+class NamespaceShareDict(TypedDict):
+    namespace: str
+    held: int
+    quota: int | None
+    weight: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamespaceShare:
+    """A namespace's part of the pool: cards held (or admitted), its quota and weight."""
+
+    namespace: str
+    held: int
+    quota: int | None
+    """``None``: no limit."""
+    weight: int
+
+    def to_dict(self) -> NamespaceShareDict:
+        return {
+            "namespace": self.namespace,
+            "held": self.held,
+            "quota": self.quota,
+            "weight": self.weight,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, path: str = "") -> NamespaceShare:
+        m = v.as_mapping(raw, path)
+        quota = m.get("quota")
+        return cls(
+            namespace=v.string(m, "namespace", path),
+            held=v.integer(m, "held", path, minimum=0),
+            quota=None if quota is None else v.integer(m, "quota", path, minimum=0),
+            weight=v.integer(m, "weight", path, minimum=1),
+        )
+
+
 class AdmissionQueueDict(TypedDict):
     pods: list[QueuedPodDict]
+    namespaces: list[NamespaceShareDict]
+    configProblem: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdmissionQueue:
-    """Every pod waiting behind rgpu's scheduling gate, in admission order."""
+    """Every pod waiting behind rgpu's scheduling gate, in admission order, and how the pool
+    is shared between namespaces."""
 
     pods: tuple[QueuedPod, ...]
+    namespaces: tuple[NamespaceShare, ...] = ()
+    config_problem: str | None = None
+    """Why the newest queue configuration was refused (the last good one is in force)."""
 
     def to_dict(self) -> AdmissionQueueDict:
-        return {"pods": [p.to_dict() for p in self.pods]}
+        return {
+            "pods": [p.to_dict() for p in self.pods],
+            "namespaces": [n.to_dict() for n in self.namespaces],
+            "configProblem": self.config_problem,
+        }
 
     @classmethod
     def from_dict(cls, raw: object, path: str = "") -> AdmissionQueue:
         m = v.as_mapping(raw, path)
-        return cls(pods=v.items(m, "pods", path, QueuedPod.from_dict))
+        return cls(
+            pods=v.items(m, "pods", path, QueuedPod.from_dict),
+            namespaces=v.items(m, "namespaces", path, NamespaceShare.from_dict, ()),
+            config_problem=v.opt_string(m, "configProblem", path),
+        )

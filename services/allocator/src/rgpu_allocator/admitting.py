@@ -3,44 +3,51 @@ apiserver write on every cycle and sends pods no server can take round and round
 With admission by scheduling gate, a GPU pod reaches kube-scheduler only once a server is
 booked for it: the elected allocator walks the gated pods in queue order (``planning``), books
 servers for many of them at once (bounded), and lifts only rgpu's gate, against the pod's
-``resourceVersion``. kube-scheduler then finds the booking and just places the pod near it.
+``resourceVersion`` (``gates``). kube-scheduler then finds the booking and places the pod.
 
-Nothing here is remembered that the apiserver does not hold: the queue is the gated pods the
-pod watch delivers, a booking is a claim in a Lease, so a new leader rebuilds everything (a pod
+A gang's bookings are all written before any of its gates is lifted, and if one write fails
+the others are released: a gang never runs in part.
+
+Nothing is remembered that the apiserver does not hold: the queue is the gated pods the pod
+watch delivers, a booking is a claim in a Lease, so a new leader rebuilds everything (a pod
 booked but still gated just has its gate lifted) and a failover loses nothing.
 
 Waiting costs nothing: a pass happens when something changed (a gated pod arrived, capacity
-freed, the fleet changed, leadership moved) and at a slow period for what time alone changes;
-shapes refused once in a pass are not decided again; gated pods are never nudged. Each pod's
-reason to wait is announced once per change of reason, as an Event.
+freed, the fleet or the queue configuration changed, leadership moved) and at a slow period
+for what time alone changes; gated pods are never nudged. Each pod's reason to wait is
+announced once per change of reason, as an Event.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID, QueuedPod
-from rgpu_placement import FleetView, demand_of, gates_after_admission
-from rgpu_runtime import KubeConflict, KubeNotFound, RgpuError
+from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
+from rgpu_placement import FleetView
+from rgpu_runtime import RgpuError
 
 from .booker import Booker
 from .clients import KubeApi, pod_event
+from .gates import Lifted, lift_gate
 from .instruments import Instruments
-from .judging import Judge
-from .planning import Planner, Verdict, Wait
-from .pods import PodInfo, pod_info
+from .judging import Judge, Remover
+from .planning import Planner
+from .pods import PodInfo
 from .preempting import Preemptor, may_preempt
 from .queueing import in_order
+from .queues import Queues
+from .queueview import QueueEntry, admission_queue
+from .verdicts import WARNINGS, Verdict, Wait
 
-__all__ = ["PERIOD", "Admitter", "QueueEntry", "admission_queue"]
+__all__ = ["PERIOD", "Admitter"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -48,45 +55,12 @@ tracer = trace.get_tracer(__name__)
 PERIOD = 2.0
 """Seconds between passes when nothing wakes the admitter: what only time changes (a booking
 lapsing, a nomination expiring) is looked at this often."""
-LIFT_ATTEMPTS = 4
-"""Tries to lift a gate when the pod keeps changing under us (each re-reads it)."""
 PREEMPTIONS_AT_ONCE = 4
 """Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
 WAITING = "RemoteGPUWaiting"
 """The Event reason saying why a gated pod waits."""
 LAPSED = "RemoteGPUAdmissionLapsed"
 """The Event reason saying an admitted pod's booking lapsed before it was bound."""
-_WARNINGS = frozenset({Wait.NEVER_FITS, Wait.NO_CLIENT_NODE, Wait.UNREADABLE})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueEntry:
-    """One gated pod as ``GET /v1/queue`` shows it."""
-
-    pod: PodInfo
-    position: int
-    verdict: Verdict
-
-
-def admission_queue(entries: list[QueueEntry]) -> AdmissionQueue:
-    """The queue as ``GET /v1/queue`` serves it."""
-    return AdmissionQueue(pods=tuple(_queued(e) for e in entries))
-
-
-def _queued(entry: QueueEntry) -> QueuedPod:
-    verdict, pod = entry.verdict, entry.pod
-    gated = pod.gated
-    containers = gated.containers if gated is not None else ()
-    wait = verdict.wait
-    return QueuedPod(
-        pod=pod.ref,
-        position=entry.position,
-        priority=pod.priority,
-        cards=demand_of(containers).effective_count if containers else 0,
-        reason=wait.value if wait is not None else Wait.ADMITTING.value,
-        message=verdict.message if wait is not None else "a server is booked for this pod",
-        since=gated.created_at if gated is not None else 0.0,
-    )
 
 
 class Admitter:
@@ -97,14 +71,17 @@ class Admitter:
         *,
         planner: Planner,
         booker: Booker,
+        remover: Remover,
         preemptor: Preemptor,
+        queues: Queues,
         api: KubeApi,
         instruments: Instruments,
         concurrency: int,
         leading: Callable[[], bool],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._planner, self._booker, self._preemptor = planner, booker, preemptor
+        self._planner, self._booker, self._remover = planner, booker, remover
+        self._preemptor, self._queues = preemptor, queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
         self._queue: dict[PodUID, PodInfo] = {}
@@ -127,7 +104,8 @@ class Admitter:
         return len(self._queue)
 
     def notify(self) -> None:
-        """Something that may let a pod in changed (capacity freed, fleet); sync-callable."""
+        """Something that may let a pod in changed (capacity freed, fleet, queues);
+        sync-callable."""
         self._due = True
         if self._wake is not None:
             self._wake.set()
@@ -162,34 +140,47 @@ class Admitter:
         if leading:
             self.notify()
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> AdmissionQueue:
         """Every gated pod in admission order with what a pass decides for it now (a dry
-        pass: any replica can answer it)."""
+        pass: any replica can answer it), and each namespace's share."""
         view = self.judge.inputs.view
-        pods = in_order(self._queue.values(), self._arrival)
-        if view is None:
-            return []
-        busy = self._flight | self._lifted
-        verdicts = self._planner.plan(pods, view, limit=len(pods) + 1, busy=busy)
-        return [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
+        verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
+        entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
+        return admission_queue(entries, held=self._held(), queues=self._queues)
 
     def collect(self) -> Iterator[Metric]:
-        """``rgpu_admission_queue_pods{reason}``, from the leader only (one series set)."""
-        family = GaugeMetricFamily(
+        """The queue's gauges, from the leader only (one series set whatever the replicas)."""
+        by_reason = GaugeMetricFamily(
             "rgpu_admission_queue_pods",
             "Gated pods waiting for admission, by why they wait (Admitting: in flight).",
             labels=["reason"],
         )
-        if self._leading():
-            counts = dict.fromkeys(Wait, 0)
-            for uid in self._queue:
-                busy = uid in self._flight or uid in self._lifted
-                reason = Wait.ADMITTING if busy else self._said.get(uid)
-                if reason is not None:
-                    counts[reason] += 1
-            for reason, count in counts.items():
-                family.add_metric([reason.value], count)
-        yield family
+        by_namespace = GaugeMetricFamily(
+            "rgpu_queue_pods",
+            "Gated pods waiting for admission, by namespace and why they wait.",
+            labels=["namespace", "reason"],
+        )
+        leading = self._leading()
+        if leading:
+            counts = self._reasons()
+            for reason in Wait:
+                by_reason.add_metric(
+                    [reason.value], sum(n for (_, r), n in counts.items() if r is reason)
+                )
+            for (namespace, reason), count in sorted(counts.items()):
+                by_namespace.add_metric([namespace, reason.value], count)
+        yield by_reason
+        yield by_namespace
+        yield from self._queues.quotas(self._held(), leading)
+
+    def _reasons(self) -> Counter[tuple[str, Wait]]:
+        counts: Counter[tuple[str, Wait]] = Counter()
+        for uid, pod in self._queue.items():
+            busy = uid in self._flight or uid in self._lifted
+            reason = Wait.ADMITTING if busy else self._said.get(uid)
+            if reason is not None:
+                counts[(pod.namespace, reason)] += 1
+        return counts
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Pass after pass, forever; the task group holds the admissions in flight."""
@@ -208,51 +199,96 @@ class Admitter:
         judge = self.judge
         return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
 
+    def _held(self) -> dict[str, int]:
+        """Cards per namespace held or being booked (quotas count both)."""
+        held = dict(self.judge.ledger.cards_by_namespace())
+        for namespace, cards in self.judge.pending.cards_by_namespace().items():
+            held[namespace] = held.get(namespace, 0) + cards
+        return held
+
+    def _plan(self, view: FleetView, *, limit: int) -> list[Verdict]:
+        pods = in_order(self._queue.values(), self._arrival)
+        return self._planner.plan(
+            pods,
+            view,
+            limit=limit,
+            config=self._queues.config,
+            held=self._held(),
+            busy=self._flight | self._lifted,
+        )
+
     def _pass(self, tg: TaskGroup) -> None:
         view = self.judge.inputs.view
         room = self._concurrency - len(self._flight)
         if view is None or room <= 0 or not self._queue:
             return
         with tracer.start_as_current_span("admission.pass") as span:
-            pods = in_order(self._queue.values(), self._arrival)
-            busy = self._flight | self._lifted
-            verdicts = self._planner.plan(pods, view, limit=room, busy=busy)
-            span.set_attribute("rgpu.queue", len(pods))
+            verdicts = self._plan(view, limit=room)
+            span.set_attribute("rgpu.queue", len(self._queue))
+            admit: dict[object, list[Verdict]] = {}
             for verdict in verdicts:
-                self._act(verdict, view, tg)
+                if verdict.booked is not None or verdict.held is not None:
+                    key = verdict.gang if verdict.gang is not None else verdict.pod.uid
+                    admit.setdefault(key, []).append(verdict)
+                elif verdict.wait is not Wait.ADMITTING:
+                    self._wait(verdict, view, tg)
+            for unit in admit.values():
+                self._start(unit, tg)
 
-    def _act(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
-        uid = verdict.pod.uid
-        if verdict.booked is not None or verdict.held is not None:
-            self._flight.add(uid)
+    def _start(self, unit: list[Verdict], tg: TaskGroup) -> None:
+        for verdict in unit:
+            self._flight.add(verdict.pod.uid)
             if verdict.booked is not None:
-                tentative = self._booker.claim(verdict.booked, verdict.booked.choice, self._clock())
-                self.judge.pending.add(tentative)
-            tg.start_soon(self._admit, verdict)
-            return
-        if verdict.wait is Wait.ADMITTING:
-            return
-        self._announce(verdict)
-        if self._should_preempt(verdict):
-            self._preempting.add(uid)
-            tg.start_soon(self._preempt, verdict, view)
+                self.judge.pending.add(self._tentative(verdict))
+        tg.start_soon(self._admit, unit)
 
-    async def _admit(self, verdict: Verdict) -> None:
-        pod, booked = verdict.pod, verdict.booked
+    def _tentative(self, verdict: Verdict) -> Claim:
+        booked = verdict.booked
+        assert booked is not None
+        return self._booker.claim(booked, booked.choice, self._clock())
+
+    async def _admit(self, unit: list[Verdict]) -> None:
         try:
-            with tracer.start_as_current_span("admit", attributes={"k8s.pod.uid": pod.uid}):
-                claim = verdict.held if booked is None else await self._booker.book(booked)
-                lifted = claim is not None and await self._lift(pod)
-                if claim is not None and lifted:
-                    self._lifted.add(pod.uid)
-                    self._admitted(pod, claim.server)
+            with tracer.start_as_current_span("admit", attributes={"rgpu.pods": len(unit)}):
+                claims = await self._book(unit)
+                if claims is not None:
+                    await self._lift(unit, claims)
         except RgpuError as exc:
-            logger.warning("could not admit %s: %s", pod.ref.key, exc)
+            logger.warning("could not admit %s: %s", _names(unit), exc)
         finally:
-            if booked is not None:
-                self.judge.pending.discard(self._booker.claim(booked, booked.choice, 0.0))
-            self._flight.discard(pod.uid)
+            for verdict in unit:
+                if verdict.booked is not None:
+                    self.judge.pending.discard(self._tentative(verdict))
+                self._flight.discard(verdict.pod.uid)
             self.notify()
+
+    async def _book(self, unit: list[Verdict]) -> list[Claim] | None:
+        """Every booking of ``unit`` written, or none left standing (``None``)."""
+        claims: list[Claim] = []
+        try:
+            for verdict in unit:
+                claim = verdict.held
+                if verdict.booked is not None:
+                    claim = await self._booker.book(verdict.booked)
+                if claim is None:
+                    break
+                claims.append(claim)
+        finally:
+            if len(claims) < len(unit):
+                await self._release([c for c, v in zip(claims, unit, strict=False) if v.booked])
+        return claims if len(claims) == len(unit) else None
+
+    async def _release(self, claims: Sequence[Claim]) -> None:
+        with anyio.CancelScope(shield=True):
+            for claim in claims:
+                await self._remover.release(claim.pod.uid)
+
+    async def _lift(self, unit: list[Verdict], claims: list[Claim]) -> None:
+        for verdict, claim in zip(unit, claims, strict=True):
+            lifted = await lift_gate(self._api, verdict.pod)
+            if lifted is Lifted.LIFTED:
+                self._lifted.add(verdict.pod.uid)
+                self._admitted(verdict.pod, claim.server)
 
     def _admitted(self, pod: PodInfo, server: str) -> None:
         self._said.pop(pod.uid, None)
@@ -262,29 +298,11 @@ class Admitter:
             self._instruments.admission_wait_seconds.observe(max(0.0, self._clock() - created))
         logger.info("admitted %s with server %s", pod.ref.key, server)
 
-    async def _lift(self, pod: PodInfo) -> bool:
-        """Remove rgpu's gate, against the pod's version; ``False`` when the pod is gone."""
-        current: PodInfo | None = pod
-        for _ in range(LIFT_ATTEMPTS):
-            gated = current.gated if current is not None else None
-            if current is None or current.uid != pod.uid:
-                return False
-            if gated is None:
-                return True
-            try:
-                await self._api.lift_gate(
-                    pod.namespace,
-                    pod.name,
-                    resource_version=gated.resource_version,
-                    gates=gates_after_admission(gated.gates),
-                )
-                return True
-            except KubeNotFound:
-                return False
-            except KubeConflict:
-                raw = await self._api.get_pod(pod.namespace, pod.name)
-                current = pod_info(raw) if raw is not None else None
-        return False
+    def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
+        self._announce(verdict)
+        if self._should_preempt(verdict):
+            self._preempting.add(verdict.pod.uid)
+            tg.start_soon(self._preempt, verdict, view)
 
     def _announce(self, verdict: Verdict) -> None:
         uid, wait = verdict.pod.uid, verdict.wait
@@ -292,7 +310,7 @@ class Admitter:
             return
         self._said[uid] = wait
         message = f"waiting for a remote GPU ({wait.value}): {verdict.message}"
-        warning = wait in _WARNINGS
+        warning = wait in WARNINGS
         self._api.record_event(
             pod_event(verdict.pod.ref, reason=WAITING, message=message, warning=warning)
         )
@@ -318,3 +336,7 @@ class Admitter:
         finally:
             self._preempting.discard(pod.uid)
             self.notify()
+
+
+def _names(unit: list[Verdict]) -> str:
+    return ", ".join(v.pod.ref.key for v in unit)

@@ -37,6 +37,7 @@ from .planning import Planner
 from .pods import PodIndex, PodInfo
 from .preempting import Preemptor
 from .published import PublishedClaims
+from .queues import Queues, Version, queues_reflector
 from .reactions import Signal, Signals
 from .rechecking import Reprober, Revalidator
 from .repair import Repairer
@@ -95,6 +96,7 @@ class Parts:
     reconciler: Reconciler
     sweeper: Sweeper
     admitter: Admitter
+    queues: Reflector[Version]
     booking: Booking
     lease_watch: Reflector[LeaseRecord]
     pod_watch: Reflector[PodInfo]
@@ -213,10 +215,18 @@ def assemble(
         nominated_on=preemptor.nominated_on,
         admission_ttl=settings.admission.ttl_seconds,
     )
+    queues = Queues(
+        api=api,
+        registry=m.registry,
+        changed=signals.capacity_freed,
+        namespace=policy.namespace,
+    )
     admitter = Admitter(
         planner=planner,
         booker=booker,
+        remover=remover,
         preemptor=preemptor,
+        queues=queues,
         api=api,
         instruments=m.instruments,
         concurrency=settings.admission.concurrency,
@@ -248,6 +258,7 @@ def assemble(
         reconciler=reconciler,
         sweeper=sweeper,
         admitter=admitter,
+        queues=queues_reflector(api, queues),
         booking=booking,
         lease_watch=lease_watch,
         pod_watch=pod_watch,
@@ -284,4 +295,5 @@ async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncC
     tg.start_soon(follow_topology(http, inputs).run)
     await tg.start(p.lease_watch.run)
     await tg.start(p.pod_watch.run)
+    await tg.start(p.queues.run)
     await tg.start(p.sweeper.run)

@@ -53,6 +53,9 @@ for a whole filter, which must also cover the decision and two loopback hops."""
 TOO_MANY_REQUESTS = 429
 """The Eviction API's answer when a PodDisruptionBudget forbids the eviction now."""
 
+QUEUES_CONFIG = "rgpu-queues"
+"""The ConfigMap (in our namespace) holding the queue configuration."""
+
 POD_PAGE_SIZE = 500
 """Pods per list page; the apiserver's own default chunk size for informers."""
 
@@ -126,6 +129,23 @@ class KubeApi:
             self.namespace,
             resource_version=resource_version,
             label_selector=self._selector,
+        )
+
+    def queue_config_pages(self) -> AsyncIterator[Listing]:
+        """The ``rgpu-queues`` ConfigMap of our namespace, as a list (one page)."""
+        fn = self._kube.core.list_namespaced_config_map
+        return kube_pages(
+            self._kube, fn, self.namespace, field_selector=f"metadata.name={QUEUES_CONFIG}"
+        )
+
+    def watch_queue_config(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes of the ``rgpu-queues`` ConfigMap from ``resource_version`` on."""
+        fn = self._kube.core.list_namespaced_config_map
+        return self._kube.watch(
+            fn,
+            self.namespace,
+            resource_version=resource_version,
+            field_selector=f"metadata.name={QUEUES_CONFIG}",
         )
 
     def pod_pages(self) -> AsyncIterator[Listing]:

@@ -18,7 +18,9 @@ from typing import Any
 from rgpu_contracts import ContainerRequest
 from rgpu_placement import (
     ADMISSION_GATE,
+    Gang,
     InvalidQuantity,
+    gang_of,
     read_demand,
     scheduling_gates,
     waits_for_rgpu,
@@ -57,6 +59,8 @@ class Gated:
     """Why the pod's ask is unreadable (the webhook refuses such pods; a pod created while it
     was down may still carry one)."""
     placement: Placement
+    gang: Gang | None = None
+    """The gang the pod belongs to (``rgpu.io/gang`` and ``rgpu.io/gang-size`` labels)."""
 
     @property
     def ours(self) -> bool:
@@ -79,6 +83,10 @@ def _moment(text: object) -> float:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
 
 
 def _expression(raw: object) -> Expression:
@@ -127,4 +135,5 @@ def read_gated(raw: Mapping[str, Any], resources: ResourceSettings) -> Gated | N
         containers=containers,
         problem=problem,
         placement=_placement(spec),
+        gang=gang_of(str(meta.get("namespace") or ""), _labels(meta)),
     )

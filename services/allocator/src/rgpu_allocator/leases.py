@@ -147,6 +147,15 @@ class Pending:
         found = self._by_server.get(server)
         return tuple(found.values()) if found else ()
 
+    def cards_by_namespace(self) -> dict[str, int]:
+        """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
+        found: dict[str, int] = {}
+        for held in self._by_server.values():
+            for claim in held.values():
+                namespace = claim.pod.namespace
+                found[namespace] = found.get(namespace, 0) + len(claim.cards)
+        return found
+
     def add(self, claim: Claim) -> None:
         """Count ``claim`` as held until ``discard``."""
         self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim

@@ -1,34 +1,41 @@
-"""Admission walks the gated pods in queue order and decides, for each, what happens now: book
-a server, lift the gate of a pod already booked, or wait — and why. The walk is one
-synchronous pass over the caches, so its decisions are consistent with each other: every
-booking a pass plans counts as held for the pods after it (they spread over other servers),
-and a pod behind in line never takes what a pod ahead of it was given.
+"""Admission walks the gated pods and decides, for each, what happens now: book a server, lift
+the gate of a pod already booked, or wait — and why. The walk is one synchronous pass over the
+caches, so its decisions are consistent with each other: every booking a pass plans counts as
+held for the pods after it (they spread over other servers), and a pod behind in line never
+takes what a pod ahead of it was given.
 
 The same pass serves the leader, which then carries it out, and anyone who asks where a pod
 stands (``GET /v1/queue``, ``rgpu explain``) on any replica, which only reads it.
 
 Rules of the walk:
-* a pod that cannot be placed does not block the pods behind it (a smaller ask may fit);
-* a pod waiting for capacity that only claims hold (``Refusal.blocked_by_claims``) keeps the
-  best of those servers from every pod of lower priority behind it, so a stream of small
-  low-priority asks cannot starve it (in card granularity they would otherwise nibble its
-  server's cards as they free);
+* the order is the queue policy's (``rgpu_placement.FairWalk``): priority, then the namespace
+  holding the fewest cards per unit of weight, then first come first served;
+* a namespace never holds more cards than its quota (cards held or admitted; a whole-server
+  booking counts every card of the server): its pods wait with ``QuotaExceeded``;
+* a gang is booked whole or not at all: its members are decided one after the other, and one
+  that does not fit takes back what the others were given in this pass;
+* a unit that cannot be placed does not block the units behind it (a smaller ask may fit),
+  but a unit waiting for capacity only claims hold (``Refusal.blocked_by_claims``) keeps the
+  best of those servers from every unit of lower priority, so a stream of small low-priority
+  asks cannot starve it (in card granularity they would nibble its server's cards as they free);
 * once one pod of a shape (ask, candidate nodes) is refused, the rest of that shape are
   refused with it in the same pass, without deciding again: nothing frees during a pass.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rgpu_contracts import Card, CardId, Claim, NodeName, Reason, ServerName
+from rgpu_contracts import CardId, Claim, NodeName, ServerName
 from rgpu_placement import (
     Choice,
     Demand,
+    FairWalk,
     FleetView,
+    Gang,
     Holdings,
+    QueueConfig,
     Refusal,
     ServerFacts,
     choose,
@@ -41,43 +48,10 @@ from .candidates import Candidates
 from .judging import Judge, Policy
 from .leases import Layered, Pending
 from .pods import PodInfo
+from .units import Unit, units_of
+from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
 
-__all__ = ["Planner", "Verdict", "Wait"]
-
-
-class Wait(enum.StrEnum):
-    """Why a gated pod is not admitted now (the metric label and the Event's theme)."""
-
-    NO_FIT = "NoFit"
-    """No server fits the pod now; the message gives HAMi's per-card reasons."""
-    NEVER_FITS = "NeverFits"
-    """No server of the fleet could take the pod even if every one were free."""
-    PREEMPTING = "Preempting"
-    """A server is being freed for the pod (its victims are leaving)."""
-    BEHIND_PRIORITY = "BehindPriority"
-    """What fits is kept for a waiting pod of higher priority."""
-    NO_CLIENT_NODE = "NoClientNode"
-    """No client node matches the pod's node selector or required affinity."""
-    UNREADABLE = "UnreadableRequest"
-    """The pod's remote-GPU ask cannot be read."""
-    ADMITTING = "Admitting"
-    """A booking or the gate's removal is in flight."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
-    """What the pass decided for one pod."""
-
-    pod: PodInfo
-    booked: Booked | None = None
-    """Book this now."""
-    held: Claim | None = None
-    """Already booked (a leader before us, or this one a moment ago): lift the gate."""
-    wait: Wait | None = None
-    message: str = ""
-    refusal: Refusal | None = None
-    """What blocked the pod, for preemption."""
-    demand: Demand | None = None
+__all__ = ["Planner"]
 
 
 @dataclass(slots=True)
@@ -85,6 +59,7 @@ class _Pass:
     """What one walk has learnt so far."""
 
     pending: Pending
+    fair: FairWalk[Unit]
     refused: dict[object, Verdict] = field(default_factory=dict)
     reserved: dict[ServerName, int] = field(default_factory=dict)
     admitted: int = 0
@@ -116,39 +91,6 @@ class _Reserved:
         return _Reserved(self._held.without_claims(), self._reserved, self._priority)
 
 
-def _takes(cards: tuple[Card, ...], demand: Demand, granularity: str) -> bool:
-    if granularity == "card":
-        return sum(c.memory_mib >= demand.max_memory_mib for c in cards) >= demand.effective_count
-    return all(sum(c.memory_mib >= a.memory_mib for c in cards) >= a.count for a in demand.asks)
-
-
-def never_fits(view: FleetView, demand: Demand, granularity: str) -> str | None:
-    """Why no server of the fleet could take ``demand`` even if all were free; ``None`` when
-    one could."""
-    servers = view.fleet.servers
-    if any(_takes(s.cards, demand, granularity) for s in servers):
-        return None
-    if not servers:
-        return "no remote GPU server is known yet"
-    largest = max(servers, key=lambda s: (len(s.cards), s.name))
-    memory = max((c.memory_mib for c in largest.cards), default=0)
-    asked = max((a.count for a in demand.asks), default=0)
-    if granularity == "card":
-        asked = demand.effective_count
-    return (
-        f"no remote GPU server can ever take this pod: it asks for {asked} card(s) of at least "
-        f"{demand.max_memory_mib} MiB on one server; the largest server, {largest.name}, has "
-        f"{len(largest.cards)} card(s) of up to {memory} MiB"
-    )
-
-
-def _main_reason(refusal: Refusal) -> str:
-    reasons = refusal.nofit.reasons
-    if not reasons:
-        return Reason.NO_SERVERS.value
-    return max(reasons, key=lambda r: (r.count, r.reason.value)).reason.value
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Planner:
     """Works out one pass over the gated pods; pure on the caches."""
@@ -167,22 +109,82 @@ class Planner:
         view: FleetView,
         *,
         limit: int,
+        config: QueueConfig,
+        held: Mapping[str, int],
         busy: Collection[str] = frozenset(),
     ) -> list[Verdict]:
-        """Verdicts for ``pods`` (in queue order) until ``limit`` bookings are planned."""
-        walk = _Pass(pending=Layered(self.judge.pending))
+        """Verdicts for ``pods`` (in arrival order) until ``limit`` bookings are planned;
+        ``held`` counts the cards each namespace holds now."""
+        units = units_of(pods)
+        fair = FairWalk(
+            units,
+            namespace=lambda u: u.namespace,
+            priority=lambda u: u.priority,
+            held=held,
+            config=config,
+        )
+        walk = _Pass(pending=Layered(self.judge.pending), fair=fair)
         verdicts: list[Verdict] = []
-        for pod in pods:
+        for unit in fair:
             if walk.admitted >= limit:
                 break
-            verdict = self._one(pod, view, walk, busy)
-            verdicts.append(verdict)
+            verdicts.extend(self._unit(unit, view, walk, busy, config))
         return verdicts
 
-    def _one(self, pod: PodInfo, view: FleetView, walk: _Pass, busy: Collection[str]) -> Verdict:
+    def _unit(
+        self, unit: Unit, view: FleetView, walk: _Pass, busy: Collection[str], config: QueueConfig
+    ) -> list[Verdict]:
+        if unit.problem is not None:
+            wait, message = unit.problem
+            return [Verdict(pod=p, wait=wait, message=message) for p in unit.pods]
+        if any(p.uid in busy for p in unit.pods):
+            return [
+                Verdict(pod=p, wait=Wait.ADMITTING, message="being admitted") for p in unit.pods
+            ]
+        verdicts = [self._one(p, view, walk) for p in unit.pods]
+        taken = [v.booked for v in verdicts if v.booked is not None]
+        stop = next((v for v in verdicts if v.wait is not None), None)
+        if stop is None:
+            stop = self._over_quota(unit, taken, walk, config)
+        if stop is not None:
+            for booked in taken:
+                walk.pending.discard(self._claim(booked))
+            return [self._waits(v, stop, unit) for v in verdicts]
+        walk.admitted += len(taken)
+        walk.fair.took(unit.namespace, sum(len(b.choice.fit.cards) for b in taken))
+        if unit.gang is None or len(unit.pods) < 2:
+            return verdicts
+        return [_in_gang(v, unit.gang) for v in verdicts]
+
+    def _waits(self, verdict: Verdict, stop: Verdict, unit: Unit) -> Verdict:
+        """``verdict``'s pod waits because of ``stop`` (itself, or a sibling of its gang)."""
+        if stop is verdict or unit.gang is None:
+            return (
+                stop
+                if stop is verdict
+                else Verdict(
+                    pod=verdict.pod, wait=stop.wait, message=stop.message, demand=verdict.demand
+                )
+            )
+        message = f"gang {unit.gang.name}: {stop.pod.name} waits: {stop.message}"
+        return Verdict(pod=verdict.pod, wait=stop.wait, message=message, demand=verdict.demand)
+
+    def _over_quota(
+        self, unit: Unit, taken: list[Booked], walk: _Pass, config: QueueConfig
+    ) -> Verdict | None:
+        quota = config.quota(unit.namespace).cards
+        cards = sum(len(b.choice.fit.cards) for b in taken)
+        holds = walk.fair.held(unit.namespace)
+        if quota is None or holds + cards <= quota:
+            return None
+        message = (
+            f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
+            f"this would take {cards} more (ConfigMap rgpu-queues)"
+        )
+        return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
+
+    def _one(self, pod: PodInfo, view: FleetView, walk: _Pass) -> Verdict:
         gated = pod.gated
-        if pod.uid in busy:
-            return Verdict(pod=pod, wait=Wait.ADMITTING, message="being admitted")
         if gated is None or gated.problem is not None:
             problem = gated.problem if gated is not None else "not gated"
             return Verdict(pod=pod, wait=Wait.UNREADABLE, message=problem or "")
@@ -238,9 +240,11 @@ class Planner:
             choice=choice,
             admission_ttl=self.admission_ttl,
         )
-        walk.admitted += 1
-        walk.pending.add(self.booker.claim(booked, choice, self.judge.clock()))
+        walk.pending.add(self._claim(booked))
         return Verdict(pod=pod, booked=booked, demand=demand)
+
+    def _claim(self, booked: Booked) -> Claim:
+        return self.booker.claim(booked, booked.choice, 0.0)
 
     def _refused(
         self,
@@ -255,11 +259,29 @@ class Planner:
             return Verdict(
                 pod=pod, wait=Wait.PREEMPTING, message=message, refusal=refusal, demand=demand
             )
-        never = never_fits(view, demand, self.policy.granularity)
+        never = self._never(pod, view, demand)
         if never is not None:
             return Verdict(pod=pod, wait=Wait.NEVER_FITS, message=never, demand=demand)
-        if _main_reason(refusal) == Reason.NO_SERVERS.value or not refusal.nofit.reasons:
-            message = refusal.nofit.message
-        else:
-            message = f"no remote GPU server fits now: {refusal.nofit.message}"
+        message = no_fit_message(refusal)
         return Verdict(pod=pod, wait=Wait.NO_FIT, message=message, refusal=refusal, demand=demand)
+
+    def _never(self, pod: PodInfo, view: FleetView, demand: Demand) -> str | None:
+        granularity = self.policy.granularity
+        never = never_fits(view, demand, granularity)
+        gang = pod.gated.gang if pod.gated is not None else None
+        if never is not None or gang is None or gang.size is None or granularity == "card":
+            return never
+        capable = capable_servers(view, demand, granularity)
+        if gang.size <= capable:
+            return None
+        return (
+            f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
+            "fleet could ever take one (each member holds a whole server)"
+        )
+
+
+def _in_gang(verdict: Verdict, gang: Gang) -> Verdict:
+    """``verdict`` as one of a gang's, lifted only once every member is written."""
+    return Verdict(
+        pod=verdict.pod, booked=verdict.booked, held=verdict.held, demand=verdict.demand, gang=gang
+    )

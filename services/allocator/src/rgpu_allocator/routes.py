@@ -56,7 +56,7 @@ from rgpu_runtime import (
     state_value,
 )
 
-from .admitting import Admitter, admission_queue
+from .admitting import Admitter
 from .booking import Booking
 from .claims import Ledger
 from .errors import TooLong
@@ -190,7 +190,7 @@ async def get_claims(request: Request) -> Response:
 
 
 async def get_queue(request: Request) -> Response:
-    return json_response(admission_queue(deps(request).admitter.queue()).to_dict())
+    return json_response(deps(request).admitter.queue().to_dict())
 
 
 async def get_status(request: Request) -> Response:
