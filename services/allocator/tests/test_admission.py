@@ -34,6 +34,8 @@ def gated_pod(
     priority: int | None = None,
     gates: Sequence[Mapping[str, str]] = (GATE,),
     spec: Mapping[str, object] | None = None,
+    namespace: str = "ml",
+    labels: Mapping[str, str] | None = None,
 ) -> PodRef:
     """A GPU pod as the webhook leaves it in gate mode: rgpu's scheduler, gated."""
     limits = {COUNT: str(cards)}
@@ -44,13 +46,14 @@ def gated_pod(
         body["priorityClassName"] = priority_class(cluster, priority)
     manifest = testkit.pod_manifest(
         name=name,
-        namespace="ml",
+        namespace=namespace,
         scheduler="rgpu-scheduler",
+        labels=labels or None,
         containers=[testkit.container_manifest(name="main", limits=limits)],
         spec=body,
     )
     made = cluster.sim.store.create("pods", manifest)
-    return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace="ml", name=name)
+    return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace=namespace, name=name)
 
 
 def priority_class(cluster: Any, value: int) -> str:

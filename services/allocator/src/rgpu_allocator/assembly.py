@@ -294,6 +294,8 @@ async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncC
     tg.start_soon(follow_fleet(http, inputs, p.signals.capacity_freed).run)
     tg.start_soon(follow_topology(http, inputs).run)
     await tg.start(p.lease_watch.run)
-    await tg.start(p.pod_watch.run)
+    # The queues are in before the pods: the first admission pass (it waits for the pods)
+    # never runs on "no quota" by accident.
     await tg.start(p.queues.run)
+    await tg.start(p.pod_watch.run)
     await tg.start(p.sweeper.run)
