@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
+    Decision,
     ParentBased,
     Sampler,
     SamplingResult,
@@ -123,7 +124,8 @@ class _Roots(Sampler):
         result = self._standard.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
-        if not result.decision.is_sampled() or _requested(parent_context, kind, attributes, links):
+        sampled = result.decision == Decision.RECORD_AND_SAMPLE
+        if not sampled or _requested(parent_context, kind, attributes, links):
             return result
         return self._background.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
