@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from rgpu_cli.checks import check_endpoints, check_no_sharing
 from rgpu_cli.explain import explain
 from rgpu_cli.main import app as cli
+from rgpu_cli.span_receiver import receiving
 from rgpu_cli.spans import read_spans
 from rgpu_cli.stack import Stack, StackOptions, run_stack
 from rgpu_cli.status import fetch_snapshot, status_table
@@ -177,6 +178,25 @@ async def test_the_stack_keeps_each_pods_story_and_rgpu_trace_draws_it(tmp_path:
         by_trace.setdefault(span.trace_id, set()).add(span.service)
     filters = {s.trace_id for s in read_spans(spans_file) if s.name == "extender.filter"}
     assert any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
+
+
+async def test_an_otlp_endpoint_receives_the_spans_instead_of_the_span_file(
+    tmp_path: Path,
+) -> None:
+    """``--otlp-endpoint``: a collector of the user's (here an OTLP/HTTP receiver) gets them."""
+    kept, elsewhere = tmp_path / "kept.jsonl", tmp_path / "collector.jsonl"
+    (plan,) = _pods(1, seed=10, run=(0.5, 0.5))
+    async with receiving(elsewhere) as collector:
+        options = _options(servers=1, spans_file=kept, otlp_endpoint=collector)
+        async with run_stack(options) as stack:
+            await _submit(stack, (plan,))
+            await eventually(
+                lambda: any(s.name == "extender.bind" for s in read_spans(elsewhere)),
+                timeout=30,
+                what="the bind's span at the endpoint",
+            )
+    assert not kept.exists()
+    assert {s.service for s in read_spans(elsewhere)} >= {"rgpu-extender", "rgpu-allocator"}
 
 
 async def test_killing_allocator_and_extender_mid_run_loses_no_booking() -> None:

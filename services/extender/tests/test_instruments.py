@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from rgpu_extender import create_app
+from rgpu_extender.instruments import label_attributes
 from rgpu_runtime import CREATION_LINK, TRACE_ANNOTATION, instrument_app, traceparent_of
 from rgpu_testkit import eventually
 
@@ -166,3 +167,12 @@ async def test_the_webhook_records_its_span_as_the_pods_creation(spans, traced, 
         f"{mutate.context.trace_id:032x}",
         f"{mutate.context.span_id:016x}",
     ]
+
+
+def test_a_pod_without_a_name_yet_is_named_by_its_namespace_only() -> None:
+    assert label_attributes("ml-team/trainer-*") == {"k8s.namespace.name": "ml-team"}
+    assert label_attributes("ml-team/trainer-0") == {
+        "k8s.namespace.name": "ml-team",
+        "k8s.pod.name": "trainer-0",
+    }
+    assert label_attributes("") == {}

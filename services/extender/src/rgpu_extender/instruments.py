@@ -119,6 +119,12 @@ async def observed(
 
 
 def label_attributes(label: str) -> dict[str, str]:
-    """The span attributes naming the pod of a ``namespace/name`` label (none when empty)."""
+    """The span attributes naming the pod of a ``namespace/name`` label (none when empty).
+
+    A pod created with ``generateName`` has no name yet at admission (its label ends in
+    ``*``): only its namespace is known.
+    """
     namespace, _, name = label.partition("/")
-    return pod_attributes(namespace=namespace, name=name) if name else {}
+    if not name:
+        return {}
+    return pod_attributes(namespace=namespace, name="" if name.endswith("*") else name)
