@@ -56,6 +56,7 @@ from rgpu_testkit import container_manifest, eventually, pod_manifest
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
 NAMESPACE = "ml-team"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 POD = "trainer-0"
 LEGACY = {"pod", "pod.uid", "node", "k8s.pod", "servers", "pods", "dry_run"}
 """Attribute names the services used before they followed the Kubernetes conventions."""
@@ -68,6 +69,8 @@ class Run:
     spans: tuple[ReadableSpan, ...]
     pod: dict[str, Any]
     spans_file: Path
+    scrape: str
+    """The extender's ``/metrics`` as Prometheus asks for it (OpenMetrics), after the bind."""
 
     def named(self, name: str) -> list[ReadableSpan]:
         return [span for span in self.spans if span.name == name]
@@ -149,17 +152,18 @@ async def run(
         shipping = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"))
         provider.add_span_processor(shipping)
         try:
-            pod = await schedule_one_pod(sim, tmp_path)
+            pod, scrape = await schedule_one_pod(sim, tmp_path)
             # The exporter posts from its own thread: flushing must not block the event loop
             # the receiver runs on.
             assert await anyio.to_thread.run_sync(shipping.force_flush)
         finally:
             await anyio.to_thread.run_sync(shipping.shutdown)
-    return Run(spans=memory.get_finished_spans(), pod=pod, spans_file=spans_file)
+    return Run(spans=memory.get_finished_spans(), pod=pod, spans_file=spans_file, scrape=scrape)
 
 
-async def schedule_one_pod(sim: SimApiServer, tmp_path: Path) -> dict[str, Any]:
-    """Create a GPU pod through the webhook and let the scheduler emulator bind it."""
+async def schedule_one_pod(sim: SimApiServer, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """Create a GPU pod through the webhook and let the scheduler emulator bind it; the pod
+    and the extender's OpenMetrics scrape."""
     cert, key, ca_pem = _write_certs(tmp_path)
     discovery = instrument_app(rgpu_discovery.create_app(settings("discovery", sim)))
     async with LifespanManager(discovery) as d:
@@ -178,7 +182,10 @@ async def schedule_one_pod(sim: SimApiServer, tmp_path: Path) -> dict[str, Any]:
             async with running(instrument_app(extender), *listeners) as (scheduler_url, hook):
                 hooks = _webhook_configuration(f"{hook}/mutate", ca_pem)
                 sim.store.create("mutatingwebhookconfigurations", hooks)
-                return await create_and_bind(sim, scheduler_url)
+                pod = await create_and_bind(sim, scheduler_url)
+                async with httpx.AsyncClient(base_url=scheduler_url) as client:
+                    scraped = await client.get("/metrics", headers={"Accept": OPENMETRICS})
+                return pod, scraped.text
 
 
 async def create_and_bind(sim: SimApiServer, extender_url: str) -> dict[str, Any]:
@@ -285,3 +292,20 @@ async def test_rgpu_trace_of_an_unknown_pod_says_so_in_one_line_and_fails(run: R
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert f"no span names pod {NAMESPACE}/nobody" in line
+
+
+async def test_the_filter_histograms_exemplar_names_the_filter_trace(run: Run) -> None:
+    uid = run.pod["metadata"]["uid"]
+    filters = {
+        f"{s.context.trace_id:032x}"
+        for s in run.named("POST /filter")
+        if s.attributes.get("k8s.pod.uid") == uid
+    }
+    named = {
+        line.split('trace_id="')[1][:32]
+        for line in run.scrape.splitlines()
+        if line.startswith("rgpu_http_request_duration_seconds_bucket")
+        and 'route="/filter"' in line
+        and 'trace_id="' in line
+    }
+    assert named and named <= filters
