@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterator, Sequence
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
+from opentelemetry.trace import SpanContext
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
 from rgpu_placement import FleetView
-from rgpu_runtime import RgpuError
+from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span
 
 from .booker import Booker
 from .clients import KubeApi, pod_event
@@ -248,8 +249,12 @@ class Admitter:
         return self._booker.claim(booked, booked.choice, self._clock())
 
     async def _admit(self, unit: list[Verdict]) -> None:
+        first = unit[0].pod
         try:
-            with tracer.start_as_current_span("admit", attributes={"rgpu.pods": len(unit)}):
+            with pod_span(tracer, "allocator.admit", first.ref, creation=_creation(first)) as span:
+                for other in unit[1:]:
+                    link_creation(span, _creation(other.pod))
+                span.set_attribute("rgpu.pods", len(unit))
                 claims = await self._book(unit)
                 if claims is not None:
                     await self._lift(unit, claims)
@@ -336,6 +341,10 @@ class Admitter:
         finally:
             self._preempting.discard(pod.uid)
             self.notify()
+
+
+def _creation(pod: PodInfo) -> SpanContext | None:
+    return creation_context(pod.gated.trace) if pod.gated is not None else None
 
 
 def _names(unit: list[Verdict]) -> str:

@@ -85,7 +85,7 @@ class Booker:
 
         # Registered before the first await: concurrent decisions in this replica see it at once.
         tentative = self.claim(booked, booked.choice, now)
-        attributes = {"server": server, "pod.uid": uid}
+        attributes = {"rgpu.server": server, "k8s.pod.uid": uid}
         with (
             tracer.start_as_current_span("book", attributes=attributes),
             self.judge.pending.hold(tentative),

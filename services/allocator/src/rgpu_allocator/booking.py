@@ -49,6 +49,7 @@ from rgpu_placement import (
     expires_at,
     winner,
 )
+from rgpu_runtime import pod_attributes, trace_exemplar
 
 from .annotations import binding_annotations
 from .booker import Booked, Booker
@@ -147,10 +148,10 @@ class Booking:
         """
         self._require_view()
         self._require_synced()
+        pod = request.pod
         attributes: dict[str, str | bool] = {
-            "pod": request.pod.key,
-            "pod.uid": request.pod.uid,
-            "dry_run": request.dry_run,
+            **pod_attributes(namespace=pod.namespace, name=pod.name, uid=pod.uid),
+            "rgpu.dry_run": request.dry_run,
         }
         with tracer.start_as_current_span("allocate", attributes=attributes):
             async with self.pod_locks.hold(request.pod.uid):
@@ -163,7 +164,8 @@ class Booking:
         pod holds the cards), ``CardsGone`` (cards left the fleet) and ``KubeUnavailable``.
         """
         view = self._require_view()
-        with tracer.start_as_current_span("commit", attributes={"pod.uid": uid, "node": node}):
+        attributes = {"k8s.pod.uid": uid, "k8s.node.name": node}
+        with tracer.start_as_current_span("commit", attributes=attributes):
             claims = await self.finder.claims(uid)
             target = winner(c for c in claims if self.judge.validity(c).blocks) or winner(claims)
             if target is None:
@@ -330,7 +332,7 @@ class Booking:
                 granularity=self.policy.granularity,
                 nominated=nominated,
             )
-        self.instruments.decision_seconds.observe(time.perf_counter() - started)
+        self.instruments.decision_seconds.observe(time.perf_counter() - started, trace_exemplar())
         return outcome
 
     def _booked(self, request: AllocationRequest, demand: Demand, choice: Choice) -> Booked:

@@ -25,9 +25,12 @@ from rgpu_placement import (
     scheduling_gates,
     waits_for_rgpu,
 )
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime import TRACE_ANNOTATION, ResourceSettings
 
 __all__ = ["Expression", "Gated", "Placement", "read_gated"]
+
+MAX_TRACEPARENT = 256
+"""A W3C traceparent is 55 characters; anything much longer is not one (and is not kept)."""
 
 Expression = tuple[str, str, tuple[str, ...]]
 """One node selector requirement: (label key, operator, values)."""
@@ -61,6 +64,8 @@ class Gated:
     placement: Placement
     gang: Gang | None = None
     """The gang the pod belongs to (``rgpu.io/gang`` and ``rgpu.io/gang-size`` labels)."""
+    trace: str | None = None
+    """The pod's creation as the webhook recorded it (``rgpu.io/trace``), for span links."""
 
     @property
     def ours(self) -> bool:
@@ -83,6 +88,11 @@ def _moment(text: object) -> float:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+def _trace(meta: Mapping[str, Any]) -> str | None:
+    value = _mapping(meta.get("annotations")).get(TRACE_ANNOTATION)
+    return value if isinstance(value, str) and len(value) <= MAX_TRACEPARENT else None
 
 
 def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
@@ -136,4 +146,5 @@ def read_gated(raw: Mapping[str, Any], resources: ResourceSettings) -> Gated | N
         problem=problem,
         placement=_placement(spec),
         gang=gang_of(str(meta.get("namespace") or ""), _labels(meta)),
+        trace=_trace(meta),
     )
