@@ -203,6 +203,8 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
     review = load("k8s/admission-review-pod-create.json")
     assert (await stack.clients["extender"].post("/mutate", json=review)).is_success
     stack.sim.faults.set_error(verb="*", resource="leases", rate=1.0, code=500)
+    # A release reads its pod first (a bound pod's claim is never released): fail that too.
+    stack.sim.faults.set_error(verb="get", resource="pods", rate=1.0, code=500)
     uid = first["metadata"]["uid"]
     extender = {"Authorization": f"Bearer {await extender_token(stack.sim.url)}"}
     failed = await stack.clients["allocator"].delete(f"/v1/allocations/{uid}", headers=extender)
