@@ -28,7 +28,9 @@ from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
 from .processes import die_with_parent, run_until_stopped
 from .simulate import SimResult, SpecError, load_spec, simulate
-from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
+from .soak import SoakOptions, SoakReport, plan_for, print_soak_report, run_soak
+from .soak_plan import SoakPlan
+from .soak_sizing import LOAD
 from .soak_workload import WorkloadShape
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
@@ -116,6 +118,12 @@ def _faults(value: str) -> str:
     return value
 
 
+def _admission(value: str) -> str:
+    if value not in ("gate", "filter"):
+        raise typer.BadParameter("must be 'gate' or 'filter'")
+    return value
+
+
 @app.command()
 def soak(
     servers: int = typer.Option(8, min=1, help="lupine servers to simulate"),
@@ -133,6 +141,18 @@ def soak(
     priority_mix: float = typer.Option(
         0.1, min=0.0, max=1.0, help="share of urgent pods (0 turns the priority mix off)"
     ),
+    admission: str = typer.Option(
+        "gate", callback=_admission, help="gate (rgpu admits behind a gate) | filter (HAMi's)"
+    ),
+    queues: str = typer.Option(
+        "standard", callback=_faults, help="standard (teams with quotas, gangs) | none"
+    ),
+    load: float = typer.Option(
+        LOAD, min=0.0, help="share of the fleet the stream asks for; its rate follows (0: as is)"
+    ),
+    timeout_seconds: float | None = typer.Option(
+        None, min=1.0, help="deadline; default: derived from the workload and the fleet"
+    ),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
     trace: Path | None = typer.Option(
         None,
@@ -140,7 +160,8 @@ def soak(
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
 ) -> None:
-    """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
+    """Run the replicated system under a long workload and injected faults; PASS/FAIL lines.
+    Exits 1 on a FAIL, 2 (before starting) when the run could not finish."""
     console = Console()
     stack = StackOptions(
         servers=servers,
@@ -157,17 +178,35 @@ def soak(
     shape = WorkloadShape(
         pods=pods, seed=seed, max_cards=min(2, cards), priority_share=priority_mix
     )
+    if admission == "filter" and queues == "standard":
+        console.print(
+            "[red]--admission filter has no queues[/] (quotas, fair share and gangs are "
+            "admission's): add --queues none"
+        )
+        raise typer.Exit(code=2)
     options = SoakOptions(
         stack=stack,
         workload=shape,
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
         trace=trace,
+        admission=admission,
+        queues=queues == "standard",
+        load=load,
+        timeout_seconds=timeout_seconds,
     )
+    plan = plan_for(options)
+    if plan.problems:
+        console.print("[red]this soak cannot finish[/]:", highlight=False)
+        for problem in plan.problems[:10]:
+            console.print(f"  {problem}", soft_wrap=True, highlight=False)
+        arithmetic = f"  the arithmetic: {plan.sizing.describe()}"
+        console.print(arithmetic, soft_wrap=True, highlight=False)
+        raise typer.Exit(code=2)
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_soak, options, console)
+    report = anyio.run(_soak, options, console, plan)
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
@@ -175,8 +214,8 @@ def soak(
     raise typer.Exit(code=0 if report.ok else 1)
 
 
-async def _soak(options: SoakOptions, console: Console) -> SoakReport | None:
-    return await run_until_stopped(lambda: run_soak(options, console))
+async def _soak(options: SoakOptions, console: Console, plan: SoakPlan) -> SoakReport | None:
+    return await run_until_stopped(lambda: run_soak(options, console, plan))
 
 
 async def _up(options: StackOptions, console: Console) -> None:

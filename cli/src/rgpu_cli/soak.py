@@ -9,7 +9,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -20,6 +20,8 @@ from rich.table import Table
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .soak_evidence import Evidence, record_evidence
 from .soak_faults import FaultLog, apply_standing_faults, run_faults
+from .soak_judging import Judged, judge
+from .soak_plan import SoakPlan, plan_soak
 from .soak_priority import (
     Eviction,
     PreemptionWait,
@@ -31,6 +33,7 @@ from .soak_priority import (
     preemption_summary,
     preemption_waits,
 )
+from .soak_queues import QueueSetup
 from .soak_scaling import (
     ScalingEvidence,
     measure_after_drain,
@@ -38,19 +41,18 @@ from .soak_scaling import (
     sample_replicas,
     scaling_checks,
 )
+from .soak_sizing import LOAD
 from .soak_trace import save_trace
 from .soak_workload import (
     BUDGETS,
     SoakPod,
     WorkloadShape,
     budget_manifests,
-    plan_soak_workload,
     priority_class_manifests,
 )
-from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
+from .stack import SERVICES, SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
 from .verdict import (
     WAKE_LIMIT_SECONDS,
-    WakeUp,
     check_commits_held,
     check_completion,
     check_no_5xx,
@@ -58,10 +60,16 @@ from .verdict import (
     check_restarts,
     check_wakeups,
     percentile,
-    wake_seconds,
 )
 
-__all__ = ["SoakOptions", "SoakReport", "print_soak_report", "run_soak"]
+__all__ = [
+    "SoakCannotFinish",
+    "SoakOptions",
+    "SoakReport",
+    "plan_for",
+    "print_soak_report",
+    "run_soak",
+]
 
 _EXTENDER_5XX = re.compile(r"code (5\d\d)")
 _PASSED_ON_5XX = re.compile(r"\((5\d\d)\): (.*)")
@@ -71,8 +79,19 @@ _INJECTED_CAUSE = re.compile(r": (429|5\d\d) |injected fault")
 _LOGGED_5XX = re.compile(
     r'HTTP Request: (\S+) (\S+) \\"HTTP/[\d.]+ (5\d\d)|Exception in ASGI application'
 )
+QUEUES_CONFIGMAP = "rgpu-queues"
 _RETRY_SECONDS = 60.0
+DRIVER_CALLS = 16
+"""Apiserver calls the workload's owner has in flight at once."""
 """How long the workload's owner keeps retrying a create or delete the apiserver refuses."""
+
+
+class SoakCannotFinish(Exception):
+    """The soak's plan cannot finish: ``problems`` say why, with the figures."""
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,10 +104,18 @@ class SoakOptions:
     wake_limit_seconds: float | None = WAKE_LIMIT_SECONDS
     """None: print the wake-ups in the summary without judging them (a timing verdict on a
     shared machine is not a correctness verdict; the CI soak runs this way)."""
-    timeout_seconds: float = 900.0
+    timeout_seconds: float | None = None
+    """The deadline; ``None`` derives it from the workload and the fleet (``soak_sizing``)."""
     trace: Path | None = None
     """Write every pod's scheduling history here (``soak_trace``); needs
     ``stack.trace_scheduler``."""
+    admission: str = "gate"
+    """``RGPU_ADMISSION`` for every service: ``gate`` (rgpu admits GPU pods behind a
+    scheduling gate) or ``filter`` (HAMi's flow: booked inside kube-scheduler's filter)."""
+    queues: bool = True
+    """The queue workload: namespaces with quotas and weights, and gangs (gate path only)."""
+    load: float = LOAD
+    """The share of the fleet the stream may ask for; its rate follows (``soak_sizing``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +135,10 @@ class SoakReport:
     scheduler: str = ""
     """The scheduler emulator's waits (each extender verb, each scheduling cycle): a parked
     pod's wake-up queues behind the cycles of every pod ahead of it."""
+    cycles: str = ""
+    """Scheduler cycles per bound GPU pod."""
+    queues: str = ""
+    """The queue workload's quotas and weights (empty without it)."""
 
     @property
     def ok(self) -> bool:
@@ -127,18 +158,24 @@ class _Driver:
     server_errors: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)
     """Pod key → when the workload first sent its DELETE (monotonic)."""
+    limit: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(DRIVER_CALLS))
 
     async def _send(
         self, key: str, send: Callable[[], Awaitable[httpx.Response]]
     ) -> httpx.Response | None:
-        deadline = time.monotonic() + _RETRY_SECONDS
+        deadline: float | None = None
         delay = 0.1
-        while time.monotonic() < deadline:
-            response: httpx.Response | None
-            try:
-                response = await send()
-            except httpx.HTTPError:
-                response = None
+        while deadline is None or time.monotonic() < deadline:
+            # A few calls at a time, as a controller's client rate-limits itself: thousands
+            # queued in one connection pool cost the in-process apiserver's loop more than
+            # the calls themselves, and a machine that falls behind would never catch up.
+            async with self.limit:
+                deadline = deadline or time.monotonic() + _RETRY_SECONDS
+                response: httpx.Response | None
+                try:
+                    response = await send()
+                except httpx.HTTPError:
+                    response = None
             if response is not None and response.status_code < 500 and response.status_code != 429:
                 return response
             if response is not None and "(HTTP 5" in response.text:
@@ -238,16 +275,38 @@ async def _drain(stack: Stack, driver: _Driver, evidence: Evidence) -> float:
     return time.monotonic() - started
 
 
+def _judged(
+    options: SoakOptions,
+    stack: Stack,
+    plan: SoakPlan,
+    driver: _Driver,
+    evidence: Evidence,
+    log: FaultLog,
+) -> Judged:
+    return judge(
+        evidence,
+        records=stack.scheduler.records,
+        runs=stack.kubelet.records,
+        windows=log.windows,
+        plan=plan,
+        gate=options.admission == "gate",
+        evicted={e.victim.key for e in _evictions(evidence, driver)},
+        now=time.monotonic(),
+    )
+
+
 def _verdict(
     options: SoakOptions,
     stack: Stack,
-    plans: tuple[SoakPod, ...],
+    plan: SoakPlan,
     driver: _Driver,
     evidence: Evidence,
     log: FaultLog,
     waited: float,
+    judged: Judged,
 ) -> tuple[CheckResult, ...]:
     records = list(stack.kubelet.records.values())
+    plans = plan.pods
     per_card = stack.options.granularity == "card"
     servers = {endpoint: name for name, endpoint in stack.fleet.endpoints().items()}
     evicted = {e.victim.key for e in _evictions(evidence, driver)}
@@ -262,8 +321,8 @@ def _verdict(
     alive = {name for name, p in stack.services.items() if p.alive()}
     starts = {name: p.starts for name, p in stack.services.items()}
     limit = options.wake_limit_seconds
-    waits = _waits(stack, evidence, log, per_card)
-    timing = () if limit is None else (check_wakeups(waits, limit),)
+    what = "gated pods admitted and bound" if options.admission == "gate" else "parked pods bound"
+    timing = () if limit is None else (check_wakeups(judged.waits, limit, what=what),)
     return (
         CheckResult(
             name="every pod was created (the webhook admitted it)",
@@ -280,7 +339,8 @@ def _verdict(
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
         *timing,
         check_restarts(kills, starts, alive),
-        *(_priority_checks(evidence, driver, log, per_card) if _mixed(options) else ()),
+        *(_priority_checks(evidence, driver, log, per_card, judged) if _mixed(options) else ()),
+        *judged.checks,
         CheckResult(
             name="the evidence is complete (no watch had to relist)",
             passed=not evidence.gaps,
@@ -297,19 +357,21 @@ def _evictions(evidence: Evidence, driver: _Driver) -> list[Eviction]:
     return evictions(evidence.leases, evidence.pods.values(), driver.asked)
 
 
-def _preemption_waits(evidence: Evidence, driver: _Driver, log: FaultLog) -> list[PreemptionWait]:
+def _preemption_waits(
+    evidence: Evidence, driver: _Driver, log: FaultLog, judged: Judged
+) -> list[PreemptionWait]:
     erred = frozenset(uid for uid, rec in driver.stack.scheduler.records.items() if rec.errors)
     return preemption_waits(
-        evidence.leases, evidence.pods.values(), driver.asked, log.windows, erred
+        evidence.leases, evidence.pods.values(), driver.asked, log.windows, erred, judged.room
     )
 
 
 def _priority_checks(
-    evidence: Evidence, driver: _Driver, log: FaultLog, per_card: bool
+    evidence: Evidence, driver: _Driver, log: FaultLog, per_card: bool, judged: Judged
 ) -> tuple[CheckResult, ...]:
     found = _evictions(evidence, driver)
     return (
-        check_preemption_latency(_preemption_waits(evidence, driver, log)),
+        check_preemption_latency(_preemption_waits(evidence, driver, log, judged)),
         check_budgets(found, evidence.pods.values(), BUDGETS),
         check_no_wasted_evictions(found, evidence.leases, evidence.pods, driver.asked),
         check_no_inversion(evidence.leases, evidence.pods.values(), per_card=per_card),
@@ -341,39 +403,67 @@ def _logged_5xx(stack: Stack) -> list[str]:
     return found
 
 
-def _waits(stack: Stack, evidence: Evidence, log: FaultLog, per_card: bool) -> list[WakeUp]:
-    # A pod whose scheduling hit an error (an extender replica killed under it, a Binding
-    # failed by the faults) waited for the fault, not for rgpu: its wake-up is not rgpu's.
-    parked = {
-        uid: rec.first_seen
-        for uid, rec in stack.scheduler.records.items()
-        if rec.refusals and not rec.errors
-    }
-    return wake_seconds(
-        evidence.leases, evidence.pods.values(), parked, log.windows, per_card=per_card
+def plan_for(options: SoakOptions) -> SoakPlan:
+    """The soak's plan for ``options`` (no I/O): ``problems`` says why it could not finish."""
+    return plan_soak(
+        options.stack,
+        options.workload,
+        queues=options.queues,
+        load=options.load,
+        timeout_seconds=options.timeout_seconds,
     )
 
 
-async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
-    """Run the soak to its verdict; every process is stopped on the way out."""
-    plans = plan_soak_workload(options.workload)
+def _stack_options(options: SoakOptions) -> StackOptions:
+    """The stack with every service told the admission mode."""
     s = options.stack
-    console.print(
+    mode = {"RGPU_ADMISSION": options.admission}
+    env = {name: {**s.extra_env.get(name, {}), **mode} for name in SERVICES}
+    return replace(s, extra_env={**s.extra_env, **env})
+
+
+def _configure_queues(stack: Stack, setup: QueueSetup) -> None:
+    body = {
+        "metadata": {"name": QUEUES_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+        "data": {"queues.yaml": setup.document()},
+    }
+    stack.sim.store.create("configmaps", body, namespace=SYSTEM_NAMESPACE)
+
+
+def _header(options: SoakOptions, plan: SoakPlan) -> str:
+    s = options.stack
+    queues = f"queues ({plan.queues.describe()})" if plan.queues is not None else "no queues"
+    return (
         f"[bold]rgpu soak[/]: {s.servers} servers x {s.cards} cards, {s.clients} clients, "
-        f"{len(plans)} pods, {s.replicas} replicas, granularity [cyan]{s.granularity}[/], "
+        f"{len(plan.pods)} pods, {s.replicas} replicas, granularity [cyan]{s.granularity}[/], "
+        f"admission {options.admission}, {queues}, "
         f"faults {'standard' if options.faults else 'none'}, ttl {s.booking_ttl_seconds:g}s, "
-        f"priority mix {options.workload.priority_share:g}, "
-        f"seed {s.seed}"
+        f"priority mix {options.workload.priority_share:g}, seed {s.seed}\n"
+        f"  {plan.sizing.describe()}"
     )
+
+
+async def run_soak(
+    options: SoakOptions, console: Console, plan: SoakPlan | None = None
+) -> SoakReport:
+    """Run the soak to its verdict; every process is stopped on the way out. Raises
+    ``SoakCannotFinish`` before anything starts when the plan says it could not finish."""
+    plan = plan or plan_for(options)
+    if plan.problems:
+        raise SoakCannotFinish(plan.problems)
+    plans, s = plan.pods, options.stack
+    console.print(_header(options, plan), soft_wrap=True, highlight=False)
     evidence, log = Evidence(), FaultLog()
     scaling = ScalingEvidence(replicas=s.replicas)
-    async with run_stack(options.stack) as stack:
+    async with run_stack(_stack_options(options)) as stack:
         driver = _Driver(stack)
-        for namespace in options.workload.namespaces:
+        for namespace in plan.shape.namespaces:
             if namespace != "default":
                 stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
         if _mixed(options):
-            _create_mix(stack, options.workload.namespaces)
+            _create_mix(stack, plan.shape.namespaces)
+        if plan.queues is not None:
+            _configure_queues(stack, plan.queues)
         started = time.monotonic()
         async with anyio.create_task_group() as tg:
             await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
@@ -389,12 +479,14 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
                     apply_standing_faults(stack, log)
                     work.start_soon(run_faults, stack, log, s.seed)
                 work.start_soon(_stream, driver, plans)
-                await _progress(evidence, driver, len(plans), console, options.timeout_seconds)
+                deadline = plan.sizing.deadline_seconds
+                await _progress(evidence, driver, len(plans), console, deadline)
                 work.cancel_scope.cancel()
             await _heal(stack)
             wall = time.monotonic() - started
             waited = await _drain(stack, driver, evidence)
-            checks = _verdict(options, stack, plans, driver, evidence, log, waited)
+            judged = _judged(options, stack, plan, driver, evidence, log)
+            checks = _verdict(options, stack, plan, driver, evidence, log, waited, judged)
             # After the verdict: the write window plants stale claims the checks above must
             # not see.
             await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
@@ -409,20 +501,20 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
             bound=sum(1 for life in lives if life.bound_rv is not None),
             succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
             deleted=len(driver.deleted),
-            waits=tuple(
-                w.seconds for w in _waits(stack, evidence, log, stack.options.granularity == "card")
-            ),
+            waits=tuple(w.seconds for w in judged.waits),
             faults=dict(Counter(w.kind for w in log.windows)),
             checks=checks,
             preemption=preemption_summary(
                 _evictions(evidence, driver),
-                _preemption_waits(evidence, driver, log),
+                _preemption_waits(evidence, driver, log, judged),
                 evidence.leases,
                 evidence.pods,
             )
             if _mixed(options)
             else "",
             scheduler=_scheduler_waits(stack),
+            cycles=judged.cycles.describe(),
+            queues=judged.queues,
         )
 
 
@@ -466,6 +558,10 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
         table.add_row("preemption", report.preemption)
     if report.scheduler:
         table.add_row("scheduler (ms p50/p99)", report.scheduler)
+    if report.cycles:
+        table.add_row("scheduler cycles", report.cycles)
+    if report.queues:
+        table.add_row("queues", report.queues)
     table.add_row(
         "faults injected", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"
     )

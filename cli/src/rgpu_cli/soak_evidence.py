@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 ANNOTATION_CLAIMS = "rgpu.io/claims"
 ANNOTATION_SERVER = "rgpu.io/server"
 ANNOTATION_NOMINATION = "rgpu.io/nomination"
+ANNOTATION_RETRY_AT = "rgpu.io/retry-at"
+"""What the filter path writes on a refused pod to send kube-scheduler back to it (a nudge)."""
+ADMISSION_GATE = "rgpu.io/admission"
+"""rgpu's scheduling gate: a GPU pod waits behind it until the allocator has booked it."""
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -102,6 +106,17 @@ class PodLife:
     healthy: list[tuple[int, bool]] = field(default_factory=list)
     """``(rv, healthy)`` at each change, healthy as a disruption budget counts it (Running,
     Ready, not being deleted)."""
+    gated: bool = False
+    """Created carrying rgpu's scheduling gate."""
+    lifted_rv: int | None = None
+    """First version without rgpu's gate, for a pod created with it."""
+    lifted_at: float | None = None
+    nudges: list[int] = field(default_factory=list)
+    """Versions that changed ``rgpu.io/retry-at`` while the pod carried rgpu's gate."""
+    gate_on: bool = False
+    """Whether the last version seen carried rgpu's gate."""
+    retry_at: str = ""
+    """``rgpu.io/retry-at`` in the last version seen."""
 
     def healthy_at(self, rv: int) -> bool:
         """Whether the pod was healthy in the last version before ``rv``."""
@@ -171,11 +186,30 @@ class Evidence:
         if life.bound_rv is None and spec.get("nodeName"):
             life.bound_rv, life.bound_at = rv, time.monotonic()
             life.cards = _cards((meta.get("annotations") or {}).get(ANNOTATION_ALLOCATED, ""))
+        _follow_gate(life, kind, rv, spec, meta)
         life.phase = str((pod.get("status") or {}).get("phase") or life.phase)
         ended = kind == "DELETED" or life.phase in _TERMINAL
         life.deleted = life.deleted or kind == "DELETED"
         if ended and life.end_rv is None:
             life.end_rv, life.end_at = rv, time.monotonic()
+
+
+def _follow_gate(
+    life: PodLife, kind: str, rv: int, spec: Mapping[str, Any], meta: Mapping[str, Any]
+) -> None:
+    """Note the gate's lift and any nudge (a ``retry-at`` change) written while it was on."""
+    gate_on = any(
+        isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
+        for g in spec.get("schedulingGates") or ()
+    )
+    retry = str((meta.get("annotations") or {}).get(ANNOTATION_RETRY_AT) or "")
+    if life.created_rv == rv:
+        life.gated = gate_on
+    elif life.gate_on and retry != life.retry_at:
+        life.nudges.append(rv)
+    if life.gate_on and not gate_on and kind != "DELETED" and life.lifted_rv is None:
+        life.lifted_rv, life.lifted_at = rv, time.monotonic()
+    life.gate_on, life.retry_at = gate_on, retry
 
 
 def _holders(annotations: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:

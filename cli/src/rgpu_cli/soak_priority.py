@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .checks import CheckResult
@@ -34,6 +34,8 @@ __all__ = [
 
 PREEMPTION_SLACK_SECONDS = 5.0
 """An urgent pod is bound within its victims' grace period plus this."""
+Room = Callable[[PodLife, int], bool]
+"""Whether a pod's namespace had room in its quota for it as the Leases stood before an rv."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,12 +273,15 @@ def preemption_waits(
     asked: Mapping[str, float],
     windows: Sequence[FaultWindow],
     erred: frozenset[str] = frozenset(),
+    room: Room | None = None,
 ) -> list[PreemptionWait]:
     """Per pod of priority that was pending while some server was held only by pods of lower
     priority: seconds from the first such moment to its binding. Left out: pods the workload
     deleted unbound, and pods whose scheduling hit an error (``erred``, uids: an extender
     replica killed under the scheduler, a Binding failed by the faults) — they waited for the
-    fault."""
+    fault. With queues, ``room`` says whether the pod's namespace had room in its quota for
+    it just before an rv: a moment without room is not one (preemption never evicts for a
+    pod its quota holds back)."""
     versions = sorted(leases, key=lambda v: v.rv)
     history = _History.of(versions)
     lives = {p.uid: p for p in pods}
@@ -286,7 +291,7 @@ def preemption_waits(
     for pod in lives.values():
         if pod.priority <= lowest or pod.uid in erred:
             continue
-        moment = _first_moment(history, pod, lives, first, windows)
+        moment = _first_moment(history, pod, lives, first, windows, room)
         if moment is None:
             continue
         at, grace = moment
@@ -335,15 +340,19 @@ def _first_moment(
     lives: Mapping[str, PodLife],
     first: Mapping[str, int],
     windows: Sequence[FaultWindow],
+    room: Room | None = None,
 ) -> tuple[float, float] | None:
     """(when, holders' grace) of the first moment ``pod`` was pending beside a preemptible
     server: at its creation, or at a later Lease write before its binding or end."""
     end = min(r for r in (pod.bound_rv, pod.end_rv, 2**63) if r is not None)
-    for state in history.before(pod.created_rv):
-        grace = _preemptible(state, pod, lives, first, pod.created_at, windows)
-        if grace is not None:
-            return pod.created_at, grace
+    if room is None or room(pod, pod.created_rv):
+        for state in history.before(pod.created_rv):
+            grace = _preemptible(state, pod, lives, first, pod.created_at, windows)
+            if grace is not None:
+                return pod.created_at, grace
     for version in history.between(pod.created_rv, end):
+        if room is not None and not room(pod, version.rv + 1):
+            continue
         grace = _preemptible(version, pod, lives, first, version.at, windows)
         if grace is not None:
             return version.at, grace

@@ -8,7 +8,12 @@ inference and training has them: a share of the pods is ``urgent`` (they may pre
 ``batch``, and some batch pods carry a budget label that a PodDisruptionBudget covers — one
 budget allows evictions while enough of its pods are healthy, one forbids every eviction. The
 mix is drawn from a random stream of its own, so the pods' shapes stay those of the same seed
-without it."""
+without it.
+
+Gangs (``gang_share``) are multi-pod jobs: a run of consecutive pods becomes one gang of two or
+three, in one namespace, arriving together, labelled ``rgpu.io/gang`` and ``rgpu.io/gang-size``
+so rgpu admits them all or none. Their owner never deletes them (a gang's job ends whole). They
+too are drawn from a stream of their own."""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from rgpu_kubesim.fleet import ANNOTATION_RUN_SECONDS
 __all__ = [
     "BUDGETS",
     "BUDGET_LABEL",
+    "GANG_LABEL",
+    "GANG_SIZE_LABEL",
     "PRIORITY_CLASSES",
     "SoakPod",
     "WorkloadShape",
@@ -42,6 +49,8 @@ BUDGETS: Mapping[str, int | str] = {"spread": 1, "guarded": "100%"}
 """Budget name → ``minAvailable`` over the batch pods labelled with it: ``spread`` allows an
 eviction while two of its pods are healthy, ``guarded`` forbids every eviction."""
 _GRACE_CHOICES = (1, 2, 5)
+GANG_LABEL = "rgpu.io/gang"
+GANG_SIZE_LABEL = "rgpu.io/gang-size"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +73,9 @@ class WorkloadShape:
     """Share of ``urgent`` pods; above 0 the rest are ``batch`` (the priority mix is on)."""
     budget_share: float = 0.3
     """Share of batch pods under a PodDisruptionBudget (with the priority mix on)."""
+    gang_share: float = 0.0
+    """Share of pods that are members of a gang."""
+    gang_sizes: tuple[int, ...] = (2, 3)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +98,9 @@ class SoakPod:
     """The PodDisruptionBudget (``BUDGETS``) whose label the pod carries."""
     grace_seconds: int | None = None
     """``terminationGracePeriodSeconds`` (None: Kubernetes' default of 30)."""
+    gang: str | None = None
+    """The gang the pod belongs to (``rgpu.io/gang``), in its namespace."""
+    gang_size: int = 0
 
     @property
     def key(self) -> str:
@@ -104,6 +119,8 @@ class SoakPod:
         if self.grace_seconds is not None:
             spec["terminationGracePeriodSeconds"] = self.grace_seconds
         labels = dict(_LABELS) | ({BUDGET_LABEL: self.budget} if self.budget else {})
+        if self.gang:
+            labels |= {GANG_LABEL: self.gang, GANG_SIZE_LABEL: str(self.gang_size)}
         metadata = {
             "name": self.name,
             "namespace": self.namespace,
@@ -161,7 +178,37 @@ def plan_soak_workload(shape: WorkloadShape) -> tuple[SoakPod, ...]:
         clock += rng.expovariate(1 / shape.mean_gap_seconds) if shape.mean_gap_seconds else 0.0
         pod = _pod(shape, rng, f"soak-{i + 1:0{width}d}", clock)
         pods.append(_mixed(shape, mix, pod) if shape.priority_share > 0 else pod)
-    return tuple(pods)
+    return tuple(_ganged(shape, pods)) if shape.gang_share > 0 else tuple(pods)
+
+
+def _ganged(shape: WorkloadShape, pods: list[SoakPod]) -> list[SoakPod]:
+    """Runs of consecutive pods made gangs: the first member's namespace, arrival and
+    priority for all, never deleted by their owner."""
+    rng = random.Random(f"rgpu-soak-gangs:{shape.seed}")
+    mean = sum(shape.gang_sizes) / len(shape.gang_sizes)
+    found, at = [], 0
+    while at < len(pods):
+        size = rng.choice(shape.gang_sizes)
+        if rng.random() >= shape.gang_share / mean or at + size > len(pods):
+            found.append(pods[at])
+            at += 1
+            continue
+        first = pods[at]
+        found.extend(
+            replace(
+                member,
+                namespace=first.namespace,
+                arrival_seconds=first.arrival_seconds,
+                priority_class=first.priority_class,
+                budget=None,
+                fate="run",
+                gang=f"gang-{first.name}",
+                gang_size=size,
+            )
+            for member in pods[at : at + size]
+        )
+        at += size
+    return found
 
 
 def _mixed(shape: WorkloadShape, mix: random.Random, pod: SoakPod) -> SoakPod:

@@ -233,14 +233,16 @@ def _disturbed(windows: Iterable[FaultWindow], server: str, start: float, end: f
     )
 
 
-def check_wakeups(waits: Sequence[WakeUp], limit: float = WAKE_LIMIT_SECONDS) -> CheckResult:
+def check_wakeups(
+    waits: Sequence[WakeUp], limit: float = WAKE_LIMIT_SECONDS, *, what: str = "parked pods bound"
+) -> CheckResult:
     """Parked pods were bound within ``limit`` seconds of capacity freeing (p99); a failure
-    names the slowest."""
+    names the slowest. ``what`` names the pods and what happened to them in the line."""
     seconds = sorted(w.seconds for w in waits)
     p50, p99 = percentile(seconds, 50), percentile(seconds, 99)
     late = sorted((w for w in waits if w.seconds > limit), key=lambda w: -w.seconds)
     return CheckResult(
-        name=f"parked pods bound within {limit:g}s of capacity freeing: "
+        name=f"{what} within {limit:g}s of capacity freeing: "
         f"{len(waits)} wake-ups, p50 {p50:.2f}s, p99 {p99:.2f}s, {len(late)} over",
         passed=not waits or p99 <= limit,
         detail="; ".join([f"p99 {p99:.2f}s", *(w.describe() for w in late[:5])]),

@@ -945,9 +945,12 @@ async def test_a_gated_pod_is_never_tried_until_its_last_gate_goes_and_that_upda
         assert await stays(lambda: node_of(sim, "trainer") is None)
         assert extender.calls == [] and emulator.records[uid].attempts == 0
         release(sim, "trainer")
+        released = int(sim.store.get("pods", "trainer")["metadata"]["resourceVersion"])
         await eventually(lambda: node_of(sim, "trainer") == "node-a")
         await eventually(lambda: emulator.records[uid].bound_at is not None)
     record = emulator.records[uid]
+    # The first /filter carried the version without gates: what rgpu was asked to place.
+    assert extender.calls[0].verb == "filter" and record.filtered_rv == released
     assert [(s.what, s.detail) for s in record.steps] == [
         ("gated", "rgpu.io/admission,example.com/quota"),
         ("queued", ""),

@@ -222,3 +222,58 @@ async def test_a_gang_whose_last_booking_is_taken_meanwhile_leaves_no_claim_behi
         await anyio.sleep(0.5)
         assert holders(cluster) == {"gpu-2": ["rival"]}
         assert admitted(cluster, members) == []
+
+
+async def test_a_gang_whose_gates_were_lifted_in_part_gets_the_rest_lifted(
+    build, kit, sim, cluster
+):
+    # All three bookings are written, then the gates are lifted one by one; the apiserver
+    # fails the last lift. The two lifted members left the queue, so what remains no longer
+    # looks like a complete gang, yet its booking stands: it must be lifted, not left waiting
+    # for siblings that are already through.
+    discovery = kit.FakeDiscovery(
+        build.fleet(*(build.server(f"gpu-{i}", cards=1) for i in range(3)))
+    )
+    async with kit.running_allocator(sim.url, discovery):
+        sim.faults.set_latency(verb="patch", resource="pods", seconds=0.5)
+        gang = {"rgpu.io/gang": "trainer", "rgpu.io/gang-size": "3"}
+        members = [team_pod(cluster, f"worker-{i}", "ml", **gang) for i in range(3)]
+        await kit.wait_for(lambda: admitted(cluster, members), what="a first gate lifted")
+        sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=500)
+        await anyio.sleep(1.5)
+        assert len(admitted(cluster, members)) < 3
+        assert sorted(n for names in holders(cluster).values() for n in names) == [
+            "worker-0",
+            "worker-1",
+            "worker-2",
+        ]
+        sim.faults.clear()
+        await kit.wait_for(lambda: len(admitted(cluster, members)) == 3, what="every gate lifted")
+
+
+async def test_a_pod_its_quota_holds_back_does_not_preempt(build, kit, sim, cluster):
+    configure(cluster, "namespaces: {ml: {cards: 1}}")
+    cluster.sim.store.create("namespaces", {"metadata": {"name": "other"}})
+    discovery = kit.FakeDiscovery(
+        build.fleet(build.server("gpu-a", cards=1), build.server("gpu-b", cards=1))
+    )
+    async with kit.running_allocator(sim.url, discovery):
+        trainer = gated_pod(cluster, "trainer", priority=10, namespace="ml")
+        filler = gated_pod(cluster, "filler", priority=10, namespace="other")
+        await kit.wait_for(
+            lambda: not gates(cluster, trainer) and not gates(cluster, filler), what="both admitted"
+        )
+        cluster.bind(trainer)
+        cluster.bind(filler)
+        # ml holds its one card: evicting the other namespace's filler would free a server
+        # serve could never book.
+        serve = gated_pod(cluster, "serve", priority=1000, namespace="ml")
+        await kit.wait_for(lambda: events(cluster, serve), what="serve's waiting Event")
+        await anyio.sleep(1.0)
+        for server in ("gpu-a", "gpu-b"):
+            annotations = (cluster.lease(server) or {}).get("metadata", {}).get("annotations", {})
+            assert "rgpu.io/nomination" not in annotations, server
+        pods = cluster.sim.store.list("pods")
+        assert {"trainer", "filler"} <= {p["metadata"]["name"] for p in pods}
+        assert not any(p["metadata"].get("deletionTimestamp") for p in pods)
+        assert "QuotaExceeded" in events(cluster, serve)[0]["message"]

@@ -182,6 +182,9 @@ class PodRecord:
     queued_at: float | None = None
     """``time.monotonic()`` when the pod entered the scheduling queue: when it was first seen,
     or for a pod created with scheduling gates when its last gate went; ``None`` while gated."""
+    filtered_rv: int | None = None
+    """The ``resourceVersion`` of the pod as the first extender ``/filter`` call carried it:
+    what the pod looked like when rgpu was first asked to place it (``None``: never asked)."""
 
     @property
     def wait_seconds(self) -> float | None:
@@ -388,6 +391,9 @@ class SchedulerEmulator:
         interested = is_interested(pod, self.config.managed_resources)
         try:
             if feasible and interested:
+                if self._records[uid].filtered_rv is None:
+                    rv = pod["metadata"].get("resourceVersion")
+                    self._note(uid, filtered_rv=int(rv) if str(rv).isdigit() else 0)
                 feasible = await self._filter(pod, feasible, reasons)
             if not feasible:
                 self._refuse(uid, fit_error(len(nodes), reasons))

@@ -134,13 +134,17 @@ class Planner:
     def _unit(
         self, unit: Unit, view: FleetView, walk: _Pass, busy: Collection[str], config: QueueConfig
     ) -> list[Verdict]:
-        if unit.problem is not None:
-            wait, message = unit.problem
-            return [Verdict(pod=p, wait=wait, message=message) for p in unit.pods]
         if any(p.uid in busy for p in unit.pods):
             return [
                 Verdict(pod=p, wait=Wait.ADMITTING, message="being admitted") for p in unit.pods
             ]
+        if unit.problem is not None:
+            return self._booked_whole(unit) or [
+                Verdict(pod=p, wait=unit.problem[0], message=unit.problem[1]) for p in unit.pods
+            ]
+        short = self._short_of_quota(unit, walk, config)
+        if short is not None:
+            return [self._waits(Verdict(pod=p), short, unit) for p in unit.pods]
         verdicts = [self._one(p, view, walk) for p in unit.pods]
         taken = [v.booked for v in verdicts if v.booked is not None]
         stop = next((v for v in verdicts if v.wait is not None), None)
@@ -168,6 +172,43 @@ class Planner:
             )
         message = f"gang {unit.gang.name}: {stop.pod.name} waits: {stop.message}"
         return Verdict(pod=verdict.pod, wait=stop.wait, message=message, demand=verdict.demand)
+
+    def _booked_whole(self, unit: Unit) -> list[Verdict]:
+        """The gates to lift for what is left of a gang whose bookings were all written (a
+        gang is booked whole before any gate is lifted) but some lifts failed: its other
+        members are through the gate, so the rest no longer looks like a complete gang."""
+        claims = [winner(self.judge.live(p.uid)) for p in unit.pods]
+        if unit.gang is None or any(c is None for c in claims):
+            return []
+        return [Verdict(pod=p, held=c) for p, c in zip(unit.pods, claims, strict=True)]
+
+    def _short_of_quota(self, unit: Unit, walk: _Pass, config: QueueConfig) -> Verdict | None:
+        """The unit's wait when its namespace cannot afford even the fewest cards it could be
+        given: decided before placing it, so a pod its quota holds back neither preempts nor
+        keeps a server from others (preemption never evicts for a pod over its quota)."""
+        quota = config.quota(unit.namespace).cards
+        if quota is None:
+            return None
+        least = sum(self._least_cards(p) for p in unit.pods)
+        holds = walk.fair.held(unit.namespace)
+        if holds + least <= quota:
+            return None
+        message = (
+            f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
+            f"this needs at least {least} more (ConfigMap rgpu-queues)"
+        )
+        return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
+
+    def _least_cards(self, pod: PodInfo) -> int:
+        """The fewest cards ``pod`` could count against its quota (0 once it holds a claim:
+        its cards are counted as held already)."""
+        gated = pod.gated
+        if gated is None or gated.problem is not None or winner(self.judge.live(pod.uid)):
+            return 0
+        demand = demand_of(gated.containers)
+        if self.policy.granularity == "card":
+            return demand.effective_count
+        return max((a.count for a in demand.asks), default=0)
 
     def _over_quota(
         self, unit: Unit, taken: list[Booked], walk: _Pass, config: QueueConfig
