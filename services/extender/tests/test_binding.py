@@ -1,6 +1,7 @@
 """``/bind`` through the real app against kubesim: the commit, the Binding carrying the
-annotations, the 409 rules, the claim released at once on a definite refusal, and kept when
-the Binding's outcome is unknown (it may still be applied)."""
+annotations, the 409 rules, the claim released at once on a definite refusal in HAMi's flow
+and kept for the retry with admission by gate, and kept when the Binding's outcome is
+unknown (it may still be applied)."""
 
 from __future__ import annotations
 
@@ -106,14 +107,32 @@ async def test_already_bound_to_another_node_by_an_earlier_attempt_keeps_the_cla
 
 
 @pytest.mark.parametrize("code", [400, 403, 404, 422, 429])
-async def test_apiserver_refusal_releases_the_claim_at_once(
-    extender, sim, seeded, allocator, code: int
+async def test_apiserver_refusal_releases_the_claim_at_once_in_hamis_flow(
+    open_extender, sim, seeded, allocator, code: int
 ) -> None:
     sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
-    error = await post_bind(extender, bind_args(seeded))
+    async with open_extender(RGPU_ADMISSION="filter") as extender:
+        error = await post_bind(extender, bind_args(seeded))
     assert f"{code}" in error
     assert allocator.released == [seeded["metadata"]["uid"]]
     assert not stored(sim)["spec"].get("nodeName")
+
+
+@pytest.mark.parametrize("code", [400, 429])
+async def test_apiserver_refusal_keeps_the_booking_admission_made_for_the_retry(
+    extender, sim, seeded, allocator, code: int
+) -> None:
+    # Admitted behind the gate, in its queue's order and within its quota and gang: a
+    # refused Binding must not send the retry round admission through the filter path.
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
+    error = await post_bind(extender, bind_args(seeded))
+    assert f"{code}" in error
+    assert "claim is kept (the retry binds on the booking admission made)" in error
+    assert allocator.released == []
+    assert not stored(sim)["spec"].get("nodeName")
+    sim.faults.clear()
+    assert await post_bind(extender, bind_args(seeded)) == ""
+    assert stored(sim)["spec"]["nodeName"] == NODE
 
 
 @pytest.mark.parametrize("code", [500, 503, 504])

@@ -172,6 +172,7 @@ def _deps(
             metrics=metrics,
             resources=resources,
             budget=budget,
+            keep_refused=settings.admission.mode == "gate",
         ),
         admission=AdmissionPolicy.from_settings(settings),
         metrics=metrics,

@@ -78,6 +78,12 @@ class Binding:
     resources: ResourceSettings
     budget: float
     """Seconds the whole bind may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
+    keep_refused: bool = False
+    """Keep the booking of a pod whose Binding was refused and that is still unbound
+    (``RGPU_ADMISSION=gate``): it was booked at admission, in its queue's order and within
+    its namespace's quota and its gang, and the retry binds on it. Releasing it would send
+    the retry through kube-scheduler's filter, which books past quotas, gangs and fair
+    share. HAMi's flow releases it at once, so another pod may take the server."""
 
     @property
     def cleanup_seconds(self) -> float:
@@ -185,13 +191,17 @@ class Binding:
     ) -> BindOutcome:
         """Settle a Binding that did not succeed by reading the pod back: bound to our node is
         success; gone, replaced, or bound elsewhere without rgpu's annotations frees the claim,
-        and so does a pod still unbound after a definite refusal (``refused``); anything else
-        (unbound after an unknown outcome, bound elsewhere by an earlier attempt, unreadable)
-        keeps it."""
+        and so does a pod still unbound after a definite refusal (``refused``) unless
+        ``keep_refused``; anything else (unbound after an unknown outcome, bound elsewhere by an
+        earlier attempt, unreadable) keeps it."""
         seen = await self._read_back(args, failed.pod)
         if seen is not None and seen.node == args.node and not seen.gone:
             return _already(failed.pod)
-        if seen is not None and (seen.frees_claim or (refused and not seen.node)):
+        if seen is not None and seen.frees_claim:
+            return await self._release_after(args, failed)
+        if seen is not None and refused and not seen.node:
+            if self.keep_refused:
+                return self._kept(args, failed, why="the retry binds on the booking admission made")
             return await self._release_after(args, failed)
         return self._kept(args, failed)
 
@@ -208,10 +218,16 @@ class Binding:
                 return _Seen.of(pod, args.pod_uid)
         return None
 
-    def _kept(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
+    def _kept(
+        self,
+        args: ExtenderBindingArgs,
+        failed: BindOutcome,
+        *,
+        why: str = "the pod may be bound yet",
+    ) -> BindOutcome:
         message = (
-            f"{failed.result.error}; the pod's claim is kept (the pod may be bound yet): it "
-            "holds while the pod is bound and lapses with its booking if the pod stays unbound"
+            f"{failed.result.error}; the pod's claim is kept ({why}): it holds while the pod "
+            "is bound and lapses with its booking if the pod stays unbound"
         )
         return self._told(args, _failed(failed.outcome, message, failed.pod))
 
