@@ -379,7 +379,22 @@ def simulate_command(
     }
     for label, cell in rows.items():
         table.add_row(label, *(cell(r) for r in results))
+    if len(parsed.namespaces) > 1 or parsed.queues.namespaces or parsed.queues.default.cards:
+        for namespace, _ in parsed.namespaces:
+            quota = parsed.queues.quota(namespace)
+            limit = "no quota" if quota.cards is None else f"quota {quota.cards}"
+            table.add_row(
+                f"{namespace} ({limit}, weight {quota.weight}): wait p50 / p95, most cards held",
+                *(_namespace_cell(r, namespace) for r in results),
+            )
     console.print(table)
+
+
+def _namespace_cell(result: SimResult, namespace: str) -> str:
+    return (
+        f"{result.wait(50, namespace):.0f}s / {result.wait(95, namespace):.0f}s, "
+        f"{result.most_held.get(namespace, 0)}"
+    )
 
 
 def main() -> None:

@@ -2,7 +2,10 @@
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
 and workload through the allocator's own decision code (``rgpu_placement.choose``, which the
 service runs) in simulated time, once per granularity, and compares utilisation, waits and
-refusals.
+refusals. With ``queues`` (``queues.yaml`` of ConfigMap ``rgpu-queues``, checked by
+``rgpu_placement.QueueConfig``) and a workload spread over namespaces, with gangs, each pass
+walks the waiting pods as admission does (``simulate_queues``): quotas, fair share by weight,
+gangs whole or not at all.
 """
 
 from __future__ import annotations
@@ -17,20 +20,18 @@ from typing import Any
 
 from rgpu_contracts import (
     Card,
-    CardId,
     Claim,
-    ClaimState,
     ContainerKind,
     ContainerRequest,
     Fleet,
     GpuUuid,
-    PodRef,
-    PodUID,
     Server,
     ServerName,
     card_id,
 )
-from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
+from rgpu_placement import NO_QUEUES, FleetView, Granularity, QueueConfig, QueueConfigError
+
+from .simulate_queues import Held, SimPod, admission_pass
 
 __all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
 
@@ -46,6 +47,8 @@ class PodShape:
     cards: tuple[int, ...]
     memory_mib: int = 0
     weight: float = 1.0
+    gang: int = 0
+    """Pods of this shape arrive as a gang of this many (0: alone)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,9 @@ class SimSpec:
     run_seconds: tuple[float, float]
     shapes: tuple[PodShape, ...]
     seed: int = 0
+    namespaces: tuple[tuple[str, float], ...] = (("default", 1.0),)
+    """Namespaces and their share of the arrivals."""
+    queues: QueueConfig = NO_QUEUES
 
 
 def _number(
@@ -85,11 +91,40 @@ def _shape(raw: object, index: int) -> PodShape:
         raise SpecError(
             f"workload.shapes[{index}].cards: expected a count or a list of counts per container"
         )
+    gang = raw.get("gang", 0)
+    if isinstance(gang, bool) or not isinstance(gang, int) or gang < 0 or gang == 1:
+        raise SpecError(
+            f"workload.shapes[{index}].gang: expected a whole number of members, 2 or more"
+        )
     return PodShape(
         cards=tuple(cards),
         memory_mib=int(_number(raw, "memory_mib", 0)),
         weight=_number(raw, "weight", 1.0),
+        gang=gang,
     )
+
+
+def _namespaces(raw: object) -> tuple[tuple[str, float], ...]:
+    if raw is None:
+        return (("default", 1.0),)
+    if not isinstance(raw, Mapping) or not raw:
+        raise SpecError("workload.namespaces: expected a mapping of namespace -> share")
+    found = []
+    for name, share in raw.items():
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"workload.namespaces: {name!r} is not a namespace name")
+        if isinstance(share, bool) or not isinstance(share, int | float) or share <= 0:
+            raise SpecError(f"workload.namespaces.{name}: expected a share > 0, got {share!r}")
+        found.append((name, float(share)))
+    return tuple(found)
+
+
+def _queues(raw: object) -> QueueConfig:
+    try:
+        return QueueConfig.from_mapping(raw)
+    except QueueConfigError as exc:
+        where = f"queues.{exc.path}" if exc.path else "queues"
+        raise SpecError(f"{where}: {exc.reason}") from exc
 
 
 def load_spec(raw: object) -> SimSpec:
@@ -116,6 +151,8 @@ def load_spec(raw: object) -> SimSpec:
         run_seconds=(float(min(run)), float(max(run))),
         shapes=tuple(_shape(s, i) for i, s in enumerate(shapes)),
         seed=int(_number(raw, "seed", 0)),
+        namespaces=_namespaces(workload.get("namespaces")),
+        queues=_queues(raw.get("queues")),
     )
 
 
@@ -153,29 +190,6 @@ def _fleet(spec: SimSpec) -> Fleet:
     return Fleet(revision=1, observed_at=0.0, servers=tuple(servers))
 
 
-class _Held:
-    """The simulator's claims, as placement's ``Holdings``."""
-
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Claim]] = {}
-
-    def blocking(self, server: str) -> tuple[Claim, ...]:
-        return tuple(self.claims.get(server, {}).values())
-
-    def problem(self, server: str) -> str | None:
-        return None
-
-    def taken(self, server: str) -> frozenset[CardId]:
-        return frozenset(c for claim in self.blocking(server) for c in claim.cards)
-
-    def busy(self, facts: ServerFacts) -> frozenset[str]:
-        # Simulated servers report no lupine clients beyond the claims.
-        return frozenset()
-
-    def without_claims(self) -> Unclaimed:
-        return Unclaimed()
-
-
 @dataclass(slots=True, kw_only=True)
 class SimResult:
     """What one granularity achieved on the spec."""
@@ -188,6 +202,9 @@ class SimResult:
     refusals: Counter[str] = field(default_factory=Counter)
     never_placed: int = 0
     total_cards: int = 0
+    namespace_waits: dict[str, list[float]] = field(default_factory=dict)
+    most_held: dict[str, int] = field(default_factory=dict)
+    """The most cards each namespace held at once."""
 
     def held_share(self) -> float:
         return self.held_card_seconds / (self.total_cards * self.makespan) if self.makespan else 0.0
@@ -195,28 +212,21 @@ class SimResult:
     def used_share(self) -> float:
         return self.used_card_seconds / (self.total_cards * self.makespan) if self.makespan else 0.0
 
-    def wait(self, q: int) -> float:
-        if len(self.waits) < 2:
-            return self.waits[0] if self.waits else 0.0
-        return statistics.quantiles(self.waits, n=100, method="inclusive")[q - 1]
+    def wait(self, q: int, namespace: str | None = None) -> float:
+        waits = self.waits if namespace is None else self.namespace_waits.get(namespace, [])
+        if len(waits) < 2:
+            return waits[0] if waits else 0.0
+        return statistics.quantiles(waits, n=100, method="inclusive")[q - 1]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Pod:
-    uid: str
-    arrival: float
-    run: float
-    requests: tuple[ContainerRequest, ...]
-
-    @property
-    def cards(self) -> int:
-        return sum(r.count for r in self.requests)
-
-
-def _pods(spec: SimSpec) -> list[_Pod]:
+def _pods(spec: SimSpec) -> list[SimPod]:
     rng = random.Random(f"rgpu-simulate:{spec.seed}")
-    clock, pods = 0.0, []
-    for i in range(spec.pods):
+    # Namespaces are drawn from a stream of their own: one namespace draws nothing, so a spec
+    # without namespaces replays exactly as before they existed.
+    spread = random.Random(f"rgpu-simulate-namespaces:{spec.seed}")
+    names, shares = [n for n, _ in spec.namespaces], [w for _, w in spec.namespaces]
+    clock, pods = 0.0, list[SimPod]()
+    while len(pods) < spec.pods:
         clock += rng.expovariate(spec.arrival_rate)
         shape = rng.choices(spec.shapes, weights=[s.weight for s in spec.shapes])[0]
         requests = tuple(
@@ -225,44 +235,36 @@ def _pods(spec: SimSpec) -> list[_Pod]:
             )
             for j, n in enumerate(shape.cards)
         )
-        pods.append(
-            _Pod(
-                uid=f"pod-{i:05d}",
-                arrival=clock,
-                run=rng.uniform(*spec.run_seconds),
-                requests=requests,
+        namespace = names[0] if len(names) == 1 else spread.choices(names, weights=shares)[0]
+        gang = f"gang-{len(pods):05d}" if shape.gang else None
+        for _ in range(shape.gang or 1):
+            pods.append(
+                SimPod(
+                    uid=f"pod-{len(pods):05d}",
+                    arrival=clock,
+                    run=rng.uniform(*spec.run_seconds),
+                    requests=requests,
+                    namespace=namespace,
+                    gang=gang,
+                    gang_size=shape.gang,
+                )
             )
-        )
     return pods
-
-
-def _claim(pod: _Pod, choice: Choice, now: float) -> Claim:
-    return Claim(
-        pod=PodRef(uid=PodUID(pod.uid), namespace="sim", name=pod.uid),
-        server=choice.fit.facts.name,
-        cards=tuple(c.id for c in choice.fit.cards),
-        containers=(),
-        state=ClaimState.BOUND,
-        booked_at=now,
-    )
 
 
 def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
     """Replay the workload in simulated time.
 
-    Pods are tried in arrival order at every arrival and completion; a later pod may pass a
-    blocked one (kube-scheduler retries each pod on its own). ``refusals`` counts pods refused
-    at least once, by reason.
+    At every arrival and completion the waiting pods are walked as admission walks them
+    (``simulate_queues``); a pod or gang that cannot be placed does not block the ones
+    behind it. ``refusals`` counts pods refused at least once, by reason.
     """
     view = FleetView.build(_fleet(spec), None, ())
-    held, result = (
-        _Held(),
-        SimResult(granularity=granularity, total_cards=spec.servers * spec.cards),
-    )
-    events: list[tuple[float, int, str, _Pod | None]] = []
+    held, result = Held(), SimResult(granularity=granularity, total_cards=spec.servers * spec.cards)
+    events: list[tuple[float, int, str, SimPod | None]] = []
     for n, planned in enumerate(_pods(spec)):
         heapq.heappush(events, (planned.arrival, n, "arrive", planned))
-    waiting: list[_Pod] = []
+    waiting: list[SimPod] = []
     refused: dict[str, set[str]] = {}
     seq = len(events)
     while events:
@@ -272,34 +274,28 @@ def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
             waiting.append(pod)
         else:
             server, uid = kind.split("|", 1)
-            held.claims[server].pop(uid, None)
-        # Placing a pod only takes capacity away, so a shape refused once in this pass stays
-        # refused for the rest of it: remember its reasons instead of deciding again.
-        refused_shapes: dict[tuple[ContainerRequest, ...], set[str]] = {}
-        for candidate in list(waiting):
-            reasons = refused_shapes.get(candidate.requests)
-            decision = None
-            if reasons is None:
-                decision = choose(
-                    view, demand_of(candidate.requests), held, granularity=granularity
-                )
-            if not isinstance(decision, Choice):
-                if reasons is None and decision is not None:
-                    reasons = {r.reason.value for r in decision.nofit.reasons if r.count}
-                    refused_shapes[candidate.requests] = reasons
-                reasons = reasons or set()
-                result.refusals.update(reasons - refused.setdefault(candidate.uid, set()))
-                refused[candidate.uid] |= reasons
-                continue
+            held.remove(server, uid)
+        walk = admission_pass(
+            waiting, view, held, granularity=granularity, config=spec.queues, now=now
+        )
+        for uid, reasons in walk.refusals.items():
+            result.refusals.update(reasons - refused.setdefault(uid, set()))
+            refused[uid] |= reasons
+        placed: dict[str, Claim] = {claim.pod.uid: claim for claim in walk.placed}
+        for candidate in [p for p in waiting if p.uid in placed]:
             waiting.remove(candidate)
-            claim = _claim(candidate, decision, now)
-            held.claims.setdefault(claim.server, {})[candidate.uid] = claim
+            claim = placed[candidate.uid]
             result.waits.append(now - candidate.arrival)
+            result.namespace_waits.setdefault(candidate.namespace, []).append(
+                now - candidate.arrival
+            )
             result.held_card_seconds += len(claim.cards) * candidate.run
             result.used_card_seconds += candidate.cards * candidate.run
             seq += 1
             heapq.heappush(
                 events, (now + candidate.run, seq, f"{claim.server}|{candidate.uid}", None)
             )
+        for namespace, cards in held.by_namespace().items():
+            result.most_held[namespace] = max(result.most_held.get(namespace, 0), cards)
     result.never_placed = len(waiting)
     return result
