@@ -5,7 +5,7 @@ a namespace under its share passed over by one above it."""
 from __future__ import annotations
 
 from rgpu_cli.soak_admission import ClaimHistory
-from rgpu_cli.soak_evidence import LeaseVersion, PodLife
+from rgpu_cli.soak_evidence import LeaseVersion, NominationSeen, PodLife
 from rgpu_cli.soak_queues import (
     FairInputs,
     Holdings,
@@ -274,3 +274,37 @@ def test_a_wake_up_counts_from_when_the_quota_had_room() -> None:
     holdings = Holdings.of(leases, by_uid)
     [found] = queue_waits(waits, lives, holdings, ClaimHistory.of(leases), SETUP)
     assert found.seconds == 1.0
+
+
+def test_a_gang_member_that_never_ran_beside_siblings_that_did_fails() -> None:
+    # m2 held its claim while m1 ran, then lost it and never ran: the gang ran in part.
+    claims = ClaimHistory.of(
+        [_lease(2, "gpu-01", ("m1", 1)), _lease(3, "gpu-02", ("m2", 1)), _lease(12, "gpu-02")]
+    )
+    lives = _gang_lives()
+    lives[1].end_at = 20.0
+    runs = {"m1": _run("m1", 5.0, 6.0)}
+    result = check_gangs_whole(lives, runs, claims, set(), 30.0)
+    assert not result.passed
+    assert "team-a/m1 ran while team-a/m2 never ran" in result.detail
+    assert check_gangs_whole(lives, runs, claims, {"team-a/m2"}, 30.0).passed
+
+
+def test_a_waiter_promised_a_server_elsewhere_is_not_passed_over() -> None:
+    # q is a preemption's nominee on gpu-09 (promised until wall 100): it books nothing else.
+    lives = {
+        "b1": _life("b1", "team-b"),
+        "b2": _life("b2", "team-b"),
+        "b3": _life("b3", "team-b", created=5.0),
+        "q": _life("q", "team-a", created=0.0),
+    }
+    promise = NominationSeen(uid="q", priority=0, cards=(), victims=(), expires_at=100.0)
+    leases = [
+        _lease(2, "gpu-01", ("b1", 1), ("b2", 1), at=1.0),
+        LeaseVersion(rv=5, at=5.0, server="gpu-09", nomination=promise, wall=5.0),
+        LeaseVersion(
+            rv=10, at=10.0, wall=10.0, server="gpu-02", holders=(("b3", ("gpu-02/GPU-a",)),)
+        ),
+        _lease(30, "gpu-03", ("q", 1), at=30.0),
+    ]
+    assert _fair(lives, leases)
