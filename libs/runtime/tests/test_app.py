@@ -312,3 +312,35 @@ async def test_each_app_counts_only_its_own_requests() -> None:
         await second.get("/healthz")
         counts = _latency_samples((await second.get("/metrics")).text)
     assert counts == {("GET", "/healthz", "200"): 2}
+
+
+async def test_a_client_gone_before_its_body_arrived_is_a_400_not_a_crash(
+    registry: CollectorRegistry,
+) -> None:
+    app = make_app(registry=registry)
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/echo",
+        "raw_path": b"/echo",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"64")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("svc", 80),
+    }
+    async with LifespanManager(app) as manager:
+        await manager.app(scope, receive, send)
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    assert start["status"] == 400

@@ -19,7 +19,7 @@ from typing import TypeVar
 import orjson
 from opentelemetry import trace
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from rgpu_contracts import ContractError, ErrorBody
@@ -43,12 +43,20 @@ T = TypeVar("T")
 
 
 async def read_json(request: Request) -> object:
-    """Read the request body as JSON; raises ``BadRequest`` naming line and column if malformed.
+    """Read the request body as JSON; raises ``BadRequest`` naming line and column if malformed,
+    or saying the client left before its body arrived.
 
     The body is read under the app's size limit (``BodyLimitMiddleware``), so an oversized
     body raises ``PayloadTooLarge`` (413) while it streams, whatever ``Content-Length`` said.
     """
-    body = await request.body()
+    try:
+        body = await request.body()
+    except ClientDisconnect as exc:
+        # Nobody is left to answer (a caller that timed out, a replica killed mid-request):
+        # a 4xx for the record, not a 500 and a traceback for a request that never arrived.
+        raise BadRequest(
+            "the client closed the connection before its request body arrived"
+        ) from exc
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
