@@ -275,3 +275,38 @@ async def test_claims_written_by_admission_read_back_as_admitted(build, kit, sim
         stored = orjson.loads(lease["metadata"]["annotations"]["rgpu.io/claims"])
         assert stored[0]["admissionTtlSeconds"] == 60
         assert answer["expiresAt"] - answer["bookedAt"] == pytest.approx(60)
+
+
+def _terminating(cluster: Any, pod: PodRef) -> bool:
+    try:
+        got = cluster.sim.store.get("pods", pod.name, namespace=pod.namespace)
+    except ApiError:
+        return True
+    return bool(got["metadata"].get("deletionTimestamp"))
+
+
+async def test_a_pod_being_preempted_for_books_the_server_freed_for_it(build, kit, sim, cluster):
+    # While the urgent pod's preemption is rehearsed (its dry-run evictions are slow, and it
+    # nominates only after them), another server frees. Taking that one would then evict the
+    # victim for nothing: a pod a preemption is under way for waits for it.
+    discovery = kit.FakeDiscovery(
+        build.fleet(build.server("gpu-a", cards=1), build.server("gpu-b", cards=1))
+    )
+    grace = {"terminationGracePeriodSeconds": 1}
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        victim = gated_pod(cluster, "victim", priority=10, spec=grace)
+        keeper = gated_pod(cluster, "keeper", priority=1000)
+        await kit.wait_for(
+            lambda: not gates(cluster, victim) and not gates(cluster, keeper), what="both admitted"
+        )
+        cluster.bind(victim)
+        cluster.bind(keeper)
+        [victims_server] = [s for s, names in holders(cluster).items() if names == ["victim"]]
+        sim.faults.set_latency(verb="create", resource="pods/eviction", seconds=1.0)
+        urgent = gated_pod(cluster, "urgent", priority=1000)
+        await kit.wait_for(lambda: events(cluster, urgent), what="the urgent pod told it waits")
+        cluster.delete(keeper)
+        await kit.wait_for(lambda: _terminating(cluster, victim), what="the victim evicted")
+        cluster.delete(victim)
+        await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
+        assert holders(cluster) == {victims_server: ["urgent"]}

@@ -215,7 +215,10 @@ class Admitter:
             limit=limit,
             config=self._queues.config,
             held=self._held(),
-            busy=self._flight | self._lifted,
+            # A pod whose preemption is under way books nothing meanwhile: the preemption
+            # nominates a server only after rehearsing its evictions, and a booking made in
+            # between would leave its victims evicted for nothing.
+            busy=self._flight | self._lifted | self._preempting,
         )
 
     def _pass(self, tg: TaskGroup) -> None:
