@@ -308,3 +308,24 @@ def test_a_waiter_promised_a_server_elsewhere_is_not_passed_over() -> None:
         _lease(30, "gpu-03", ("q", 1), at=30.0),
     ]
     assert _fair(lives, leases)
+
+
+def test_fair_share_allows_for_an_allocator_that_saw_a_release_a_moment_late() -> None:
+    # team-a's a1 left at t=9, a second before team-b's b2 was admitted: an allocator whose
+    # cache still showed a1 rightly let team-b go first.
+    lives = {
+        "a1": _life("a1", "team-a"),
+        "b1": _life("b1", "team-b"),
+        "b2": _life("b2", "team-b", created=5.0),
+        "q": _life("q", "team-a", created=0.0),
+    }
+    leases = [
+        _lease(2, "gpu-01", ("a1", 2), at=1.0),
+        _lease(3, "gpu-04", ("b1", 2), at=1.0),
+        _lease(8, "gpu-01", at=9.0),
+        _lease(10, "gpu-02", ("b2", 1), at=10.0),
+        _lease(30, "gpu-03", ("q", 1), at=30.0),
+    ]
+    assert _fair(lives, leases)
+    late = [*leases[:2], _lease(8, "gpu-01", at=2.0), *leases[3:]]
+    assert not _fair(lives, late)  # a1 had left eight seconds before: no excuse

@@ -10,13 +10,17 @@ Definitions (docs/operations.md repeats them):
   every claim Lease as stored just before it (a whole-server claim lists all the server's
   healthy cards, so it counts them all), as rgpu counts "held or admitted";
 * a gang *ran in part* when one member ran (kubelet) at a moment a sibling had neither started
-  nor held a claim; siblings evicted by preemption are excused and counted;
+  nor held a claim, or when a sibling never ran at all; siblings evicted by preemption, or
+  whose scheduling hit an injected fault after admission, are excused and counted (rgpu
+  admits a gang whole; after that, a failed Binding or an eviction is the pod's own);
 * a pod Q of namespace A *waited unfairly* for a pod P of namespace B ≠ A when P's claim was
   written (its admission) while Q, of P's priority and no gang, had been waiting behind rgpu's
-  gate for ``FAIR_SLACK_SECONDS`` and stayed unbooked for ``FAIR_SLACK_SECONDS`` after, Q
-  could have used what P got (the cards of P's claim would take Q), A had room in its quota
-  for Q, and A would still have held no more per unit of weight than B without P after
-  taking Q: ``(held(A) + cards(Q)) / weight(A) <= held(B) / weight(B)``. P's that were
+  gate for ``FAIR_SLACK_SECONDS`` and stayed unbooked for ``FAIR_SLACK_SECONDS`` after, was
+  promised no server by a preemption, could have used what P got (the cards of P's claim
+  would take Q), A had room in its quota for Q, and A would still have held no more per unit
+  of weight than B without P after taking Q: ``(held(A) + cards(Q)) / weight(A) <=
+  held(B) / weight(B)``, with held(A) the most and held(B) the least either held in the
+  ``FAIR_SLACK_SECONDS`` before P's claim (the allocator decides on caches that may lag). P's
   nominated for the server they got (a preemption) and every member but a gang's first are
   left out; so are gang members as Q (a gang needs all its cards at once).
 """
@@ -187,6 +191,18 @@ class Holdings:
         """Holdings as the Leases stood just before ``rv``."""
         at = _bisect_left(self.rvs, rv) - 1
         return self.held[at] if at >= 0 else {}
+
+    def window(self, rv: int, seconds: float) -> list[dict[str, int]]:
+        """Every holding the Leases showed in the ``seconds`` before ``rv`` was written (the
+        one standing when the window opened first)."""
+        end = _bisect_left(self.rvs, rv)
+        if end == 0:
+            return [{}]
+        opened = self.ats[min(end, len(self.ats) - 1)] - seconds
+        start = end - 1
+        while start > 0 and self.ats[start] > opened:
+            start -= 1
+        return self.held[start:end]
 
 
 def _bisect_left(values: Sequence[int], value: int) -> int:
@@ -427,15 +443,18 @@ def _unfair(
 ) -> str | None:
     setup, p = inputs.setup, admission.life
     theirs = p.key.split("/")[0]
-    held = holdings.before(admission.rv)
-    share = held.get(theirs, 0) / setup.weight(theirs)
+    # The allocator decides on its caches, which may lag the apiserver by the slack: judged
+    # on the holdings least favourable to the verdict over that window.
+    seen = holdings.window(admission.rv, FAIR_SLACK_SECONDS)
+    held = {theirs: min(h.get(theirs, 0) for h in seen)}
+    share = held[theirs] / setup.weight(theirs)
     for q in waiting:
         ours = q.key.split("/")[0]
         plan = inputs.plans.get(q.key)
         if ours == theirs or q.priority != p.priority or plan is None:
             continue
         cards = len(admission.cards) if inputs.granularity == "server" else units_of(plan, "card")
-        mine = held.get(ours, 0)
+        mine = held.setdefault(ours, max(h.get(ours, 0) for h in seen))
         quota = setup.quota(ours)
         if quota is not None and mine + cards > quota:
             continue
