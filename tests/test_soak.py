@@ -1,7 +1,8 @@
-"""``rgpu soak`` in CI: a short soak per granularity, with replicas and the standard faults,
-must end with every verdict line PASS and exit 0. The wake-up latency is printed, not judged
-here (``--wake-limit-seconds 0``): on a shared 2-core machine a timing verdict measures the
-machine; ``rgpu soak`` and ``make soak`` judge it. The priority mix is off here
+"""``rgpu soak`` in CI: a short soak per granularity on the gate path with the queue workload
+(teams with quotas, gangs), and one on HAMi's filter path, with replicas and the standard
+faults, must end with every verdict line PASS and exit 0. The wake-up latency is printed, not
+judged here (``--wake-limit-seconds 0``): on a shared 2-core machine a timing verdict measures
+the machine; ``rgpu soak`` and ``make soak`` judge it. The priority mix is off here
 (``--priority-mix 0``): its checks are judged by ``rgpu soak`` runs and unit-tested on recorded
 evidence (``cli/tests/test_soak_priority.py``)."""
 
@@ -16,17 +17,20 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 CHECK_LINE = re.compile(r"^(PASS|FAIL) ", re.MULTILINE)
-CHECKS = 13
-"""Nine of correctness, four of scaling (soak_scaling); the discovery two pass once discovery
-shards its probing and publishes one fleet."""
+CHECKS = {"gate": 19, "filter": 13}
+"""Nine of correctness and four of scaling (soak_scaling) on both paths; on the gate path three
+of admission (soak_admission) and three of the queue workload (soak_queues)."""
 
 
-@pytest.mark.parametrize(("granularity", "seed"), [("server", 3), ("card", 4)])
+@pytest.mark.parametrize(
+    ("granularity", "seed", "admission"),
+    [("server", 3, "gate"), ("card", 4, "gate"), ("server", 5, "filter")],
+)
 def test_a_short_soak_with_faults_passes_every_check(
-    granularity: str, seed: int, tmp_path: Path
+    granularity: str, seed: int, admission: str, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     command = [
@@ -48,26 +52,32 @@ def test_a_short_soak_with_faults_passes_every_check(
         "0",
         "--trace",
         str(trace),
+        "--admission",
+        admission,
+        "--queues",
+        "standard" if admission == "gate" else "none",
     ]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=560, env={**os.environ, "COLUMNS": "200"}
+        command, capture_output=True, text=True, timeout=840, env={**os.environ, "COLUMNS": "200"}
     )
     lines = [m.group(0) + line for m, line in _check_lines(done.stdout)]
-    assert len(lines) == CHECKS, done.stdout + done.stderr[-3000:]
+    assert len(lines) == CHECKS[admission], done.stdout + done.stderr[-3000:]
     assert all(line.startswith("PASS") for line in lines), done.stdout
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert re.search(r"wake-up .* p50 \d+\.\d\ds, p99 \d+\.\d\ds", done.stdout), done.stdout
-    assert_trace_tells_each_pods_history(trace, done.stdout)
+    assert_trace_tells_each_pods_history(trace, done.stdout, gated=admission == "gate")
 
 
-def assert_trace_tells_each_pods_history(trace: Path, stdout: str) -> None:
+def assert_trace_tells_each_pods_history(trace: Path, stdout: str, *, gated: bool) -> None:
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert f"trace: {len(lines)} pods' scheduling histories" in stdout
     assert 100 <= len(lines) <= 200  # the scheduler sees nearly every pod before any deletion
     assert any(pod["bound"] is not None for pod in lines)
     for pod in lines:
         whats = [what for _, what, _ in pod["steps"]]
-        assert whats[0] == "queued", pod
+        # On the gate path every pod waits behind rgpu's gate first (and a pod deleted there
+        # is never queued).
+        assert whats[0] == ("gated" if gated else "queued"), pod
         assert [at for at, _, _ in pod["steps"]] == sorted(at for at, _, _ in pod["steps"]), pod
         assert whats.count("attempt") == pod["attempts"], pod
         if pod["bound"] is not None:
