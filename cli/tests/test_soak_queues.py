@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from rgpu_cli.soak_admission import ClaimHistory
 from rgpu_cli.soak_evidence import LeaseVersion, NominationSeen, PodLife
+from rgpu_cli.soak_fairness import FairInputs, check_fair_share
 from rgpu_cli.soak_queues import (
-    FairInputs,
     Holdings,
     QueueSetup,
-    check_fair_share,
     check_gangs_whole,
     check_quotas,
     plan_queues,

@@ -8,16 +8,14 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
-import httpx
 from rich.console import Console
-from rich.table import Table
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
+from .soak_driver import Driver, stream
 from .soak_evidence import Evidence, record_evidence
 from .soak_faults import FaultLog, apply_standing_faults, run_faults
 from .soak_judging import Judged, judge
@@ -34,6 +32,7 @@ from .soak_priority import (
     preemption_waits,
 )
 from .soak_queues import QueueSetup
+from .soak_report import SoakReport, print_soak_report
 from .soak_scaling import (
     ScalingEvidence,
     measure_after_drain,
@@ -45,7 +44,6 @@ from .soak_sizing import LOAD
 from .soak_trace import save_trace
 from .soak_workload import (
     BUDGETS,
-    SoakPod,
     WorkloadShape,
     budget_manifests,
     priority_class_manifests,
@@ -80,10 +78,6 @@ _LOGGED_5XX = re.compile(
     r'HTTP Request: (\S+) (\S+) \\"HTTP/[\d.]+ (5\d\d)|Exception in ASGI application'
 )
 QUEUES_CONFIGMAP = "rgpu-queues"
-_RETRY_SECONDS = 60.0
-DRIVER_CALLS = 16
-"""Apiserver calls the workload's owner has in flight at once."""
-"""How long the workload's owner keeps retrying a create or delete the apiserver refuses."""
 
 
 class SoakCannotFinish(Exception):
@@ -118,129 +112,7 @@ class SoakOptions:
     """The share of the fleet the stream may ask for; its rate follows (``soak_sizing``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SoakReport:
-    """What the soak measured, and its verdict."""
-
-    pods: int
-    wall_seconds: float
-    bound: int
-    succeeded: int
-    deleted: int
-    waits: tuple[float, ...]
-    faults: dict[str, int]
-    checks: tuple[CheckResult, ...]
-    preemption: str = ""
-    """The priority mix's figures (empty without it)."""
-    scheduler: str = ""
-    """The scheduler emulator's waits (each extender verb, each scheduling cycle): a parked
-    pod's wake-up queues behind the cycles of every pod ahead of it."""
-    cycles: str = ""
-    """Scheduler cycles per bound GPU pod."""
-    queues: str = ""
-    """The queue workload's quotas and weights (empty without it)."""
-
-    @property
-    def ok(self) -> bool:
-        return all(check.passed for check in self.checks)
-
-
-@dataclass(slots=True)
-class _Driver:
-    """The workload's owner: creates pods, deletes the ones it means to, notes what it saw."""
-
-    stack: Stack
-    deleted: set[str] = field(default_factory=set)
-    created: set[str] = field(default_factory=set)
-    errors: list[str] = field(default_factory=list)
-    refused: set[str] = field(default_factory=set)
-    """Pods never created: their keys."""
-    server_errors: list[str] = field(default_factory=list)
-    asked: dict[str, float] = field(default_factory=dict)
-    """Pod key → when the workload first sent its DELETE (monotonic)."""
-    limit: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(DRIVER_CALLS))
-
-    async def _send(
-        self, key: str, send: Callable[[], Awaitable[httpx.Response]]
-    ) -> httpx.Response | None:
-        deadline: float | None = None
-        delay = 0.1
-        while deadline is None or time.monotonic() < deadline:
-            # A few calls at a time, as a controller's client rate-limits itself: thousands
-            # queued in one connection pool cost the in-process apiserver's loop more than
-            # the calls themselves, and a machine that falls behind would never catch up.
-            async with self.limit:
-                deadline = deadline or time.monotonic() + _RETRY_SECONDS
-                response: httpx.Response | None
-                try:
-                    response = await send()
-                except httpx.HTTPError:
-                    response = None
-            if response is not None and response.status_code < 500 and response.status_code != 429:
-                return response
-            if response is not None and "(HTTP 5" in response.text:
-                self.server_errors.append(f"webhook answered 5xx for {key}: {response.text[:200]}")
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        self.errors.append(f"{key}: the apiserver kept refusing for {_RETRY_SECONDS:g}s")
-        return None
-
-    async def _create(self, pod: SoakPod) -> httpx.Response | None:
-        response = await self._send(pod.key, lambda: self.stack.create_pod(pod.manifest()))
-        if (
-            response is not None
-            and response.status_code == 409
-            and "AlreadyExists" in response.text
-        ):
-            # Names are unique in a soak: an earlier attempt whose answer was lost (a timeout
-            # under load) created it. Carry on with the pod as stored.
-            namespace, name = pod.key.split("/")
-            stored = await self._send(
-                pod.key,
-                lambda: self.stack.apiserver.get(f"/api/v1/namespaces/{namespace}/pods/{name}"),
-            )
-            if stored is not None and stored.status_code == 200:
-                return httpx.Response(201, json=stored.json())
-        return response
-
-    async def run_pod(self, pod: SoakPod) -> None:
-        response = await self._create(pod)
-        if response is None or response.status_code != 201:
-            self.refused.add(pod.key)
-        if response is None:
-            return
-        if response.status_code != 201:
-            self.errors.append(f"{pod.key}: {response.status_code} {response.text[:200]}")
-            return
-        self.created.add(pod.key)
-        uid = str(response.json()["metadata"]["uid"])
-        if pod.fate == "delete-running":
-            while uid not in self.stack.kubelet.records:  # noqa: ASYNC110 (an emulator's record)
-                await anyio.sleep(0.05)
-            await anyio.sleep(pod.delete_after_seconds)
-        elif pod.fate == "delete-pending":
-            await anyio.sleep(pod.delete_after_seconds)
-        else:
-            return
-        self.deleted.add(pod.key)
-        await self.delete(pod.key)
-
-    async def delete(self, key: str) -> None:
-        namespace, name = key.split("/")
-        self.asked.setdefault(key, time.monotonic())
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        await self._send(key, lambda: self.stack.apiserver.delete(path))
-
-
-async def _stream(driver: _Driver, plans: tuple[SoakPod, ...]) -> None:
-    start = time.monotonic()
-    async with anyio.create_task_group() as tg:
-        for pod in plans:
-            await anyio.sleep(max(0.0, start + pod.arrival_seconds - time.monotonic()))
-            tg.start_soon(driver.run_pod, pod)
-
-
-def _settled(evidence: Evidence, driver: _Driver, total: int) -> bool:
+def _settled(evidence: Evidence, driver: Driver, total: int) -> bool:
     ended = {life.key for life in evidence.pods.values() if life.end_rv is not None}
     return len(driver.created | driver.refused) >= total and driver.created <= ended
 
@@ -263,7 +135,7 @@ def _final_claims(stack: Stack, evidence: Evidence) -> dict[str, frozenset[str]]
     return latest
 
 
-async def _drain(stack: Stack, driver: _Driver, evidence: Evidence) -> float:
+async def _drain(stack: Stack, driver: Driver, evidence: Evidence) -> float:
     """Delete every pod left (finished ones too) and wait for the claims to go."""
     for key in sorted(driver.created):
         await driver.delete(key)
@@ -279,7 +151,7 @@ def _judged(
     options: SoakOptions,
     stack: Stack,
     plan: SoakPlan,
-    driver: _Driver,
+    driver: Driver,
     evidence: Evidence,
     log: FaultLog,
 ) -> Judged:
@@ -299,7 +171,7 @@ def _verdict(
     options: SoakOptions,
     stack: Stack,
     plan: SoakPlan,
-    driver: _Driver,
+    driver: Driver,
     evidence: Evidence,
     log: FaultLog,
     waited: float,
@@ -353,12 +225,12 @@ def _mixed(options: SoakOptions) -> bool:
     return options.workload.priority_share > 0
 
 
-def _evictions(evidence: Evidence, driver: _Driver) -> list[Eviction]:
+def _evictions(evidence: Evidence, driver: Driver) -> list[Eviction]:
     return evictions(evidence.leases, evidence.pods.values(), driver.asked)
 
 
 def _preemption_waits(
-    evidence: Evidence, driver: _Driver, log: FaultLog, judged: Judged
+    evidence: Evidence, driver: Driver, log: FaultLog, judged: Judged
 ) -> list[PreemptionWait]:
     erred = frozenset(uid for uid, rec in driver.stack.scheduler.records.items() if rec.errors)
     return preemption_waits(
@@ -367,7 +239,7 @@ def _preemption_waits(
 
 
 def _priority_checks(
-    evidence: Evidence, driver: _Driver, log: FaultLog, per_card: bool, judged: Judged
+    evidence: Evidence, driver: Driver, log: FaultLog, per_card: bool, judged: Judged
 ) -> tuple[CheckResult, ...]:
     found = _evictions(evidence, driver)
     return (
@@ -456,7 +328,7 @@ async def run_soak(
     evidence, log = Evidence(), FaultLog()
     scaling = ScalingEvidence(replicas=s.replicas)
     async with run_stack(_stack_options(options)) as stack:
-        driver = _Driver(stack)
+        driver = Driver(stack)
         for namespace in plan.shape.namespaces:
             if namespace != "default":
                 stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
@@ -478,7 +350,7 @@ async def run_soak(
                 if options.faults:
                     apply_standing_faults(stack, log)
                     work.start_soon(run_faults, stack, log, s.seed)
-                work.start_soon(_stream, driver, plans)
+                work.start_soon(stream, driver, plans)
                 deadline = plan.sizing.deadline_seconds
                 await _progress(evidence, driver, len(plans), console, deadline)
                 work.cancel_scope.cancel()
@@ -528,7 +400,7 @@ def _scheduler_waits(stack: Stack) -> str:
 
 
 async def _progress(
-    evidence: Evidence, driver: _Driver, total: int, console: Console, timeout: float
+    evidence: Evidence, driver: Driver, total: int, console: Console, timeout: float
 ) -> None:
     last = time.monotonic()
     with anyio.move_on_after(timeout):
@@ -538,35 +410,3 @@ async def _progress(
                 last = time.monotonic()
                 ended = sum(1 for life in evidence.pods.values() if life.end_rv is not None)
                 console.print(f"  {len(driver.created)}/{total} created, {ended} ended")
-
-
-def print_soak_report(report: SoakReport, console: Console) -> None:
-    """The summary and the PASS/FAIL lines."""
-    table = Table(title="rgpu soak summary", show_header=False)
-    table.add_row(
-        "pods",
-        f"{report.pods} planned, {report.bound} bound, {report.succeeded} succeeded, "
-        f"{report.deleted} deleted by the workload",
-    )
-    table.add_row("wall time", f"{report.wall_seconds:.1f}s")
-    table.add_row(
-        "wake-up (capacity freed → bound)",
-        f"p50 {percentile(report.waits, 50):.2f}s, p99 {percentile(report.waits, 99):.2f}s "
-        f"({len(report.waits)} parked pods)",
-    )
-    if report.preemption:
-        table.add_row("preemption", report.preemption)
-    if report.scheduler:
-        table.add_row("scheduler (ms p50/p99)", report.scheduler)
-    if report.cycles:
-        table.add_row("scheduler cycles", report.cycles)
-    if report.queues:
-        table.add_row("queues", report.queues)
-    table.add_row(
-        "faults injected", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"
-    )
-    console.print(table)
-    for check in report.checks:
-        mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
-        detail = f" — {check.detail}" if check.detail and not check.passed else ""
-        console.print(f"{mark} {check.name}{detail}", soft_wrap=True, highlight=False)

@@ -23,13 +23,12 @@ from .soak_admission import (
     gated_parked,
 )
 from .soak_evidence import Evidence, PodLife
+from .soak_fairness import FairInputs, check_fair_share
 from .soak_faults import FaultWindow
 from .soak_plan import SoakPlan
 from .soak_priority import Room
 from .soak_queues import (
-    FairInputs,
     Holdings,
-    check_fair_share,
     check_gangs_whole,
     check_quotas,
     queue_waits,
