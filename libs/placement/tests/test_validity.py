@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -100,3 +101,11 @@ def test_a_lasting_verdict_is_given_only_where_time_cannot_change_it(cached, exp
     if expected is not None:
         for now in (100.0, 10_000.0):
             assert judge(claim(), cached, now=now, ttl=30.0) is expected
+
+
+def test_an_admitted_booking_keeps_its_own_ttl_after_its_commit():
+    admitted = claim(state=ClaimState.COMMITTED, committed_at=125.0)
+    admitted = dataclasses.replace(admitted, admission_ttl=90.0)
+    assert judge(admitted, pod(), now=200.0, ttl=TTL) is Validity.VALID
+    assert expires_at(admitted, pod(), TTL) == 215.0
+    assert judge(admitted, pod(), now=216.0, ttl=TTL) is Validity.INVALID

@@ -310,3 +310,23 @@ async def test_a_pod_being_preempted_for_books_the_server_freed_for_it(build, ki
         cluster.delete(victim)
         await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
         assert holders(cluster) == {victims_server: ["urgent"]}
+
+
+async def test_an_admitted_booking_committed_but_not_yet_bound_keeps_the_admission_ttl(
+    build, kit, sim, cluster
+):
+    # The Binding after the commit failed or took longer than the budget: the pod goes back
+    # through kube-scheduler's queue, as after the gate was lifted. Its booking must outlive
+    # the short booking TTL there, or the retry books again through the filter path, past
+    # its namespace's quota, its gang and fair share.
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    env = {"RGPU_ADMISSION_TTL_SECONDS": "60", "RGPU_BOOKING_TTL_SECONDS": "1"}
+    async with kit.running_allocator(sim.url, discovery, **env) as client:
+        pod = gated_pod(cluster, "retried")
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted")
+        commit = await client.post(f"/v1/allocations/{pod.uid}/commit", json={"node": "client-1"})
+        assert commit.status_code == 200, commit.text
+        await anyio.sleep(2.5)  # past the booking TTL and a sweep (a third of it)
+        [claim] = cluster.claims("gpu-a")
+        assert claim["pod"]["name"] == "retried"
+        assert claim["state"] == "committed"

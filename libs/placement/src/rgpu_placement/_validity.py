@@ -3,9 +3,11 @@ one side and leaked servers on the other, so the rule (DESIGN §4) lives in exac
 
 A claim is valid while its pod exists, has not finished, and is either bound or was booked /
 committed less than the booking TTL ago (a booking made by admission: less than its own
-admission TTL ago, until it is committed). When the pod is missing from the watch cache and the
-claim is older than the TTL, the answer is ``UNKNOWN``: the cache may lag, so the claim keeps
-blocking until a fresh read of the pod confirms it is gone.
+admission TTL ago, committed or not — a Binding that fails sends the pod back through
+kube-scheduler's queue, which that TTL is sized for, and a booking lost there would send the
+retry through the filter path, past quotas, gangs and fair share). When the pod is missing
+from the watch cache and the claim is older than the TTL, the answer is ``UNKNOWN``: the cache
+may lag, so the claim keeps blocking until a fresh read of the pod confirms it is gone.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ def claim_stamp(claim: Claim) -> float:
 
 
 def claim_ttl(claim: Claim, ttl: float) -> float:
-    """Seconds ``claim`` stays valid unbound: an admitted booking's own TTL until its commit,
-    else ``ttl`` (the booking TTL)."""
-    if claim.admission_ttl is not None and claim.committed_at is None:
+    """Seconds ``claim`` stays valid unbound (from ``claim_stamp``): an admitted booking's own
+    TTL, else ``ttl`` (the booking TTL)."""
+    if claim.admission_ttl is not None:
         return claim.admission_ttl
     return ttl
 
