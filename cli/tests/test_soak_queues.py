@@ -328,3 +328,21 @@ def test_fair_share_allows_for_an_allocator_that_saw_a_release_a_moment_late() -
     assert _fair(lives, leases)
     late = [*leases[:2], _lease(8, "gpu-01", at=2.0), *leases[3:]]
     assert not _fair(lives, late)  # a1 had left eight seconds before: no excuse
+
+
+def test_fair_share_counts_the_waiters_namespace_with_its_bookings_in_flight() -> None:
+    # team-a's a2 booking was in flight when b2 was admitted (it landed a second later): the
+    # allocator counted it, and team-a was no longer under team-b then.
+    lives = {
+        "a1": _life("a1", "team-a"),
+        "a2": _life("a2", "team-a"),
+        "b1": _life("b1", "team-b"),
+        "b2": _life("b2", "team-b", created=5.0),
+        "q": _life("q", "team-a", created=0.0),
+    }
+    early = [_lease(2, "gpu-01", ("a1", 1), at=1.0), _lease(3, "gpu-04", ("b1", 2), at=1.0)]
+    admitted = [_lease(10, "gpu-02", ("b2", 1), at=10.0), _lease(30, "gpu-03", ("q", 1), at=30.0)]
+    in_flight = [*early, *admitted[:1], _lease(11, "gpu-05", ("a2", 1), at=11.0), admitted[1]]
+    assert _fair(lives, in_flight)
+    landed_late = [*early, *admitted[:1], _lease(20, "gpu-05", ("a2", 1), at=20.0), admitted[1]]
+    assert not _fair(lives, landed_late)

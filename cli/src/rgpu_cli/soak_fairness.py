@@ -160,9 +160,11 @@ def _unfair(
 ) -> str | None:
     setup, p = inputs.setup, admission.life
     theirs = p.key.split("/")[0]
-    # The allocator decides on its caches, which may lag the apiserver by the slack: judged
-    # on the holdings least favourable to the verdict over that window.
+    # The allocator decides on its caches, which may lag the apiserver by the slack, and counts
+    # the bookings it has in flight, which land up to the slack later: judged on the holdings
+    # least favourable to the verdict over those windows.
     seen = holdings.window(admission.rv, FAIR_SLACK_SECONDS)
+    around = holdings.window(admission.rv, FAIR_SLACK_SECONDS, after=FAIR_SLACK_SECONDS)
     held = {theirs: min(h.get(theirs, 0) for h in seen)}
     share = held[theirs] / setup.weight(theirs)
     for q in waiting:
@@ -171,7 +173,7 @@ def _unfair(
         if ours == theirs or q.priority != p.priority or plan is None:
             continue
         cards = len(admission.cards) if inputs.granularity == "server" else units_of(plan, "card")
-        mine = held.setdefault(ours, max(h.get(ours, 0) for h in seen))
+        mine = held.setdefault(ours, max(h.get(ours, 0) for h in around))
         quota = setup.quota(ours)
         if quota is not None and mine + cards > quota:
             continue

@@ -190,17 +190,19 @@ class Holdings:
         at = _bisect_left(self.rvs, rv) - 1
         return self.held[at] if at >= 0 else {}
 
-    def window(self, rv: int, seconds: float) -> list[dict[str, int]]:
-        """Every holding the Leases showed in the ``seconds`` before ``rv`` was written (the
-        one standing when the window opened first)."""
+    def window(self, rv: int, seconds: float, *, after: float = 0.0) -> list[dict[str, int]]:
+        """Every holding the Leases showed from ``seconds`` before ``rv`` was written (the one
+        standing when the window opened first) to just before it, and with ``after`` the
+        holdings of the ``after`` seconds that followed too."""
         end = _bisect_left(self.rvs, rv)
-        if end == 0:
-            return [{}]
-        opened = self.ats[min(end, len(self.ats) - 1)] - seconds
-        start = end - 1
-        while start > 0 and self.ats[start] > opened:
+        at = self.ats[min(end, len(self.ats) - 1)] if self.ats else 0.0
+        start = max(end - 1, 0)
+        while start > 0 and self.ats[start] > at - seconds:
             start -= 1
-        return self.held[start:end]
+        stop = end
+        while after and stop < len(self.ats) and self.ats[stop] <= at + after:
+            stop += 1
+        return self.held[start:stop] if stop > start and end > 0 else [{}, *self.held[:stop]]
 
 
 def _bisect_left(values: Sequence[int], value: int) -> int:
