@@ -27,6 +27,7 @@ from rgpu_runtime import RgpuError, Settings
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
 from .processes import die_with_parent, run_until_stopped
+from .queue import fetch_queue, queue_json, render_queue
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
@@ -270,6 +271,33 @@ def status(
         console.print(f"[red]cannot read the fleet and claims:[/] {exc}")
         raise typer.Exit(code=2) from None
     console.print(status_table(snapshot))
+
+
+@app.command("queue")
+def queue_command(
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only this namespace"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+    allocator_url: str = typer.Option(
+        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"),
+        help="allocator base URL (RGPU_ALLOCATOR_URL)",
+    ),
+) -> None:
+    """Pods waiting for a remote GPU in admission order, and each namespace's share."""
+    if output not in ("table", "json"):
+        raise typer.BadParameter("expected table or json", param_hint="--output")
+    console = Console()
+    try:
+        found = anyio.run(fetch_queue, allocator_url)
+    except (httpx.HTTPError, ContractError) as exc:
+        console.print(
+            f"[red]cannot read the queue from {allocator_url}/v1/queue[/] ({exc}); "
+            "set RGPU_ALLOCATOR_URL or --allocator-url to the allocator's address"
+        )
+        raise typer.Exit(code=2) from None
+    if output == "json":
+        print(queue_json(found, namespace=namespace))
+    else:
+        console.print(render_queue(found, namespace=namespace))
 
 
 @app.command("explain")

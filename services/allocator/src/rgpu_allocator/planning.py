@@ -141,11 +141,17 @@ class Planner:
             return [
                 Verdict(pod=p, wait=Wait.ADMITTING, message="being admitted") for p in unit.pods
             ]
+        # A namespace at its quota waits for that, whatever the pool: freed servers would not
+        # go to it either.
+        at_quota = self._over_quota(unit, _least_cards(unit), walk, config)
+        if at_quota is not None:
+            return [self._waits(Verdict(pod=p), at_quota, unit) for p in unit.pods]
         verdicts = [self._one(p, view, walk) for p in unit.pods]
         taken = [v.booked for v in verdicts if v.booked is not None]
         stop = next((v for v in verdicts if v.wait is not None), None)
         if stop is None:
-            stop = self._over_quota(unit, taken, walk, config)
+            cards = sum(len(b.choice.fit.cards) for b in taken)
+            stop = self._over_quota(unit, cards, walk, config)
         if stop is not None:
             for booked in taken:
                 walk.pending.discard(self._claim(booked))
@@ -170,10 +176,10 @@ class Planner:
         return Verdict(pod=verdict.pod, wait=stop.wait, message=message, demand=verdict.demand)
 
     def _over_quota(
-        self, unit: Unit, taken: list[Booked], walk: _Pass, config: QueueConfig
+        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig
     ) -> Verdict | None:
+        """Why ``unit`` would take its namespace over quota with ``cards`` more, if it would."""
         quota = config.quota(unit.namespace).cards
-        cards = sum(len(b.choice.fit.cards) for b in taken)
         holds = walk.fair.held(unit.namespace)
         if quota is None or holds + cards <= quota:
             return None
@@ -278,6 +284,12 @@ class Planner:
             f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
             "fleet could ever take one (each member holds a whole server)"
         )
+
+
+def _least_cards(unit: Unit) -> int:
+    """The fewest cards ``unit`` can be admitted with (a whole server may add more)."""
+    asks = (p.gated.containers for p in unit.pods if p.gated is not None)
+    return sum(demand_of(c).effective_count for c in asks)
 
 
 def _in_gang(verdict: Verdict, gang: Gang) -> Verdict:
