@@ -950,6 +950,7 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "nodes", "get"): ("read_node",),
     ("", "nodes", "list"): ("list_node",),
     ("", "namespaces", "get"): ("read_namespace",),
+    ("", "configmaps", "list"): ("list_namespaced_config_map",),
     ("", "pods", "get"): ("read_namespaced_pod",),
     ("", "pods", "list"): ("list_pod_for_all_namespaces", "list_namespaced_pod"),
     ("", "pods", "patch"): ("patch_namespaced_pod",),

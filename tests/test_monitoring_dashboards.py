@@ -191,7 +191,10 @@ async def filter_pod(stack: Stack, args: Mapping[str, Any], pod: Mapping[str, An
 
 
 async def drive_traffic(stack: Stack, load: Load) -> None:
-    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx."""
+    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx, a quota."""
+    queues = {"queues.yaml": "default: {cards: 64}"}
+    body = {"metadata": {"name": "rgpu-queues"}, "data": queues}
+    stack.sim.store.create("configmaps", body, namespace="rgpu-system")
     args = load("k8s/extender-filter-args.json")
     first, second = fixture_pod(stack, args, "trainer-0"), fixture_pod(stack, args, "trainer-1")
     assert (await filter_pod(stack, args, first))["NodeNames"]

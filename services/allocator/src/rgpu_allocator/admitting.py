@@ -33,7 +33,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
 from rgpu_placement import FleetView
-from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span
+from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span, trace_exemplar
 
 from .booker import Booker
 from .clients import KubeApi, pod_event
@@ -300,7 +300,8 @@ class Admitter:
         self._instruments.admissions.labels("admitted").inc()
         created = pod.gated.created_at if pod.gated is not None else 0.0
         if created:
-            self._instruments.admission_wait_seconds.observe(max(0.0, self._clock() - created))
+            waited = max(0.0, self._clock() - created)
+            self._instruments.admission_wait_seconds.observe(waited, trace_exemplar())
         logger.info("admitted %s with server %s", pod.ref.key, server)
 
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
