@@ -7,6 +7,7 @@ durable record stored in the per-server Lease (and served as a ``ClaimSet``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -16,6 +17,8 @@ from .ids import CardId, NodeName, PodUID, ServerName
 from .reasons import Reason, ReasonCount, ReasonCountDict, render_reasons
 
 __all__ = [
+    "LABEL_CUDA_MAJOR",
+    "MAX_CUDA_MAJOR",
     "Allocation",
     "AllocationDict",
     "AllocationRequest",
@@ -135,16 +138,28 @@ class AllocationRequestDict(TypedDict):
     containers: list[ContainerRequestDict]
     candidateNodes: list[str]
     dryRun: bool
+    cudaMajor: int | None
+
+
+MAX_CUDA_MAJOR = 999
+"""CUDA majors are two digits today; three leave room without admitting nonsense."""
+LABEL_CUDA_MAJOR = "rgpu.io/cuda-major"
+"""The pod label naming the CUDA major version its client shim was built for, e.g. ``"12"``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocationRequest:
-    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``."""
+    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``.
+
+    ``cuda_major``: the CUDA major version the pod's client shim was built for (its
+    ``rgpu.io/cuda-major`` label); only servers whose lupine reports that major are chosen.
+    """
 
     pod: PodRef
     containers: tuple[ContainerRequest, ...]
     candidate_nodes: tuple[NodeName, ...] = ()
     dry_run: bool = False
+    cuda_major: int | None = None
 
     def to_dict(self) -> AllocationRequestDict:
         return {
@@ -152,6 +167,7 @@ class AllocationRequest:
             "containers": [c.to_dict() for c in self.containers],
             "candidateNodes": list(self.candidate_nodes),
             "dryRun": self.dry_run,
+            "cudaMajor": self.cuda_major,
         }
 
     @classmethod
@@ -165,7 +181,14 @@ class AllocationRequest:
             containers=containers,
             candidate_nodes=tuple(NodeName(n) for n in v.strings(m, "candidateNodes", path, ())),
             dry_run=v.boolean(m, "dryRun", path, False),
+            cuda_major=_cuda_major(m, path),
         )
+
+
+def _cuda_major(m: Mapping[str, object], path: str) -> int | None:
+    if m.get("cudaMajor") is None:
+        return None
+    return v.integer(m, "cudaMajor", path, minimum=0, maximum=MAX_CUDA_MAJOR)
 
 
 class ContainerAssignmentDict(TypedDict):

@@ -58,6 +58,7 @@ from ._podreading import (
     PodDemand,
     Section,
     container_slots,
+    read_cuda_major,
     read_demand,
 )
 from ._precedence import (
@@ -123,6 +124,7 @@ __all__ = [
     "lasting",
     "precedence",
     "preemptions",
+    "read_cuda_major",
     "read_demand",
     "server_facts",
     "shared_level",
