@@ -23,6 +23,7 @@ from .admission import (
 from .allocation import (
     LABEL_CUDA_MAJOR,
     MAX_CUDA_MAJOR,
+    READINESS_GATE,
     Allocation,
     AllocationDict,
     AllocationRequest,
@@ -149,6 +150,7 @@ __all__ = [
     "MAX_NAMESPACE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_UID_CHARS",
+    "READINESS_GATE",
     "AdmissionRequest",
     "Allocation",
     "AllocationDict",

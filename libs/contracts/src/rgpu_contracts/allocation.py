@@ -19,6 +19,7 @@ from .reasons import Reason, ReasonCount, ReasonCountDict, render_reasons
 __all__ = [
     "LABEL_CUDA_MAJOR",
     "MAX_CUDA_MAJOR",
+    "READINESS_GATE",
     "Allocation",
     "AllocationDict",
     "AllocationRequest",
@@ -145,6 +146,9 @@ MAX_CUDA_MAJOR = 999
 """CUDA majors are two digits today; three leave room without admitting nonsense."""
 LABEL_CUDA_MAJOR = "rgpu.io/cuda-major"
 """The pod label naming the CUDA major version its client shim was built for, e.g. ``"12"``."""
+READINESS_GATE = "rgpu.io/remote-gpu-ready"
+"""The readiness gate (``spec.readinessGates[].conditionType``) a pod declares to be marked not
+Ready while its remote GPU server is lost; the allocator sets the condition."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

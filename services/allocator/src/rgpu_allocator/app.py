@@ -37,10 +37,12 @@ from rgpu_runtime import (
 from .booking import Booking
 from .claims import MANAGED_BY_SELECTOR, Ledger
 from .clients import COMPONENT, DiscoveryClient, KubeApi
+from .gates import KubeGates
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .judging import Judge, Policy, Remover
 from .leases import Finder, LeaseWriter
+from .lost import LostPolicy, LostServers
 from .pods import PodIndex, PodInfo
 from .preempting import Preemptor
 from .published import PublishedClaims
@@ -163,6 +165,18 @@ def create_app(
             sweeper = Sweeper(
                 judge, api, remover, reconciler, repairer, until_leading=leader.until_leading
             )
+            # Lost servers: the elected replica tells (and with evict, evicts) the holders of a
+            # server unreachable or NotReady past the grace. Self-contained (``lost``).
+            lost = LostServers(
+                api=KubeGates(kube, api),
+                ledger=ledger,
+                pods=pods,
+                inputs=inputs,
+                policy=LostPolicy.from_settings(settings),
+                registry=registry,
+                leading=leading,
+            )
+            leader.subscribe(lost.leadership)
             lease_hooks = LeaseHooks(freed=nudger.notify, touched=reconciler.enqueue)
             timing = watch_timing(policy.ttl)
             lease_watch = lease_reflector(
@@ -172,6 +186,7 @@ def create_app(
             def pod_changed(before: PodInfo | None, after: PodInfo | None) -> None:
                 reconciler.pod_changed(before, after)
                 nudger.pod_changed(before, after)
+                lost.pod_changed(before, after)
 
             pod_watch = pod_reflector(api, pods, pod_changed, instruments, timing=timing)
             async with anyio.create_task_group() as tg:
@@ -187,6 +202,7 @@ def create_app(
                 await tg.start(lease_watch.run)
                 await tg.start(pod_watch.run)
                 await tg.start(sweeper.run)
+                await tg.start(lost.run)
                 readiness.set_ready()
                 booking = Booking(
                     policy=policy,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rgpu_contracts import ANNOTATION_ALLOCATED, PodRef, PodUID
+from rgpu_contracts import ANNOTATION_ALLOCATED, READINESS_GATE, PodRef, PodUID
 
 __all__ = ["DEFAULT_GRACE", "FINISHED_PHASES", "TOMBSTONES", "PodIndex", "PodInfo", "pod_info"]
 
@@ -51,6 +51,10 @@ class PodInfo:
     deleting: bool = False
     """``metadata.deletionTimestamp`` is set: the pod was asked to stop and ends within its
     grace period (its claim holds until then)."""
+    gated: bool = False
+    """The pod declares the readiness gate ``rgpu.io/remote-gpu-ready``."""
+    gate_status: str | None = None
+    """That condition's ``status`` as last written (``None`` when absent)."""
 
     @property
     def ref(self) -> PodRef:
@@ -112,7 +116,26 @@ def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
         started_at=_moment(_text(status, "startTime")),
         grace_seconds=_number(spec, "terminationGracePeriodSeconds", DEFAULT_GRACE),
         deleting=bool(_text(meta, "deletionTimestamp")),
+        gated=_declares_gate(spec),
+        gate_status=_gate_status(status),
     )
+
+
+def _declares_gate(spec: Mapping[str, object]) -> bool:
+    gates = spec.get("readinessGates")
+    return isinstance(gates, list) and any(
+        _mapping(gate).get("conditionType") == READINESS_GATE for gate in gates
+    )
+
+
+def _gate_status(status: Mapping[str, object]) -> str | None:
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        entry = _mapping(condition)
+        if entry.get("type") == READINESS_GATE:
+            value = entry.get("status")
+            return sys.intern(value) if isinstance(value, str) else None
+    return None
 
 
 class PodIndex:

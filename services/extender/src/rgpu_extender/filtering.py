@@ -115,7 +115,12 @@ class Filtering:
         servers, clients = _split(args.candidate_names(), fleet)
         if not clients:
             return _outcome(args, (), (), servers, "no_client_nodes", label)
-        request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
+        request = AllocationRequest(
+            pod=ref,
+            containers=demand.requests(),
+            candidate_nodes=clients,
+            cuda_major=demand.cuda_major,
+        )
         try:
             with anyio.fail_after(self.budget):
                 answer = await self.allocator.allocate(request)
@@ -145,8 +150,8 @@ def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
 def _split(
     candidates: Iterable[str], fleet: FleetView
 ) -> tuple[tuple[str, ...], tuple[NodeName, ...]]:
-    servers = tuple(node for node in candidates if node in fleet.servers)
-    clients = tuple(NodeName(node) for node in candidates if node not in fleet.servers)
+    servers = tuple(node for node in candidates if node in fleet.nodes)
+    clients = tuple(NodeName(node) for node in candidates if node not in fleet.nodes)
     return servers, clients
 
 
