@@ -246,7 +246,9 @@ def dashboard_expressions() -> dict[str, str]:
         if match := re.fullmatch(r"label_values\((\w+), (\w+)\)", query):
             found[f"variable {variable['name']}"] = f"group by ({match[2]}) ({match[1]})"
     return {
-        title: expr.replace("$__rate_interval", "2m").replace('=~"$server"', '=~".*"')
+        title: expr.replace("$__rate_interval", "2m")
+        .replace("$__range", "2m")
+        .replace('=~"$server"', '=~".*"')
         for title, expr in found.items()
     }
 

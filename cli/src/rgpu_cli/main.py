@@ -24,6 +24,7 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .pool import cordon_command, drain_command, uncordon_command, usage_command
 from .processes import die_with_parent, run_until_stopped
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
@@ -282,6 +283,13 @@ def simulate_command(
     for label, cell in rows.items():
         table.add_row(label, *(cell(r) for r in results))
     console.print(table)
+
+
+# Running the pool (``pool``): maintenance and usage.
+app.command("cordon")(cordon_command)
+app.command("uncordon")(uncordon_command)
+app.command("drain")(drain_command)
+app.command("usage")(usage_command)
 
 
 def main() -> None:
