@@ -328,3 +328,27 @@ def test_help_lists_the_pool_commands() -> None:
     assert result.exit_code == 0
     for command in ("cordon", "uncordon", "drain", "usage"):
         assert command in result.output
+
+
+def test_status_shows_cordoned_servers_and_cards_and_each_server_s_cuda_version() -> None:
+    import dataclasses
+
+    from rich.console import Console
+
+    from rgpu_cli.status import Snapshot, status_table
+    from rgpu_contracts import Fleet
+
+    plain = testkit.server(name="gpu-a", cards=2)
+    carded = dataclasses.replace(
+        plain,
+        cuda_version="12.4",
+        cards=(dataclasses.replace(plain.cards[0], cordoned=True), plain.cards[1]),
+    )
+    whole = dataclasses.replace(testkit.server(name="gpu-b", cards=1), cordoned=True)
+    fleet = Fleet(revision=1, observed_at=0.0, servers=(carded, whole))
+    rendered = Console(width=200, record=True)
+    rendered.print(status_table(Snapshot(fleet=fleet, claims=ClaimSet(revision=1, claims=()))))
+    rows = [line for line in rendered.export_text().splitlines() if "gpu-" in line]
+    assert "12.4" in rows[0] and "cordoned" in rows[0]
+    assert "cordoned" not in rows[1]
+    assert "gpu-b (cordoned)" in rows[2] and "free cordoned" in rows[2]
