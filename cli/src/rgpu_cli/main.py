@@ -257,18 +257,23 @@ def explain_command(
 def simulate_command(
     spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
 ) -> None:
-    """What-if: replay a described fleet and workload in both granularities, side by side."""
+    """What-if: replay a described fleet and workload in server granularity, card granularity
+    and with one lupine per GPU, side by side."""
     console = Console()
     try:
         parsed = load_spec(yaml.safe_load(spec.read_text()))
     except (yaml.YAMLError, SpecError) as exc:
         console.print(f"[red]{spec}:[/] {exc}")
         raise typer.Exit(code=2) from None
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
+    results = [
+        simulate(parsed, "server"),
+        simulate(parsed, "card"),
+        simulate(parsed, "server", per_gpu=True),
+    ]
     table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    table.add_column("")
+    table.add_column("", max_width=13)
     for result in results:
-        table.add_column(f"granularity {result.granularity}", justify="right")
+        table.add_column(result.label, justify="right", min_width=18)
     rows: dict[str, Callable[[SimResult], str]] = {
         "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
         "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
