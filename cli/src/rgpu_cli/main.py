@@ -83,6 +83,12 @@ def _trace_file(value: Path | None) -> Path | None:
     return value
 
 
+def _lost_policy(value: str) -> str:
+    if value not in ("keep", "evict"):
+        raise typer.BadParameter("must be 'keep' or 'evict'")
+    return value
+
+
 def _faults(value: str) -> str:
     if value not in ("standard", "none"):
         raise typer.BadParameter("must be 'standard' or 'none'")
@@ -112,6 +118,9 @@ def soak(
         callback=_trace_file,
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
+    on_server_lost: str = typer.Option(
+        "keep", callback=_lost_policy, help="keep | evict: the allocators' RGPU_ON_SERVER_LOST"
+    ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
     console = Console()
@@ -136,6 +145,7 @@ def soak(
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
         trace=trace,
+        on_server_lost=on_server_lost,
     )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
