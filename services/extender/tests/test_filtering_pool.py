@@ -61,3 +61,17 @@ async def test_an_unreadable_cuda_major_label_makes_the_pod_unschedulable_everyw
     assert set(unresolvable) == {"cpu-node-1", "gpu-node-1"}
     assert "rgpu.io/cuda-major" in unresolvable["cpu-node-1"]
     assert allocator.requests == []
+
+
+def test_the_webhook_denies_an_unreadable_cuda_major_label_naming_it(build) -> None:
+    from rgpu_extender.admission import AdmissionPolicy, decide
+
+    pod = build.pod()
+    pod["metadata"]["labels"] = {"rgpu.io/cuda-major": "12.4"}
+    decision = decide(build.review(pod), AdmissionPolicy.from_settings(build.settings()))
+    response = decision.review["response"]
+    assert response["allowed"] is False
+    assert "rgpu.io/cuda-major='12.4'" in response["status"]["message"]
+    ok = build.pod()
+    ok["metadata"]["labels"] = {"rgpu.io/cuda-major": "12"}
+    assert decide(build.review(ok), AdmissionPolicy.from_settings(build.settings())).allowed
