@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -31,6 +33,7 @@ from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
+from .trace import SPANS_VARIABLE, trace_pod
 
 __all__ = ["app", "main"]
 
@@ -54,9 +57,13 @@ def demo(
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
     seed: int = typer.Option(1, help="seed for the fleet and the workload"),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
 ) -> None:
     """Run the whole system on the embedded cluster, schedule a workload, check, and clean up."""
     console = Console()
+    spans = None if otlp_endpoint else _spans_file(work_dir, "demo")
     stack = StackOptions(
         servers=servers,
         cards=cards,
@@ -64,6 +71,8 @@ def demo(
         seed=seed,
         granularity=granularity,
         work_dir=work_dir,
+        spans_file=spans,
+        otlp_endpoint=otlp_endpoint,
     )
     die_with_parent(signal.SIGTERM)
     report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
@@ -71,7 +80,26 @@ def demo(
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
     print_report(report, console)
+    _print_traces(console, spans, otlp_endpoint, report.slowest)
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+def _spans_file(work_dir: Path | None, command: str) -> Path:
+    """Where a stack keeps its spans: the work dir, or a file of its own that outlives it."""
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return work_dir / "spans.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"rgpu-{command}-{stamp}-{os.getpid()}-spans.jsonl"
+
+
+def _print_traces(console: Console, spans: Path | None, endpoint: str | None, pod: str) -> None:
+    if spans is None:
+        console.print(f"traces were sent to {endpoint}", soft_wrap=True, highlight=False)
+        return
+    console.print(f"traces kept in {spans}; the pod that waited longest:", highlight=False)
+    command = f"{SPANS_VARIABLE}={spans} rgpu trace {pod or 'NAMESPACE/POD'}"
+    console.print(command, soft_wrap=True, highlight=False)
 
 
 def _trace_file(value: Path | None) -> Path | None:
@@ -167,7 +195,9 @@ async def _up(options: StackOptions, console: Console) -> None:
         console.print(f"[bold]apiserver[/]  {stack.sim.url}")
         for name, process in stack.services.items():
             console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
-        console.print(f"[bold]webhook[/]    {stack.webhook_url}\n")
+        console.print(f"[bold]webhook[/]    {stack.webhook_url}")
+        traces = options.otlp_endpoint or options.spans_file
+        console.print(f"[bold]traces[/]     {traces}\n", soft_wrap=True)
         lines = (
             f"kubectl --server {stack.sim.url} get nodes,pods -A",
             f"kubectl --server {stack.sim.url} get leases -n rgpu-system",
@@ -175,12 +205,19 @@ async def _up(options: StackOptions, console: Console) -> None:
             f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status",
             f"RGPU_KUBE_URL={stack.sim.url} RGPU_ALLOCATOR_URL={stack.url('allocator')} "
             "rgpu explain NAMESPACE/POD",
+            *_trace_line(options),
         )
         for line in lines:
             # Ready to paste: never wrapped by the console width.
             console.print(line, soft_wrap=True, highlight=False)
         console.print("\nCtrl-C (or SIGTERM, SIGHUP) stops everything.")
         await anyio.sleep_forever()
+
+
+def _trace_line(options: StackOptions) -> tuple[str, ...]:
+    if options.spans_file is None or options.otlp_endpoint:
+        return ()
+    return (f"{SPANS_VARIABLE}={options.spans_file} rgpu trace NAMESPACE/POD",)
 
 
 async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
@@ -196,6 +233,9 @@ def up(
     granularity: str = typer.Option("server", callback=_granularity),
     seed: int = typer.Option(1),
     apiserver_port: int = typer.Option(0, help="fixed port for the simulated apiserver (0 = any)"),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
 ) -> None:
     """Bring the stack up and leave it running (Ctrl-C stops it)."""
     if not sim:
@@ -209,6 +249,8 @@ def up(
         seed=seed,
         granularity=granularity,
         apiserver_port=apiserver_port,
+        spans_file=None if otlp_endpoint else _spans_file(None, "up"),
+        otlp_endpoint=otlp_endpoint,
     )
     # Stopping whatever started this command (``uv run``, a shell) stops it, and so the stack.
     die_with_parent(signal.SIGTERM)
@@ -261,6 +303,23 @@ def explain_command(
         console.print(f"[red]cannot explain {pod}:[/] {exc}")
         raise typer.Exit(code=2) from None
     console.print(render_explanation(explanation))
+
+
+@app.command("trace")
+def trace_command(
+    pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
+    spans_file: Path | None = typer.Option(
+        None,
+        "--file",
+        envvar=SPANS_VARIABLE,
+        help="the spans a stack kept (rgpu up --sim prints it)",
+        show_default=False,
+    ),
+    depth: int = typer.Option(0, min=0, help="span levels to draw; 1 shows only the steps"),
+) -> None:
+    """A pod's scheduling as a waterfall: every step's spans, the slowest step marked."""
+    status = trace_pod(pod, spans_file, depth, Console(), Console(stderr=True))
+    raise typer.Exit(code=status)
 
 
 @app.command("simulate")
