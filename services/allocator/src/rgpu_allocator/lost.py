@@ -60,6 +60,9 @@ finds nothing new costs a few comparisons."""
 EVICTION_RETRY: Final = Backoff(initial=1.0, maximum=60.0)
 """A budget that refuses now may allow in a second (a replica became Ready); a minute caps
 the retries of a budget that stays shut."""
+PASS_SECONDS: Final = 0.25
+"""The least time between two looks: a look reads every claim, and a burst of pod changes (a
+job of gated pods starting) must cost a few looks a second, not one per change."""
 REWRITE_SECONDS: Final = 2.0
 """A condition written but not yet seen back in the pod cache is written again after this:
 the watch may lag, or a kubelet status write may have replaced it."""
@@ -170,6 +173,7 @@ class LostServers:
             woken, self._wake = self._wake.is_set(), anyio.Event()
             if woken or self._moved():
                 await self.reconcile()
+                await anyio.sleep(PASS_SECONDS)
 
     def _moved(self) -> bool:
         view, revision = self._seen
