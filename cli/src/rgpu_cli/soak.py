@@ -26,7 +26,13 @@ from .soak_faults import (
     apply_standing_faults,
     run_faults,
 )
-from .soak_lost import lost_at, replace_evicted, replacements, with_lost_policy
+from .soak_lost import (
+    REPLACEMENT_SUFFIX,
+    lost_at,
+    replace_evicted,
+    replacements,
+    with_lost_policy,
+)
 from .soak_priority import (
     Eviction,
     PreemptionWait,
@@ -217,7 +223,11 @@ async def _stream(driver: _Driver, plans: tuple[SoakPod, ...]) -> None:
 
 def _settled(evidence: Evidence, driver: _Driver, total: int) -> bool:
     ended = {life.key for life in evidence.pods.values() if life.end_rv is not None}
-    return len(driver.created | driver.refused) >= total and driver.created <= ended
+    # Replacements of evicted pods must end too, but do not stand for planned pods.
+    planned = {
+        key for key in driver.created | driver.refused if not key.endswith(REPLACEMENT_SUFFIX)
+    }
+    return len(planned) >= total and driver.created <= ended
 
 
 async def _heal(stack: Stack) -> None:
