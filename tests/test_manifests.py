@@ -954,6 +954,7 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "pods", "get"): ("read_namespaced_pod",),
     ("", "pods", "list"): ("list_pod_for_all_namespaces", "list_namespaced_pod"),
     ("", "pods", "patch"): ("patch_namespaced_pod",),
+    ("", "pods/status", "patch"): ("patch_namespaced_pod_status",),
     ("", "pods", "update"): ("replace_namespaced_pod",),
     ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
     ("", "pods/eviction", "create"): ("create_namespaced_pod_eviction",),

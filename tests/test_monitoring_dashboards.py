@@ -287,6 +287,7 @@ def dashboard_expressions() -> dict[str, str]:
             found[f"variable {variable['name']}"] = f"group by ({match[2]}) ({match[1]})"
     return {
         title: expr.replace("$__rate_interval", "2m")
+        .replace("$__range", "2m")
         .replace('=~"$server"', '=~".*"')
         .replace('=~"$span"', '=~".*"')
         for title, expr in found.items()

@@ -107,7 +107,9 @@ async def _decide(
     demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
     if not demand.asks:
         return None, None, f"the pod asks for no {resources.count}"
-    request = AllocationRequest(pod=ref, containers=demand.requests(), dry_run=True)
+    request = AllocationRequest(
+        pod=ref, containers=demand.requests(), dry_run=True, cuda_major=demand.cuda_major
+    )
     async with httpx.AsyncClient(base_url=settings.peers.allocator_url, timeout=10) as client:
         answer = await client.post("/v1/allocations", json=request.to_dict())
     if answer.status_code == 200:

@@ -26,6 +26,7 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .pool import cordon_command, drain_command, uncordon_command, usage_command
 from .processes import die_with_parent, run_until_stopped
 from .queue import fetch_queue, queue_json, render_queue
 from .simulate import SimResult, SpecError, load_spec, simulate
@@ -111,6 +112,12 @@ def _trace_file(value: Path | None) -> Path | None:
     return value
 
 
+def _lost_policy(value: str) -> str:
+    if value not in ("keep", "evict"):
+        raise typer.BadParameter("must be 'keep' or 'evict'")
+    return value
+
+
 def _faults(value: str) -> str:
     if value not in ("standard", "none"):
         raise typer.BadParameter("must be 'standard' or 'none'")
@@ -140,6 +147,9 @@ def soak(
         callback=_trace_file,
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
+    on_server_lost: str = typer.Option(
+        "keep", callback=_lost_policy, help="keep | evict: the allocators' RGPU_ON_SERVER_LOST"
+    ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
     console = Console()
@@ -164,6 +174,7 @@ def soak(
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
         trace=trace,
+        on_server_lost=on_server_lost,
     )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
@@ -343,18 +354,23 @@ def trace_command(
 def simulate_command(
     spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
 ) -> None:
-    """What-if: replay a described fleet and workload in both granularities, side by side."""
+    """What-if: replay a described fleet and workload in server granularity, card granularity
+    and with one lupine per GPU, side by side."""
     console = Console()
     try:
         parsed = load_spec(yaml.safe_load(spec.read_text()))
     except (yaml.YAMLError, SpecError) as exc:
         console.print(f"[red]{spec}:[/] {exc}")
         raise typer.Exit(code=2) from None
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
+    results = [
+        simulate(parsed, "server"),
+        simulate(parsed, "card"),
+        simulate(parsed, "server", per_gpu=True),
+    ]
     table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    table.add_column("")
+    table.add_column("", max_width=13)
     for result in results:
-        table.add_column(f"granularity {result.granularity}", justify="right")
+        table.add_column(result.label, justify="right", min_width=18)
     rows: dict[str, Callable[[SimResult], str]] = {
         "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
         "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
@@ -369,6 +385,13 @@ def simulate_command(
     for label, cell in rows.items():
         table.add_row(label, *(cell(r) for r in results))
     console.print(table)
+
+
+# Running the pool (``pool``): maintenance and usage.
+app.command("cordon")(cordon_command)
+app.command("uncordon")(uncordon_command)
+app.command("drain")(drain_command)
+app.command("usage")(usage_command)
 
 
 def main() -> None:

@@ -34,6 +34,8 @@ EVERY_KEY = {
     "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
     "RGPU_EXTENDER_BUDGET_SECONDS": "3",
     "RGPU_PREEMPTION": "Off",
+    "RGPU_SERVER_LOST_GRACE_SECONDS": "20",
+    "RGPU_ON_SERVER_LOST": "evict",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
@@ -68,6 +70,8 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
     assert s.scheduling.extender_budget_seconds == 3.0
     assert s.scheduling.preemption is False
+    assert s.scheduling.server_lost_grace_seconds == 20.0
+    assert s.scheduling.on_server_lost == "evict"
     assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
     assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
     assert s.kube.url == "http://127.0.0.1:6443"
@@ -286,3 +290,15 @@ def test_preemption_is_on_by_default_and_a_bad_value_names_key_and_value() -> No
     assert Settings.from_env({}, service="allocator").scheduling.preemption is True
     with pytest.raises(SettingsError, match=r"RGPU_PREEMPTION.*maybe"):
         Settings.from_env({"RGPU_PREEMPTION": "maybe"}, service="allocator")
+
+
+def test_a_lost_server_is_kept_after_a_minute_by_default_and_bad_values_name_the_key() -> None:
+    scheduling = Settings.from_env({}, service="allocator").scheduling
+    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (60.0, "keep")
+    env = {"RGPU_SERVER_LOST_GRACE_SECONDS": "2.5", "RGPU_ON_SERVER_LOST": "Evict"}
+    scheduling = Settings.from_env(env, service="allocator").scheduling
+    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (2.5, "evict")
+    with pytest.raises(SettingsError, match=r"RGPU_ON_SERVER_LOST.*delete"):
+        Settings.from_env({"RGPU_ON_SERVER_LOST": "delete"}, service="allocator")
+    with pytest.raises(SettingsError, match=r"RGPU_SERVER_LOST_GRACE_SECONDS.*-1"):
+        Settings.from_env({"RGPU_SERVER_LOST_GRACE_SECONDS": "-1"}, service="allocator")

@@ -64,6 +64,7 @@ from ._podreading import (
     PodDemand,
     Section,
     container_slots,
+    read_cuda_major,
     read_demand,
 )
 from ._precedence import (
@@ -157,6 +158,7 @@ __all__ = [
     "lasting",
     "precedence",
     "preemptions",
+    "read_cuda_major",
     "read_demand",
     "scheduling_gates",
     "server_facts",

@@ -24,6 +24,7 @@ Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]
 AuthMode = Literal["tokenreview", "none"]
 AdmissionMode = Literal["gate", "filter"]
+OnServerLost = Literal["keep", "evict"]
 T = TypeVar("T")
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
@@ -55,6 +56,7 @@ KNOWN_KEYS = (
     "RGPU_LOG_LEVEL",
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
+    "RGPU_ON_SERVER_LOST",
     "RGPU_PREEMPTION",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
@@ -63,6 +65,7 @@ KNOWN_KEYS = (
     "RGPU_SCHEDULER_CLIENT_CA_FILE",
     "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_SCHEDULER_NAME",
+    "RGPU_SERVER_LOST_GRACE_SECONDS",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
     "RGPU_TOKEN_ACCOUNT",
@@ -138,6 +141,14 @@ class SchedulingSettings:
     preemption: bool = True
     """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
     GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
+    server_lost_grace_seconds: float = 60.0
+    """``RGPU_SERVER_LOST_GRACE_SECONDS``: how long a held server may be unreachable or its
+    Node NotReady before its holders are told (and, with ``evict``, evicted); a minute rides
+    out a lupine restart or a kubelet hiccup, and is short next to a job stuck on a dead GPU."""
+    on_server_lost: OnServerLost = "keep"
+    """``RGPU_ON_SERVER_LOST``: ``keep`` (Warning Event and readiness gate only) or ``evict``
+    (also evict the holders through the Eviction API, so their controllers run them
+    elsewhere); keep, because evicting is the owner's call: a job may survive a short outage."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,6 +366,10 @@ def _scheduling(env: _Env) -> SchedulingSettings:
         preemption=d.preemption
         if preemption is None
         else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
+        server_lost_grace_seconds=_read(
+            env, "RGPU_SERVER_LOST_GRACE_SECONDS", p.seconds, d.server_lost_grace_seconds
+        ),
+        on_server_lost=_on_server_lost(env, d.on_server_lost),
     )
 
 
@@ -375,6 +390,13 @@ def _concurrency(key: str, value: str) -> int:
     if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
         raise p.bad(key, value, "expected a whole number from 1 to 1024")
     return int(text)
+
+
+def _on_server_lost(env: _Env, default: OnServerLost) -> OnServerLost:
+    value = env.get("RGPU_ON_SERVER_LOST")
+    if value is None:
+        return default
+    return cast(OnServerLost, p.choice("RGPU_ON_SERVER_LOST", value, ("keep", "evict")))
 
 
 def _peers(env: _Env) -> PeerSettings:

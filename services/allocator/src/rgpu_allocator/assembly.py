@@ -33,12 +33,14 @@ from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .judging import Judge, Policy, Remover
 from .leases import Finder, LeaseWriter
+from .lost import LostPolicy, LostServers
 from .planning import Planner
 from .pods import PodIndex, PodInfo
 from .preempting import Preemptor
 from .published import PublishedClaims
 from .queues import Queues, Version, queues_reflector
 from .reactions import Signal, Signals
+from .readiness import KubeGates
 from .rechecking import Reprober, Revalidator
 from .repair import Repairer
 from .routes import Deps
@@ -97,6 +99,7 @@ class Parts:
     sweeper: Sweeper
     admitter: Admitter
     queues: Reflector[Version]
+    lost: LostServers
     booking: Booking
     lease_watch: Reflector[LeaseRecord]
     pod_watch: Reflector[PodInfo]
@@ -120,9 +123,15 @@ def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
             p.reconciler.pod_changed,
             p.nudger.pod_changed,
             p.admitter.pod_changed,
+            p.lost.pod_changed,
         ),
         Signal.CLAIMS_TOUCHED: (p.reconciler.enqueue,),
-        Signal.LEADERSHIP: (p.reconciler.leadership, p.nudger.leadership, p.admitter.leadership),
+        Signal.LEADERSHIP: (
+            p.reconciler.leadership,
+            p.nudger.leadership,
+            p.admitter.leadership,
+            p.lost.leadership,
+        ),
         Signal.ADMISSION_LAPSED: (p.admitter.lapsed,),
     }
 
@@ -259,6 +268,17 @@ def assemble(
         sweeper=sweeper,
         admitter=admitter,
         queues=queues_reflector(api, queues),
+        # Lost servers: the elected replica tells (and with evict, evicts) the holders of a
+        # server unreachable or NotReady past the grace.
+        lost=LostServers(
+            api=KubeGates(kube, api),
+            ledger=m.ledger,
+            pods=m.pods,
+            inputs=m.inputs,
+            policy=LostPolicy.from_settings(settings),
+            registry=m.registry,
+            leading=leading,
+        ),
         booking=booking,
         lease_watch=lease_watch,
         pod_watch=pod_watch,
@@ -286,6 +306,7 @@ async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncC
     await tg.start(p.events.run, kube)
     await tg.start(p.nudger.run)
     await tg.start(p.reconciler.run)
+    await tg.start(p.lost.run)
     await tg.start(p.admitter.run)
     # Elected before the watches list, so a lone replica reconciles what they deliver; the
     # sweeper starts after them, so a leader's first sweep sees it all.

@@ -246,7 +246,7 @@ class Booking:
         held = await self._held(request)
         if held is not None:
             return held
-        demand = demand_of(request.containers)
+        demand = demand_of(request.containers, cuda_major=request.cuda_major)
         checks = _Checks(revalidator=self.revalidator, reprober=self.reprober)
         # Fresh reads and re-probes happen at most once per request; later rounds decide on what
         # they found (a re-probed view stays in use: it is fresher than the cached fleet for them).

@@ -201,7 +201,8 @@ class Planner:
         if candidates == ():
             message = "no client node matches the pod's nodeSelector or required node affinity"
             return Verdict(pod=pod, wait=Wait.NO_CLIENT_NODE, message=message)
-        return self._decide(pod, view, walk, demand_of(gated.containers), candidates or ())
+        demand = demand_of(gated.containers, cuda_major=gated.cuda_major)
+        return self._decide(pod, view, walk, demand, candidates or ())
 
     def _decide(
         self,

@@ -125,7 +125,12 @@ class Filtering:
             # Admitted (or filtered before): the booking stands, kube-scheduler only places.
             self.recent.remember(ref.uid, claim.server)
             return _outcome(args, clients, (), servers, "booked", label)
-        request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
+        request = AllocationRequest(
+            pod=ref,
+            containers=demand.requests(),
+            candidate_nodes=clients,
+            cuda_major=demand.cuda_major,
+        )
         try:
             with anyio.fail_after(self.budget):
                 answer = await self.allocator.allocate(request)
@@ -155,8 +160,8 @@ def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
 def _split(
     candidates: Iterable[str], fleet: FleetView
 ) -> tuple[tuple[str, ...], tuple[NodeName, ...]]:
-    servers = tuple(node for node in candidates if node in fleet.servers)
-    clients = tuple(NodeName(node) for node in candidates if node not in fleet.servers)
+    servers = tuple(node for node in candidates if node in fleet.nodes)
+    clients = tuple(NodeName(node) for node in candidates if node not in fleet.nodes)
     return servers, clients
 
 
