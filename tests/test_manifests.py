@@ -41,7 +41,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_cli.stack import MATCH_CONDITION, MATCH_CONDITION_NAME
+from rgpu_cli.stack import (
+    MATCH_CONDITION,
+    MATCH_CONDITION_NAME,
+    SKIP_CONDITION,
+    SKIP_CONDITION_NAME,
+)
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
 from rgpu_runtime import Listener, Settings, running
@@ -691,7 +696,7 @@ def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(render: Re
 def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_annotations(
     render: Render,
 ) -> None:
-    (condition,) = render.webhook()["matchConditions"]
+    (condition, _) = render.webhook()["matchConditions"]
     quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
@@ -1505,5 +1510,6 @@ def _uv() -> str:
 
 def test_the_simulated_stack_sends_pods_to_the_webhook_exactly_as_k8s_does() -> None:
     webhook = yaml.safe_load((ROOT / "k8s" / "base" / "extender" / "webhook.yaml").read_text())
-    (condition,) = webhook["webhooks"][0]["matchConditions"]
+    (condition, skip) = webhook["webhooks"][0]["matchConditions"]
     assert (condition["name"], condition["expression"]) == (MATCH_CONDITION_NAME, MATCH_CONDITION)
+    assert (skip["name"], skip["expression"]) == (SKIP_CONDITION_NAME, SKIP_CONDITION)

@@ -149,6 +149,15 @@ class Stack:
         )
 
 
+SKIP_CONDITION_NAME = "not-the-allocators-own-updates"
+SKIP_CONDITION = (
+    "request.operation == 'CREATE'"
+    " || request.userInfo.username != 'system:serviceaccount:rgpu-system:rgpu-allocator'"
+)
+"""The webhook's second matchCondition, word for word as k8s/base/extender/webhook.yaml
+folds it: the allocator's own pod updates (lifting its scheduling gate with the booking,
+nudges) skip the webhook, which would allow them anyway (the allocator is trusted)."""
+
 MATCH_CONDITION_NAME = "asks-for-remote-gpu-or-carries-owned-annotations"
 MATCH_CONDITION = (
     "(object.spec.containers"
@@ -208,7 +217,10 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
                         }
                     ]
                 },
-                "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION}],
+                "matchConditions": [
+                    {"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION},
+                    {"name": SKIP_CONDITION_NAME, "expression": SKIP_CONDITION},
+                ],
             }
         ],
     }
