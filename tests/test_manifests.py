@@ -695,7 +695,8 @@ def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_ann
     quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
-    assert quoted == resources | OWNED_ANNOTATIONS
+    # "remote" and "gpu" send look-alike resource names too, for the webhook to warn about.
+    assert quoted == resources | OWNED_ANNOTATIONS | {"remote", "gpu"}
     assert "oldObject" in condition["expression"]
 
 
@@ -756,7 +757,9 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             endpoint = _pod("endpoint", annotations={"hami.io/lupine-endpoint": "10.0.0.1"})
             steered = _pod("steered", annotations={"rgpu.io/retry-at": "1"})
             plain = _pod("plain", annotations={"example.com/note": "hi"})
-            for body in (gpu, forged, endpoint, steered, plain):
+            typo = _pod("typo", limits={"nvidia.com/Remote-GPUs": "1"})
+            local = _pod("local", limits={"nvidia.com/gpu": "1"})
+            for body in (gpu, forged, endpoint, steered, plain, typo, local):
                 assert (await api.post(pods, json=body)).status_code == 201
             # Removing an owned annotation is seen through the old object.
             current = (await api.get(f"{pods}/steered")).json()
@@ -771,6 +774,7 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
         "CREATE forged",
         "CREATE endpoint",
         "CREATE steered",
+        "CREATE typo",
         "UPDATE steered",
     ]
 

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import anyio
@@ -28,8 +27,9 @@ from .processes import die_with_parent, run_until_stopped
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
-from .stack import StackOptions, run_stack
+from .stack import StackOptions
 from .status import fetch_snapshot, status_table
+from .up_command import down, env, up
 
 __all__ = ["app", "main"]
 
@@ -151,60 +151,13 @@ async def _soak(options: SoakOptions, console: Console) -> SoakReport | None:
     return await run_until_stopped(lambda: run_soak(options, console))
 
 
-async def _up(options: StackOptions, console: Console) -> None:
-    async with run_stack(options) as stack:
-        console.print(f"[bold]apiserver[/]  {stack.sim.url}")
-        for name, process in stack.services.items():
-            console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
-        console.print(f"[bold]webhook[/]    {stack.webhook_url}\n")
-        lines = (
-            f"kubectl --server {stack.sim.url} get nodes,pods -A",
-            f"kubectl --server {stack.sim.url} get leases -n rgpu-system",
-            f"RGPU_DISCOVERY_URL={stack.url('discovery')} "
-            f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status",
-            f"RGPU_KUBE_URL={stack.sim.url} RGPU_ALLOCATOR_URL={stack.url('allocator')} "
-            "rgpu explain NAMESPACE/POD",
-        )
-        for line in lines:
-            # Ready to paste: never wrapped by the console width.
-            console.print(line, soft_wrap=True, highlight=False)
-        console.print("\nCtrl-C (or SIGTERM, SIGHUP) stops everything.")
-        await anyio.sleep_forever()
-
-
 async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
     return await run_until_stopped(lambda: run_demo(options, console))
 
 
-@app.command()
-def up(
-    sim: bool = typer.Option(False, "--sim", help="run on the embedded simulated cluster"),
-    servers: int = typer.Option(6, min=1),
-    cards: int = typer.Option(4, min=1),
-    clients: int = typer.Option(12, min=1),
-    granularity: str = typer.Option("server", callback=_granularity),
-    seed: int = typer.Option(1),
-    apiserver_port: int = typer.Option(0, help="fixed port for the simulated apiserver (0 = any)"),
-) -> None:
-    """Bring the stack up and leave it running (Ctrl-C stops it)."""
-    if not sim:
-        raise typer.BadParameter(
-            "only --sim is supported here; deploy to a cluster with k8s/ (see README)"
-        )
-    options = StackOptions(
-        servers=servers,
-        cards=cards,
-        clients=clients,
-        seed=seed,
-        granularity=granularity,
-        apiserver_port=apiserver_port,
-    )
-    # Stopping whatever started this command (``uv run``, a shell) stops it, and so the stack.
-    die_with_parent(signal.SIGTERM)
-    try:
-        anyio.run(run_until_stopped, partial(_up, options, Console()))
-    except KeyboardInterrupt:  # Ctrl-C before the signal receiver was listening
-        pass
+app.command()(up)
+app.command()(env)
+app.command()(down)
 
 
 def _env(name: str, default: str) -> str:

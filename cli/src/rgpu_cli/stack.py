@@ -79,6 +79,9 @@ class StackOptions:
     """Servers running an old lupine build that answers only HTTP/2."""
     work_dir: Path | None = None
     apiserver_port: int = 0
+    ports: Mapping[str, int] = field(default_factory=dict)
+    """Fixed ports where clients reach a service (``discovery``, ``allocator``, ``extender``,
+    ``metrics``, ``webhook``): its process, or its Service with replicas. Others are picked."""
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per-service extra environment (``{"extender": {"OTEL_...": ...}}``)."""
     prepare: Callable[[Store], None] | None = None
@@ -149,7 +152,8 @@ MATCH_CONDITION = (
     " .exists(c, has(c.resources)"
     " && [has(c.resources.limits) ? c.resources.limits : {},"
     " has(c.resources.requests) ? c.resources.requests : {}]"
-    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r))"
+    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r"
+    " || r.exists(k, k.lowerAscii().contains('remote') && k.lowerAscii().contains('gpu'))))"
     " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
     " && o.metadata.annotations.exists(k, k.startsWith('hami.io/remote-gpu-devices-')"
     " || k == 'hami.io/lupine-endpoint' || k.startsWith('rgpu.io/')))"
@@ -250,24 +254,28 @@ class _Layout:
     proxies: dict[str, ServiceProxy]
 
     @classmethod
-    def plan(cls, replicas: int) -> _Layout:
+    def plan(cls, replicas: int, fixed: Mapping[str, int]) -> _Layout:
         names = {
             s: (s,) if replicas == 1 or s not in REPLICATED else _numbered(s, replicas)
             for s in SERVICES
         }
-        picker = PortPicker()
-        ports = {name: picker.take() for group in names.values() for name in group}
-        webhook_ports = {name: picker.take() for name in names["extender"]}
+        picker = _Picker(fixed)
+        # Alone, a process is where clients reach its service: it gets the fixed port.
+        alone = {} if replicas > 1 else fixed
+        ports = {name: picker.take(alone.get(name)) for group in names.values() for name in group}
+        webhook_ports = {name: picker.take(alone.get("webhook")) for name in names["extender"]}
         proxies = {}
         if replicas > 1:
             for service in REPLICATED:
                 proxies[service] = ServiceProxy(
                     name=service,
                     backends=tuple(ports[n] for n in names[service]),
-                    port=picker.take(),
+                    port=picker.take(fixed.get(service)),
                 )
             proxies["webhook"] = ServiceProxy(
-                name="webhook", backends=tuple(webhook_ports.values()), port=picker.take()
+                name="webhook",
+                backends=tuple(webhook_ports.values()),
+                port=picker.take(fixed.get("webhook")),
             )
         return cls(names=names, ports=ports, webhook_ports=webhook_ports, proxies=proxies)
 
@@ -279,6 +287,22 @@ class _Layout:
         proxy = self.proxies.get("webhook")
         port = proxy.port if proxy else next(iter(self.webhook_ports.values()))
         return f"https://127.0.0.1:{port}/mutate"
+
+
+class _Picker:
+    """Fixed ports where given, picked ones elsewhere, never a fixed one picked twice."""
+
+    def __init__(self, fixed: Mapping[str, int]) -> None:
+        self._fixed = frozenset(fixed.values())
+        self._picker = PortPicker()
+
+    def take(self, fixed: int | None = None) -> int:
+        if fixed:
+            return fixed
+        port = self._picker.take()
+        while port in self._fixed:
+            port = self._picker.take()
+        return port
 
 
 def _numbered(service: str, replicas: int) -> tuple[str, ...]:
@@ -318,9 +342,19 @@ def _processes(
     return processes
 
 
+def _quiet(step: str) -> None:
+    pass
+
+
 @asynccontextmanager
-async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Stack]:
-    """Run the whole system until the block exits; every process is stopped on the way out."""
+async def run_stack(
+    options: StackOptions = StackOptions(), *, progress: Callable[[str], None] = _quiet
+) -> AsyncIterator[Stack]:
+    """Run the whole system until the block exits; every process is stopped on the way out.
+
+    ``progress`` is told each step of the start before it begins (a start takes 10 s to a
+    minute on a busy machine, and a command that shows nothing meanwhile looks hung).
+    """
     async with AsyncExitStack() as stack:
         work_dir = options.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -328,6 +362,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         # apiserver maps that to its service account, as token authentication would.
         agents = {f"rgpu-{s}": service_account(s) for s in SERVICES}
         api_options = ApiOptions(seed=options.seed, user_agents=agents)
+        progress("starting the simulated apiserver")
         sim = await stack.enter_async_context(
             run_apiserver(port=options.apiserver_port, options=api_options)
         )
@@ -344,14 +379,16 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
                 h2only_share=options.h2only_share,
             )
         )
+        progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         if options.prepare is not None:
             options.prepare(sim.store)
         cert, key, ca_pem = _write_certs(work_dir)
-        layout = _Layout.plan(options.replicas)
+        layout = _Layout.plan(options.replicas, options.ports)
         services = _processes(options, sim.url, work_dir, cert, key, layout)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
+        progress(f"starting {len(services)} service processes")
         for process in services.values():
             process.start()
         tg = await stack.enter_async_context(anyio.create_task_group())
@@ -360,7 +397,8 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             await tg.start(proxy.serve)
         # Every process imports at once: on a busy 2-core machine the last can take minutes.
         ready_timeout = max(READY_TIMEOUT_SECONDS, 30.0 * len(services))
-        for process in services.values():
+        for name, process in services.items():
+            progress(f"waiting for {name} to be ready")
             await wait_ready(process, ready_timeout)
             for proxy, port in _endpoints(layout.proxies, process):
                 proxy.ready.add(port)
@@ -386,6 +424,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             emulated,
         )
         kubelet = KubeletEmulator(options.kubelet, emulated, fleet.lupine.get)
+        progress("starting the scheduler and kubelet emulators")
         # The emulators use the clients above: they stop before the clients close (the exit
         # stack unwinds last in, first out), or a pod starting at the very end sends on a
         # closed client.

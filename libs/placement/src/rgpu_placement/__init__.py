@@ -51,6 +51,10 @@ from ._locality import (
     shared_level,
     tiers,
 )
+from ._lookalikes import (
+    Lookalike,
+    lookalikes,
+)
 from ._podreading import (
     MAX_QUANTITY,
     ContainerDemand,
@@ -99,6 +103,7 @@ __all__ = [
     "Granularity",
     "Holdings",
     "InvalidQuantity",
+    "Lookalike",
     "Nomination",
     "PlacementError",
     "PodDemand",
@@ -121,6 +126,7 @@ __all__ = [
     "holding_claims",
     "judge",
     "lasting",
+    "lookalikes",
     "precedence",
     "preemptions",
     "read_demand",
