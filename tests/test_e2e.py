@@ -12,7 +12,6 @@ import anyio
 import pytest
 import uvicorn
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from rich.console import Console
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,7 +20,7 @@ from starlette.routing import Route
 from rgpu_cli.checks import check_endpoints, check_no_sharing
 from rgpu_cli.explain import explain
 from rgpu_cli.stack import Stack, StackOptions, run_stack
-from rgpu_cli.status import fetch_snapshot, status_table
+from rgpu_cli.status import card_rows, fetch_snapshot, render_servers
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
 from rgpu_runtime import Settings
@@ -254,13 +253,14 @@ async def test_status_and_explain_show_the_holder_and_why_the_other_pod_waits() 
 
         snapshot = await fetch_snapshot(stack.url("discovery"), stack.url("allocator"))
         assert [c.pod.key for c in snapshot.claims.claims] == [holder_key]
-        rendered = Console(width=200, record=True)
-        rendered.print(status_table(snapshot))
-        assert "bound" in rendered.export_text()
+        assert "2 bound" in render_servers(card_rows(snapshot))
+        assert holder_key in render_servers(card_rows(snapshot))
 
         env = {"RGPU_KUBE_URL": stack.sim.url, "RGPU_ALLOCATOR_URL": stack.url("allocator")}
+        env["RGPU_DISCOVERY_URL"] = stack.url("discovery")
         settings = Settings.from_env(env, service="extender")
         explanation = await explain(settings, waiting.namespace, waiting.name)
+        assert explanation.never is None  # it waits for the holder, not for a bigger server
         assert explanation.nofit is not None
         assert "ExclusiveDeviceAllocateConflict" in explanation.nofit.message
         assert [v.server for v in explanation.nofit.servers] == list(stack.fleet.endpoints())

@@ -28,7 +28,7 @@ from .simulate import SimResult, SpecError, load_spec, simulate
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
 from .stack import StackOptions
-from .status import fetch_snapshot, status_table
+from .status_command import status
 from .up_command import down, env, up
 
 __all__ = ["app", "main"]
@@ -160,27 +160,7 @@ app.command()(env)
 app.command()(down)
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
-
-
-@app.command()
-def status(
-    discovery_url: str = typer.Option(
-        lambda: _env("RGPU_DISCOVERY_URL", "http://127.0.0.1:8081"), help="discovery base URL"
-    ),
-    allocator_url: str = typer.Option(
-        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"), help="allocator base URL"
-    ),
-) -> None:
-    """Servers, cards, states and holders (from discovery and the allocator)."""
-    console = Console()
-    try:
-        snapshot = anyio.run(fetch_snapshot, discovery_url, allocator_url)
-    except (httpx.HTTPError, ContractError) as exc:
-        console.print(f"[red]cannot read the fleet and claims:[/] {exc}")
-        raise typer.Exit(code=2) from None
-    console.print(status_table(snapshot))
+app.command()(status)
 
 
 @app.command("explain")
@@ -240,4 +220,7 @@ def simulate_command(
 def main() -> None:
     """Entry point of the ``rgpu`` console script."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # The commands report the apiserver's problems themselves, in one line each; the client
+    # library's own warnings ("Config not found: ~/.kube/config") would only add noise.
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.ERROR)
     app()
