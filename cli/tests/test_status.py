@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import rgpu_testkit as testkit
 from typer.testing import CliRunner
 
+import rgpu_testkit as testkit
 from rgpu_cli.main import app
 from rgpu_contracts import ClaimState, PodRef, PodUID
 from rgpu_testkit import flat
@@ -38,7 +38,7 @@ def url() -> Iterator[str]:
     answers = sources()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             body = answers.get(self.path)
             self.send_response(200 if body else 404)
             self.send_header("Content-Type", "application/json")
