@@ -7,15 +7,12 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import httpx
 import typer
-import yaml
 from rich.console import Console
-from rich.table import Table
 
 from rgpu_contracts import ContractError
 from rgpu_placement import PlacementError
@@ -24,11 +21,12 @@ from rgpu_runtime import RgpuError, Settings
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
 from .processes import die_with_parent, run_until_stopped
-from .simulate import SimResult, SpecError, load_spec, simulate
+from .simulate_command import simulate_command
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
 from .stack import StackOptions
 from .status_command import status
+from .timeline import timeline_svg
 from .up_command import down, env, up
 
 __all__ = ["app", "main"]
@@ -44,6 +42,15 @@ def _granularity(value: str) -> str:
     return value
 
 
+def _new_file(value: Path | None) -> Path | None:
+    # Checked before the run: a demo or soak takes minutes, and writes this file at the end.
+    if value is not None and not value.parent.is_dir():
+        raise typer.BadParameter(
+            f"{value.parent} is not a directory: create it, or name a file in one that exists"
+        )
+    return value
+
+
 @app.command()
 def demo(
     servers: int = typer.Option(6, min=1, help="lupine servers to simulate"),
@@ -53,6 +60,11 @@ def demo(
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
     seed: int = typer.Option(1, help="seed for the fleet and the workload"),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+    timeline: Path | None = typer.Option(
+        None,
+        callback=_new_file,
+        help="also draw who held which server when, as an SVG image, to this file",
+    ),
 ) -> None:
     """Run the whole system on the embedded cluster, schedule a workload, check, and clean up."""
     console = Console()
@@ -70,16 +82,11 @@ def demo(
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
     print_report(report, console)
+    if timeline is not None and report.timeline is not None:
+        title = f"rgpu demo: {pods} pods, as the kubelet ran them"
+        timeline.write_text(timeline_svg([report.timeline], title=title))
+        console.print(f"timeline: {timeline}", soft_wrap=True, highlight=False)
     raise typer.Exit(code=0 if report.ok else 1)
-
-
-def _trace_file(value: Path | None) -> Path | None:
-    # Checked before the run: a soak takes minutes, and its trace is written at the end.
-    if value is not None and not value.parent.is_dir():
-        raise typer.BadParameter(
-            f"{value.parent} is not a directory: create it, or name a file in one that exists"
-        )
-    return value
 
 
 def _faults(value: str) -> str:
@@ -108,7 +115,7 @@ def soak(
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
     trace: Path | None = typer.Option(
         None,
-        callback=_trace_file,
+        callback=_new_file,
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
 ) -> None:
@@ -185,36 +192,7 @@ def explain_command(
     console.print(render_explanation(explanation))
 
 
-@app.command("simulate")
-def simulate_command(
-    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
-) -> None:
-    """What-if: replay a described fleet and workload in both granularities, side by side."""
-    console = Console()
-    try:
-        parsed = load_spec(yaml.safe_load(spec.read_text()))
-    except (yaml.YAMLError, SpecError) as exc:
-        console.print(f"[red]{spec}:[/] {exc}")
-        raise typer.Exit(code=2) from None
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
-    table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    table.add_column("")
-    for result in results:
-        table.add_column(f"granularity {result.granularity}", justify="right")
-    rows: dict[str, Callable[[SimResult], str]] = {
-        "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
-        "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
-        "wait p50": lambda r: f"{r.wait(50):.0f}s",
-        "wait p95": lambda r: f"{r.wait(95):.0f}s",
-        "makespan": lambda r: f"{r.makespan:.0f}s",
-        "pods never placed": lambda r: str(r.never_placed),
-        "pods refused at least once, by reason": lambda r: (
-            ", ".join(f"{k} {v}" for k, v in r.refusals.most_common()) or "none"
-        ),
-    }
-    for label, cell in rows.items():
-        table.add_row(label, *(cell(r) for r in results))
-    console.print(table)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:

@@ -32,7 +32,10 @@ from rgpu_contracts import (
 )
 from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
 
-__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
+from .capacity import NeverFits, never_fits
+from .timeline import Hold
+
+__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "never_fitting", "simulate"]
 
 
 class SpecError(ValueError):
@@ -188,6 +191,12 @@ class SimResult:
     refusals: Counter[str] = field(default_factory=Counter)
     never_placed: int = 0
     total_cards: int = 0
+    holds: list[Hold] = field(default_factory=list)
+    """Every pod's time on its server, for the timeline."""
+
+    def refusal_counts(self) -> list[tuple[str, int]]:
+        """Refusals by reason, most first, ties by name (the same order every run)."""
+        return sorted(self.refusals.items(), key=lambda item: (-item[1], item[0]))
 
     def held_share(self) -> float:
         return self.held_card_seconds / (self.total_cards * self.makespan) if self.makespan else 0.0
@@ -213,18 +222,20 @@ class _Pod:
         return sum(r.count for r in self.requests)
 
 
+def _requests(shape: PodShape) -> tuple[ContainerRequest, ...]:
+    return tuple(
+        ContainerRequest(name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib)
+        for j, n in enumerate(shape.cards)
+    )
+
+
 def _pods(spec: SimSpec) -> list[_Pod]:
     rng = random.Random(f"rgpu-simulate:{spec.seed}")
     clock, pods = 0.0, []
     for i in range(spec.pods):
         clock += rng.expovariate(spec.arrival_rate)
         shape = rng.choices(spec.shapes, weights=[s.weight for s in spec.shapes])[0]
-        requests = tuple(
-            ContainerRequest(
-                name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib
-            )
-            for j, n in enumerate(shape.cards)
-        )
+        requests = _requests(shape)
         pods.append(
             _Pod(
                 uid=f"pod-{i:05d}",
@@ -245,6 +256,30 @@ def _claim(pod: _Pod, choice: Choice, now: float) -> Claim:
         state=ClaimState.BOUND,
         booked_at=now,
     )
+
+
+def _hold(pod: _Pod, choice: Choice, now: float) -> Hold:
+    cards = choice.fit.cards
+    return Hold(
+        server=choice.fit.facts.name,
+        pod=pod.uid,
+        start=now,
+        end=now + pod.run,
+        first=min(card.index for card in cards),
+        cards=len(cards),
+    )
+
+
+def never_fitting(spec: SimSpec, granularity: Granularity) -> list[tuple[PodShape, NeverFits]]:
+    """The shapes of the workload no server of the fleet could ever take."""
+    fleet = _fleet(spec)
+    found = []
+    for shape in spec.shapes:
+        requests = _requests(shape)
+        never = never_fits(fleet, requests, granularity)
+        if never is not None:
+            found.append((shape, never))
+    return found
 
 
 def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
@@ -295,6 +330,7 @@ def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
             claim = _claim(candidate, decision, now)
             held.claims.setdefault(claim.server, {})[candidate.uid] = claim
             result.waits.append(now - candidate.arrival)
+            result.holds.append(_hold(candidate, decision, now))
             result.held_card_seconds += len(claim.cards) * candidate.run
             result.used_card_seconds += candidate.cards * candidate.run
             seq += 1

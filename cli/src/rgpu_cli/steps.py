@@ -12,7 +12,10 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-__all__ = ["Steps"]
+__all__ = ["PIPED_EVERY", "Steps"]
+
+PIPED_EVERY = 10.0
+"""Seconds between progress lines when the output is not a terminal."""
 
 
 class Steps:
@@ -24,17 +27,9 @@ class Steps:
         self._task: TaskID | None = None
         self._step = ""
         self._since = 0.0
+        self._printed = 0.0
 
     def __enter__(self) -> Steps:
-        if self._console.is_terminal:
-            self._live = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=self._console,
-                transient=True,
-            )
-            self._live.start()
         return self
 
     def __exit__(
@@ -43,19 +38,36 @@ class Steps:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self.done()
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self.pause()
 
     def __call__(self, step: str) -> None:
         """Begin ``step`` (ending the one before)."""
         self.done()
         self._step, self._since = step, time.monotonic()
-        if self._live is not None:
+        if self._console.is_terminal:
+            if self._live is None:
+                self._live = Progress(
+                    SpinnerColumn(),
+                    TextColumn("{task.description}"),
+                    TimeElapsedColumn(),
+                    console=self._console,
+                    transient=True,
+                )
+                self._live.start()
             self._task = self._live.add_task(step, total=None)
         else:
             self._console.print(f"{step} …", highlight=False, soft_wrap=True)
+
+    def update(self, text: str) -> None:
+        """Say how the current step is going: the live line on a terminal; piped, a line at
+        most every ``PIPED_EVERY`` seconds, so a long step neither floods a log nor is silent."""
+        if self._live is not None and self._task is not None:
+            self._live.update(self._task, description=text)
+            return
+        now = time.monotonic()
+        if now - self._printed >= PIPED_EVERY:
+            self._printed = now
+            self._console.print(text, highlight=False, soft_wrap=True)
 
     def done(self) -> None:
         """End the current step; on a terminal it stays as a line with its time."""
@@ -67,3 +79,11 @@ class Steps:
             self._live.console.print(f"[dim]{self._step} ({took:.1f}s)[/]", highlight=False)
             self._task = None
         self._step = ""
+
+    def pause(self) -> None:
+        """End the current step and give the terminal back (another live display may follow;
+        the next step takes it again)."""
+        self.done()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -186,10 +186,13 @@ async def run_up(options: UpOptions, console: Console) -> None:
     try:
         with Steps(console) as steps:
             async with run_stack(options.stack_options(), progress=steps) as stack:
-                steps.done()
-                where.publish(stack.sim.url, _exports(stack, where))
-                _print_ready(stack, where, options, console)
-                await _watch_services(stack, console)
+                steps.pause()
+                try:
+                    where.publish(stack.sim.url, _exports(stack, where))
+                    _print_ready(stack, where, options, console)
+                    await _watch_services(stack, console)
+                finally:
+                    steps("stopping every process")
     finally:
         where.release()
         console.print(f"stopped; logs kept in {where.path}", soft_wrap=True, highlight=False)
