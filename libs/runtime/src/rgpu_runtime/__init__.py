@@ -46,7 +46,7 @@ from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
 from ._parse import HostPort
-from ._readiness import Readiness
+from ._readiness import Readiness, Standing
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
     ObjectChange,
@@ -172,6 +172,7 @@ __all__ = [
     "ServiceLifespan",
     "Settings",
     "SettingsError",
+    "Standing",
     "TokenBucket",
     "TokenRequestSource",
     "TokenSource",
