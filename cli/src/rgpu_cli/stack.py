@@ -26,19 +26,22 @@ from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
 from .processes import (
     READY_TIMEOUT_SECONDS,
-    PortPicker,
     ProcessGroup,
     ServiceProcess,
     wait_ready,
 )
 from .service_proxy import ServiceProxy
+from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of
 
-__all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
+__all__ = [
+    "REPLICATED",
+    "SERVICES",
+    "Stack",
+    "StackOptions",
+    "run_stack",
+    "service_account",
+]
 
-SERVICES = ("discovery", "allocator", "extender", "metrics")
-REPLICATED = ("discovery", "allocator", "extender", "metrics")
-"""The services ``StackOptions.replicas`` multiplies (every one: each must divide its work,
-not repeat it; metrics replicas elect one exporter of the card series)."""
 SYSTEM_NAMESPACE = "rgpu-system"
 
 
@@ -130,7 +133,7 @@ class Stack:
             proxy.ready.add(port)
 
     def _endpoints(self, process: ServiceProcess) -> list[tuple[ServiceProxy, int]]:
-        return _endpoints(self.proxies, process)
+        return endpoints_of(self.proxies, process)
 
     async def restart(self, name: str, *, hard: bool = True) -> None:
         """Kill (SIGKILL when ``hard``) and start process ``name`` again, waiting until ready."""
@@ -211,22 +214,6 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
     }
 
 
-def _endpoints(
-    proxies: Mapping[str, ServiceProxy], process: ServiceProcess
-) -> list[tuple[ServiceProxy, int]]:
-    """The Services ``process`` is an endpoint of, with its port in each."""
-    found = []
-    if (proxy := proxies.get(process.service)) is not None:
-        found.append((proxy, _port(process.url)))
-    if process.service == "extender" and (proxy := proxies.get("webhook")) is not None:
-        found.append((proxy, _port(process.env["RGPU_WEBHOOK_LISTEN"])))
-    return found
-
-
-def _port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
-
-
 def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -> dict[str, str]:
     return {
         "RGPU_KUBE_URL": sim_url,
@@ -244,73 +231,8 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
     }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Layout:
-    """Names, ports and Services of every process, decided before any starts."""
-
-    names: dict[str, tuple[str, ...]]
-    ports: dict[str, int]
-    webhook_ports: dict[str, int]
-    proxies: dict[str, ServiceProxy]
-
-    @classmethod
-    def plan(cls, replicas: int, fixed: Mapping[str, int]) -> _Layout:
-        names = {
-            s: (s,) if replicas == 1 or s not in REPLICATED else _numbered(s, replicas)
-            for s in SERVICES
-        }
-        picker = _Picker(fixed)
-        # Alone, a process is where clients reach its service: it gets the fixed port.
-        alone = {} if replicas > 1 else fixed
-        ports = {name: picker.take(alone.get(name)) for group in names.values() for name in group}
-        webhook_ports = {name: picker.take(alone.get("webhook")) for name in names["extender"]}
-        proxies = {}
-        if replicas > 1:
-            for service in REPLICATED:
-                proxies[service] = ServiceProxy(
-                    name=service,
-                    backends=tuple(ports[n] for n in names[service]),
-                    port=picker.take(fixed.get(service)),
-                )
-            proxies["webhook"] = ServiceProxy(
-                name="webhook",
-                backends=tuple(webhook_ports.values()),
-                port=picker.take(fixed.get("webhook")),
-            )
-        return cls(names=names, ports=ports, webhook_ports=webhook_ports, proxies=proxies)
-
-    def url(self, service: str) -> str:
-        proxy = self.proxies.get(service)
-        return proxy.url if proxy else f"http://127.0.0.1:{self.ports[self.names[service][0]]}"
-
-    def webhook_url(self) -> str:
-        proxy = self.proxies.get("webhook")
-        port = proxy.port if proxy else next(iter(self.webhook_ports.values()))
-        return f"https://127.0.0.1:{port}/mutate"
-
-
-class _Picker:
-    """Fixed ports where given, picked ones elsewhere, never a fixed one picked twice."""
-
-    def __init__(self, fixed: Mapping[str, int]) -> None:
-        self._fixed = frozenset(fixed.values())
-        self._picker = PortPicker()
-
-    def take(self, fixed: int | None = None) -> int:
-        if fixed:
-            return fixed
-        port = self._picker.take()
-        while port in self._fixed:
-            port = self._picker.take()
-        return port
-
-
-def _numbered(service: str, replicas: int) -> tuple[str, ...]:
-    return tuple(f"{service}-{n}" for n in range(1, replicas + 1))
-
-
 def _processes(
-    options: StackOptions, sim_url: str, work_dir: Path, cert: Path, key: Path, layout: _Layout
+    options: StackOptions, sim_url: str, work_dir: Path, cert: Path, key: Path, layout: Layout
 ) -> dict[str, ServiceProcess]:
     common = _service_env(options, sim_url, {s: layout.url(s) for s in SERVICES})
     group = ProcessGroup()
@@ -384,7 +306,7 @@ async def run_stack(
         if options.prepare is not None:
             options.prepare(sim.store)
         cert, key, ca_pem = _write_certs(work_dir)
-        layout = _Layout.plan(options.replicas, options.ports)
+        layout = Layout.plan(options.replicas, options.ports)
         services = _processes(options, sim.url, work_dir, cert, key, layout)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
@@ -400,7 +322,7 @@ async def run_stack(
         for name, process in services.items():
             progress(f"waiting for {name} to be ready")
             await wait_ready(process, ready_timeout)
-            for proxy, port in _endpoints(layout.proxies, process):
+            for proxy, port in endpoints_of(layout.proxies, process):
                 proxy.ready.add(port)
         sim.store.create(
             "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
