@@ -33,7 +33,7 @@ from rgpu_contracts import (
     decode_devices,
 )
 from rgpu_placement import ANNOTATION_NOMINATION, Nomination, lookalikes, read_demand
-from rgpu_runtime import KubeClient, Settings, kube_client
+from rgpu_runtime import KubeClient, Settings, creation_of, kube_client
 
 from .capacity import NeverFits, never_fits
 
@@ -78,6 +78,8 @@ class Explanation:
     """What its annotations say it was given (bound and finished pods), as a sentence."""
     never: NeverFits | None = None
     lookalikes: tuple[str, ...] = ()
+    trace_id: str = ""
+    """The trace of the pod's creation (its ``rgpu.io/trace``), where its story starts."""
 
 
 async def _events(kube: KubeClient, pod: PodRef) -> tuple[str, ...]:
@@ -200,7 +202,9 @@ async def explain(
     node = pod.get("spec", {}).get("nodeName")
     resources = settings.resources
     found = lookalikes(pod, count_resource=resources.count, memory_resource=resources.memory)
+    creation = creation_of(pod)
     explanation = Explanation(
+        trace_id="" if creation is None else f"{creation.trace_id:032x}",
         pod=ref,
         node=node,
         allocation=None,
@@ -305,6 +309,8 @@ def _verdict(explanation: Explanation) -> list[Any]:
 def render_explanation(explanation: Explanation, *, now: float | None = None) -> Group:
     """A readable answer: phase, what it holds or the verdict, a nomination, the events."""
     parts: list[Any] = [_header(explanation)]
+    if explanation.trace_id:
+        parts.append(Text(f"trace {explanation.trace_id} (rgpu trace {explanation.pod.key})"))
     holding = _holding(explanation)
     if holding is not None:
         parts.append(holding)

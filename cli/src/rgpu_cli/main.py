@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -27,6 +29,7 @@ from .soak_workload import WorkloadShape
 from .stack import StackOptions
 from .status_command import status
 from .timeline import timeline_svg
+from .trace import SPANS_VARIABLE, trace_pod
 from .up_command import down, env, up
 
 __all__ = ["app", "main"]
@@ -65,9 +68,13 @@ def demo(
         callback=_new_file,
         help="also draw who held which server when, as an SVG image, to this file",
     ),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
 ) -> None:
     """Run the whole system on the embedded cluster, schedule a workload, check, and clean up."""
     console = Console()
+    spans = None if otlp_endpoint else _spans_file(work_dir, "demo")
     stack = StackOptions(
         servers=servers,
         cards=cards,
@@ -75,6 +82,8 @@ def demo(
         seed=seed,
         granularity=granularity,
         work_dir=work_dir,
+        spans_file=spans,
+        otlp_endpoint=otlp_endpoint,
     )
     die_with_parent(signal.SIGTERM)
     report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
@@ -82,11 +91,30 @@ def demo(
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
     print_report(report, console)
+    _print_traces(console, spans, otlp_endpoint, report.slowest)
     if timeline is not None and report.timeline is not None:
         title = f"rgpu demo: {pods} pods, as the kubelet ran them"
         timeline.write_text(timeline_svg([report.timeline], title=title))
         console.print(f"timeline: {timeline}", soft_wrap=True, highlight=False)
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+def _spans_file(work_dir: Path | None, command: str) -> Path:
+    """Where a stack keeps its spans: the work dir, or a file of its own that outlives it."""
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return work_dir / "spans.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"rgpu-{command}-{stamp}-{os.getpid()}-spans.jsonl"
+
+
+def _print_traces(console: Console, spans: Path | None, endpoint: str | None, pod: str) -> None:
+    if spans is None:
+        console.print(f"traces were sent to {endpoint}", soft_wrap=True, highlight=False)
+        return
+    console.print(f"traces kept in {spans}; the pod that waited longest:", highlight=False)
+    command = f"{SPANS_VARIABLE}={spans} rgpu trace {pod or 'NAMESPACE/POD'}"
+    console.print(command, soft_wrap=True, highlight=False)
 
 
 def _faults(value: str) -> str:
@@ -193,6 +221,23 @@ def explain_command(
 
 
 app.command("simulate")(simulate_command)
+
+
+@app.command("trace")
+def trace_command(
+    pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
+    spans_file: Path | None = typer.Option(
+        None,
+        "--file",
+        envvar=SPANS_VARIABLE,
+        help="the spans a stack kept (rgpu up --sim prints it)",
+        show_default=False,
+    ),
+    depth: int = typer.Option(0, min=0, help="span levels to draw; 1 shows only the steps"),
+) -> None:
+    """A pod's scheduling as a waterfall: every step's spans, the slowest step marked."""
+    status = trace_pod(pod, spans_file, depth, Console(), Console(stderr=True))
+    raise typer.Exit(code=status)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from rich.console import Console
 from .stack import Stack, StackOptions, run_stack
 from .stack_dir import StackDir
 from .steps import Steps
+from .trace import SPANS_VARIABLE
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -45,6 +46,10 @@ DEFAULT_PORTS: Final[Mapping[str, int]] = {
 }
 """Each service's own default listen port, and the apiserver's usual one: ``rgpu status``
 and the services' READMEs assume these, so they work against ``rgpu up`` unchanged."""
+
+
+SPANS_FILE = "spans.jsonl"
+"""Where in the work directory the services' spans are kept for ``rgpu trace``."""
 
 
 class PortError(ValueError):
@@ -137,6 +142,7 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     rows = {"apiserver": stack.sim.url, **{n: stack.url(n) for n in ("discovery", "allocator")}}
     rows |= {n: stack.url(n) for n in ("extender", "metrics")}
     rows |= {"webhook": stack.webhook_url, "logs": f"{where.path}/ (kept when it stops)"}
+    rows["traces"] = str(s.otlp_endpoint or s.spans_file)
     for name, value in rows.items():
         console.print(f"  {name:<10} {value}", soft_wrap=True, highlight=False)
     run = options.run_seconds
@@ -152,6 +158,13 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     lines += ["kubectl get nodes -L hami.io/lupine-server", "rgpu status"]
     for line in lines:
         console.print(line, soft_wrap=True, highlight=False, markup=False)
+    if s.spans_file is not None and not s.otlp_endpoint:
+        console.print(
+            f"\nA pod's scheduling story: {SPANS_VARIABLE}={s.spans_file} rgpu trace NAMESPACE/POD",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
     console.print("\n`rgpu down` stops everything (so does Ctrl-C when it runs in the foreground).")
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from .processes import die_with_parent, run_until_stopped
 from .stack import StackOptions
 from .stack_dir import StackDir, StackDirError, default_work_dir
-from .up import PortError, UpOptions, plan_ports, refuse_busy, run_up
+from .up import SPANS_FILE, PortError, UpOptions, plan_ports, refuse_busy, run_up
 
 __all__ = ["down", "env", "up"]
 
@@ -65,6 +65,9 @@ def up(
     detach: bool = typer.Option(
         False, "--detach", "-d", help="return once ready, leaving the stack running"
     ),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
     in_background: bool = typer.Option(False, "--in-background", hidden=True),
 ) -> None:
     """Bring the stack up and leave it running (Ctrl-C or `rgpu down` stops it)."""
@@ -92,6 +95,8 @@ def up(
         probe_interval_seconds=probe_interval,
         apiserver_port=ports.pop("apiserver"),
         ports=ports,
+        spans_file=None if otlp_endpoint else work_dir / SPANS_FILE,
+        otlp_endpoint=otlp_endpoint,
     )
     options = UpOptions(stack=stack, work_dir=work_dir, run_seconds=run_seconds)
     if not in_background:

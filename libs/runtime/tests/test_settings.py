@@ -39,6 +39,9 @@ EVERY_KEY = {
     "RGPU_TOKEN_FILE": "/tokens/rgpu",
     "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
     "RGPU_MAX_BODY_BYTES": "8388608",
+    "RGPU_TRACE_BACKGROUND_RATIO": "0.05",
+    "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
+    "OTEL_TRACES_SAMPLER_ARG": "0.25",
     "POD_NAMESPACE": "rgpu-system",
     "KUBECONFIG": "/home/op/.kube/config",
     "KUBERNETES_SERVICE_HOST": "10.0.0.1",
@@ -80,6 +83,8 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.auth.cache_seconds == 30.0
     assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
+    assert s.traces.sampler == "parentbased_traceidratio"
+    assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
 
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
@@ -117,6 +122,8 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
     assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
+    assert (s.traces.sampler, s.traces.ratio) == ("parentbased_always_on", 1.0)
+    assert s.traces.background_ratio == 0.1
 
 
 @pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
@@ -191,6 +198,10 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
         ("RGPU_MAX_BODY_BYTES", "100", "expected a whole number of bytes, 1024.."),
         ("RGPU_MAX_BODY_BYTES", "1MiB", "expected a whole number of bytes"),
+        ("OTEL_TRACES_SAMPLER", "jaeger_remote", "expected one of always_on, always_off, "),
+        ("OTEL_TRACES_SAMPLER_ARG", "1.5", "expected a share of traces between 0 and 1"),
+        ("OTEL_TRACES_SAMPLER_ARG", "half", "expected a share of traces between 0 and 1"),
+        ("RGPU_TRACE_BACKGROUND_RATIO", "nan", "expected a share of traces between 0 and 1"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:

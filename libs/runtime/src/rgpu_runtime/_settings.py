@@ -17,6 +17,7 @@ from typing import Literal, TypeVar, cast
 
 from . import _parse as p
 from ._parse import HostPort
+from ._sampling import TraceSettings
 from .errors import SettingsError
 
 Granularity = Literal["server", "card"]
@@ -63,6 +64,7 @@ KNOWN_KEYS = (
     "RGPU_TOKEN_ACCOUNT",
     "RGPU_TOKEN_FILE",
     "RGPU_TOPOLOGY_KEYS",
+    "RGPU_TRACE_BACKGROUND_RATIO",
     "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_LISTEN",
 )
@@ -239,6 +241,7 @@ class Settings:
     kube: KubeSettings = field(default_factory=KubeSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    traces: TraceSettings = field(default_factory=TraceSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Settings:
@@ -257,6 +260,7 @@ class Settings:
             kube=_kube(env),
             auth=_auth(env),
             log=_log(env),
+            traces=TraceSettings.from_env(environ),
         )
 
 

@@ -51,6 +51,7 @@ from rgpu_placement import (
     fit,
     winner,
 )
+from rgpu_runtime import pod_attributes, trace_exemplar
 
 from .annotations import binding_annotations
 from .claims import LeaseRecord
@@ -144,10 +145,10 @@ class Booking:
         """
         self._require_view()
         self._require_synced()
+        pod = request.pod
         attributes: dict[str, str | bool] = {
-            "pod": request.pod.key,
-            "pod.uid": request.pod.uid,
-            "dry_run": request.dry_run,
+            **pod_attributes(namespace=pod.namespace, name=pod.name, uid=pod.uid),
+            "rgpu.dry_run": request.dry_run,
         }
         with tracer.start_as_current_span("allocate", attributes=attributes):
             async with self.pod_locks.hold(request.pod.uid):
@@ -160,7 +161,8 @@ class Booking:
         pod holds the cards), ``CardsGone`` (cards left the fleet) and ``KubeUnavailable``.
         """
         view = self._require_view()
-        with tracer.start_as_current_span("commit", attributes={"pod.uid": uid, "node": node}):
+        attributes = {"k8s.pod.uid": uid, "k8s.node.name": node}
+        with tracer.start_as_current_span("commit", attributes=attributes):
             claims = await self.finder.claims(uid)
             target = winner(c for c in claims if self.judge.validity(c).blocks) or winner(claims)
             if target is None:
@@ -315,7 +317,7 @@ class Booking:
                 granularity=self.policy.granularity,
                 nominated=nominated,
             )
-        self.instruments.decision_seconds.observe(time.perf_counter() - started)
+        self.instruments.decision_seconds.observe(time.perf_counter() - started, trace_exemplar())
         return outcome
 
     def _claim(self, request: AllocationRequest, choice: Choice, now: float) -> Claim:
@@ -355,7 +357,7 @@ class Booking:
 
         # Registered before the first await: concurrent decisions in this replica see it at once.
         tentative = self._claim(request, choice, now)
-        attributes = {"server": server, "pod.uid": uid}
+        attributes = {"rgpu.server": server, "k8s.pod.uid": uid}
         with (
             tracer.start_as_current_span("book", attributes=attributes),
             self.judge.pending.hold(tentative),

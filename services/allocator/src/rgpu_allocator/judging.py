@@ -456,7 +456,7 @@ class Remover:
     async def release(self, uid: str) -> int:
         """Remove every claim of ``uid`` (the caller gave the server up); returns how many."""
         removed = 0
-        with tracer.start_as_current_span("release", attributes={"pod.uid": uid}):
+        with tracer.start_as_current_span("release", attributes={"k8s.pod.uid": uid}):
             for claim in self._judge.ledger.claims_of(uid):
                 removed += await self._writer.edit(claim.server, _released(uid), op="release")
         return removed

@@ -47,7 +47,7 @@ from rgpu_placement import (
     demand_of,
     read_demand,
 )
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime import ResourceSettings, pod_attributes
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
@@ -294,7 +294,8 @@ class Repairer:
         fresh = pod_info(raw) if raw is not None else None
         if raw is None or fresh is None or fresh.uid != pod.uid or not self.needed(fresh):
             return False
-        with tracer.start_as_current_span("repair", attributes={"pod": pod.ref.key}):
+        named = pod_attributes(namespace=pod.namespace, name=pod.name, uid=pod.uid)
+        with tracer.start_as_current_span("repair", attributes=named):
             vetted = vet(
                 raw,
                 fresh,

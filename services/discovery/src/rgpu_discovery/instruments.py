@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
+from rgpu_runtime import trace_exemplar
 
 from .fleet import FleetState
 from .lupine import ProbeOutcome, ProbeResult
@@ -132,7 +133,7 @@ class Instruments:
     def probed(self, server: ServerName, outcome: ProbeOutcome) -> None:
         """Count one probe of ``server``, its latency and the connections it opened."""
         self.probes.labels(outcome.result).inc()
-        self.probe_seconds.observe(outcome.seconds)
+        self.probe_seconds.observe(outcome.seconds, trace_exemplar())
         if outcome.connections:
             self.probe_connections.labels(server).inc(outcome.connections)
 

@@ -222,7 +222,7 @@ class ProbeFlights:
             outcome = await self._prober.probe(flight.endpoint)
             span.set_attribute("rgpu.probe.result", outcome.result)
             span.set_attribute("rgpu.probe.connections", outcome.connections)
-        self._instruments.probed(server, outcome)
+            self._instruments.probed(server, outcome)
         _log(server, flight.endpoint, outcome)
         report = ProbeReport(server=server, endpoint=flight.endpoint, outcome=outcome)
         try:

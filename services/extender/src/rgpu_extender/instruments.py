@@ -14,7 +14,9 @@ from typing import Protocol, TypeVar
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ExtenderMetrics", "VerbOutcome", "observed"]
+from rgpu_runtime import pod_attributes, trace_exemplar
+
+__all__ = ["ExtenderMetrics", "VerbOutcome", "label_attributes", "observed"]
 
 tracer = trace.get_tracer(__name__)
 
@@ -81,8 +83,8 @@ class ExtenderMetrics:
             self.discovery_age.labels(stream).set_function(partial(age, stream))
 
     def verb_done(self, verb: str, outcome: str, seconds: float) -> None:
-        """Record one finished verb."""
-        self.verb_seconds.labels(verb, outcome).observe(seconds)
+        """Record one finished verb, with the current trace as the exemplar."""
+        self.verb_seconds.labels(verb, outcome).observe(seconds, trace_exemplar())
         self.outcomes.labels(verb, outcome).inc()
 
 
@@ -110,7 +112,19 @@ async def observed(
     (a ``time.perf_counter()`` reading)."""
     with tracer.start_as_current_span(f"extender.{verb}") as span:
         outcome = await decision
-        span.set_attribute("k8s.pod", outcome.pod)
+        span.set_attributes(label_attributes(outcome.pod))
         span.set_attribute("rgpu.outcome", outcome.outcome)
     metrics.verb_done(verb, outcome.outcome, time.perf_counter() - started)
     return outcome
+
+
+def label_attributes(label: str) -> dict[str, str]:
+    """The span attributes naming the pod of a ``namespace/name`` label (none when empty).
+
+    A pod created with ``generateName`` has no name yet at admission (its label ends in
+    ``*``): only its namespace is known.
+    """
+    namespace, _, name = label.partition("/")
+    if not name:
+        return {}
+    return pod_attributes(namespace=namespace, name="" if name.endswith("*") else name)
