@@ -698,7 +698,7 @@ def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_ann
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
     # "remote" and "gpu" send look-alike resource names too, for the webhook to warn about.
-    assert quoted == resources | OWNED_ANNOTATIONS | {"remote", "gpu"}
+    assert quoted == resources | OWNED_ANNOTATIONS | {"(?i)remote", "(?i)gpu"}
     assert "oldObject" in condition["expression"]
 
 
@@ -762,7 +762,8 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             typo = _pod("typo", limits={"nvidia.com/Remote-GPUs": "1"})
             local = _pod("local", limits={"nvidia.com/gpu": "1"})
             for body in (gpu, forged, endpoint, steered, plain, typo, local):
-                assert (await api.post(pods, json=body)).status_code == 201
+                created = await api.post(pods, json=body)
+                assert created.status_code == 201, created.text
             # Removing an owned annotation is seen through the old object.
             current = (await api.get(f"{pods}/steered")).json()
             current["metadata"]["annotations"] = {}

@@ -163,7 +163,7 @@ MATCH_CONDITION = (
     " && [has(c.resources.limits) ? c.resources.limits : {},"
     " has(c.resources.requests) ? c.resources.requests : {}]"
     " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r"
-    " || r.exists(k, k.lowerAscii().contains('remote') && k.lowerAscii().contains('gpu'))))"
+    " || r.exists(k, k.matches('(?i)remote') && k.matches('(?i)gpu'))))"
     " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
     " && o.metadata.annotations.exists(k, k.startsWith('hami.io/remote-gpu-devices-')"
     " || k == 'hami.io/lupine-endpoint' || k.startsWith('rgpu.io/')))"
