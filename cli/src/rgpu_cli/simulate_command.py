@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from .columns import columns
 from .simulate import SimResult, SimSpec, SpecError, load_spec, never_fitting, simulate
@@ -36,8 +37,8 @@ def _refuse_never_fitting(spec: SimSpec, console: Console) -> None:
     for granularity, shape, never in problems:
         memory = f", {shape.memory_mib} MiB each" if shape.memory_mib else ""
         console.print(
-            f"[red]shape cards {list(shape.cards)}{memory}[/] (granularity {granularity}): "
-            f"{never.line}",
+            f"[red]{escape(f'shape cards {list(shape.cards)}{memory}')}[/] "
+            f"(granularity {granularity}): {escape(never.line)}",
             soft_wrap=True,
             highlight=False,
         )

@@ -10,6 +10,7 @@ import sys
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .status import (
     STATES,
@@ -70,7 +71,8 @@ def status(
     try:
         snapshot = anyio.run(fetch_snapshot, discovery_url, allocator_url)
     except SourceError as exc:
-        Console(stderr=True).print(f"[red]rgpu status:[/] {exc}", soft_wrap=True, highlight=False)
+        message = f"[red]rgpu status:[/] {escape(str(exc))}"
+        Console(stderr=True).print(message, soft_wrap=True, highlight=False)
         raise typer.Exit(code=2) from None
     filters = Filters(servers=frozenset(server), states=frozenset(state), holder=holder)
     rows = [row for row in card_rows(snapshot) if filters.keep(row)]

@@ -19,6 +19,7 @@ from typing import Final
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 
 from .stack import Stack, StackOptions, run_stack
 from .stack_dir import StackDir
@@ -187,7 +188,7 @@ async def _watch_services(stack: Stack, console: Console) -> None:
             console.print(
                 f"[red]{name} {_ended(process.returncode)}[/]; the stack is degraded "
                 f"until it is restarted (`rgpu down`, then `rgpu up`). Its log, "
-                f"{service.log_path}, ends:\n{service.tail(8)}",
+                f"{escape(str(service.log_path))}, ends:\n{escape(service.tail(8))}",
                 soft_wrap=True,
                 highlight=False,
             )

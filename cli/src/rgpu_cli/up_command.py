@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .processes import die_with_parent, run_until_stopped
 from .stack import StackOptions
@@ -32,7 +33,8 @@ def _granularity(value: str) -> str:
 
 
 def _fail(console: Console, message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]rgpu up:[/] {message}", soft_wrap=True, highlight=False)
+    # The message may quote a service's log, whose brackets are not rich markup.
+    console.print(f"[red]rgpu up:[/] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code=code)
 
 
@@ -160,7 +162,9 @@ def env(
     try:
         sys.stdout.write(_where(work_dir).exports())
     except StackDirError as exc:
-        Console(stderr=True).print(f"[red]rgpu env:[/] {exc}", soft_wrap=True, highlight=False)
+        Console(stderr=True).print(
+            f"[red]rgpu env:[/] {escape(str(exc))}", soft_wrap=True, highlight=False
+        )
         raise typer.Exit(code=1) from None
 
 
@@ -172,7 +176,7 @@ def down(
     try:
         stopped = _where(work_dir).stop()
     except StackDirError as exc:
-        console.print(f"[red]rgpu down:[/] {exc}", soft_wrap=True, highlight=False)
+        console.print(f"[red]rgpu down:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(code=1) from None
     if stopped is None:
         console.print(f"nothing to stop: no stack is running from {work_dir}", soft_wrap=True)
