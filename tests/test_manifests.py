@@ -956,9 +956,12 @@ def test_discovery_leases_are_granted_only_in_the_rgpu_namespace(render: Render)
 _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "nodes", "get"): ("read_node",),
     ("", "nodes", "list"): ("list_node",),
+    ("", "namespaces", "get"): ("read_namespace",),
+    ("", "configmaps", "list"): ("list_namespaced_config_map",),
     ("", "pods", "get"): ("read_namespaced_pod",),
     ("", "pods", "list"): ("list_pod_for_all_namespaces", "list_namespaced_pod"),
     ("", "pods", "patch"): ("patch_namespaced_pod",),
+    ("", "pods/status", "patch"): ("patch_namespaced_pod_status",),
     ("", "pods", "update"): ("replace_namespaced_pod",),
     ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
     ("", "pods/eviction", "create"): ("create_namespaced_pod_eviction",),

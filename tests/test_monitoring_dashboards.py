@@ -191,7 +191,10 @@ async def filter_pod(stack: Stack, args: Mapping[str, Any], pod: Mapping[str, An
 
 
 async def drive_traffic(stack: Stack, load: Load) -> None:
-    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx."""
+    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx, a quota."""
+    queues = {"queues.yaml": "default: {cards: 64}"}
+    body = {"metadata": {"name": "rgpu-queues"}, "data": queues}
+    stack.sim.store.create("configmaps", body, namespace="rgpu-system")
     args = load("k8s/extender-filter-args.json")
     first, second = fixture_pod(stack, args, "trainer-0"), fixture_pod(stack, args, "trainer-1")
     assert (await filter_pod(stack, args, first))["NodeNames"]
@@ -203,6 +206,8 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
     review = load("k8s/admission-review-pod-create.json")
     assert (await stack.clients["extender"].post("/mutate", json=review)).is_success
     stack.sim.faults.set_error(verb="*", resource="leases", rate=1.0, code=500)
+    # A release reads its pod first (a bound pod's claim is never released): fail that too.
+    stack.sim.faults.set_error(verb="get", resource="pods", rate=1.0, code=500)
     uid = first["metadata"]["uid"]
     extender = {"Authorization": f"Bearer {await extender_token(stack.sim.url)}"}
     failed = await stack.clients["allocator"].delete(f"/v1/allocations/{uid}", headers=extender)
@@ -282,6 +287,7 @@ def dashboard_expressions() -> dict[str, str]:
             found[f"variable {variable['name']}"] = f"group by ({match[2]}) ({match[1]})"
     return {
         title: expr.replace("$__rate_interval", "2m")
+        .replace("$__range", "2m")
         .replace('=~"$server"', '=~".*"')
         .replace('=~"$span"', '=~".*"')
         for title, expr in found.items()

@@ -222,7 +222,7 @@ def link_targets(span: ReadableSpan) -> list[int]:
 
 async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
     uid = run.pod["metadata"]["uid"]
-    named = {"k8s.namespace.name": NAMESPACE, "k8s.pod.name": POD}
+    named = {"k8s.namespace.name": NAMESPACE, "k8s.pod.name": POD, "rgpu.operation": "CREATE"}
     (creation,) = [
         s for s in run.named("extender.mutate") if s.attributes == {**s.attributes, **named}
     ]
@@ -233,6 +233,13 @@ async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
         f"{creation.context.trace_id:032x}"
     )
 
+    # Admitted behind rgpu's gate: the booking is a trace of its own, linked to the creation.
+    admitted = run.one("allocator.admit", **{"k8s.pod.uid": uid})
+    assert admitted.parent is None
+    assert link_targets(admitted) == [creation.context.span_id]
+    (book,) = [s for s in run.named("book") if s.context.trace_id == admitted.context.trace_id]
+    assert run.ancestors(book)[-1] == "allocator.admit"
+
     filtered = run.one("POST /filter", **{"k8s.pod.uid": uid})
     bound = run.one("POST /bind", **{"k8s.pod.uid": uid})
     for request in (filtered, bound):
@@ -240,10 +247,6 @@ async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
         assert request.attributes["k8s.pod.name"] == POD
         assert link_targets(request) == [creation.context.span_id]
         assert request.context.trace_id != creation.context.trace_id
-
-    allocate = run.one("allocate", **{"k8s.pod.uid": uid})
-    assert run.ancestors(allocate)[-2:] == ["extender.filter", "POST /filter"]
-    assert allocate.context.trace_id == filtered.context.trace_id
     commit = run.one("commit", **{"k8s.pod.uid": uid})
     assert commit.context.trace_id == bound.context.trace_id
     assert "extender.bind" in run.ancestors(commit)
@@ -252,7 +255,7 @@ async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
     ]
     assert binding.attributes["k8s.object.name"] == POD
 
-    steps = [creation, filtered, bound]
+    steps = [creation, admitted, filtered, bound]
     assert [s.start_time for s in steps] == sorted(s.start_time for s in steps)
 
 
@@ -278,9 +281,11 @@ async def test_rgpu_trace_draws_every_step_in_order_from_the_kept_spans(run: Run
     lines = result.output.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert run.pod["metadata"]["uid"] in lines[0]
-    steps = ["extender.mutate", "extender.filter", "allocate", "extender.bind", "commit"]
-    found = [next(i for i, line in enumerate(lines) if f" {step}" in line) for step in steps]
-    assert found == sorted(found), list(zip(steps, found, strict=True))
+    steps = ["extender.mutate", "allocator.admit", "extender.filter", "extender.bind", "commit"]
+    # The two header lines name the pod and the slowest step; the steps follow.
+    body = lines[2:]
+    found = [next(i for i, line in enumerate(body) if f" {step}" in line) for step in steps]
+    assert found == sorted(found), (list(zip(steps, found, strict=True)), result.output)
     assert sum("◀" in line for line in lines) == 2  # the summary names it, and one step is marked
 
 

@@ -95,17 +95,27 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_a_shape_that_never_fits_is_named_and_exits_1_without_figures(tmp_path: Path) -> None:
+def test_a_shape_no_layout_can_take_is_named_and_exits_1_without_figures(tmp_path: Path) -> None:
     shapes = [{"cards": 1}, {"cards": 16}, {"cards": 1, "memory_mib": 100_000}]
     code, output = run(str(write_spec(tmp_path, shapes=shapes)))
     assert code == 1
     text = flat(output)
-    assert "shape cards [16] (granularity server): never fits" in text
+    assert "shape cards [16] fits no layout: never fits" in text
     assert "NodeInsufficientDevice" in text
-    assert "shape cards [1], 100000 MiB each (granularity card): never fits" in text
+    assert "shape cards [1], 100000 MiB each fits no layout: never fits" in text
     assert "CardInsufficientMemory" in text
     assert "wait p50" not in output
-    assert "shape cards [1] (" not in text
+    assert "shape cards [1] fits" not in text
+
+
+def test_a_shape_only_some_layouts_can_take_is_noted_under_the_figures(tmp_path: Path) -> None:
+    """Two cards fit a 4-card server but no one-card lupine instance: a comparison, not an
+    error."""
+    code, output = run(str(write_spec(tmp_path)))
+    assert code == 0, output
+    text = flat(output)
+    assert "per-GPU instances: shape cards [2], 40960 MiB each is never placed" in text
+    assert "granularity server: shape cards" not in text
 
 
 def test_reasons_are_whole_at_80_columns_and_in_the_same_order_every_run(tmp_path: Path) -> None:
@@ -117,7 +127,7 @@ def test_reasons_are_whole_at_80_columns_and_in_the_same_order_every_run(tmp_pat
     assert run(spec)[1] == output
 
 
-def test_the_timeline_has_a_lane_per_server_and_a_bar_per_pod_in_each_granularity(
+def test_the_timeline_has_a_lane_per_server_and_a_bar_per_pod_in_each_layout(
     tmp_path: Path,
 ) -> None:
     svg = tmp_path / "timeline.svg"
@@ -126,8 +136,24 @@ def test_the_timeline_has_a_lane_per_server_and_a_bar_per_pod_in_each_granularit
     assert f"timeline: {svg}" in flat(output)
     root = ElementTree.parse(svg).getroot()
     texts = [t.text or "" for t in root.iter(f"{SVG}text")]
-    assert sum(t.startswith("granularity") for t in texts) == 2
-    assert texts.count("gpu-001") == 2
+    titles = [t for t in texts if t.startswith(("granularity", "per-GPU"))]
+    assert len(titles) == 3
+    assert texts.count("gpu-001") == 3  # per-GPU instances drawn in their node's lane
     bars = [t.text or "" for t in root.iter(f"{SVG}title")]
-    assert len(bars) == 2 * 40  # every pod, once per granularity
+    unplaced = simulate(load_spec(SPEC), "server", per_gpu=True).never_placed
+    assert len(bars) == 3 * 40 - unplaced  # a bar per pod placed, in each layout
     assert all(": " in bar and " card(s), " in bar for bar in bars)
+
+
+def test_per_gpu_instances_hold_only_the_cards_asked_for_and_cannot_place_multi_card_pods() -> None:
+    one_card = {**SPEC["workload"], "shapes": [{"cards": 1}]}
+    single = load_spec({**SPEC, "workload": one_card})
+    server, instances = simulate(single, "server"), simulate(single, "server", per_gpu=True)
+    assert instances.label == "per-GPU instances"
+    assert instances.never_placed == 0
+    assert instances.held_share() == pytest.approx(instances.used_share())
+    assert server.held_share() > server.used_share()
+    assert instances.makespan < server.makespan
+    mixed = simulate(load_spec(SPEC), "server", per_gpu=True)
+    assert mixed.never_placed > 0
+    assert mixed.refusals["NodeInsufficientDevice"] == mixed.never_placed

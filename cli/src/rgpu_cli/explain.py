@@ -153,7 +153,9 @@ async def _decide(
     demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
     if not demand.asks:
         return None, None, f"the pod asks for no {resources.count}"
-    request = AllocationRequest(pod=ref, containers=demand.requests(), dry_run=True)
+    request = AllocationRequest(
+        pod=ref, containers=demand.requests(), dry_run=True, cuda_major=demand.cuda_major
+    )
     answer = await http.post(
         f"{settings.peers.allocator_url}/v1/allocations", json=request.to_dict()
     )

@@ -22,7 +22,9 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .pool import cordon_command, drain_command, uncordon_command, usage_command
 from .processes import die_with_parent, run_until_stopped
+from .queue import fetch_queue, queue_json, render_queue
 from .simulate_command import simulate_command
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
@@ -117,6 +119,12 @@ def _print_traces(console: Console, spans: Path | None, endpoint: str | None, po
     console.print(command, soft_wrap=True, highlight=False)
 
 
+def _lost_policy(value: str) -> str:
+    if value not in ("keep", "evict"):
+        raise typer.BadParameter("must be 'keep' or 'evict'")
+    return value
+
+
 def _faults(value: str) -> str:
     if value not in ("standard", "none"):
         raise typer.BadParameter("must be 'standard' or 'none'")
@@ -146,6 +154,9 @@ def soak(
         callback=_new_file,
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
+    on_server_lost: str = typer.Option(
+        "keep", callback=_lost_policy, help="keep | evict: the allocators' RGPU_ON_SERVER_LOST"
+    ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
     console = Console()
@@ -170,6 +181,7 @@ def soak(
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
         trace=trace,
+        on_server_lost=on_server_lost,
     )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
@@ -196,6 +208,37 @@ app.command()(down)
 
 
 app.command()(status)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+@app.command("queue")
+def queue_command(
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only this namespace"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+    allocator_url: str = typer.Option(
+        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"),
+        help="allocator base URL (RGPU_ALLOCATOR_URL)",
+    ),
+) -> None:
+    """Pods waiting for a remote GPU in admission order, and each namespace's share."""
+    if output not in ("table", "json"):
+        raise typer.BadParameter("expected table or json", param_hint="--output")
+    console = Console()
+    try:
+        found = anyio.run(fetch_queue, allocator_url)
+    except (httpx.HTTPError, ContractError) as exc:
+        console.print(
+            f"[red]cannot read the queue from {allocator_url}/v1/queue[/] ({exc}); "
+            "set RGPU_ALLOCATOR_URL or --allocator-url to the allocator's address"
+        )
+        raise typer.Exit(code=2) from None
+    if output == "json":
+        print(queue_json(found, namespace=namespace))
+    else:
+        console.print(render_queue(found, namespace=namespace))
 
 
 @app.command("explain")
@@ -238,6 +281,13 @@ def trace_command(
     """A pod's scheduling as a waterfall: every step's spans, the slowest step marked."""
     status = trace_pod(pod, spans_file, depth, Console(), Console(stderr=True))
     raise typer.Exit(code=status)
+
+
+# Running the pool (``pool``): maintenance and usage.
+app.command("cordon")(cordon_command)
+app.command("uncordon")(uncordon_command)
+app.command("drain")(drain_command)
+app.command("usage")(usage_command)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""The ``rgpu simulate`` command: the spec read, shapes that can never fit refused (their
-figures would be meaningless: a shape that never runs never waits either), both granularities
-side by side in columns that cut nothing, and the timeline drawn when asked."""
+"""The ``rgpu simulate`` command: the spec read, shapes no layout could ever fit refused (their
+figures would be meaningless: a shape that never runs never waits either), the three layouts
+(server granularity, card granularity, one lupine per GPU) side by side in columns that cut
+nothing, what a layout can never place named under them, and the timeline drawn when asked."""
 
 from __future__ import annotations
 
@@ -12,8 +13,19 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from rgpu_placement import Granularity
+
+from .capacity import NeverFits
 from .columns import columns
-from .simulate import SimResult, SimSpec, SpecError, load_spec, never_fitting, simulate
+from .simulate import (
+    PodShape,
+    SimResult,
+    SimSpec,
+    SpecError,
+    load_spec,
+    never_fitting,
+    simulate,
+)
 from .timeline import Panel, timeline_svg
 
 __all__ = ["simulate_command"]
@@ -28,28 +40,59 @@ ROWS: dict[str, Callable[[SimResult], str]] = {
 }
 
 
-def _refuse_never_fitting(spec: SimSpec, console: Console) -> None:
-    problems = [
-        (granularity, shape, never)
-        for granularity in ("server", "card")
-        for shape, never in never_fitting(spec, granularity)
+LAYOUTS: tuple[tuple[Granularity, bool], ...] = (
+    ("server", False),
+    ("card", False),
+    ("server", True),
+)
+"""(granularity, one lupine per GPU) of each layout compared."""
+
+
+def _shape(shape: PodShape) -> str:
+    memory = f", {shape.memory_mib} MiB each" if shape.memory_mib else ""
+    return f"shape cards {list(shape.cards)}{memory}"
+
+
+def _never(spec: SimSpec) -> dict[str, list[tuple[PodShape, NeverFits]]]:
+    """Layout label → the shapes it can never place."""
+    return {
+        SimResult(granularity=g, per_gpu=per_gpu).label: never_fitting(spec, g, per_gpu=per_gpu)
+        for g, per_gpu in LAYOUTS
+    }
+
+
+def _refuse_never_fitting(
+    never: dict[str, list[tuple[PodShape, NeverFits]]], console: Console
+) -> None:
+    """Shapes no layout can take: one line each, then exit 1 without figures."""
+    everywhere = [
+        (shape, found)
+        for shape, found in next(iter(never.values()))
+        if all(any(s == shape for s, _ in shapes) for shapes in never.values())
     ]
-    for granularity, shape, never in problems:
-        memory = f", {shape.memory_mib} MiB each" if shape.memory_mib else ""
+    for shape, found in everywhere:
         console.print(
-            f"[red]{escape(f'shape cards {list(shape.cards)}{memory}')}[/] "
-            f"(granularity {granularity}): {escape(never.line)}",
+            f"[red]{escape(_shape(shape))}[/] fits no layout: {escape(found.line)}",
             soft_wrap=True,
             highlight=False,
         )
-    if problems:
+    if everywhere:
         raise typer.Exit(code=1)
+
+
+def _notes(never: dict[str, list[tuple[PodShape, NeverFits]]]) -> list[str]:
+    """What a layout can never place though another can (a 2-card pod on 1-card instances)."""
+    return [
+        f"{label}: {_shape(shape)} is never placed ({found.nofit.message})"
+        for label, shapes in never.items()
+        for shape, found in shapes
+    ]
 
 
 def _panel(spec: SimSpec, result: SimResult) -> Panel:
     servers = tuple((f"gpu-{i + 1:03d}", spec.cards) for i in range(spec.servers))
     return Panel(
-        title=f"granularity {result.granularity}: {result.held_share():.0%} of the cards held",
+        title=f"{result.label}: {result.held_share():.0%} of the cards held",
         servers=servers,
         holds=tuple(result.holds),
         span=max((h.end for h in result.holds), default=result.makespan),
@@ -69,14 +112,17 @@ def simulate_command(
     except (yaml.YAMLError, SpecError) as exc:
         console.print(f"[red]{spec}:[/] {exc}")
         raise typer.Exit(code=2) from None
-    _refuse_never_fitting(parsed, console)
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
+    never = _never(parsed)
+    _refuse_never_fitting(never, console)
+    results = [simulate(parsed, g, per_gpu=per_gpu) for g, per_gpu in LAYOUTS]
     print(f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    headers = ("", *(f"granularity {r.granularity}" for r in results))
+    headers = ("", *(r.label for r in results))
     print(columns(headers, [(label, *(cell(r) for r in results)) for label, cell in ROWS.items()]))
     for result in results:
         refusals = ", ".join(f"{k} {v}" for k, v in result.refusal_counts()) or "none"
-        print(f"pods refused at least once (granularity {result.granularity}): {refusals}")
+        print(f"pods refused at least once ({result.label}): {refusals}")
+    for note in _notes(never):
+        print(note)
     if timeline is not None:
         title = f"rgpu simulate {spec.name}: {parsed.pods} pods on {parsed.servers} servers"
         svg = timeline_svg([_panel(parsed, r) for r in results], title=title)

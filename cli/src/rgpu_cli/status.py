@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -93,6 +94,19 @@ class CardRow:
     state: str
     holder: str
     error: str = ""
+    cuda: str = ""
+    """The CUDA version the server's lupine reports (empty until known)."""
+    cordoned: bool = False
+    """No new bookings (the card, or its whole server, is cordoned); the state is kept."""
+    server_cordoned: bool = False
+
+    @property
+    def shown_state(self) -> str:
+        return f"{self.state} cordoned" if self.cordoned else self.state
+
+    @property
+    def shown_server(self) -> str:
+        return f"{self.server} (cordoned)" if self.server_cordoned else self.server
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +119,8 @@ class CardRow:
             "state": self.state,
             "holder": self.holder or None,
             "error": self.error or None,
+            "cuda": self.cuda or None,
+            "cordoned": self.cordoned,
         }
 
 
@@ -130,12 +146,16 @@ def card_rows(snapshot: Snapshot) -> list[CardRow]:
     holders = holding_claims(snapshot.claims.claims)
     rows = []
     for server in snapshot.fleet.servers:
-        endpoint = server.endpoint or ""
+        row = partial(
+            CardRow,
+            server=server.name,
+            endpoint=server.endpoint or "",
+            cuda=server.cuda_version or "",
+            server_cordoned=server.cordoned,
+        )
         if not server.cards:
             rows.append(
-                CardRow(
-                    server=server.name,
-                    endpoint=endpoint,
+                row(
                     index=None,
                     uuid="",
                     model="",
@@ -143,20 +163,21 @@ def card_rows(snapshot: Snapshot) -> list[CardRow]:
                     state="no-cards",
                     holder="",
                     error=server.error or "",
+                    cordoned=server.cordoned,
                 )
             )
         for view in view_cards(server, holders):
             card = view.card
             rows.append(
-                CardRow(
-                    server=server.name,
-                    endpoint=endpoint,
+                row(
                     index=card.index,
                     uuid=card.uuid,
                     model=card.model,
                     memory_mib=card.memory_mib,
                     state=view.state.value,
                     holder=view.holder.pod.key if view.holder else "",
+                    # A cordon stops new bookings only: the card keeps its state and holder.
+                    cordoned=card.cordoned or server.cordoned,
                 )
             )
     return rows
@@ -169,6 +190,8 @@ def summary(snapshot: Snapshot, rows: Sequence[CardRow]) -> str:
     held = sum(states[s] for s in HELD)
     parts = [f"{states.get('free', 0)} free", f"{held} held"]
     parts += [f"{n} {state}" for state, n in states.most_common() if state not in HELD | {"free"}]
+    cordoned = sum(row.cordoned for row in cards)
+    parts += [f"{cordoned} cordoned"] if cordoned else []
     servers = len({row.server for row in rows})
     return (
         f"{servers} servers, {len(cards)} cards: {', '.join(parts)}; "
@@ -177,7 +200,7 @@ def summary(snapshot: Snapshot, rows: Sequence[CardRow]) -> str:
 
 
 def _server_state(rows: Iterable[CardRow]) -> str:
-    counts = Counter(row.state for row in rows)
+    counts = Counter(row.shown_state for row in rows)
     return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
@@ -187,31 +210,43 @@ def render_servers(rows: Sequence[CardRow]) -> str:
     for row in rows:
         by_server.setdefault(row.server, []).append(row)
     table = []
-    for server, cards in by_server.items():
+    for cards in by_server.values():
         holders = sorted({row.holder for row in cards if row.holder})
         error = next((row.error for row in cards if row.error), "")
         shown = [row for row in cards if row.index is not None]
         states = _server_state(cards) + (f" ({error})" if error else "")
-        table.append((server, cards[0].endpoint, str(len(shown)), states, ", ".join(holders)))
-    return columns(("server", "endpoint", "cards", "states", "holders"), table)
+        first = cards[0]
+        table.append(
+            (
+                first.shown_server,
+                first.endpoint,
+                first.cuda,
+                str(len(shown)),
+                states,
+                ", ".join(holders),
+            )
+        )
+    return columns(("server", "endpoint", "cuda", "cards", "states", "holders"), table)
 
 
 def render_wide(rows: Sequence[CardRow]) -> str:
     """One line per card, every field whole."""
     table = [
         (
-            row.server,
+            row.shown_server,
             row.endpoint,
+            row.cuda,
             "" if row.index is None else str(row.index),
             row.uuid,
             row.model,
             "" if row.memory_mib is None else str(row.memory_mib),
-            row.state,
+            row.shown_state,
             row.holder or row.error,
         )
         for row in rows
     ]
-    return columns(("server", "endpoint", "card", "uuid", "model", "mib", "state", "holder"), table)
+    headers = ("server", "endpoint", "cuda", "card", "uuid", "model", "mib", "state", "holder")
+    return columns(headers, table)
 
 
 def render_json(snapshot: Snapshot, rows: Sequence[CardRow]) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from rgpu_runtime import TRACE_ANNOTATION, Settings, creation_context, tracepare
 
 from .affinity import affinity_ops
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
+from .gating import gate_ops, guard_gate
 from .instruments import ExtenderMetrics, label_attributes
 from .objects import mapping, pod_label
 from .shapes import check_pod
@@ -107,6 +108,8 @@ class MutationPolicy:
     scheduler_name: str
     card_mode: bool
     lib_image: str | None
+    gate: bool = False
+    """Whether new GPU pods wait behind rgpu's scheduling gate (``RGPU_ADMISSION=gate``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MutationPolicy:
@@ -116,6 +119,7 @@ class MutationPolicy:
             scheduler_name=settings.scheduling.scheduler_name,
             card_mode=settings.scheduling.granularity == "card",
             lib_image=settings.scheduling.lib_image,
+            gate=settings.admission.mode == "gate",
         )
 
 
@@ -204,6 +208,11 @@ def _decide_pod(
     check_pod(request.object)
     check_pod(request.old_object)
     _guard_owned(request, policy)
+    if request.operation == "UPDATE":
+        trusted = policy.trusts(request.user.username)
+        guard_gate(
+            request.old_object, _object(request), username=request.user.username, trusted=trusted
+        )
     _refuse_ephemeral_asks(_object(request), policy.mutation)
     if request.operation == "CREATE" and not request.sub_resource:
         pod = _object(request)
@@ -304,6 +313,7 @@ def mutate_pod(
         *_pod_lib_ops(pod, demand, policy),
         *_scheduler_ops(pod, policy),
         *affinity_ops(pod),
+        *(gate_ops(pod) if policy.gate else ()),
         *_annotation_ops(pod, traceparent),
     )
 
