@@ -67,17 +67,17 @@ def test_the_default_is_a_summary_and_one_line_per_server(url: str) -> None:
     assert code == 0, output
     lines = output.splitlines()
     assert lines[0] == ("50 servers, 200 cards: 196 free, 4 held; 1 claims (fleet revision 7)")
-    assert lines[1].split() == ["SERVER", "ENDPOINT", "CARDS", "STATES", "HOLDERS"]
+    assert lines[1].split() == ["SERVER", "ENDPOINT", "CUDA", "CARDS", "STATES", "HOLDERS"]
     assert len(lines) == 2 + 50
     # Nothing is cut at 80 columns: the endpoint and the holder are whole, on their row.
-    assert lines[2].split() == ["gpu-01", ENDPOINT, "4", "4", "bound", HOLDER.key]
+    assert lines[2].split() == ["gpu-01", ENDPOINT, "-", "4", "4", "bound", HOLDER.key]
 
 
 def test_wide_is_one_whole_line_per_card(url: str) -> None:
     code, output = status(url, "-o", "wide", "--server", "gpu-01")
     assert code == 0, output
     lines = output.splitlines()
-    assert lines[1].split()[:4] == ["SERVER", "ENDPOINT", "CARD", "UUID"]
+    assert lines[1].split()[:5] == ["SERVER", "ENDPOINT", "CUDA", "CARD", "UUID"]
     assert len(lines) == 2 + 4
     uuid = testkit.gpu_uuid(server="gpu-01", index=0)
     assert uuid in lines[2] and HOLDER.key in lines[2]
