@@ -19,8 +19,8 @@ from rgpu_runtime import (
     Election,
     ElectionTiming,
     EventRecorder,
-    Readiness,
     KubeClient,
+    Readiness,
     Reflector,
     Settings,
 )
