@@ -24,13 +24,15 @@ from rgpu_allocator.claims import MANAGED_BY_SELECTOR, Ledger, encode_lease
 from rgpu_allocator.clients import COMPONENT, KubeApi
 from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
-from rgpu_allocator.judging import Judge, Policy, Remover
+from rgpu_allocator.judging import Judge
 from rgpu_allocator.leases import LeaseWriter
+from rgpu_allocator.nudging import Refused
 from rgpu_allocator.pods import PodIndex, pod_info
-from rgpu_allocator.rechecking import Revalidator
+from rgpu_allocator.policy import Policy
+from rgpu_allocator.removal import Remover
 from rgpu_allocator.repair import Repairer
+from rgpu_allocator.revalidation import Revalidator
 from rgpu_allocator.sweeping import Reconciler, Sweeper
-from rgpu_allocator.wakeup import Refused
 from rgpu_contracts import Claim, ClaimState, ServerName
 from rgpu_placement import Validity
 from rgpu_runtime import EventRecorder, ResourceSettings, kube_client

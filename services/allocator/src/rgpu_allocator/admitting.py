@@ -39,13 +39,14 @@ from .booker import Booker
 from .clients import KubeApi, pod_event
 from .gates import Lifted, lift_gate
 from .instruments import Instruments
-from .judging import Judge, Remover
+from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
 from .preempting import Preemptor, may_preempt
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
+from .removal import Remover
 from .verdicts import WARNINGS, Verdict, Wait
 
 __all__ = ["PERIOD", "Admitter"]

@@ -32,21 +32,23 @@ from .claims import MANAGED_BY_SELECTOR, LeaseRecord, Ledger
 from .clients import COMPONENT, DiscoveryClient, KubeApi
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover
+from .judging import Judge
 from .leases import Finder, LeaseWriter
 from .lost import LostPolicy, LostServers
+from .nudging import Nudger, Refused, Waiting
 from .planning import Planner
 from .pods import PodIndex, PodInfo
+from .policy import Policy
 from .preempting import Preemptor
 from .published import PublishedClaims
 from .queues import Queues, Version, queues_reflector
 from .reactions import Signal, Signals
 from .readiness import KubeGates
-from .rechecking import Reprober, Revalidator
+from .removal import Remover
 from .repair import Repairer
+from .revalidation import Reprober, Revalidator
 from .routes import Deps
 from .sweeping import Reconciler, Sweeper
-from .wakeup import Nudger, Refused, Waiting
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = [

@@ -66,11 +66,13 @@ from .errors import (
     StillRunning,
 )
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover, read_pod
+from .judging import Judge
 from .leases import Edited, Finder, KeyedLocks, LeaseWriter
+from .nudging import Refused
+from .policy import Policy
 from .preempting import Outcome, Preemptor
-from .rechecking import Reprober, Revalidator
-from .wakeup import Refused
+from .removal import Remover, read_pod
+from .revalidation import Reprober, Revalidator
 
 __all__ = ["ROUNDS", "Booking"]
 

@@ -45,9 +45,10 @@ from rgpu_placement import (
 
 from .booker import Booked, Booker
 from .candidates import Candidates
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import Layered, Pending
 from .pods import PodInfo
+from .policy import Policy
 from .units import Unit, units_of
 from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
 

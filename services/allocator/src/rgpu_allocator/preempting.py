@@ -52,9 +52,10 @@ from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
+from .policy import Policy
 
 __all__ = ["MAX_CANDIDATES", "Outcome", "Preemptor", "may_preempt"]
 

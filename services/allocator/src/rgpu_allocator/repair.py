@@ -54,9 +54,10 @@ from rgpu_runtime import ResourceSettings, pod_attributes
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .instruments import Instruments
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
+from .policy import Policy
 
 __all__ = [
     "REFUSED_REASON",

@@ -61,10 +61,10 @@ from .booking import Booking
 from .claims import Ledger
 from .errors import TooLong
 from .inputs import Inputs
-from .judging import Policy
+from .nudging import Refused
 from .pods import PodIndex
+from .policy import Policy
 from .published import PublishedClaims
-from .wakeup import Refused
 
 __all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
 

@@ -39,9 +39,10 @@ from rgpu_runtime import TokenBucket
 from .clients import DiscoveryClient, KubeApi
 from .errors import DiscoveryUnavailable
 from .instruments import Instruments
-from .judging import Judge, Remover, read_pod
+from .judging import Judge
 from .leases import LeaseWriter
 from .pods import PodInfo
+from .removal import Remover, read_pod
 
 __all__ = ["MAX_SERVERS", "PROBES_PER_SECOND", "PROBE_TIMEOUT", "Reprober", "Revalidator"]
 
