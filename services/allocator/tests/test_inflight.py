@@ -7,9 +7,9 @@ import dataclasses
 import anyio
 import pytest
 
-from rgpu_allocator.claims import Ledger
 from rgpu_allocator.inputs import Inputs, capacity_grew
 from rgpu_allocator.leases import KeyedLocks, Pending
+from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.nudging import Refused, retry_stamp
 from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex

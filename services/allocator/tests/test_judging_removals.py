@@ -20,12 +20,13 @@ from asgi_lifespan import LifespanManager
 from prometheus_client import CollectorRegistry
 
 from rgpu_allocator import create_app
-from rgpu_allocator.claims import MANAGED_BY_SELECTOR, Ledger, encode_lease
+from rgpu_allocator.claims import MANAGED_BY_SELECTOR, encode_lease
 from rgpu_allocator.clients import COMPONENT, KubeApi
 from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
 from rgpu_allocator.judging import Judge
 from rgpu_allocator.leases import LeaseWriter
+from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.nudging import Refused
 from rgpu_allocator.pods import PodIndex, pod_info
 from rgpu_allocator.policy import Policy

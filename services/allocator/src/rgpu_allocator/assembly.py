@@ -28,12 +28,13 @@ from rgpu_runtime import (
 from .admitting import Admitter
 from .booker import Booker
 from .booking import Booking
-from .claims import MANAGED_BY_SELECTOR, LeaseRecord, Ledger
+from .claims import MANAGED_BY_SELECTOR, LeaseRecord
 from .clients import COMPONENT, DiscoveryClient, KubeApi
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
 from .judging import Judge
 from .leases import Finder, LeaseWriter
+from .ledger import Ledger
 from .lost import LostPolicy, LostServers
 from .nudging import Nudger, Refused, Waiting
 from .planning import Planner

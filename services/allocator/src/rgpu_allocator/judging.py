@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from rgpu_contracts import Claim, PodUID
 from rgpu_placement import Validity, judge
 
-from .claims import Ledger
 from .inputs import Inputs
 from .leases import Pending
+from .ledger import Ledger
 from .occupancy import LeaseLookup, Occupancy, PendingLookup, Settled
 from .pods import PodIndex, PodInfo
 

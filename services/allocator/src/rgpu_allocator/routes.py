@@ -58,9 +58,9 @@ from rgpu_runtime import (
 
 from .admitting import Admitter
 from .booking import Booking
-from .claims import Ledger
 from .errors import TooLong
 from .inputs import Inputs
+from .ledger import Ledger
 from .nudging import Refused
 from .pods import PodIndex
 from .policy import Policy

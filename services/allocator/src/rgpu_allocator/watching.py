@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, ResourceSettings, WatchTrouble
 
-from .claims import LeaseRecord, Ledger, decode_lease
+from .claims import LeaseRecord, decode_lease
 from .clients import KubeApi
 from .instruments import Instruments
+from .ledger import Ledger
 from .pods import DEFAULT_RESOURCES, PodIndex, PodInfo, pod_info
 from .published import PublishedClaims
 
