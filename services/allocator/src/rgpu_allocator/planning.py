@@ -45,12 +45,13 @@ from rgpu_placement import (
 
 from .booker import Booked, Booker
 from .candidates import Candidates
+from .capacity import Capacity
 from .judging import Judge
 from .leases import Layered, Pending
 from .pods import PodInfo
 from .policy import Policy
 from .units import Unit, units_of
-from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
+from .verdicts import Verdict, Wait, no_fit_message
 
 __all__ = ["Planner"]
 
@@ -103,6 +104,7 @@ class Planner:
     """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
+    capacity: Capacity = field(default_factory=lambda: Capacity())
 
     def plan(
         self,
@@ -274,18 +276,11 @@ class Planner:
         return Verdict(pod=pod, wait=Wait.NO_FIT, message=message, refusal=refusal, demand=demand)
 
     def _never(self, pod: PodInfo, view: FleetView, demand: Demand) -> str | None:
-        granularity = self.policy.granularity
-        never = never_fits(view, demand, granularity)
+        """Why ``pod`` can never be admitted on this fleet (too large a request, or a gang of
+        more members than servers that could take one), remembered per fleet and shape."""
         gang = pod.gated.gang if pod.gated is not None else None
-        if never is not None or gang is None or gang.size is None or granularity == "card":
-            return never
-        capable = capable_servers(view, demand, granularity)
-        if gang.size <= capable:
-            return None
-        return (
-            f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
-            "fleet could ever take one (each member holds a whole server)"
-        )
+        size = gang.size if gang is not None and gang.size is not None else 1
+        return self.capacity.never(view.fleet, demand, self.policy.granularity, size)
 
 
 def _least_cards(unit: Unit) -> int:
