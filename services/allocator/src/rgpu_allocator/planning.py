@@ -38,7 +38,6 @@ from rgpu_placement import (
     QueueConfig,
     Refusal,
     ServerFacts,
-    choose,
     demand_of,
     winner,
 )
@@ -46,6 +45,7 @@ from rgpu_placement import (
 from .booker import Booked, Booker
 from .candidates import Candidates
 from .capacity import Capacity
+from .deciding import Decider, Seen
 from .judging import Judge
 from .leases import Layered, Pending
 from .pods import PodInfo
@@ -100,6 +100,7 @@ class Planner:
     judge: Judge
     policy: Policy
     booker: Booker
+    decider: Decider
     nominated_on: Callable[[str], ServerName | None]
     """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
     admission_ttl: float
@@ -217,20 +218,21 @@ class Planner:
     ) -> Verdict:
         nominated = self.nominated_on(pod.uid)
         shape = (demand, candidates, nominated, pod.priority if walk.reserved else 0)
-        seen = walk.refused.get(shape)
-        if seen is not None:
-            return Verdict(pod=pod, wait=seen.wait, message=seen.message, demand=demand)
+        before = walk.refused.get(shape)
+        if before is not None:
+            return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
         held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
         if walk.reserved:
             held = _Reserved(held, walk.reserved, pod.priority)
-        outcome = choose(
-            view,
-            demand,
-            held,
-            candidates=candidates,
-            granularity=self.policy.granularity,
+        seen = Seen(
+            pod=pod.ref,
+            demand=demand,
+            view=view,
+            held=held,
             nominated=nominated,
+            candidates=candidates,
         )
+        outcome = self.decider.decide(seen)
         if isinstance(outcome, Choice):
             return self._admit(pod, demand, outcome, walk)
         verdict = self._refused(pod, view, demand, outcome, nominated)

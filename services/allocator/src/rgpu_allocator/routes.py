@@ -58,6 +58,7 @@ from rgpu_runtime import (
 
 from .admitting import Admitter
 from .booking import Booking
+from .committing import Committer
 from .errors import TooLong
 from .inputs import Inputs
 from .ledger import Ledger
@@ -80,6 +81,7 @@ class Deps:
     """What handlers need from the lifespan."""
 
     booking: Booking
+    committer: Committer
     policy: Policy
     ledger: Ledger
     pods: PodIndex
@@ -164,7 +166,7 @@ def _node(body: object) -> str:
 async def post_commit(request: Request) -> Response:
     uid = _uid(request)
     node = _node(await read_json(request))
-    return json_response((await deps(request).booking.commit(uid, node)).to_dict())
+    return json_response((await deps(request).committer.commit(uid, node)).to_dict())
 
 
 async def delete_allocation(request: Request) -> Response:
