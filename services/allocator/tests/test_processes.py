@@ -216,7 +216,8 @@ async def test_a_quota_holds_under_a_burst_and_across_a_leader_kill(build, kit, 
             leader = (one, two)[leading.index(1.0)]
             leader.process.kill()
             await leader.process.wait()
-            with anyio.move_on_after(8):
+            # The survivor leads once the killed leader's Lease (15 s) has run out on its clock.
+            with anyio.move_on_after(30):
                 while admitted() < quota:
                     most = max(most, held())
                     await anyio.sleep(0.05)
