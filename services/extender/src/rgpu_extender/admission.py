@@ -3,9 +3,9 @@ scheduler-owned annotations on updates, allow everything else — kept apart fro
 rule is a plain function call in tests.
 
 A GPU pod is only schedulable and runnable by rgpu once it names our scheduler, reads its
-endpoint through the downward API, keeps off lupine server nodes (``affinity``) and, when memory
-is capped, preloads HAMi-core (``wiring`` says what each container gets); the webhook adds all
-of that at CREATE, refusing what would defeat it. The result is idempotent: mutating an
+endpoint through the downward API, keeps off lupine server nodes (``affinity``) and, when
+memory is capped, preloads HAMi-core (``container_env`` says what each container gets); the
+webhook adds all of that at CREATE, refusing what would defeat it. The result is idempotent: mutating an
 already-mutated pod yields no operations, so the webhook is safe under
 ``reinvocationPolicy: IfNeeded`` and under apiserver retries.
 
@@ -56,7 +56,7 @@ from .gating import gate_ops, guard_gate
 from .instruments import ExtenderMetrics, label_attributes
 from .objects import mapping, pod_label
 from .shapes import check_pod
-from .wiring import (
+from .container_env import (
     COPY_CONTAINER,
     LIB_VOLUME,
     copy_container,

@@ -38,7 +38,7 @@ from .instruments import ExtenderMetrics, observed
 from .inventory import FleetView, Inventory
 from .objects import node_name, pod_label, pod_ref
 from .recent import RecentBookings
-from .wiring import check_wired
+from .container_env import check_wired
 
 __all__ = ["SERVER_NODE_REASON", "FilterOutcome", "Filtering"]
 
