@@ -7,7 +7,7 @@ valid, readable name), labelled ``app.kubernetes.io/managed-by: rgpu``, carries 
 name and the claims (JSON list of ``Claim.to_dict()``) in annotations, and names the sole
 holder pod in ``spec.holderIdentity`` so ``kubectl get leases`` shows who holds what. A
 server being freed for an urgent pod also carries that pod's ``Nomination`` (annotation
-``rgpu.io/nomination``, DESIGN §11); Leases written before preemption existed have none and
+``rgpu.io/nomination``, docs/design.md §11); Leases written before preemption existed have none and
 read as such.
 
 The ``Ledger`` mirrors the claim Leases, indexed by server and by pod, and versioned for

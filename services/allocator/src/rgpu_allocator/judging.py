@@ -13,7 +13,7 @@ probe interval. Busy cards no claim explains (clients placed outside rgpu) alway
 A server being freed for an urgent pod (a live ``Nomination`` on its Lease) counts as held by
 that pod for every pod of lower or equal priority, so nobody else books what the victims
 leave behind; the nomination stops counting once the nominee holds a claim, is gone or
-finished, or the nomination expires (DESIGN §11).
+finished, or the nomination expires (docs/design.md §11).
 
 Claims leave Leases for three reasons — the pod released them, they became invalid, or the pod
 holds claims on two servers because replicas raced on it — and each removal (``Remover``) is
@@ -354,7 +354,7 @@ class Judge:
     """Wall-clock seconds: claim times are compared across replicas."""
     pods_trusted: Callable[[], bool] = field(default=_always)
     """Whether the pod cache heard from the apiserver recently enough to drop claims on
-    (DESIGN §10, "stale caches are noticed")."""
+    (docs/design.md#stale-caches-are-noticed)."""
     settled: Settled = field(default_factory=Settled)
     """Time-independent verdicts per server, shared by this replica's decisions."""
 
@@ -454,7 +454,7 @@ class Remover:
         (``seen``) or else the pod cache; returns how many were removed.
 
         A claim judged invalid on an earlier read may have been committed since: judged again
-        here, the commit restarts its clock and it stays (DESIGN §10).
+        here, the commit restarts its clock and it stays (docs/design.md §10).
         """
         fresh: Seen = seen or {}
 
