@@ -1,6 +1,6 @@
-"""Removals judged again on the Lease they write (DESIGN §10): a commit that lands between a
-replica's look and its write survives; terminating pods keep their server; no claim is dropped
-on a stale pod cache.
+"""Removals judged again on the Lease they write (docs/design.md §10): a commit that lands between a
+replica's look and its write survives; terminating pods keep their server; no claim is dropped on a
+stale pod cache.
 
 Replica A is the real app with a fake clock; replica B is the same activities built on their
 own (real apiserver client against kubesim, their own caches, a clock a little later), so

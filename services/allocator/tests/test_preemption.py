@@ -1,5 +1,6 @@
-"""Preemption for remote GPUs (DESIGN §11) at the service boundary: the real app on kubesim's
-apiserver over HTTP, evicting through kubesim's Eviction API (PodDisruptionBudgets included)."""
+"""Preemption for remote GPUs (docs/design.md §11) at the service boundary: the real app on
+kubesim's apiserver over HTTP, evicting through kubesim's Eviction API (PodDisruptionBudgets
+included)."""
 
 from __future__ import annotations
 

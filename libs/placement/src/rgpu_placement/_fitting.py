@@ -1,5 +1,5 @@
-""" "can this server take this pod?" has two answers in two
-granularities (DESIGN §4), and when the answer is no, HAMi-compatible reasons per card.
+""" "can this server take this pod?" has two answers in two granularities
+(docs/design.md#choosing-a-server), and when the answer is no, HAMi-compatible reasons per card.
 
 The fast checks (``fit``) run for every server tried and must stay cheap; the verdicts
 (``verdict``) run only when nothing fits, to explain why, card by card.

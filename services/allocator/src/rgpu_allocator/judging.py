@@ -43,7 +43,7 @@ class Judge:
     """Wall-clock seconds: claim times are compared across replicas."""
     pods_trusted: Callable[[], bool] = field(default=_always)
     """Whether the pod cache heard from the apiserver recently enough to drop claims on
-    (DESIGN §10, "stale caches are noticed")."""
+    (docs/design.md#stale-caches-are-noticed)."""
     settled: Settled = field(default_factory=Settled)
     """Time-independent verdicts per server, shared by this replica's decisions."""
 

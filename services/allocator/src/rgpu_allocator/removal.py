@@ -76,7 +76,7 @@ class Remover:
         (``seen``) or else the pod cache; returns how many were removed.
 
         A claim judged invalid on an earlier read may have been committed since: judged again
-        here, the commit restarts its clock and it stays (DESIGN §10).
+        here, the commit restarts its clock and it stays (docs/design.md §10).
         """
         fresh: Seen = seen or {}
 

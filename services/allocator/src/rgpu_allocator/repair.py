@@ -5,7 +5,7 @@ out again. A bound, running pod of our scheduler carries the truth in its
 
 But the annotation is text on a pod, and not every pod passes the webhook that guards it: a pod
 that asks for no GPU, or sets ``spec.nodeName`` itself, is never sent there. So nothing in it
-is taken on trust (DESIGN §10): a claim is rebuilt only for a pod in a namespace the webhook
+is taken on trust (docs/design.md §10): a claim is rebuilt only for a pod in a namespace the webhook
 sees (not ``kube-system``, not labelled ``rgpu.io/webhook=ignore``: there anyone may write the
 annotation), that asks for the count resource, runs ``RGPU_SCHEDULER_NAME``, and whose
 annotation names cards of one server of the fleet exactly as rgpu would have given them for

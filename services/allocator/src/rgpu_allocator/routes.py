@@ -1,4 +1,4 @@
-"""The allocator's HTTP surface (DESIGN §4 and the extender's calls),
+"""The allocator's HTTP surface (docs/design.md §4 and the extender's calls),
 kept to reading requests and writing answers; every decision lives below.
 
 * ``POST /v1/allocations``: ``AllocationRequest`` → ``200 Allocation`` | ``409 NoFit``
@@ -15,7 +15,7 @@ kept to reading requests and writing answers; every decision lives below.
   order, each with why it waits, as a pass would decide now (any replica answers the same)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
-Writes answer only callers the apiserver vouches for (DESIGN §10): commit and release are
+Writes answer only callers the apiserver vouches for (docs/design.md §10): commit and release are
 guarded before their body is read (``require_caller``, ``RGPU_ALLOWED_CALLERS``); a booking is
 checked once its body says it is one, because a ``dryRun`` decides without writing and stays
 open like the other reads (``rgpu explain`` asks with it). 401 without a confirmed token, 403
