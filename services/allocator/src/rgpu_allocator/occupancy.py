@@ -189,7 +189,8 @@ class Occupancy:
     def problem(self, server: str) -> str | None:
         """Why the server's Lease cannot be trusted (it then counts as fully held)."""
         record = self._leases(server)
-        return record.problem if record is not None else None
+        problem = record.problem if record is not None else None
+        return f"claims unreadable: {problem}" if problem else None
 
     def taken(self, server: str) -> frozenset[CardId]:
         """Cards of ``server`` held by other pods."""

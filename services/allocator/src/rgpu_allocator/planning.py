@@ -25,7 +25,7 @@ Rules of the walk:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rgpu_contracts import CardId, Claim, NodeName, ServerName
 from rgpu_placement import (
@@ -74,6 +74,10 @@ class _Reserved:
 
     def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
         self._held, self._reserved, self._priority = held, reserved, priority
+
+    @property
+    def unreserved(self) -> Holdings:
+        return self._held
 
     def blocking(self, server: str) -> tuple[Claim, ...]:
         return self._held.blocking(server)
@@ -235,12 +239,28 @@ class Planner:
         outcome = self.decider.decide(seen)
         if isinstance(outcome, Choice):
             return self._admit(pod, demand, outcome, walk)
-        verdict = self._refused(pod, view, demand, outcome, nominated)
+        verdict = self._behind(pod, seen, demand) or self._refused(
+            pod, view, demand, outcome, nominated
+        )
         walk.refused[shape] = verdict
         if outcome.blocked_by_claims:
             best = outcome.blocked_by_claims[0]
             walk.reserved[best] = max(walk.reserved.get(best, pod.priority), pod.priority)
         return verdict
+
+    def _behind(self, pod: PodInfo, seen: Seen, demand: Demand) -> Verdict | None:
+        """``pod`` waits behind priority when a server kept for a higher-priority pod would
+        have fitted it."""
+        if not isinstance(seen.held, _Reserved):
+            return None
+        fits = self.decider.decide(replace(seen, held=seen.held.unreserved))
+        if not isinstance(fits, Choice):
+            return None
+        message = (
+            f"server {fits.fit.facts.name} would fit but is kept for a waiting pod of higher "
+            f"priority than {pod.priority}"
+        )
+        return Verdict(pod=pod, wait=Wait.BEHIND_PRIORITY, message=message, demand=demand)
 
     def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
         gated = pod.gated
