@@ -29,6 +29,7 @@ Reply = Callable[[str, dict[str, Any]], dict[str, Any]]
 SERVICE_NAME = "remote-gpu-webhook.remote-gpu-system.svc"
 CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 PODS = "/api/v1/namespaces/default/pods"
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
 def allow(request: dict[str, Any], patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -297,6 +298,65 @@ async def test_pods_rule_excludes_subresources_and_pods_star_includes_binding(
     assert [
         (r["request"]["kind"]["kind"], r["request"]["subResource"]) for r in webhook.reviews
     ] == [("Binding", "binding")]
+
+
+def _status_configuration(webhook: Webhook, resources: list[str]) -> dict[str, Any]:
+    config = _configuration(webhook, operations=("UPDATE",))
+    config["webhooks"][0]["rules"][0]["resources"] = resources
+    return config
+
+
+async def test_a_pods_status_rule_is_called_for_status_writes_with_the_whole_pod(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    await _configure(client, _status_configuration(webhook, ["pods/status"]))
+    body = {"metadata": {"annotations": {"forged": "1"}}, "status": {"phase": "Running"}}
+    response = await client.patch(
+        f"{PODS}/a/status",
+        content=orjson.dumps(body),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+    assert (await client.patch(f"{PODS}/a", content=b"{}", headers=MERGE)).status_code == 200
+    [review] = webhook.reviews
+    request = review["request"]
+    assert (request["operation"], request["subResource"], request["kind"]["kind"]) == (
+        "UPDATE",
+        "status",
+        "Pod",
+    )
+    assert request["object"]["metadata"]["annotations"] == {"forged": "1"}
+    assert request["oldObject"]["status"]["phase"] == "Pending"
+
+
+async def test_a_webhook_refusing_a_status_write_keeps_its_metadata_change_out(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    def refuse(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        request = review["request"]
+        status = {"code": 403, "message": "owned annotations are the scheduler's"}
+        answer = {"uid": request["uid"], "allowed": False, "status": status}
+        return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "response": answer}
+
+    sim.store.create("pods", pod("a"))
+    webhook.reply = refuse
+    await _configure(client, _status_configuration(webhook, ["pods/*"]))
+    body = {"metadata": {"annotations": {"hami.io/lupine-endpoint": "1.2.3.4:1"}}}
+    response = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert response.status_code == 403
+    assert "owned annotations are the scheduler's" in response.json()["message"]
+    assert not sim.store.get("pods", "a")["metadata"].get("annotations")
+
+
+async def test_a_pods_rule_alone_is_not_called_for_status_writes(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    await _configure(client, _status_configuration(webhook, ["pods"]))
+    body = {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Running"}}
+    response = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert response.status_code == 200 and webhook.reviews == []
 
 
 async def test_reinvocation_if_needed_runs_an_earlier_webhook_again(

@@ -237,6 +237,25 @@ async def test_a_gated_pod_shows_scheduling_gated_until_its_gate_is_removed(
     assert (await kubectl("get", "pods")).splitlines()[1].split()[2] == "Pending"
 
 
+async def test_wide_output_counts_the_readiness_gates_whose_condition_is_true(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    gates = [{"conditionType": "rgpu.io/remote-gpu-ready"}, {"conditionType": "example.com/lb"}]
+    sim.store.create("pods", pod("web", spec={**pod("web")["spec"], "readinessGates": gates}))
+    assert (await kubectl("get", "pods", "-o", "wide")).splitlines()[1].split()[-1] == "0/2"
+    condition = {"type": "rgpu.io/remote-gpu-ready", "status": "True"}
+    sim.store.patch(
+        "pods",
+        "web",
+        {"status": {"conditions": [condition]}},
+        patch_type="strategic",
+        subresource="status",
+    )
+    lines = (await kubectl("get", "pods", "-o", "wide")).splitlines()
+    assert lines[0].split()[-2:] == ["READINESS", "GATES"]
+    assert lines[1].split()[-1] == "1/2"
+
+
 async def test_create_with_an_unknown_field_is_refused_by_server_side_validation(
     sim: SimApiServer, kubectl: Kubectl
 ) -> None:

@@ -186,7 +186,7 @@ def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresour
         else:
             meta.pop(key, None)
     if subresource == "status":
-        return {**old, "status": new.get("status", {})}
+        return _status_update(resource, new, old)
     if resource.plural == "namespaces":
         # Only the finalize subresource changes spec.finalizers (the namespace controller's).
         source = new if subresource == "finalize" else old
@@ -202,6 +202,19 @@ def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresour
             new.pop("status", None)
     _bump_generation(new, old)
     return new
+
+
+def _status_update(resource: Resource, new: JsonObj, old: JsonObj) -> JsonObj:
+    """What a write through ``/status`` stores: the new status and the new metadata (labels,
+    annotations, finalizers: kube's status strategies keep them), everything else as it was;
+    a pod's ownerReferences too (kube keeps old kubelets from corrupting them)."""
+    meta = new["metadata"]
+    if resource.plural == "pods":
+        meta.pop("ownerReferences", None)
+        if "ownerReferences" in old["metadata"]:
+            meta["ownerReferences"] = old["metadata"]["ownerReferences"]
+    kept = {k: v for k, v in old.items() if k not in ("metadata", "status")}
+    return {"metadata": meta, **kept, "status": new.get("status", {})}
 
 
 def _bump_generation(new: JsonObj, old: JsonObj) -> None:

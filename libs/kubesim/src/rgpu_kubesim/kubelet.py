@@ -124,6 +124,7 @@ class KubeletEmulator:
         self._records: dict[str, RunRecord] = {}
         self._running: dict[str, _Running] = {}
         self._removing: set[str] = set()
+        self._readying: dict[str, tuple[Any, ...]] = {}
         self._tg: TaskGroup | None = None
         self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
@@ -155,12 +156,39 @@ class KubeletEmulator:
             self._terminate(uid, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
+        if phase == "Running" and uid in self._running:
+            self._check_readiness(uid, pod)
         # Pods already past Pending were started by an earlier kubelet: not ours to run again.
         if phase != "Pending" or uid in self._running or uid in self._records:
             return
         running = _Running()
         self._running[uid] = running
         self._task_group().start_soon(self._run_pod, pod, running)
+
+    def _check_readiness(self, uid: str, pod: dict[str, Any]) -> None:
+        """A readiness gate's condition changed (a controller wrote it): Ready follows, as the
+        kubelet's next status sync has it; one write in flight per pod and value."""
+        if not pod.get("spec", {}).get("readinessGates"):
+            return
+        wanted = _pod_status.ready_condition(pod, _now_rfc3339())
+        conditions = pod.get("status", {}).get("conditions") or ()
+        current = next((c for c in conditions if c.get("type") == "Ready"), None)
+        key = (wanted["status"], wanted["reason"], wanted["message"])
+        if _pod_status.same_readiness(current, wanted) or self._readying.get(uid) == key:
+            return
+        self._readying[uid] = key
+        self._task_group().start_soon(self._write_readiness, _path(pod), uid, wanted, key)
+
+    async def _write_readiness(
+        self, path: str, uid: str, ready: dict[str, Any], key: tuple[Any, ...]
+    ) -> None:
+        try:
+            await self._write_status(path, {"conditions": [ready]})
+        except _Gone:
+            logger.debug("kubelet: pod %s is gone", uid)
+        finally:
+            if self._readying.get(uid) == key:
+                del self._readying[uid]
 
     def _terminate(self, uid: str, pod: dict[str, Any]) -> None:
         """Begin stopping a pod whose graceful deletion started (a shorter grace also counts)."""
@@ -206,8 +234,9 @@ class KubeletEmulator:
         current = await self._read(path, uid)
         record = self._start(current)
         where = await self._placement(current)
-        env_json = orjson.dumps(record.env).decode()
-        await self._write(path, {"metadata": {"annotations": {ENV_ANNOTATION: env_json}}})
+        # The env as resolved goes with the first status write: metadata changes through
+        # pods/status are kept, so one write (one event for every pod watcher) carries both.
+        env = {ENV_ANNOTATION: orjson.dumps(record.env).decode()}
         if record.phase == "Failed":
             end = _pod_status.Exit(
                 phase="Failed",
@@ -217,9 +246,9 @@ class KubeletEmulator:
                 message=record.message,
                 pod_reason="RemoteGPUUnavailable",
             )
-            await self._write_status(path, _pod_status.terminated(current, where, end))
+            await self._write_status(path, _pod_status.terminated(current, where, end), env)
             return
-        await self._write_status(path, _pod_status.running(current, where))
+        await self._write_status(path, _pod_status.running(current, where), env)
         run = self._run_seconds(current)
         if not await _stopped_within(running, run):
             self._finish(uid, "Succeeded", 0)
@@ -259,8 +288,15 @@ class KubeletEmulator:
         host_ip = internal[0] if internal else self._addresses.gateway(node, name)
         return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=_now_rfc3339())
 
-    async def _write_status(self, path: str, status: Mapping[str, Any]) -> None:
-        await self._write(f"{path}/status", {"status": status})
+    async def _write_status(
+        self, path: str, status: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """A strategic merge patch of pods/status, as a kubelet sends: conditions merge by
+        type, so one a controller wrote (a readiness gate's) stays."""
+        patch: dict[str, Any] = {"status": status}
+        if annotations:
+            patch["metadata"] = {"annotations": dict(annotations)}
+        await self._write(f"{path}/status", patch, "strategic-merge")
 
     # -- starting and stopping containers ----------------------------------------------------
 
@@ -358,8 +394,8 @@ class KubeletEmulator:
             raise _Gone(path)
         return pod
 
-    async def _write(self, path: str, patch: Mapping[str, Any]) -> None:
-        response = await self._send(lambda: self.api.patch(path, patch))
+    async def _write(self, path: str, patch: Mapping[str, Any], kind: str = "merge") -> None:
+        response = await self._send(lambda: self.api.patch(path, patch, kind))
         if response.status_code == 404:
             raise _Gone(path)
         if response.status_code >= 400:
