@@ -4,7 +4,8 @@ For each write the server builds an AdmissionReview v1, POSTs it over TLS (verif
 webhook's caBundle, or the system roots without one) to ``clientConfig.url`` or to the loopback
 address ``ApiOptions.service_address_map`` gives the referenced Service, applies returned JSON
 patches, and turns a denial into the Status kube returns. A webhook that cannot be called is
-skipped under ``failurePolicy: Ignore`` and fails the request under ``Fail``.
+skipped under ``failurePolicy: Ignore`` and fails the request under ``Fail``. Connections are
+kept alive per CA bundle (aiohttp: a TLS handshake per call would cost more than the call).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from rgpu_kubesim import _status
@@ -29,6 +30,7 @@ from rgpu_kubesim.errors import ApiError, WebhookCallError
 
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _MAX_CLIENTS = 32
+_REVIEW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 _CONFIGS = require("mutatingwebhookconfigurations")
 
 
@@ -54,13 +56,13 @@ class Admission:
     def __init__(self, storage: Storage, *, service_address_map: Mapping[str, str]) -> None:
         self._storage = storage
         self._addresses = dict(service_address_map)
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._clients: dict[str, aiohttp.ClientSession] = {}
         self._cache: tuple[tuple[tuple[str, int], ...], tuple[Webhook, ...]] = ((), ())
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        sessions, self._clients = list(self._clients.values()), {}
+        for session in sessions:
+            await session.close()
 
     def _webhooks(self) -> tuple[Webhook, ...]:
         entries = tuple(self._storage.entries(_CONFIGS))
@@ -123,23 +125,23 @@ class Admission:
     async def _post(self, hook: Webhook, review: dict[str, Any]) -> Mapping[str, Any]:
         url, address, server_name = self._endpoint(hook)
         shown = f'Post "{url}?timeout={hook.timeout_seconds}s"'
-        client = await self._client(hook)
-        extensions = {"sni_hostname": server_name} if server_name else {}
+        session = await self._session(hook)
         try:
-            reply = await client.post(
+            async with session.post(
                 f"{address}?timeout={hook.timeout_seconds}s",
-                content=orjson.dumps(review),
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
-                timeout=hook.timeout_seconds,
-                extensions=extensions,
-            )
-        except httpx.TimeoutException as exc:
+                data=orjson.dumps(review),
+                headers=_REVIEW_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=hook.timeout_seconds),
+                server_hostname=server_name or None,
+            ) as reply:
+                status, content = reply.status, await reply.read()
+        except TimeoutError as exc:
             raise WebhookCallError(
                 hook.name, f"failed to call webhook: {shown}: context deadline exceeded"
             ) from exc
-        except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
+        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
             raise WebhookCallError(hook.name, f"failed to call webhook: {shown}: {exc!r}") from exc
-        return _parse_reply(hook, reply)
+        return _parse_reply(hook, status, content)
 
     def _endpoint(self, hook: Webhook) -> tuple[str, str, str]:
         """(URL as kube would show it, URL actually dialled, TLS server name to verify)."""
@@ -157,16 +159,18 @@ class Admission:
             raise WebhookCallError(hook.name, f'failed to call webhook: Post "{shown}": {why}')
         return shown, f"https://{address}{path}", server_name
 
-    async def _client(self, hook: Webhook) -> httpx.AsyncClient:
+    async def _session(self, hook: Webhook) -> aiohttp.ClientSession:
+        """The session (and its kept-alive connections) of the hook's CA bundle."""
         bundle = str(hook.client_config.get("caBundle") or "")
-        client = self._clients.get(bundle)
-        if client is None:
-            client = httpx.AsyncClient(verify=_ssl_context(hook, bundle), trust_env=False)
+        session = self._clients.get(bundle)
+        if session is None:
+            connector = aiohttp.TCPConnector(ssl=_ssl_context(hook, bundle))
+            session = aiohttp.ClientSession(connector=connector, trust_env=False)
             if len(self._clients) >= _MAX_CLIENTS:
                 oldest = next(iter(self._clients))
-                await self._clients.pop(oldest).aclose()
-            self._clients[bundle] = client
-        return client
+                await self._clients.pop(oldest).close()
+            self._clients[bundle] = session
+        return session
 
 
 def _ssl_context(hook: Webhook, bundle: str) -> ssl.SSLContext:
@@ -179,14 +183,13 @@ def _ssl_context(hook: Webhook, bundle: str) -> ssl.SSLContext:
         raise WebhookCallError(hook.name, f"invalid caBundle: {exc}") from exc
 
 
-def _parse_reply(hook: Webhook, reply: httpx.Response) -> Mapping[str, Any]:
-    if reply.status_code != 200:
-        why = f"an error on the server ({reply.text[:200]!r}) prevented the request from succeeding"
-        raise WebhookCallError(
-            hook.name, f"failed to call webhook: {why} (HTTP {reply.status_code})"
-        )
+def _parse_reply(hook: Webhook, status: int, content: bytes) -> Mapping[str, Any]:
+    if status != 200:
+        text = content[:200].decode(errors="replace")
+        why = f"an error on the server ({text!r}) prevented the request from succeeding"
+        raise WebhookCallError(hook.name, f"failed to call webhook: {why} (HTTP {status})")
     try:
-        body = orjson.loads(reply.content)
+        body = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         raise WebhookCallError(hook.name, f"received invalid webhook response: {exc}") from exc
     response = body.get("response") if isinstance(body, dict) else None

@@ -29,7 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from . import _pod_status
 from ._container_env import resolve_env
 from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
-from ._informer import DELETED, Informer, KubeHttp
+from ._informer import DELETED, TRANSPORT_ERRORS, Informer, KubeHttp, Reply, base_url_of
 from ._kubelet_config import KubeletConfig, LupineClientSink, RunRecord
 from ._pod_addresses import PodAddresses
 
@@ -49,6 +49,8 @@ ENV_ANNOTATION: Final = "sim.rgpu.io/env"
 """Where the kubelet records every container's env as resolved at start (JSON)."""
 RUN_SECONDS_ANNOTATION: Final = "sim.rgpu.io/run-seconds"
 """How long the pod runs before it succeeds (seconds, a decimal number)."""
+USER_AGENT: Final = "kubelet/v1.31.0 (rgpu-kubesim)"
+"""How the emulator announces itself to the apiserver (its request tally names it so)."""
 BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
 
@@ -108,18 +110,20 @@ def _grace_of(pod: Mapping[str, Any]) -> float:
 class KubeletEmulator:
     """Runs bound pods; ``records`` keeps a ``RunRecord`` per pod started, by uid.
 
-    Run with ``await tg.start(kubelet.run)``. ``lupine(endpoint)`` finds the fake server a
-    container connecting to ``endpoint`` would reach (``LupineFleet.get``), or ``None``.
+    ``apiserver`` is the apiserver's base URL (of an httpx client, its ``base_url``: the
+    emulator talks through its own aiohttp session). Run with ``await tg.start(kubelet.run)``.
+    ``lupine(endpoint)`` finds the fake server a container connecting to ``endpoint`` would
+    reach (``LupineFleet.get``), or ``None``.
     """
 
     def __init__(
         self,
         config: KubeletConfig,
-        apiserver: httpx.AsyncClient,
+        apiserver: str | httpx.AsyncClient,
         lupine: Callable[[str], LupineClientSink | None],
     ) -> None:
         self.config = config
-        self.api = KubeHttp(apiserver)
+        self.api = KubeHttp(base_url_of(apiserver), user_agent=USER_AGENT)
         self.lupine = lupine
         self._records: dict[str, RunRecord] = {}
         self._running: dict[str, _Running] = {}
@@ -136,7 +140,7 @@ class KubeletEmulator:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch bound pods and run them until cancelled."""
-        async with anyio.create_task_group() as tg:
+        async with self.api, anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(self._pods.run)
             task_status.started()
@@ -279,8 +283,8 @@ class KubeletEmulator:
     async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
         """The node's InternalIP and the pod's address in the node's pod range."""
         name = str(pod["spec"]["nodeName"])
-        response = await self._send(lambda: self.api.client.get(f"/api/v1/nodes/{name}"))
-        node: dict[str, Any] = orjson.loads(response.content) if response.status_code == 200 else {}
+        reply = await self._send(lambda: self.api.request("GET", f"/api/v1/nodes/{name}"))
+        node: dict[str, Any] = reply.json() if reply.status == 200 else {}
         addresses = (node.get("status") or {}).get("addresses") or ()
         internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
         pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
@@ -370,49 +374,44 @@ class KubeletEmulator:
 
     # -- talking to the apiserver ------------------------------------------------------------
 
-    async def _send(self, send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    async def _send(self, send: Callable[[], Awaitable[Reply]]) -> Reply:
         """Send until the apiserver answers something other than 429/5xx (a kubelet retries)."""
         delay = self.config.retry_initial_seconds
         while True:
             try:
-                response = await send()
-                if not _transient(response.status_code):
-                    return response
-                problem = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
+                reply = await send()
+                if not _transient(reply.status):
+                    return reply
+                problem = f"HTTP {reply.status}"
+            except TRANSPORT_ERRORS as exc:
                 problem = repr(exc)
             logger.debug("kubelet: retrying in %.2fs after %s", delay, problem)
             await anyio.sleep(delay)
             delay = min(delay * 2, self.config.retry_max_seconds)
 
     async def _read(self, path: str, uid: str) -> dict[str, Any]:
-        response = await self._send(lambda: self.api.client.get(path))
-        if response.status_code != 200:
+        reply = await self._send(lambda: self.api.request("GET", path))
+        if reply.status != 200:
             raise _Gone(path)
-        pod: dict[str, Any] = orjson.loads(response.content)
+        pod: dict[str, Any] = reply.json()
         if pod["metadata"].get("uid") != uid:
             raise _Gone(path)
         return pod
 
     async def _write(self, path: str, patch: Mapping[str, Any], kind: str = "merge") -> None:
-        response = await self._send(lambda: self.api.patch(path, patch, kind))
-        if response.status_code == 404:
+        reply = await self._send(lambda: self.api.patch(path, patch, kind))
+        if reply.status == 404:
             raise _Gone(path)
-        if response.status_code >= 400:
-            logger.warning(
-                "kubelet: PATCH %s refused: %s %s", path, response.status_code, response.text[:300]
-            )
+        if reply.status >= 400:
+            logger.warning("kubelet: PATCH %s refused: %s %s", path, reply.status, reply.text[:300])
 
     async def _remove(self, path: str, uid: str) -> None:
         """Finish a graceful deletion as a kubelet does: grace 0, only this very pod."""
-        body = orjson.dumps({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
-        headers = {"Content-Type": "application/json"}
-        response = await self._send(
-            lambda: self.api.client.request("DELETE", path, content=body, headers=headers)
-        )
-        if response.status_code not in (200, 404, 409):
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        reply = await self._send(lambda: self.api.request("DELETE", path, body))
+        if reply.status not in (200, 404, 409):
             logger.warning(
-                "kubelet: DELETE %s refused: %s %s", path, response.status_code, response.text[:300]
+                "kubelet: DELETE %s refused: %s %s", path, reply.status, reply.text[:300]
             )
 
     async def _remove_quietly(self, path: str, uid: str) -> None:
