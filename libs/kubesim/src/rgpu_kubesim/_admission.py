@@ -23,7 +23,7 @@ import orjson
 from rgpu_kubesim import _status
 from rgpu_kubesim._cel import evaluate
 from rgpu_kubesim._patching import PatchError, json_patch
-from rgpu_kubesim._resources import require
+from rgpu_kubesim._resources import Resource, require
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._webhooks import Attributes, Webhook, webhooks_of
 from rgpu_kubesim.errors import ApiError, WebhookCallError
@@ -71,9 +71,10 @@ class Admission:
             self._cache = (stamp, webhooks_of([e.decode() for e in entries]))
         return self._cache[1]
 
-    def needed(self) -> bool:
-        """Whether any webhook is configured at all (the fast path skips everything)."""
-        return bool(self._webhooks())
+    def needed(self, operation: str, resource: Resource, subresource: str) -> bool:
+        """Whether a webhook's rules name this request: without one, nothing is built or
+        called (a lease renewal or an Event costs no review)."""
+        return any(h.covers(operation, resource, subresource) for h in self._webhooks())
 
     async def admit(self, attrs: Attributes) -> dict[str, Any] | None:
         """Run every matching webhook; return the (possibly patched) object."""

@@ -177,14 +177,17 @@ class ResourceHandlers:
         warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         entry = storage.update(
             target.resource,
             namespace,
             target.name,
-            obj,
+            admitted,
             subresource=target.subresource,
             dry_run=options.dry_run,
+            normalized=admitted is obj,
         )
         return object_response(target.resource, entry, warnings=warnings)
 
@@ -213,15 +216,18 @@ class ResourceHandlers:
         warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         try:
             entry = storage.update(
                 target.resource,
                 namespace,
                 target.name,
-                obj,
+                admitted,
                 subresource=target.subresource,
                 dry_run=options.dry_run,
+                normalized=admitted is obj,
             )
         except ApiError as exc:
             # A write that slipped in while webhooks ran is not the client's conflict: re-patch.
@@ -312,7 +318,7 @@ class ResourceHandlers:
         dry_run: bool = False,
     ) -> JsonObj | None:
         admission = self.deps.admission
-        if not admission.needed():
+        if not admission.needed(operation, target.resource, target.subresource):
             return obj
         resource, namespace = target.resource, target.namespace or ""
         kind = SUBRESOURCE_KINDS.get(target.subresource) or resource.kind
@@ -331,7 +337,10 @@ class ResourceHandlers:
             user_info=_requests.user_info_of(request),
             dry_run=dry_run,
         )
-        return await admission.admit(attrs)
+        admitted = await admission.admit(attrs)
+        # The very object sent in comes back when no webhook patched it: the caller's own
+        # (already normalized) copy is then still the object to store.
+        return obj if admitted is attrs.obj else admitted
 
     async def _admitted(
         self,

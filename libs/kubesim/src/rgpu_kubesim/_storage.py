@@ -241,14 +241,18 @@ class Storage:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        normalized: bool = False,
     ) -> Entry:
-        body = self.normalize(resource, namespace, obj, name=name)
+        """Replace the stored object; ``normalized`` says ``obj`` is already ``normalize``'s
+        own result for this name (a private copy, defaulted) and needs no second pass."""
+        body = obj if normalized else self.normalize(resource, namespace, obj, name=name)
+        assert isinstance(body, dict)
         current = self.get(resource, namespace, name)
         self._check_version(resource, body, current)
         old = current.decode()
         new = _strategies.prepare_for_update(resource, body, old, subresource)
         new["metadata"]["resourceVersion"] = str(current.rv)
-        _strategies.validate(resource, new, old)
+        _strategies.validate(resource, new, old, subresource)
         if resource is _CLASSES:
             _priority.check_single_default(new, self._priority_classes().values())
         if new == old:

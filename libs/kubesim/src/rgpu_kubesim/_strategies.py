@@ -224,9 +224,22 @@ def _bump_generation(new: JsonObj, old: JsonObj) -> None:
         new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
 
 
-def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
-    """Raise a 422 ApiError naming every invalid field of ``obj``."""
+def validate(resource: Resource, obj: JsonObj, old: JsonObj | None, subresource: str = "") -> None:
+    """Raise a 422 ApiError naming every invalid field of ``obj``.
+
+    A status write is validated as kube's status strategies do: its metadata, not the spec it
+    could not change (``prepare_for_update`` kept the stored one).
+    """
     causes = _validation.metadata_causes(resource, obj)
+    if subresource != "status":
+        causes += _kind_causes(resource, obj, old)
+    if causes:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        raise _status.invalid_object(resource, name, causes)
+
+
+def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[_status.Cause]:
+    causes: list[_status.Cause] = []
     if resource.plural == "pods":
         causes += _validation.pod_causes(obj)
         if old is None:
@@ -244,6 +257,4 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
         for index, webhook in enumerate(obj.get("webhooks") or ()):
             path = f"webhooks[{index}].matchConditions"
             causes += match_condition_causes(path, webhook.get("matchConditions"))
-    if causes:
-        name = (obj.get("metadata") or {}).get("name") or ""
-        raise _status.invalid_object(resource, name, causes)
+    return causes
