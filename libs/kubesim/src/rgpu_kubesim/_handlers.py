@@ -84,7 +84,7 @@ class ResourceHandlers:
         }
 
     async def handle(self, request: Request) -> Response:
-        target = parse_target(request.url.path)
+        target = parse_target(request.scope["path"])
         verb = verb_for(request.method, target, _requests.flag(request.query_params, "watch"))
         decision = self.deps.faults.decide(verb, target.fault_key)
         if decision.latency:
