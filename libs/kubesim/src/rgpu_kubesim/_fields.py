@@ -227,7 +227,25 @@ KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
 def prune(plural: str, obj: Any) -> list[str]:
     """Remove the fields ``plural``'s schema does not know from ``obj``; return their paths."""
     shape = KINDS.get(plural)
-    return _prune(shape, obj, "") if shape is not None else []
+    if shape is None or not _has_unknown(shape, obj):
+        return []
+    return _prune(shape, obj, "")
+
+
+def _has_unknown(shape: Shape, value: Any) -> bool:
+    """Whether ``value`` holds a field ``shape`` does not know: every write asks, nearly every
+    answer is no, so this walk builds no paths (``_prune`` does, when one is found)."""
+    if isinstance(shape, Mapping) and isinstance(value, dict):
+        for key, child in value.items():
+            if key not in shape:
+                return True
+            inner = shape[key]
+            if inner is not None and _has_unknown(inner, child):
+                return True
+        return False
+    if isinstance(shape, tuple) and isinstance(value, list):
+        return any(_has_unknown(shape[0], item) for item in value)
+    return False
 
 
 def _prune(shape: Shape, value: Any, path: str) -> list[str]:
