@@ -129,6 +129,7 @@ class KubeletEmulator:
         self._running: dict[str, _Running] = {}
         self._removing: set[str] = set()
         self._readying: dict[str, tuple[Any, ...]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
         self._tg: TaskGroup | None = None
         self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
@@ -235,7 +236,7 @@ class KubeletEmulator:
         if await _stopped_within(running, self.config.start_delay_seconds):
             await self._remove(path, uid)
             return
-        current = await self._read(path, uid)
+        current = self._cached(path, uid)
         record = self._start(current)
         where = await self._placement(current)
         # The env as resolved goes with the first status write: metadata changes through
@@ -283,8 +284,13 @@ class KubeletEmulator:
     async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
         """The node's InternalIP and the pod's address in the node's pod range."""
         name = str(pod["spec"]["nodeName"])
-        reply = await self._send(lambda: self.api.request("GET", f"/api/v1/nodes/{name}"))
-        node: dict[str, Any] = reply.json() if reply.status == 200 else {}
+        node = self._nodes.get(name)
+        if node is None:
+            reply = await self._send(lambda: self.api.request("GET", f"/api/v1/nodes/{name}"))
+            node = reply.json() if reply.status == 200 else {}
+            if node:
+                # A kubelet knows its own node: one read per node, not one per pod started.
+                self._nodes[name] = node
         addresses = (node.get("status") or {}).get("addresses") or ()
         internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
         pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
@@ -389,12 +395,11 @@ class KubeletEmulator:
             await anyio.sleep(delay)
             delay = min(delay * 2, self.config.retry_max_seconds)
 
-    async def _read(self, path: str, uid: str) -> dict[str, Any]:
-        reply = await self._send(lambda: self.api.request("GET", path))
-        if reply.status != 200:
-            raise _Gone(path)
-        pod: dict[str, Any] = reply.json()
-        if pod["metadata"].get("uid") != uid:
+    def _cached(self, path: str, uid: str) -> dict[str, Any]:
+        """The pod as this kubelet's watch last saw it, as a kubelet starts containers from
+        its pod cache (a GET per start would cost the apiserver a request per pod)."""
+        pod = self._pods.objects.get(uid)
+        if pod is None:
             raise _Gone(path)
         return pod
 
