@@ -57,7 +57,7 @@ class Admission:
         self._storage = storage
         self._addresses = dict(service_address_map)
         self._clients: dict[str, aiohttp.ClientSession] = {}
-        self._cache: tuple[tuple[tuple[str, int], ...], tuple[Webhook, ...]] = ((), ())
+        self._cache: tuple[int, tuple[Webhook, ...]] = (0, ())
 
     async def aclose(self) -> None:
         sessions, self._clients = list(self._clients.values()), {}
@@ -65,10 +65,10 @@ class Admission:
             await session.close()
 
     def _webhooks(self) -> tuple[Webhook, ...]:
-        entries = tuple(self._storage.entries(_CONFIGS))
-        stamp = tuple(sorted((e.name, e.rv) for e in entries))
-        if stamp != self._cache[0]:
-            self._cache = (stamp, webhooks_of([e.decode() for e in entries]))
+        revision = self._storage.revision(_CONFIGS)
+        if revision != self._cache[0]:
+            configs = [e.decode() for e in self._storage.entries(_CONFIGS)]
+            self._cache = (revision, webhooks_of(configs))
         return self._cache[1]
 
     def needed(self, operation: str, resource: Resource, subresource: str) -> bool:

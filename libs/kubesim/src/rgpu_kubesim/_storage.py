@@ -99,6 +99,7 @@ class Storage:
         self.hub = WatchHub()
         self._listing = Listing(self._objects, self._sorted, self._logs, lambda: self._rv)
         self._terminating: set[str] = set()
+        self._revisions: dict[str, int] = {}
         self._syncing_budgets = False
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
@@ -109,6 +110,11 @@ class Storage:
     def resource_version(self) -> int:
         """The newest resourceVersion handed out (every write increments it by one)."""
         return self._rv
+
+    def revision(self, resource: Resource) -> int:
+        """The resourceVersion of the last write to any object of ``resource`` (0: none):
+        what a cache derived from all of them is stamped with."""
+        return self._revisions.get(resource.plural, 0)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -408,6 +414,7 @@ class Storage:
                 obj["metadata"].pop("resourceVersion", None)
             return make_entry(resource, ordered(obj))
         self._rv += 1
+        self._revisions[resource.plural] = self._rv
         obj["metadata"]["resourceVersion"] = str(self._rv)
         entry = make_entry(resource, ordered(obj))
         table = self._objects[resource.plural]
