@@ -232,19 +232,29 @@ def prune(plural: str, obj: Any) -> list[str]:
     return _prune(shape, obj, "")
 
 
-def _has_unknown(shape: Shape, value: Any) -> bool:
+def may_add_unknown(plural: str, patch: Any) -> bool:
+    """Whether a merge or strategic merge ``patch`` could bring a field the schema does not
+    know into a stored (known-clean) object: only its own fields can, so only they are read
+    (directives such as ``$patch`` and ``$setElementOrder/...`` are not fields)."""
+    shape = KINDS.get(plural)
+    return shape is not None and _has_unknown(shape, patch, directives=True)
+
+
+def _has_unknown(shape: Shape, value: Any, *, directives: bool = False) -> bool:
     """Whether ``value`` holds a field ``shape`` does not know: every write asks, nearly every
     answer is no, so this walk builds no paths (``_prune`` does, when one is found)."""
     if isinstance(shape, Mapping) and isinstance(value, dict):
         for key, child in value.items():
             if key not in shape:
+                if directives and str(key).startswith("$"):
+                    continue
                 return True
             inner = shape[key]
-            if inner is not None and _has_unknown(inner, child):
+            if inner is not None and _has_unknown(inner, child, directives=directives):
                 return True
         return False
     if isinstance(shape, tuple) and isinstance(value, list):
-        return any(_has_unknown(shape[0], item) for item in value)
+        return any(_has_unknown(shape[0], item, directives=directives) for item in value)
     return False
 
 

@@ -34,6 +34,7 @@ from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._objects import Entry, full_object
 from rgpu_kubesim._paging import ListPage
+from rgpu_kubesim._patching import JSON_PATCH
 from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
 from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
 from rgpu_kubesim._routing import Target, parse_target, verb_for
@@ -213,7 +214,9 @@ class ResourceHandlers:
         storage, namespace = self.deps.storage, target.namespace or ""
         current = storage.get(target.resource, namespace, target.name)
         obj = storage.patched(target.resource, current, patch, content_type)
-        warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
+        warnings: tuple[str, ...] = ()
+        if content_type == JSON_PATCH or _fields.may_add_unknown(target.resource.plural, patch):
+            warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
         admitted = await self._admitted(
