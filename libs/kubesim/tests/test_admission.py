@@ -359,6 +359,82 @@ async def test_a_pods_rule_alone_is_not_called_for_status_writes(
     assert response.status_code == 200 and webhook.reviews == []
 
 
+VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def deny(message: str) -> Reply:
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        request = review["request"]
+        if path != "/validate":
+            return allow(request)
+        answer = {"uid": request["uid"], "allowed": False, "status": {"message": message}}
+        return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "response": answer}
+
+    return reply
+
+
+async def test_a_validating_webhook_for_pods_status_refuses_the_write_and_nothing_is_stored(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    webhook.reply = deny("hami.io/lupine-endpoint is the scheduler's")
+    config = _status_configuration(webhook, ["pods/status"])
+    config["webhooks"][0]["clientConfig"]["url"] = f"{webhook.url}/validate"
+    response = await client.post(VALIDATING, json=config)
+    assert response.status_code == 201, response.text
+    assert "reinvocationPolicy" not in response.json()["webhooks"][0]
+    body = {"metadata": {"annotations": {"hami.io/lupine-endpoint": "10.0.0.9:14833"}}}
+    refused = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert refused.status_code == 400
+    assert refused.json()["message"] == (
+        'admission webhook "pods.remote-gpu.hami.io" denied the request: '
+        "hami.io/lupine-endpoint is the scheduler's"
+    )
+    assert not sim.store.get("pods", "a")["metadata"].get("annotations")
+    [review] = webhook.reviews
+    assert review["request"]["subResource"] == "status"
+
+
+async def test_validating_webhooks_see_the_object_as_mutating_webhooks_left_it(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        if path == "/validate":
+            return allow(review["request"])
+        labelled = [{"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}]
+        return allow(review["request"], labelled)
+
+    webhook.reply = reply
+    await _configure(client, _configuration(webhook, url=f"{webhook.url}/mutate"))
+    validating = _configuration(webhook, url=f"{webhook.url}/validate")
+    assert (await client.post(VALIDATING, json=validating)).status_code == 201
+    assert (await client.post(PODS, json=pod("a"))).status_code == 201
+    assert webhook.paths == ["/mutate", "/validate"]
+    assert webhook.reviews[1]["request"]["object"]["metadata"]["labels"] == {"mutated": "yes"}
+
+
+@pytest.mark.parametrize(("policy", "code"), [("Fail", 500), ("Ignore", 201)])
+async def test_a_validating_webhook_that_answers_with_a_patch_is_a_failed_call(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, policy: str, code: int
+) -> None:
+    webhook.reply = lambda path, review: allow(review["request"], [{"op": "test", "path": ""}])
+    config = _configuration(webhook, url=f"{webhook.url}/validate", failurePolicy=policy)
+    assert (await client.post(VALIDATING, json=config)).status_code == 201
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == code, response.text
+    if code == 500:
+        assert "validating webhooks may not return response.patch" in response.json()["message"]
+
+
+async def test_a_validating_configuration_with_a_reinvocation_policy_is_refused_under_strict(
+    client: httpx.AsyncClient, webhook: Webhook
+) -> None:
+    config = _configuration(webhook, reinvocationPolicy="IfNeeded")
+    response = await client.post(VALIDATING, params={"fieldValidation": "Strict"}, json=config)
+    assert response.status_code == 400
+    assert 'unknown field "webhooks[0].reinvocationPolicy"' in response.json()["message"]
+
+
 async def test_reinvocation_if_needed_runs_an_earlier_webhook_again(
     client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
 ) -> None:

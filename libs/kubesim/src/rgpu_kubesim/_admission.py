@@ -1,4 +1,4 @@
-"""Mutating admission: calling MutatingWebhookConfiguration webhooks like kube-apiserver.
+"""Admission: calling Mutating- and ValidatingWebhookConfiguration webhooks like kube-apiserver.
 
 For each write the server builds an AdmissionReview v1, POSTs it over TLS (verified against the
 webhook's caBundle, or the system roots without one) to ``clientConfig.url`` or to the loopback
@@ -31,7 +31,8 @@ from rgpu_kubesim.errors import ApiError, WebhookCallError
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _MAX_CLIENTS = 32
 _REVIEW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-_CONFIGS = require("mutatingwebhookconfigurations")
+_MUTATING = require("mutatingwebhookconfigurations")
+_VALIDATING = require("validatingwebhookconfigurations")
 
 
 def denial(webhook: str, result: Mapping[str, Any] | None) -> ApiError:
@@ -57,28 +58,42 @@ class Admission:
         self._storage = storage
         self._addresses = dict(service_address_map)
         self._clients: dict[str, aiohttp.ClientSession] = {}
-        self._cache: tuple[int, tuple[Webhook, ...]] = (0, ())
+        self._cache: dict[str, tuple[int, tuple[Webhook, ...]]] = {}
 
     async def aclose(self) -> None:
         sessions, self._clients = list(self._clients.values()), {}
         for session in sessions:
             await session.close()
 
-    def _webhooks(self) -> tuple[Webhook, ...]:
-        revision = self._storage.revision(_CONFIGS)
-        if revision != self._cache[0]:
-            configs = [e.decode() for e in self._storage.entries(_CONFIGS)]
-            self._cache = (revision, webhooks_of(configs))
-        return self._cache[1]
+    def _webhooks(self, configs: Resource = _MUTATING) -> tuple[Webhook, ...]:
+        """The webhooks of every configuration of ``configs``, rebuilt after any write to one."""
+        revision = self._storage.revision(configs)
+        cached = self._cache.get(configs.plural)
+        if cached is None or cached[0] != revision:
+            raw = [e.decode() for e in self._storage.entries(configs)]
+            cached = self._cache[configs.plural] = (revision, webhooks_of(raw))
+        return cached[1]
 
     def needed(self, operation: str, resource: Resource, subresource: str) -> bool:
         """Whether a webhook's rules name this request: without one, nothing is built or
         called (a lease renewal or an Event costs no review)."""
-        return any(h.covers(operation, resource, subresource) for h in self._webhooks())
+        hooks = (*self._webhooks(_MUTATING), *self._webhooks(_VALIDATING))
+        return any(h.covers(operation, resource, subresource) for h in hooks)
+
+    async def validate(self, attrs: Attributes) -> None:
+        """Run every matching validating webhook on the (mutated) object; a denial raises.
+
+        kube calls them in parallel and after its own validation; here they run in name order
+        on the object as mutating admission left it (defaulted, before the server sets uid and
+        creationTimestamp), and a patch in their answer is an error.
+        """
+        for hook in self._webhooks(_VALIDATING):
+            if hook.applies_to(attrs) and _conditions_match(hook, attrs, attrs.obj):
+                await self._invoke(hook, attrs, attrs.obj, mutating=False)
 
     async def admit(self, attrs: Attributes) -> dict[str, Any] | None:
         """Run every matching webhook; return the (possibly patched) object."""
-        hooks = [h for h in self._webhooks() if h.applies_to(attrs)]
+        hooks = [h for h in self._webhooks(_MUTATING) if h.applies_to(attrs)]
         obj, called = attrs.obj, []
         for hook in hooks:
             if not _conditions_match(hook, attrs, obj):
@@ -100,17 +115,17 @@ class Admission:
         return obj
 
     async def _invoke(
-        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None, *, mutating: bool = True
     ) -> dict[str, Any] | None:
         try:
-            return await self._call(hook, attrs, obj)
+            return await self._call(hook, attrs, obj, mutating=mutating)
         except WebhookCallError as exc:
             if hook.failure_policy == "Ignore":
                 return obj
             raise _status.internal(str(exc)) from exc
 
     async def _call(
-        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None, *, mutating: bool
     ) -> dict[str, Any] | None:
         uid = str(uuid.uuid4())
         review = _review(uid, attrs, obj)
@@ -119,9 +134,13 @@ class Admission:
             raise WebhookCallError(
                 hook.name, f'expected response.uid="{uid}", got "{response.get("uid")}"'
             )
+        if not mutating and (response.get("patch") or response.get("patchType")):
+            raise WebhookCallError(
+                hook.name, "validating webhooks may not return response.patch or patchType"
+            )
         if not response.get("allowed"):
             raise denial(hook.name, response.get("status"))
-        return _apply_patch(hook, response, obj)
+        return _apply_patch(hook, response, obj) if mutating else obj
 
     async def _post(self, hook: Webhook, review: dict[str, Any]) -> Mapping[str, Any]:
         url, address, server_name = self._endpoint(hook)

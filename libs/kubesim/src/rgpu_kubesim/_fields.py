@@ -10,8 +10,8 @@ simulator knows the fields of every kind it serves down to these depths:
   ``env`` and ``env[].valueFrom.fieldRef``), ``tolerations``, and the top level of ``status``;
 * Node: the top level of ``spec`` and ``status``; Namespace: ``spec`` and ``status``;
 * Lease: ``spec``; Event and ConfigMap: their top level;
-* MutatingWebhookConfiguration: each webhook, its ``clientConfig`` (and ``service``) and
-  ``rules``.
+* Mutating and ValidatingWebhookConfiguration: each webhook, its ``clientConfig`` (and
+  ``service``) and ``rules``.
 
 Below those (affinity, probes, volumes, status entries, ...) any content is accepted as is.
 Duplicate fields are not detected: the JSON decoder keeps the last one, as ``Ignore`` would.
@@ -174,7 +174,7 @@ _LEASE_SPEC = _object(
     "preferredHolder",
     "strategy",
 )
-_WEBHOOK = _object(
+_WEBHOOK_FIELDS = (
     "admissionReviewVersions",
     "failurePolicy",
     "matchConditions",
@@ -182,12 +182,19 @@ _WEBHOOK = _object(
     "name",
     "namespaceSelector",
     "objectSelector",
-    "reinvocationPolicy",
     "sideEffects",
     "timeoutSeconds",
-    clientConfig=_object("caBundle", "url", service=_object("name", "namespace", "path", "port")),
-    rules=(_object("apiGroups", "apiVersions", "operations", "resources", "scope"),),
 )
+_WEBHOOK_PARTS: Mapping[str, Shape] = MappingProxyType(
+    {
+        "clientConfig": _object(
+            "caBundle", "url", service=_object("name", "namespace", "path", "port")
+        ),
+        "rules": (_object("apiGroups", "apiVersions", "operations", "resources", "scope"),),
+    }
+)
+_WEBHOOK = _object(*_WEBHOOK_FIELDS, "reinvocationPolicy", **_WEBHOOK_PARTS)
+_VALIDATING_WEBHOOK = _object(*_WEBHOOK_FIELDS, **_WEBHOOK_PARTS)
 _TYPE = ("apiVersion", "kind")
 KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
     {
@@ -219,6 +226,9 @@ KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
             metadata=_META,
         ),
         "mutatingwebhookconfigurations": _object(*_TYPE, metadata=_META, webhooks=(_WEBHOOK,)),
+        "validatingwebhookconfigurations": _object(
+            *_TYPE, metadata=_META, webhooks=(_VALIDATING_WEBHOOK,)
+        ),
         "configmaps": _object(*_TYPE, "data", "binaryData", "immutable", metadata=_META),
     }
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -341,6 +341,7 @@ class ResourceHandlers:
             dry_run=dry_run,
         )
         admitted = await admission.admit(attrs)
+        await admission.validate(attrs if admitted is attrs.obj else replace(attrs, obj=admitted))
         # The very object sent in comes back when no webhook patched it: the caller's own
         # (already normalized) copy is then still the object to store.
         return obj if admitted is attrs.obj else admitted

@@ -49,8 +49,8 @@ _WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("namespaceSelector", {}),
     ("objectSelector", {}),
     ("timeoutSeconds", 10),
-    ("reinvocationPolicy", "Never"),
 )
+WEBHOOK_CONFIGURATIONS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 
 
 def apply_defaults(resource: Resource, obj: JsonObj) -> None:
@@ -59,9 +59,10 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _default_pod_spec(obj.setdefault("spec", {}))
     elif resource.plural == "namespaces":
         _default_namespace(obj)
-    elif resource.plural == "mutatingwebhookconfigurations":
+    elif resource.plural in WEBHOOK_CONFIGURATIONS:
+        mutating = resource.plural == "mutatingwebhookconfigurations"
         for webhook in obj.get("webhooks") or ():
-            _default_webhook(webhook)
+            _default_webhook(webhook, mutating=mutating)
     elif resource.plural == "priorityclasses":
         _priority.default_class(obj)
     elif resource.plural == "configmaps":
@@ -98,9 +99,11 @@ def _default_namespace(namespace: JsonObj) -> None:
     namespace.setdefault("status", {}).setdefault("phase", "Active")
 
 
-def _default_webhook(webhook: JsonObj) -> None:
+def _default_webhook(webhook: JsonObj, *, mutating: bool) -> None:
     for key, value in _WEBHOOK_DEFAULTS:
         webhook.setdefault(key, value)
+    if mutating:
+        webhook.setdefault("reinvocationPolicy", "Never")
     for rule in webhook.get("rules") or ():
         rule.setdefault("scope", "*")
     service = (webhook.get("clientConfig") or {}).get("service")
@@ -252,8 +255,9 @@ def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[
         causes += _disruption.budget_causes(obj)
     elif resource.plural == "configmaps":
         causes += _configmaps.causes(obj, old)
-    elif resource.plural == "mutatingwebhookconfigurations":
-        causes += _validation.webhook_configuration_causes(obj)
+    elif resource.plural in WEBHOOK_CONFIGURATIONS:
+        mutating = resource.plural == "mutatingwebhookconfigurations"
+        causes += _validation.webhook_configuration_causes(obj, mutating=mutating)
         for index, webhook in enumerate(obj.get("webhooks") or ()):
             path = f"webhooks[{index}].matchConditions"
             causes += match_condition_causes(path, webhook.get("matchConditions"))
