@@ -43,6 +43,7 @@ __all__ = [
     "KubeHttp",
     "KubeHttpError",
     "Reply",
+    "close_session",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,13 @@ class Reply:
         return orjson.loads(self.body)
 
 
+async def close_session(session: aiohttp.ClientSession) -> None:
+    """Close ``session`` even while the caller is being cancelled (an emulator stops by
+    cancellation), so no connection is left open and no unclosed-session warning follows."""
+    with anyio.CancelScope(shield=True):
+        await session.close()
+
+
 def base_url_of(apiserver: str | httpx.AsyncClient) -> str:
     """The apiserver's base URL; of a client, its ``base_url`` (nothing else of it is used)."""
     url = apiserver if isinstance(apiserver, str) else str(apiserver.base_url)
@@ -110,7 +118,7 @@ class KubeHttp:
     ) -> None:
         session, self._session = self._session, None
         if session is not None:
-            await session.close()
+            await close_session(session)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -35,7 +35,16 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._informer import ADDED, DELETED, MODIFIED, TRANSPORT_ERRORS, Informer, KubeHttp, base_url_of
+from ._informer import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    TRANSPORT_ERRORS,
+    Informer,
+    KubeHttp,
+    base_url_of,
+    close_session,
+)
 from ._lupine_errors import SimOptionError
 from ._scheduling import (
     ExtenderError,
@@ -260,17 +269,13 @@ class SchedulerEmulator:
             await stack.enter_async_context(self.api)
             # One session (its own kept-alive connection) per extender URL, as kube-scheduler
             # keeps one client per extender (aiohttp: three calls per pod, the cheapest client).
-            self._extenders = tuple(
-                [
-                    (
-                        url.rstrip("/"),
-                        await stack.enter_async_context(
-                            aiohttp.ClientSession(headers=_EXTENDER_HEADERS, trust_env=False)
-                        ),
-                    )
-                    for url in (self.config.extender_url, *self.config.more_extender_urls)
-                ]
-            )
+            urls = (self.config.extender_url, *self.config.more_extender_urls)
+            sessions = [
+                aiohttp.ClientSession(headers=_EXTENDER_HEADERS, trust_env=False) for _ in urls
+            ]
+            for session in sessions:
+                stack.push_async_callback(close_session, session)
+            self._extenders = tuple((u.rstrip("/"), s) for u, s in zip(urls, sessions, strict=True))
             tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(self._nodes.run)
             await tg.start(self._pods.run)
