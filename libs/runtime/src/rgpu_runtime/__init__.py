@@ -38,6 +38,7 @@ from ._bucket import TokenBucket
 from ._changelog import CHANGELOG_LIMIT, Changelog, Changes
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
+from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._logging import JsonFormatter, configure_logging
@@ -46,7 +47,18 @@ from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
 from ._parse import HostPort
-from ._readiness import Readiness
+from ._podtrace import (
+    CREATION_LINK,
+    TRACE_ANNOTATION,
+    PodCreations,
+    creation_context,
+    creation_of,
+    link_creation,
+    pod_attributes,
+    pod_span,
+    traceparent_of,
+)
+from ._readiness import Readiness, Standing
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
     ObjectChange,
@@ -56,11 +68,13 @@ from ._reflector import (
     kube_pages,
     object_key,
 )
+from ._sampling import SAMPLERS, TraceSettings, trace_sampler
 from ._serving import Listener, running, serve, serve_listeners
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
     KNOWN_KEYS,
     SERVICES,
+    AdmissionSettings,
     AuthSettings,
     HttpSettings,
     KubeSettings,
@@ -107,17 +121,22 @@ __all__ = [
     "AUDIENCE",
     "CALLER_AUTH_STATE",
     "CHANGELOG_LIMIT",
+    "CREATION_LINK",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
+    "EXEMPLAR_TRACE_ID",
     "KNOWN_KEYS",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_SINCE_DIGITS",
     "MAX_WAIT_SECONDS",
+    "SAMPLERS",
     "SERVICES",
+    "TRACE_ANNOTATION",
     "UID_MAX",
+    "AdmissionSettings",
     "AuthSettings",
     "Backoff",
     "BadRequest",
@@ -162,6 +181,7 @@ __all__ = [
     "ObjectRef",
     "PayloadTooLarge",
     "PeerSettings",
+    "PodCreations",
     "Poll",
     "Readiness",
     "Reflector",
@@ -172,9 +192,11 @@ __all__ = [
     "ServiceLifespan",
     "Settings",
     "SettingsError",
+    "Standing",
     "TokenBucket",
     "TokenRequestSource",
     "TokenSource",
+    "TraceSettings",
     "Unauthorized",
     "Unavailable",
     "Update",
@@ -193,6 +215,8 @@ __all__ = [
     "check_uid",
     "configure_logging",
     "create_service_app",
+    "creation_context",
+    "creation_of",
     "decode_json",
     "default_listeners",
     "event_body",
@@ -201,8 +225,11 @@ __all__ = [
     "json_response",
     "kube_client",
     "kube_pages",
+    "link_creation",
     "member_lease_name",
     "object_key",
+    "pod_attributes",
+    "pod_span",
     "read_bounded_json",
     "read_json",
     "request_json",
@@ -214,6 +241,9 @@ __all__ = [
     "serve_listeners",
     "setup_telemetry",
     "state_value",
+    "trace_exemplar",
+    "trace_sampler",
+    "traceparent_of",
     "tracer",
     "upstream_error",
 ]

@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from rgpu_runtime import (
     EventRecorder,
     Listener,
+    PodCreations,
     Readiness,
     Settings,
     bearer_auth,
@@ -160,6 +161,7 @@ def _deps(
         ),
         admission=AdmissionPolicy.from_settings(settings),
         metrics=metrics,
+        creations=PodCreations(),
     )
 
 
