@@ -497,12 +497,10 @@ def _check_preconditions(resource: Resource, current: Entry, wanted: Mapping[str
 
 
 def _unbindable(pod: JsonObj, name: str) -> str:
-    """Why kube's binding storage refuses to assign ``pod`` to a node, or "".
-
-    kube-apiserver checks a pending deletion first ("pod x is being deleted, cannot be
-    assigned to a host"); here only bound pods are ever terminating, and the services' tests
-    rely on their conflict naming the node, so that check is not reproduced.
-    """
+    """Why kube's binding storage refuses to assign ``pod`` to a node, or "" (in its order:
+    a pending deletion first, then a node already set, then scheduling gates)."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return f"pod {name} is being deleted, cannot be assigned to a host"
     node = pod["spec"].get("nodeName")
     if node:
         return f'pod {name} is already assigned to node "{node}"'
