@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
+from rgpu_kubesim._admission import CONNECTIONS_PER_WEBHOOK
 from rgpu_kubesim._server import listening_socket, serving, socket_url
 
 pytestmark = pytest.mark.anyio
@@ -47,6 +48,7 @@ class Webhook:
     ca_bundle: str
     reviews: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    peers: set[tuple[str, int]] = field(default_factory=set)
     reply: Reply = field(default=lambda path, review: allow(review["request"]))
 
     delay: float = 0.0
@@ -56,6 +58,8 @@ class Webhook:
         review = orjson.loads(await request.body())
         self.reviews.append(review)
         self.paths.append(request.url.path)
+        if request.client is not None:
+            self.peers.add((request.client.host, request.client.port))
         answer = self.reply(request.url.path, review)
         return Response(orjson.dumps(answer), media_type="application/json")
 
@@ -433,6 +437,22 @@ async def test_a_validating_configuration_with_a_reinvocation_policy_is_refused_
     response = await client.post(VALIDATING, params={"fieldValidation": "Strict"}, json=config)
     assert response.status_code == 400
     assert 'unknown field "webhooks[0].reinvocationPolicy"' in response.json()["message"]
+
+
+async def test_a_burst_of_creations_reuses_at_most_25_connections_to_a_webhook(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    webhook.delay = 0.05
+    await _configure(client, _configuration(webhook))
+
+    async def create(name: str) -> None:
+        assert (await client.post(PODS, json=pod(name))).status_code == 201
+
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(create, f"p{i}")
+    assert len(sim.store.list("pods")) == 60 and len(webhook.reviews) == 60
+    assert 1 < len(webhook.peers) <= CONNECTIONS_PER_WEBHOOK
 
 
 async def test_reinvocation_if_needed_runs_an_earlier_webhook_again(
