@@ -65,12 +65,13 @@ SERVICES = ("discovery", "allocator", "extender", "metrics")
 API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
 """The services that call the Kubernetes API (metrics only for its leader election)."""
 RECEIVERS = ("allocator", "discovery")
-"""Services with guarded routes (DESIGN §10): they confirm callers' tokens with TokenReview."""
+"""Services with guarded routes (docs/design.md §10): they confirm callers' tokens with
+TokenReview."""
 CALLERS = ("extender", "allocator")
 """Services that call a guarded route (extender: the allocator's writes; allocator: discovery's
 probe), so they send a projected token of audience rgpu."""
 OWNED_ANNOTATIONS = {"hami.io/remote-gpu-devices-", "hami.io/lupine-endpoint", "rgpu.io/"}
-"""Scheduler-owned annotation names and prefixes (DESIGN §5) the webhook must be sent."""
+"""Scheduler-owned annotation names and prefixes (docs/design.md §3) the webhook must be sent."""
 OVERLAYS = ("dev", "production")
 ALL_COMPONENTS = "all-components"
 """A throwaway overlay (base + every component) so components no overlay uses are checked too."""
