@@ -239,9 +239,8 @@ class Meter:
         latencies = self.stack.scheduler.latencies().items()
         phase.latencies = {k: list(v[self._kept.get(k, 0) :]) for k, v in latencies}
         filters = self.filter_buckets()
-        phase.filter_inside_ms = tuple(
-            1000 * m.bucket_quantile(self._filters, filters, q) for q in (0.5, 0.99)
-        )
+        p50, p99 = (1000 * m.bucket_quantile(self._filters, filters, q) for q in (0.5, 0.99))
+        phase.filter_inside_ms = (p50, p99)
         phase.load = m.load_average()
 
     def filter_buckets(self) -> dict[float, float]:
