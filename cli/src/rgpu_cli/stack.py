@@ -81,6 +81,9 @@ class StackOptions:
     ``ServiceProxy`` and the scheduler emulator spreads its calls over the extenders."""
     h2only_share: float = 0.0
     """Servers running an old lupine build that answers only HTTP/2."""
+    per_gpu: bool = False
+    """Every server Node runs one lupine per GPU (``rgpu.io/lupine-instances``): each card is
+    a server of its own, isolated at card size."""
     work_dir: Path | None = None
     apiserver_port: int = 0
     ports: Mapping[str, int] = field(default_factory=dict)
@@ -351,6 +354,7 @@ async def run_stack(
                 clients=options.clients,
                 seed=options.seed,
                 h2only_share=options.h2only_share,
+                per_gpu=options.per_gpu,
             )
         )
         progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")

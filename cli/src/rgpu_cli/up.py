@@ -139,6 +139,7 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     console.print(
         f"[bold]rgpu is up[/] on the simulated cluster: {s.servers} servers x {s.cards} cards, "
         f"{s.clients} client nodes, granularity {s.granularity}"
+        + (" (one lupine per GPU)" if s.per_gpu else "")
     )
     rows = {"apiserver": stack.sim.url, **{n: stack.url(n) for n in ("discovery", "allocator")}}
     rows |= {n: stack.url(n) for n in ("extender", "metrics")}
