@@ -11,6 +11,7 @@ EVERY_KEY = {
     "RGPU_ADMISSION": "filter",
     "RGPU_ADMISSION_TTL_SECONDS": "90",
     "RGPU_ADMISSION_CONCURRENCY": "16",
+    "RGPU_ADMISSION_AHEAD": "512",
     "RGPU_RESOURCE_COUNT": "example.com/gpu",
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
@@ -95,6 +96,7 @@ def test_every_key_is_read_into_its_field() -> None:
         90,
         16,
     )
+    assert s.admission.ahead == 512
     assert s.traces.sampler == "parentbased_traceidratio"
     assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
@@ -106,6 +108,7 @@ def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
 def test_defaults_match_the_design_when_nothing_is_set() -> None:
     s = Settings.from_env({}, service="allocator")
     assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == ("gate", 60, 64)
+    assert s.admission.ahead == 256
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
     assert s.lupine.default_port == 14833
@@ -215,6 +218,8 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_ADMISSION_TTL_SECONDS", "0", "expected a positive number of seconds"),
         ("RGPU_ADMISSION_CONCURRENCY", "0", "expected a whole number from 1 to 1024"),
         ("RGPU_ADMISSION_CONCURRENCY", "9" * 400, "expected a whole number from 1 to 1024"),
+        ("RGPU_ADMISSION_AHEAD", "0", "expected a whole number from 1 to 10000"),
+        ("RGPU_ADMISSION_AHEAD", "ten", "expected a whole number from 1 to 10000"),
         ("OTEL_TRACES_SAMPLER", "jaeger_remote", "expected one of always_on, always_off, "),
         ("OTEL_TRACES_SAMPLER_ARG", "1.5", "expected a share of traces between 0 and 1"),
         ("OTEL_TRACES_SAMPLER_ARG", "half", "expected a share of traces between 0 and 1"),

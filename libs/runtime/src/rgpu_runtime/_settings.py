@@ -38,6 +38,7 @@ _DEFAULT_LISTEN = {
 
 KNOWN_KEYS = (
     "RGPU_ADMISSION",
+    "RGPU_ADMISSION_AHEAD",
     "RGPU_ADMISSION_CONCURRENCY",
     "RGPU_ADMISSION_TTL_SECONDS",
     "RGPU_ALLOCATOR_URL",
@@ -171,6 +172,12 @@ class AdmissionSettings:
     """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
     once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
     thousands does not open thousands of requests."""
+    ahead: int = 256
+    """``RGPU_ADMISSION_AHEAD``: admitted pods kube-scheduler has not bound yet, at most.
+    Admitting further ahead of the scheduler gains nothing (it binds one pod per cycle) and
+    lets bookings lapse in its queue: each such pod then costs a second cycle on the filter
+    path. 256 within a 60 s TTL needs the scheduler to bind 4.3 pods/s; raise it with the
+    TTL for a slower scheduler, or for one that binds far faster than 256 per TTL."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,6 +391,7 @@ def _admission(env: _Env) -> AdmissionSettings:
         else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
         ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
         concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
+        ahead=_read(env, "RGPU_ADMISSION_AHEAD", _ahead, d.ahead),
     )
 
 
@@ -391,6 +399,13 @@ def _concurrency(key: str, value: str) -> int:
     text = value.strip()
     if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
         raise p.bad(key, value, "expected a whole number from 1 to 1024")
+    return int(text)
+
+
+def _ahead(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 5 or not 1 <= int(text) <= 10_000:
+        raise p.bad(key, value, "expected a whole number from 1 to 10000")
     return int(text)
 
 
