@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from rgpu_runtime import KNOWN_KEYS, HostPort, Settings, SettingsError
+from rgpu_runtime import KNOWN_KEYS, HostPort, ListenerLimits, Settings, SettingsError
 
 EVERY_KEY = {
     "RGPU_RESOURCE_COUNT": "example.com/gpu",
@@ -39,6 +39,12 @@ EVERY_KEY = {
     "RGPU_TOKEN_FILE": "/tokens/rgpu",
     "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
     "RGPU_MAX_BODY_BYTES": "8388608",
+    "RGPU_HTTP_MAX_HEADER_BYTES": "32768",
+    "RGPU_HTTP_HEADER_SECONDS": "5",
+    "RGPU_HTTP_IDLE_SECONDS": "95.5",
+    "RGPU_HTTP_MAX_CONNECTIONS": "2048",
+    "RGPU_HTTP_MAX_CLIENT_CONNECTIONS": "64",
+    "RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/apiserver-ca.crt",
     "POD_NAMESPACE": "rgpu-system",
     "KUBECONFIG": "/home/op/.kube/config",
     "KUBERNETES_SERVICE_HOST": "10.0.0.1",
@@ -80,6 +86,14 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.auth.cache_seconds == 30.0
     assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
+    assert s.http.webhook_client_ca_file == "/tls/apiserver-ca.crt"
+    assert s.http.limits == ListenerLimits(
+        max_header_bytes=32768,
+        header_seconds=5.0,
+        idle_seconds=95.5,
+        max_connections=2048,
+        max_client_connections=64,
+    )
 
 
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
@@ -117,12 +131,26 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
     assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
+    assert s.http.webhook_client_ca_file is None
+    assert s.http.limits == ListenerLimits(
+        max_header_bytes=64 << 10,
+        header_seconds=10.0,
+        idle_seconds=120.0,
+        max_connections=1024,
+        max_client_connections=256,
+    )
 
 
 @pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
 def test_a_scheduler_body_limit_that_is_not_a_byte_count_is_refused(value: str) -> None:
     with pytest.raises(SettingsError, match="RGPU_SCHEDULER_MAX_BODY_BYTES"):
         Settings.from_env({"RGPU_SCHEDULER_MAX_BODY_BYTES": value}, service="extender")
+
+
+def test_a_webhook_client_ca_without_a_certificate_is_refused() -> None:
+    env = {"RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/ca.crt"}
+    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
+        Settings.from_env(env, service="extender")
 
 
 def test_a_scheduler_client_ca_without_a_certificate_is_refused() -> None:
@@ -191,6 +219,13 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
         ("RGPU_MAX_BODY_BYTES", "100", "expected a whole number of bytes, 1024.."),
         ("RGPU_MAX_BODY_BYTES", "1MiB", "expected a whole number of bytes"),
+        ("RGPU_HTTP_MAX_HEADER_BYTES", "512", "expected a whole number of bytes, 1024..1048576"),
+        ("RGPU_HTTP_MAX_HEADER_BYTES", "9" * 5000, "expected a whole number of bytes"),
+        ("RGPU_HTTP_HEADER_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_HTTP_IDLE_SECONDS", "-3", "expected a positive number of seconds"),
+        ("RGPU_HTTP_MAX_CONNECTIONS", "0", "expected a whole number of connections, 1.."),
+        ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "many", "expected a whole number of connections"),
+        ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "2000", "at most RGPU_HTTP_MAX_CONNECTIONS (1024)"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:

@@ -40,6 +40,7 @@ from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
+from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
 from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
 from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
@@ -112,6 +113,7 @@ __all__ = [
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
     "KNOWN_KEYS",
+    "LISTENER_METRICS_STATE",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_SINCE_DIGITS",
@@ -152,6 +154,8 @@ __all__ = [
     "KubeSettings",
     "KubeUnavailable",
     "Listener",
+    "ListenerLimits",
+    "ListenerMetrics",
     "Listing",
     "LogSettings",
     "LupineSettings",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar, cast
 
 from . import _parse as p
+from ._limits import LIMIT_KEYS, ListenerLimits, read_limits
 from ._parse import HostPort
 from .errors import SettingsError
 
@@ -43,6 +44,7 @@ KNOWN_KEYS = (
     "RGPU_DISCOVERY_URL",
     "RGPU_EXTENDER_BUDGET_SECONDS",
     "RGPU_GRANULARITY",
+    *LIMIT_KEYS,
     "RGPU_KUBE_URL",
     "RGPU_LIB_IMAGE",
     "RGPU_LISTEN",
@@ -64,6 +66,7 @@ KNOWN_KEYS = (
     "RGPU_TOKEN_FILE",
     "RGPU_TOPOLOGY_KEYS",
     "RGPU_TRUSTED_USERS",
+    "RGPU_WEBHOOK_CLIENT_CA_FILE",
     "RGPU_WEBHOOK_LISTEN",
 )
 
@@ -178,7 +181,12 @@ class HttpSettings:
     """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
     listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
     certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
-    and no client certificate, as in the dev overlay."""
+    and no client certificate (only the NetworkPolicy keeps other pods off the port)."""
+    webhook_client_ca_file: str | None = None
+    """``RGPU_WEBHOOK_CLIENT_CA_FILE``: PEM CA bundle; when set the webhook listener answers
+    ``/mutate`` only to a caller presenting a client certificate signed by it (the apiserver,
+    given one through its AdmissionConfiguration); health stays open for the kubelet. Unset
+    means any caller that reaches the port may send reviews."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
     1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
@@ -188,6 +196,8 @@ class HttpSettings:
     """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
     4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
     (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
+    """``RGPU_HTTP_*``: what one client may hold on each of this process's listeners."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -358,16 +368,24 @@ def _http(env: _Env, service: str) -> HttpSettings:
             f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
             "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
         )
+    webhook_ca = _read(env, "RGPU_WEBHOOK_CLIENT_CA_FILE", p.word, None)
+    if webhook_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_WEBHOOK_CLIENT_CA_FILE={webhook_ca!r} asks the webhook listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
         webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
         tls_cert_file=cert.strip() if cert else None,
         tls_key_file=key.strip() if key else None,
         scheduler_client_ca_file=client_ca,
+        webhook_client_ca_file=webhook_ca,
         max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
         scheduler_max_body_bytes=_read(
             env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
         ),
+        limits=read_limits(env.get),
     )
 
 
