@@ -49,6 +49,7 @@ from .affinity import affinity_ops
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
 from .instruments import ExtenderMetrics
 from .objects import mapping, pod_label
+from .reviewshape import too_many_containers
 from .shapes import check_pod
 from .wiring import (
     COPY_CONTAINER,
@@ -191,6 +192,7 @@ def decide(raw: object, policy: AdmissionPolicy) -> Decision:
 def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return _allowed(request, (), "ignored")
+    _refuse_crowds(request)
     check_pod(request.object)
     check_pod(request.old_object)
     _guard_owned(request, policy)
@@ -199,6 +201,14 @@ def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
         patch = mutate_pod(_object(request), policy.mutation)
         return _allowed(request, patch, "mutated" if patch else "unchanged")
     return _allowed(request, (), "unchanged")
+
+
+def _refuse_crowds(request: AdmissionRequest) -> None:
+    """Containers are counted before any of them is read."""
+    for pod, where in ((request.object, "object"), (request.old_object, "oldObject")):
+        refusal = too_many_containers(pod)
+        if refusal is not None:
+            raise MalformedPod(f"request.{where}.spec", refusal)
 
 
 def _label(request: AdmissionRequest) -> str:

@@ -173,11 +173,17 @@ def listeners(settings: Settings) -> Sequence[Listener]:
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
         return [scheduler]
+    # The apiserver's client certificate is checked per path (health stays open to the
+    # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        face=webhook_surface(),
+        client_ca_file=http.webhook_client_ca_file,
+        client_cert="optional",
+        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        name="webhook",
+        limits=http.limits,
     )
     return [scheduler, webhook]
 
@@ -186,7 +192,7 @@ def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
     face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen, face=face)
+        return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
@@ -194,6 +200,8 @@ def _scheduler_listener(settings: Settings) -> Listener:
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
         face=face,
+        name="scheduler",
+        limits=http.limits,
     )
 
 

@@ -23,10 +23,11 @@ from starlette.routing import BaseRoute, Route
 from rgpu_contracts import encode_host_priorities
 from rgpu_runtime import BadRequest, PayloadTooLarge, json_response, read_json, state_value
 
-from .admission import AdmissionPolicy, admit
+from .admission import AdmissionPolicy
 from .binding import Binding
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
+from .reviewing import admit_body
 from .scoring import Scoring
 
 __all__ = ["ROUTES", "SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
@@ -81,7 +82,7 @@ async def bind_pod(request: Request) -> Response:
 
 async def mutate_pod(request: Request) -> Response:
     d = deps(request)
-    decision = admit(await read_json(request), d.admission, d.metrics)
+    decision = admit_body(await request.body(), d.admission, d.metrics)
     return json_response(decision.review)
 
 
