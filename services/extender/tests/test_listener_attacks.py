@@ -20,7 +20,15 @@ import pytest
 import trustme
 
 from rgpu_extender.reviewshape import MAX_POD_CONTAINERS, MAX_REVIEW_VALUES
-from rgpu_extender.webhookguard import LARGE_PER_CLIENT, LARGE_PER_LISTENER, LARGE_REVIEW_BYTES
+from rgpu_extender.webhookguard import (
+    LARGE_PER_CLIENT,
+    LARGE_PER_LISTENER,
+    LARGE_REVIEW_BYTES,
+    TURNS_PER_CLIENT,
+    WAIT_SECONDS,
+    Busy,
+    Turns,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -143,7 +151,7 @@ async def test_large_reviews_beyond_one_addresss_allowance_get_429_while_small_o
             await anyio.sleep(0.3)
             refused = await mutate(webhook, ca, large)
             assert refused.status_code == 429
-            assert refused.headers["connection"] == "close"
+            assert refused.headers["retry-after"] == "1"
             assert "large AdmissionReviews in flight" in refused.json()["message"]
             honest = await mutate(webhook, ca, orjson.dumps(build.review(build.pod())))
             assert honest.status_code == 200 and honest.json()["response"]["allowed"] is True
@@ -265,3 +273,62 @@ async def test_with_a_webhook_client_ca_only_the_apiservers_certificate_may_send
         ) as apiserver_client:
             reply = await apiserver_client.post(f"{webhook}/mutate", json=review)
             assert reply.status_code == 200 and reply.json()["response"]["allowed"] is True
+
+
+# -- turns per client address ----------------------------------------------------------------------
+
+
+async def test_reviews_beyond_an_addresss_turns_wait_and_then_get_429_while_others_pass(
+    serve_extender, ca, build
+) -> None:
+    review = orjson.dumps(build.review(build.pod()))
+    small = (
+        b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(review)
+    )
+
+    def hold(port: int) -> ssl.SSLSocket:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock = trusting(ca).wrap_socket(raw, server_hostname="127.0.0.1")
+        sock.sendall(small + review[:10])  # its turn taken, its body never finished
+        return sock
+
+    async with serve_extender() as (scheduler, webhook):
+        held = [
+            await anyio.to_thread.run_sync(hold, port_of(webhook)) for _ in range(TURNS_PER_CLIENT)
+        ]
+        try:
+            await anyio.sleep(0.3)
+            other = await anyio.to_thread.run_sync(
+                lambda: exchange_from(
+                    "127.0.0.2",
+                    port_of(webhook),
+                    small.replace(b"host: x", b"host: x\r\nconnection: close") + review,
+                    trusting(ca),
+                )
+            )
+            assert other.startswith(b"HTTP/1.1 200 ")
+            with anyio.fail_after(WAIT_SECONDS + 5):
+                waited = await mutate(webhook, ca, review)
+            assert waited.status_code == 429
+            assert "AdmissionReviews being decided already" in waited.json()["message"]
+        finally:
+            for sock in held:
+                sock.close()
+        async with httpx.AsyncClient(trust_env=False) as client:
+            text = (await client.get(f"{scheduler}/metrics")).text
+        assert 'rgpu_http_rejected_total{listener="webhook",reason="queue_timeout"} 1.0' in text
+
+
+async def test_heavy_reviews_take_turns_one_per_address_and_a_few_in_all() -> None:
+    heavy = Turns(per_client=1, total=2, wait_seconds=0.2)
+    async with heavy.turn("10.0.0.1", "heavy reviews"), heavy.turn("10.0.0.2", "heavy reviews"):
+        with pytest.raises(Busy, match=r"10\.0\.0\.1 has 1 heavy reviews"):
+            async with heavy.turn("10.0.0.1", "heavy reviews"):
+                pass
+        with pytest.raises(Busy, match="deciding 2 heavy reviews already"):
+            async with heavy.turn("10.0.0.3", "heavy reviews"):
+                pass
+    async with heavy.turn("10.0.0.1", "heavy reviews"):
+        pass
+    assert heavy._clients == {}

@@ -40,12 +40,14 @@ REJECTION_REASONS = (
     "header_timeout",
     "tls_handshake",
     "large_requests",
+    "queue_timeout",
 )
 """Why a listener refused or closed a connection or request (``rgpu_http_rejected_total``):
 over the listener's connection cap, over one client address's cap, a request head over its
 byte limit (431), a head not complete within its deadline (408, closed), a TLS handshake that
 failed or did not finish within that deadline, and (the extender's webhook) a large request
-beyond the concurrent allowance of its client address or of the listener (429)."""
+beyond the concurrent allowance of its client address or of the listener, or one that waited
+too long for its client's turn (429)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

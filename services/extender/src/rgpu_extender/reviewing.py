@@ -22,10 +22,13 @@ __all__ = ["admit_body"]
 logger = logging.getLogger(__name__)
 
 
-def admit_body(body: bytes, policy: AdmissionPolicy, metrics: ExtenderMetrics) -> Decision:
+def admit_body(
+    body: bytes, policy: AdmissionPolicy, metrics: ExtenderMetrics, *, values: int | None = None
+) -> Decision:
     """The decision for one AdmissionReview body; raises ``MalformedReview`` when it has no uid
-    to answer with (not JSON, not v1, or refused by shape without a readable uid)."""
-    refusal = too_many_values(body)
+    to answer with (not JSON, not v1, or refused by shape without a readable uid). ``values``
+    is the body's count of JSON values when the listener counted it already."""
+    refusal = too_many_values(body, values)
     if refusal is not None:
         return _refused(body, refusal, metrics)
     try:

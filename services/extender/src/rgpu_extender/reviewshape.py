@@ -48,9 +48,9 @@ def count_values(body: bytes) -> int:
     return body.count(b",") + body.count(b"{") + body.count(b"[")
 
 
-def too_many_values(body: bytes) -> str | None:
-    """Why ``body`` is refused before decoding, or None."""
-    values = count_values(body)
+def too_many_values(body: bytes, values: int | None = None) -> str | None:
+    """Why ``body`` is refused before decoding, or None (``values``: its count, if known)."""
+    values = count_values(body) if values is None else values
     if values <= MAX_REVIEW_VALUES:
         return None
     return (

@@ -29,6 +29,7 @@ from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .reviewing import admit_body
 from .scoring import Scoring
+from .webhookguard import REVIEW_VALUES_SCOPE
 
 __all__ = ["ROUTES", "SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
 
@@ -82,7 +83,8 @@ async def bind_pod(request: Request) -> Response:
 
 async def mutate_pod(request: Request) -> Response:
     d = deps(request)
-    decision = admit_body(await request.body(), d.admission, d.metrics)
+    values = request.scope.get(REVIEW_VALUES_SCOPE)
+    decision = admit_body(await request.body(), d.admission, d.metrics, values=values)
     return json_response(decision.review)
 
 

@@ -80,7 +80,7 @@ def scheduler_surface(max_body_bytes: int) -> Callable[[ASGIApp], ASGIApp]:
 
 def webhook_surface(*, require_client_cert: bool = False) -> Callable[[ASGIApp], ASGIApp]:
     """The webhook listener's face: ``/mutate`` and health, bodies of an AdmissionReview's size,
-    large reviews rationed and, when asked, only the apiserver's client certificate
-    (``webhookguard``)."""
+    reviews rationed per client address and, when asked, only the apiserver's client
+    certificate (``webhookguard``)."""
     guard = webhook_guard(require_client_cert=require_client_cert)
     return lambda app: Surface(guard(app), "webhook", WEBHOOK_PATHS, WEBHOOK_MAX_BODY_BYTES)
