@@ -36,11 +36,10 @@ from typing import Any
 import anyio
 import httpx
 import orjson
+from bench_extender import FIXTURES, stack
 
 from rgpu_extender.reviewshape import MAX_POD_CONTAINERS, MAX_REVIEW_VALUES, count_values
 from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES
-
-from bench_extender import FIXTURES, stack
 
 TARGET_MS = 100.0
 """The CPU one accepted review may cost at most, however it is shaped."""
@@ -69,7 +68,12 @@ def review(obj: Json, operation: str = "CREATE", old: Json | None = None) -> Jso
 
 def pod(containers: list[Json], **spec: Any) -> Json:
     meta = {"name": "p", "namespace": "ml-team"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": containers, **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": containers, **spec},
+    }
 
 
 def container(index: int, env: int = 0, *, gpu: bool = True) -> Json:
@@ -86,9 +90,21 @@ def shapes() -> dict[str, tuple[bytes, bool]]:
     annotated = pod([container(0)])
     annotated["metadata"]["annotations"] = {f"a{i}": "x" * 1000 for i in range(3900)}
     built = {
-        "honest GPU pod (fixture)": ((FIXTURES / "admission-review-pod-create.json").read_bytes(), True),
+        "honest GPU pod (fixture)": (
+            (FIXTURES / "admission-review-pod-create.json").read_bytes(),
+            True,
+        ),
         "256 GPU containers x env": (
-            orjson.dumps(review(pod([container(i, room // (MAX_POD_CONTAINERS * 3)) for i in range(MAX_POD_CONTAINERS)]))),
+            orjson.dumps(
+                review(
+                    pod(
+                        [
+                            container(i, room // (MAX_POD_CONTAINERS * 3))
+                            for i in range(MAX_POD_CONTAINERS)
+                        ]
+                    )
+                )
+            ),
             True,
         ),
         "1 container, env flood": (orjson.dumps(review(pod([container(0, room // 3)]))), True),
@@ -115,6 +131,10 @@ def shapes() -> dict[str, tuple[bytes, bool]]:
     return built
 
 
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
 def server_cpu() -> Callable[[], float]:
     """CPU seconds of the thread serving the webhook (this, the main thread)."""
     clock = time.pthread_getcpuclockid(threading.get_ident())
@@ -123,10 +143,14 @@ def server_cpu() -> Callable[[], float]:
 
 def send(url: str, ca_file: str, body: bytes) -> httpx.Response:
     with httpx.Client(verify=ca_file, trust_env=False, timeout=60) as client:
-        return client.post(f"{url}/mutate", content=body, headers={"content-type": "application/json"})
+        return client.post(
+            f"{url}/mutate", content=body, headers={"content-type": "application/json"}
+        )
 
 
-async def figure(url: str, ca_file: str, body: bytes, accepted: bool, rounds: int) -> tuple[float, float, str]:
+async def figure(
+    url: str, ca_file: str, body: bytes, accepted: bool, rounds: int
+) -> tuple[float, float, str]:
     cpu = server_cpu()
     samples, wall, outcome = [], [], ""
     for _ in range(rounds):
@@ -137,7 +161,9 @@ async def figure(url: str, ca_file: str, body: bytes, accepted: bool, rounds: in
         allowed = reply.status_code == 200 and reply.json()["response"]["allowed"] is True
         outcome = "accepted" if allowed else f"refused ({reply.status_code})"
         if allowed != accepted:
-            raise SystemExit(f"expected {'acceptance' if accepted else 'refusal'}, got {reply.text[:300]}")
+            raise SystemExit(
+                f"expected {'acceptance' if accepted else 'refusal'}, got {reply.text[:300]}"
+            )
     return statistics.median(samples), statistics.median(wall), outcome
 
 
@@ -147,8 +173,11 @@ async def main(rounds: int) -> None:
         async with stack(Path(directory)) as (_, tls, _sim, ca):
             ca_file = str(Path(directory) / "ca.pem")
             ca.cert_pem.write_to_path(ca_file)
-            print(f"load average {open('/proc/loadavg').read().split()[0]}; {rounds} rounds each")
-            print(f"{'shape':<30}{'MiB':>6}{'values':>9}{'server CPU ms':>15}{'wall ms':>9}{'target':>8}  ok  outcome")
+            print(f"load average {load_average()}; {rounds} rounds each")
+            print(
+                f"{'shape':<30}{'MiB':>6}{'values':>9}{'server CPU ms':>15}{'wall ms':>9}"
+                f"{'target':>8}  ok  outcome"
+            )
             for name, (body, accepted) in built.items():
                 cpu_ms, wall_ms, outcome = await figure(tls, ca_file, body, accepted, rounds)
                 mark = "yes" if cpu_ms <= TARGET_MS else "NO"
