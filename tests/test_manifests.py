@@ -44,7 +44,7 @@ from starlette.routing import Route
 from rgpu_cli.stack import MATCH_CONDITION, MATCH_CONDITION_NAME
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
-from rgpu_runtime import Listener, Settings, running
+from rgpu_runtime import Listener, Settings, audience_of, running
 
 pytestmark = pytest.mark.process
 
@@ -59,9 +59,9 @@ API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
 """The services that call the Kubernetes API (metrics only for its leader election)."""
 RECEIVERS = ("allocator", "discovery")
 """Services with guarded routes (DESIGN §10): they confirm callers' tokens with TokenReview."""
-CALLERS = ("extender", "allocator")
-"""Services that call a guarded route (extender: the allocator's writes; allocator: discovery's
-probe), so they send a projected token of audience rgpu."""
+CALLERS = {"extender": "allocator", "allocator": "discovery"}
+"""Services that call a guarded route, and whose (extender: the allocator's writes; allocator:
+discovery's probe): each sends a projected token of the receiving service's audience."""
 OWNED_ANNOTATIONS = {"hami.io/remote-gpu-devices-", "hami.io/lupine-endpoint", "rgpu.io/"}
 """Scheduler-owned annotation names and prefixes (DESIGN §5) the webhook must be sent."""
 OVERLAYS = ("dev", "production")
@@ -898,19 +898,20 @@ def test_only_the_receivers_may_create_tokenreviews(render: Render, service: str
     assert reviews == ({TOKEN_REVIEW} if service in RECEIVERS else set())
 
 
-def test_services_require_tokenreview_and_allow_exactly_the_callers_accounts(
+def test_services_require_tokenreview_and_each_route_allows_exactly_its_callers_account(
     render: Render,
 ) -> None:
     settings = Settings.from_env(render.settings(), service="allocator")
     assert settings.auth.mode == "tokenreview"
-    expected = {f"system:serviceaccount:{NAMESPACE}:rgpu-{s}" for s in CALLERS}
-    assert set(settings.auth.allowed_callers) == expected
-    for username in settings.auth.allowed_callers:
+    account = f"system:serviceaccount:{NAMESPACE}:rgpu-{{}}".format
+    assert settings.auth.allocation_callers == (account("extender"),)
+    assert settings.auth.probe_callers == (account("allocator"),)
+    for username in (*settings.auth.allocation_callers, *settings.auth.probe_callers):
         assert render.has("ServiceAccount", username.rpartition(":")[2])
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_callers_mount_a_projected_token_for_audience_rgpu_at_the_token_file(
+def test_callers_mount_a_projected_token_for_the_audience_they_call_in_the_token_dir(
     render: Render, service: str
 ) -> None:
     spec = render.deployment(service)["spec"]["template"]["spec"]
@@ -924,11 +925,12 @@ def test_callers_mount_a_projected_token_for_audience_rgpu_at_the_token_file(
         assert projected == {}
         return
     ((volume, token),) = projected.items()
-    assert token["audience"] == "rgpu"
+    assert token["audience"] == audience_of(CALLERS[service])
+    assert token["path"] == token["audience"]
     assert 600 <= token["expirationSeconds"] <= 3600
     (mount,) = [m for m in render.container(service)["volumeMounts"] if m["name"] == volume]
     settings = Settings.from_env(_environment(render, service), service=service)
-    assert settings.auth.token_file == f"{mount['mountPath']}/{token['path']}"
+    assert settings.auth.token_dir == mount["mountPath"]
     assert mount["readOnly"] is True
 
 

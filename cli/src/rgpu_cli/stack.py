@@ -49,9 +49,11 @@ def service_account(service: str) -> str:
 
 # The webhook trusts exactly the services that write scheduler-owned annotations, as k8s/base.
 TRUSTED_USERS = ",".join(service_account(s) for s in ("allocator", "extender"))
-# The callers the allocator's writes and discovery's probe accept, as k8s/base/settings.env:
-# each service gets its token through TokenRequest, having no kubelet to project one.
-ALLOWED_CALLERS = ",".join(service_account(s) for s in ("extender", "allocator"))
+# Who may call each guarded route, as k8s/base/settings.env: only the extender books, commits
+# and releases; only the allocator asks discovery for a probe. Each service gets its tokens
+# (one per audience it calls) through TokenRequest, having no kubelet to project them.
+ALLOCATION_CALLERS = service_account("extender")
+PROBE_CALLERS = service_account("allocator")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +236,8 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
         "RGPU_PROBE_TIMEOUT_SECONDS": "1",
         "RGPU_TRUSTED_USERS": TRUSTED_USERS,
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": ALLOWED_CALLERS,
+        "RGPU_ALLOCATION_CALLERS": ALLOCATION_CALLERS,
+        "RGPU_PROBE_CALLERS": PROBE_CALLERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
     }

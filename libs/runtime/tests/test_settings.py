@@ -34,9 +34,10 @@ EVERY_KEY = {
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
-    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender, ops",
+    "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender, ops",
+    "RGPU_PROBE_CALLERS": "system:serviceaccount:rgpu-system:rgpu-allocator",
     "RGPU_AUTH_CACHE_SECONDS": "30",
-    "RGPU_TOKEN_FILE": "/tokens/rgpu",
+    "RGPU_TOKEN_DIR": "/tokens",
     "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
     "RGPU_MAX_BODY_BYTES": "8388608",
     "RGPU_HTTP_MAX_HEADER_BYTES": "32768",
@@ -82,9 +83,10 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.http.scheduler_max_body_bytes == 64 << 20
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
     assert s.auth.mode == "none"
-    assert s.auth.allowed_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
+    assert s.auth.allocation_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
+    assert s.auth.probe_callers == ("system:serviceaccount:rgpu-system:rgpu-allocator",)
     assert s.auth.cache_seconds == 30.0
-    assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
+    assert (s.auth.token_dir, s.auth.token_account) == ("/tokens", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
     assert s.http.webhook_client_ca_file == "/tls/apiserver-ca.crt"
     assert s.http.limits == ListenerLimits(
@@ -127,8 +129,9 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.http.scheduler_client_ca_file is None
     assert s.http.scheduler_max_body_bytes == 4 << 20
     assert (s.log.level, s.log.format) == ("INFO", "json")
-    assert (s.auth.mode, s.auth.allowed_callers, s.auth.cache_seconds) == ("tokenreview", (), 60.0)
-    assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
+    assert (s.auth.mode, s.auth.cache_seconds) == ("tokenreview", 60.0)
+    assert (s.auth.allocation_callers, s.auth.probe_callers) == ((), ())
+    assert (s.auth.token_dir, s.auth.token_account) == ("/var/run/secrets/rgpu", None)
     assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
     assert s.http.webhook_client_ca_file is None
@@ -213,7 +216,8 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_NAMESPACE", "RGPU_System", "expected a DNS-1123 label"),
         ("RGPU_SCHEDULER_NAME", "rgpu scheduler", "expected a single word without spaces"),
         ("RGPU_AUTH", "off", "expected one of tokenreview, none"),
-        ("RGPU_ALLOWED_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
+        ("RGPU_ALLOCATION_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
+        ("RGPU_PROBE_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
         ("RGPU_AUTH_CACHE_SECONDS", "0", "expected a positive number of seconds"),
         ("RGPU_TOKEN_ACCOUNT", "Rgpu_Extender", "expected a service-account name"),
         ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
@@ -250,6 +254,20 @@ def test_unknown_rgpu_key_is_refused_with_a_suggestion_and_the_known_keys() -> N
     assert message.startswith("RGPU_GRANULARTY: unknown setting")
     assert "did you mean RGPU_GRANULARITY?" in message
     assert "RGPU_BOOKING_TTL_SECONDS" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "replacement"),
+    [
+        ("RGPU_ALLOWED_CALLERS", "RGPU_ALLOCATION_CALLERS"),
+        ("RGPU_TOKEN_FILE", "RGPU_TOKEN_DIR"),
+    ],
+)
+def test_a_retired_key_is_refused_naming_what_replaced_it(key: str, replacement: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({key: "x"}, service="allocator")
+    assert str(caught.value).startswith(f"{key}: no longer read;")
+    assert replacement in str(caught.value)
 
 
 def test_keys_without_the_rgpu_prefix_are_ignored() -> None:

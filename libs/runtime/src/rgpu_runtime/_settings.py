@@ -35,8 +35,8 @@ _DEFAULT_LISTEN = {
 }
 
 KNOWN_KEYS = (
+    "RGPU_ALLOCATION_CALLERS",
     "RGPU_ALLOCATOR_URL",
-    "RGPU_ALLOWED_CALLERS",
     "RGPU_AUTH",
     "RGPU_AUTH_CACHE_SECONDS",
     "RGPU_BOOKING_TTL_SECONDS",
@@ -53,6 +53,7 @@ KNOWN_KEYS = (
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
     "RGPU_PREEMPTION",
+    "RGPU_PROBE_CALLERS",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
@@ -63,7 +64,7 @@ KNOWN_KEYS = (
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
     "RGPU_TOKEN_ACCOUNT",
-    "RGPU_TOKEN_FILE",
+    "RGPU_TOKEN_DIR",
     "RGPU_TOPOLOGY_KEYS",
     "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_CLIENT_CA_FILE",
@@ -205,22 +206,27 @@ class AuthSettings:
     """How services prove who they are to each other (DESIGN §10)."""
 
     mode: AuthMode = "tokenreview"
-    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with
-    audience ``rgpu`` that TokenReview confirms) or ``none`` (any caller; an explicit choice,
-    logged as a warning at start). Secure by default."""
-    allowed_callers: tuple[str, ...] = ()
-    """``RGPU_ALLOWED_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
-    guarded routes accept; empty so no caller is trusted unless listed. No wildcards."""
+    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with the
+    receiving service's audience, ``rgpu-<service>``, that TokenReview confirms) or ``none``
+    (any caller; an explicit choice, logged as a warning at start). Secure by default."""
+    allocation_callers: tuple[str, ...] = ()
+    """``RGPU_ALLOCATION_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
+    may book, commit and release at the allocator (the extender's); empty so nobody is trusted
+    unless listed. No wildcards."""
+    probe_callers: tuple[str, ...] = ()
+    """``RGPU_PROBE_CALLERS``: exact usernames that may ask discovery for a probe (the
+    allocator's); empty so nobody is trusted unless listed. No wildcards."""
     cache_seconds: float = 60.0
     """``RGPU_AUTH_CACHE_SECONDS``: how long a TokenReview verdict is reused; a minute keeps the
     apiserver off the booking path yet lets a deleted account lose access quickly (never
     longer than the token's own expiry)."""
-    token_file: str = "/var/run/secrets/rgpu/token"
-    """``RGPU_TOKEN_FILE``: the projected token (audience ``rgpu``) a caller sends; re-read as
-    the kubelet rotates it. The path the k8s/ Deployments mount it at."""
+    token_dir: str = "/var/run/secrets/rgpu"
+    """``RGPU_TOKEN_DIR``: where a caller finds its projected tokens, one file per audience it
+    calls (``rgpu-allocator``, ``rgpu-discovery``), re-read as the kubelet rotates them. Where
+    the k8s/ Deployments mount them."""
     token_account: str | None = None
     """``RGPU_TOKEN_ACCOUNT``: a service-account name in ``RGPU_NAMESPACE`` to mint tokens for
-    through TokenRequest instead of reading ``token_file``; for the simulated cluster, where
+    through TokenRequest instead of reading ``token_dir``; for the simulated cluster, where
     no kubelet projects tokens. Unset in a real cluster."""
 
 
@@ -279,8 +285,24 @@ class _Env:
         return value if value.strip() else None
 
 
+RETIRED_KEYS = {
+    "RGPU_ALLOWED_CALLERS": (
+        "one allow-list for every guarded route is gone: list the extender's account in "
+        "RGPU_ALLOCATION_CALLERS (the allocator's writes) and the allocator's in "
+        "RGPU_PROBE_CALLERS (discovery's probe)"
+    ),
+    "RGPU_TOKEN_FILE": (
+        "each caller now reads one token per audience it calls from RGPU_TOKEN_DIR "
+        "(<dir>/rgpu-allocator, <dir>/rgpu-discovery): project them there"
+    ),
+}
+"""Keys an older ConfigMap may still carry, with what replaced them."""
+
+
 def _refuse_unknown(environ: Mapping[str, str]) -> None:
     for key in sorted(environ):
+        if key in RETIRED_KEYS:
+            raise SettingsError(f"{key}: no longer read; {RETIRED_KEYS[key]}")
         if key.startswith("RGPU_") and key not in KNOWN_KEYS:
             close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
             hint = f"did you mean {close[0]}? " if close else ""
@@ -408,9 +430,10 @@ def _auth(env: _Env) -> AuthSettings:
         mode=d.mode
         if mode is None
         else cast(AuthMode, p.choice("RGPU_AUTH", mode, ("tokenreview", "none"))),
-        allowed_callers=_read(env, "RGPU_ALLOWED_CALLERS", _usernames, d.allowed_callers),
+        allocation_callers=_read(env, "RGPU_ALLOCATION_CALLERS", _usernames, d.allocation_callers),
+        probe_callers=_read(env, "RGPU_PROBE_CALLERS", _usernames, d.probe_callers),
         cache_seconds=_read(env, "RGPU_AUTH_CACHE_SECONDS", p.seconds, d.cache_seconds),
-        token_file=_read(env, "RGPU_TOKEN_FILE", p.word, d.token_file),
+        token_dir=_read(env, "RGPU_TOKEN_DIR", p.word, d.token_dir),
         token_account=_read(env, "RGPU_TOKEN_ACCOUNT", _account_name, None),
     )
 

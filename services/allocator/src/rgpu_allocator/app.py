@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    DISCOVERY_AUDIENCE,
     Election,
     ElectionTiming,
     EventRecorder,
@@ -98,10 +99,10 @@ def create_app(
         ):
             # Discovery's probe answers only confirmed callers, so probes carry this service's
             # token; the fleet and topology long-polls are open reads and never wait for one.
-            token = bearer_auth(settings, kube)
+            token = bearer_auth(settings, kube, audience=DISCOVERY_AUDIENCE)
             if token is not None:
                 probe_http.auth = token
-            auth = caller_auth(settings, kube)
+            auth = caller_auth(settings, kube, routes=("allocation",))
             events = EventRecorder(component=COMPONENT)
             api = KubeApi(
                 kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
     EventRecorder,
     Listener,
     Readiness,
@@ -85,7 +86,9 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
+            allocator_http.auth = (
+                bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
+            )
             inventory = Inventory()
             metrics.follow_ages(inventory.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
