@@ -41,7 +41,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_cli.stack import MATCH_CONDITION, MATCH_CONDITION_NAME
+from rgpu_cli.stack import (
+    MATCH_CONDITION,
+    MATCH_CONDITION_NAME,
+    SUBRESOURCE_MATCH_CONDITION,
+    SUBRESOURCE_MATCH_CONDITION_NAME,
+)
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
 from rgpu_runtime import Listener, Settings, audience_of, running
@@ -191,10 +196,19 @@ class Render:
         return loaded
 
     def webhook(self) -> Obj:
+        """The webhook for pods themselves (CREATE, UPDATE)."""
+        return self.webhooks()[0]
+
+    def subresource_webhook(self) -> Obj:
+        """The webhook for the pod subresources that carry the whole pod."""
+        return self.webhooks()[1]
+
+    def webhooks(self) -> list[Obj]:
         configuration = self.get("MutatingWebhookConfiguration", "rgpu-extender")
         webhooks: list[Obj] = configuration["webhooks"]
-        assert len(webhooks) == 1, "rgpu-extender should declare exactly one webhook"
-        return webhooks[0]
+        names = [w["name"] for w in webhooks]
+        assert names == ["pods.webhook.rgpu.io", "pods-subresources.webhook.rgpu.io"], names
+        return webhooks
 
 
 def _is_settings(obj: Obj) -> bool:
@@ -651,8 +665,9 @@ def test_scheduler_image_is_a_pinned_upstream_kube_scheduler(render: Render) -> 
 # The webhook
 
 
-def test_webhook_calls_the_extender_webhook_port_at_mutate(render: Render) -> None:
-    service = render.webhook()["clientConfig"]["service"]
+@pytest.mark.parametrize("index", [0, 1])
+def test_webhook_calls_the_extender_webhook_port_at_mutate(render: Render, index: int) -> None:
+    service = render.webhooks()[index]["clientConfig"]["service"]
     assert (service["namespace"], service["name"], service["path"]) == (
         NAMESPACE,
         "rgpu-extender",
@@ -675,8 +690,27 @@ def test_webhook_fails_closed_quickly_on_pod_create_and_update(render: Render) -
     assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
 
 
-def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(render: Render) -> None:
-    expressions = render.webhook()["namespaceSelector"]["matchExpressions"]
+def test_the_subresource_webhook_guards_status_and_ephemeral_containers_failing_closed(
+    render: Render,
+) -> None:
+    webhook = render.subresource_webhook()
+    assert (webhook["failurePolicy"], webhook["sideEffects"]) == ("Fail", "None")
+    assert webhook["timeoutSeconds"] <= 5
+    assert webhook["reinvocationPolicy"] == "Never"
+    (rule,) = webhook["rules"]
+    assert rule["operations"] == ["UPDATE"]
+    assert sorted(rule["resources"]) == ["pods/ephemeralcontainers", "pods/status"]
+    assert webhook["namespaceSelector"] == render.webhook()["namespaceSelector"]
+    (condition,) = webhook["matchConditions"]
+    quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
+    assert quoted == OWNED_ANNOTATIONS | {"LUPINE_"}
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(
+    render: Render, index: int
+) -> None:
+    expressions = render.webhooks()[index]["namespaceSelector"]["matchExpressions"]
     by_key = {e["key"]: e for e in expressions}
     names = by_key["kubernetes.io/metadata.name"]
     assert names["operator"] == "NotIn"
@@ -695,7 +729,7 @@ def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_ann
     quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
-    assert quoted == resources | OWNED_ANNOTATIONS
+    assert quoted == resources | OWNED_ANNOTATIONS | {"LUPINE_"}
     assert "oldObject" in condition["expression"]
 
 
@@ -715,10 +749,18 @@ class _Hook:
         return Response(orjson.dumps(body | {"response": answer}), media_type="application/json")
 
 
-def _pod(name: str, *, limits: Obj | None = None, annotations: Obj | None = None) -> Obj:
+def _pod(
+    name: str,
+    *,
+    limits: Obj | None = None,
+    annotations: Obj | None = None,
+    env: list[Obj] | None = None,
+) -> Obj:
     container: Obj = {"name": "c", "image": "busybox:1.36"}
     if limits is not None:
         container["resources"] = {"limits": limits}
+    if env is not None:
+        container["env"] = env
     metadata: Obj = {"name": name}
     if annotations is not None:
         metadata["annotations"] = annotations
@@ -731,7 +773,7 @@ def _pod(name: str, *, limits: Obj | None = None, annotations: Obj | None = None
 
 
 @pytest.mark.anyio
-async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotations(
+async def test_the_apiserver_sends_exactly_gpu_pods_lupine_pods_and_owned_annotation_changes(
     dev: Render, tmp_path: Path
 ) -> None:
     """The rendered configuration, evaluated by the simulated apiserver's real CEL."""
@@ -744,8 +786,8 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
     )
     pods = "/api/v1/namespaces/ml-team/pods"
     async with running(app, listener) as (url,), run_apiserver() as sim:
-        (webhook,) = configuration["webhooks"]
-        webhook["clientConfig"] = {"url": f"{url}/mutate", "caBundle": files.ca_bundle()}
+        for webhook in configuration["webhooks"]:
+            webhook["clientConfig"] = {"url": f"{url}/mutate", "caBundle": files.ca_bundle()}
         async with httpx.AsyncClient(base_url=sim.url) as api:
             await api.post("/api/v1/namespaces", json={"metadata": {"name": "ml-team"}})
             admission = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -756,7 +798,8 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             endpoint = _pod("endpoint", annotations={"hami.io/lupine-endpoint": "10.0.0.1"})
             steered = _pod("steered", annotations={"rgpu.io/retry-at": "1"})
             plain = _pod("plain", annotations={"example.com/note": "hi"})
-            for body in (gpu, forged, endpoint, steered, plain):
+            pointed = _pod("pointed", env=[{"name": "LUPINE_SERVER", "value": "10.0.0.9:14833"}])
+            for body in (gpu, forged, endpoint, steered, plain, pointed):
                 assert (await api.post(pods, json=body)).status_code == 201
             # Removing an owned annotation is seen through the old object.
             current = (await api.get(f"{pods}/steered")).json()
@@ -766,12 +809,21 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             current = (await api.get(f"{pods}/plain")).json()
             current["metadata"]["labels"] = {"a": "b"}
             assert (await api.put(f"{pods}/plain", json=current)).status_code == 200
+            # Through pods/status: a status change alone is never sent, an owned annotation is.
+            current = (await api.get(f"{pods}/gpu")).json()
+            current["status"] = {"phase": "Running"}
+            assert (await api.put(f"{pods}/gpu/status", json=current)).status_code == 200
+            current = (await api.get(f"{pods}/gpu")).json()
+            current["metadata"]["annotations"] = {"hami.io/lupine-endpoint": "10.0.0.1:1"}
+            await api.put(f"{pods}/gpu/status", json=current)
     assert hook.sent == [
         "CREATE gpu",
         "CREATE forged",
         "CREATE endpoint",
         "CREATE steered",
+        "CREATE pointed",
         "UPDATE steered",
+        "UPDATE gpu",
     ]
 
 
@@ -1498,3 +1550,8 @@ def test_the_simulated_stack_sends_pods_to_the_webhook_exactly_as_k8s_does() -> 
     webhook = yaml.safe_load((ROOT / "k8s" / "base" / "extender" / "webhook.yaml").read_text())
     (condition,) = webhook["webhooks"][0]["matchConditions"]
     assert (condition["name"], condition["expression"]) == (MATCH_CONDITION_NAME, MATCH_CONDITION)
+    (condition,) = webhook["webhooks"][1]["matchConditions"]
+    assert (condition["name"], condition["expression"]) == (
+        SUBRESOURCE_MATCH_CONDITION_NAME,
+        SUBRESOURCE_MATCH_CONDITION,
+    )

@@ -144,20 +144,35 @@ class Stack:
         )
 
 
-MATCH_CONDITION_NAME = "asks-for-remote-gpu-or-carries-owned-annotations"
+MATCH_CONDITION_NAME = "asks-for-remote-gpu-names-lupine-or-carries-owned-annotations"
 MATCH_CONDITION = (
     "(object.spec.containers"
     " + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
     " .exists(c, has(c.resources)"
     " && [has(c.resources.limits) ? c.resources.limits : {},"
     " has(c.resources.requests) ? c.resources.requests : {}]"
-    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r))"
+    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r)"
+    " || has(c.env) && c.env.exists(e, e.name.startsWith('LUPINE_'))"
+    " || has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix.startsWith('LUPINE_')))"
     " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
     " && o.metadata.annotations.exists(k, k.startsWith('hami.io/remote-gpu-devices-')"
     " || k == 'hami.io/lupine-endpoint' || k.startsWith('rgpu.io/')))"
 )
 """The webhook's matchCondition, word for word as k8s/base/extender/webhook.yaml folds it
 (tests/test_manifests.py holds the two equal), so the simulated cluster admits as deployed."""
+SUBRESOURCE_MATCH_CONDITION_NAME = "changes-owned-annotations-or-names-lupine"
+SUBRESOURCE_MATCH_CONDITION = (
+    "[[object, oldObject], [oldObject, object]].exists(p,"
+    " has(p[0].metadata.annotations) && p[0].metadata.annotations.exists(k,"
+    " (k.startsWith('hami.io/remote-gpu-devices-') || k == 'hami.io/lupine-endpoint'"
+    " || k.startsWith('rgpu.io/'))"
+    " && !(has(p[1].metadata.annotations) && k in p[1].metadata.annotations"
+    " && p[1].metadata.annotations[k] == p[0].metadata.annotations[k])))"
+    " || has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c,"
+    " has(c.env) && c.env.exists(e, e.name.startsWith('LUPINE_'))"
+    " || has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix.startsWith('LUPINE_')))"
+)
+"""The subresource webhook's matchCondition (pods/status, pods/ephemeralcontainers), likewise."""
 
 
 def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
@@ -170,42 +185,59 @@ def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
 
 
 def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
+    client = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+    # As k8s/base deploys it: only kube-system is exempt, and the apiserver sends a pod only
+    # when it asks for the resource, names a lupine variable or carries an owned annotation
+    # (kubesim evaluates the CEL for real).
+    namespaces = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }
+    common = {
+        "clientConfig": client,
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+        "namespaceSelector": namespaces,
+    }
+    pods = {
+        "name": "pods.rgpu.io",
+        "rules": [
+            {
+                "operations": ["CREATE", "UPDATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+            }
+        ],
+        "reinvocationPolicy": "IfNeeded",
+        "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION}],
+    }
+    subresources = {
+        "name": "pods-subresources.rgpu.io",
+        "rules": [
+            {
+                "operations": ["UPDATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods/status", "pods/ephemeralcontainers"],
+            }
+        ],
+        "reinvocationPolicy": "Never",
+        "matchConditions": [
+            {
+                "name": SUBRESOURCE_MATCH_CONDITION_NAME,
+                "expression": SUBRESOURCE_MATCH_CONDITION,
+            }
+        ],
+    }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "rgpu-webhook"},
-        "webhooks": [
-            {
-                "name": "pods.rgpu.io",
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-                "rules": [
-                    {
-                        "operations": ["CREATE", "UPDATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 5,
-                "reinvocationPolicy": "IfNeeded",
-                # As k8s/base deploys it: only kube-system is exempt, and the apiserver
-                # sends a pod only when it asks for the resource or carries an owned
-                # annotation (kubesim evaluates the CEL for real).
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": ["kube-system"],
-                        }
-                    ]
-                },
-                "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION}],
-            }
-        ],
+        "webhooks": [common | pods, common | subresources],
     }
 
 

@@ -9,10 +9,8 @@ of that at CREATE, refusing what would defeat it. The result is idempotent: muta
 already-mutated pod yields no operations, so the webhook is safe under
 ``reinvocationPolicy: IfNeeded`` and under apiserver retries.
 
-The answer is an RFC 6902 JSONPatch, which fails on the apiserver if it ``add``s below a member
-that does not exist yet (a pod without annotations, a container without env) or forgets RFC 6901
-escaping (annotation keys contain ``/``); the ``put``/``append_item``/``insert_first`` helpers
-handle both.
+The answer is an RFC 6902 JSONPatch built with ``patchops``, whose helpers create missing
+parents and escape keys as the apiserver needs.
 
 The annotations bind writes are the pod's claim on a GPU server; a user who could set them
 could point a pod at a server someone else holds, or have the allocator's repair book a server
@@ -28,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,15 +38,16 @@ from rgpu_contracts import (
     ContractError,
     admission_allow,
     admission_deny,
-    pointer,
 )
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
 from rgpu_runtime import Settings
 
 from .affinity import affinity_ops
+from .endpoints import refuse_stray_endpoints
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
 from .instruments import ExtenderMetrics
 from .objects import mapping, pod_label
+from .patchops import Op, append_item, insert_first, put, put_member
 from .reviewshape import too_many_containers
 from .shapes import check_pod
 from .wiring import (
@@ -84,9 +83,6 @@ MARKER_ANNOTATION = "hami.io/webhook-mutated"
 _OWNED_PREFIXES = ("hami.io/remote-gpu-devices-", "rgpu.io/")
 _POD_SUBRESOURCES = ("", "status", "ephemeralcontainers", "resize")
 """Pod subresources whose review carries the whole pod, annotations included."""
-
-Op = dict[str, Any]
-Path = Sequence[str | int]
 
 
 def is_owned(key: str) -> bool:
@@ -197,6 +193,12 @@ def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
     check_pod(request.old_object)
     _guard_owned(request, policy)
     _refuse_ephemeral_asks(_object(request), policy.mutation)
+    if request.sub_resource == "ephemeralcontainers":
+        # The containers added here were never seen at CREATE.
+        resource = policy.mutation.count_resource
+        refuse_stray_endpoints(
+            _object(request), None, resource=resource, sections=("ephemeralContainers",)
+        )
     if request.operation == "CREATE" and not request.sub_resource:
         patch = mutate_pod(_object(request), policy.mutation)
         return _allowed(request, patch, "mutated" if patch else "unchanged")
@@ -271,9 +273,11 @@ def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> 
 def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]:
     """The JSONPatch a new pod needs; ``()`` for a pod that asks for no cards.
 
-    Raises ``AdmissionDenied`` with a message the pod's author can act on.
+    Raises ``AdmissionDenied`` with a message the pod's author can act on (a container that
+    asks for nothing but names a lupine server is refused in every pod: ``endpoints``).
     """
     demand = _demand(pod, policy)
+    refuse_stray_endpoints(pod, demand, resource=policy.count_resource)
     if not demand.asks:
         return ()
     _refuse_owned_annotations(pod, policy)
@@ -387,29 +391,3 @@ def _marker_ops(pod: Mapping[str, Any]) -> Iterator[Op]:
     annotations = _annotations(pod)
     if (annotations or {}).get(MARKER_ANNOTATION) != "true":
         yield put_member(["metadata", "annotations"], annotations, MARKER_ANNOTATION, "true")
-
-
-def put(path: Path, value: object, *, exists: bool) -> Op:
-    """Set the value at ``path``: ``replace`` when it exists, ``add`` when it does not."""
-    return {"op": "replace" if exists else "add", "path": pointer(*path), "value": value}
-
-
-def put_member(parent: Path, current: Mapping[str, Any] | None, key: str, value: object) -> Op:
-    """Set ``parent[key]``, creating the parent object when ``current`` is absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": {key: value}}
-    return put([*parent, key], value, exists=key in current)
-
-
-def append_item(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
-    """Append to the list at ``parent``, creating the list when ``current`` is absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": [value]}
-    return {"op": "add", "path": pointer(*parent, "-"), "value": value}
-
-
-def insert_first(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
-    """Insert at index 0 of the list at ``parent``, creating the list when absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": [value]}
-    return {"op": "add", "path": pointer(*parent, 0), "value": value}
