@@ -18,9 +18,9 @@ tools:
 	@if ! command -v kubectl >/dev/null 2>&1; then \
 		(apt-get update -qq && apt-get install -y -qq kubectl) >/dev/null 2>&1 || \
 		echo "kubectl could not be installed from Debian; kubectl tests will fail"; fi
-	@if ! command -v promtool >/dev/null 2>&1; then \
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
 		(apt-get update -qq && apt-get install -y -qq prometheus) >/dev/null 2>&1 || \
-		echo "prometheus (promtool) could not be installed from Debian; monitoring tests will fail"; fi
+		echo "prometheus (server, promtool) could not be installed from Debian; monitoring tests will fail"; fi
 
 sync:
 	$(UV) sync --locked --all-packages

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from rgpu_kubesim import RequestCount, RequestKey
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -206,3 +208,37 @@ def summarise(path: Path, top: int = 8) -> ProfileSummary:
         by_package=[(k, 100 * v / total) for k, v in packages.most_common(top)],
         by_our_frame=[(k, 100 * v / total) for k, v in ours.most_common(top)],
     )
+
+
+def histogram_buckets(text: str, name: str, **labels: str) -> dict[float, float]:
+    """Cumulative bucket counts (``le`` -> count) of histogram ``name`` in exposition
+    ``text``, summed over the series matching ``labels``."""
+    found: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != f"{name}_bucket":
+                continue
+            if any(sample.labels.get(k) != v for k, v in labels.items()):
+                continue
+            le = float(sample.labels["le"])
+            found[le] = found.get(le, 0.0) + sample.value
+    return found
+
+
+def bucket_quantile(before: Mapping[float, float], after: Mapping[float, float], q: float) -> float:
+    """The ``q`` quantile (0..1) of what was observed between two bucket readings, linearly
+    interpolated inside its bucket as Prometheus' histogram_quantile does; NaN when empty."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            share = (rank - below) / (count - below) if count > below else 0.0
+            return lower + (bound - lower) * share
+        lower, below = bound, count
+    return lower

@@ -205,6 +205,7 @@ class Meter:
         self._procs = m.samples(self.pids)
         self._tally = self.stack.sim.meter.snapshot()
         self._kept = {k: len(v) for k, v in self.stack.scheduler.latencies().items()}
+        self._filters = self.filter_buckets()
         return self.phase
 
     def __exit__(self, *exc: object) -> None:
@@ -214,7 +215,16 @@ class Meter:
         phase.tally = m.tally_between(self._tally, self.stack.sim.meter.snapshot())
         latencies = self.stack.scheduler.latencies().items()
         phase.latencies = {k: list(v[self._kept.get(k, 0) :]) for k, v in latencies}
+        filters = self.filter_buckets()
+        phase.filter_inside_ms = tuple(
+            1000 * m.bucket_quantile(self._filters, filters, q) for q in (0.5, 0.99)
+        )
         phase.load = m.load_average()
+
+    def filter_buckets(self) -> dict[float, float]:
+        """The extender's own ``/filter`` histogram, as its ``/metrics`` says now."""
+        text = httpx.get(f"{self.stack.url('extender')}/metrics", timeout=30).text
+        return m.histogram_buckets(text, "rgpu_extender_verb_duration_seconds", verb="filter")
 
 
 async def burst(stack: Stack, count: int, cards: int, profile: Path | None, meter: Meter) -> Phase:
@@ -306,7 +316,11 @@ def _say(granularity: str, what: str) -> None:
     print(f"[{granularity}] {what}; load average {m.load_average()}", flush=True)
 
 
-async def run(args: argparse.Namespace, granularity: str) -> dict[str, Any]:
+def _admission_env(mode: str) -> dict[str, dict[str, str]]:
+    return {s: {"RGPU_ADMISSION": mode} for s in ("allocator", "extender")}
+
+
+async def run(args: argparse.Namespace, granularity: str, admission: str) -> dict[str, Any]:
     """Rest, burst, stream and relist on a fresh stack; the figures."""
     options = StackOptions(
         servers=args.servers,
@@ -316,8 +330,9 @@ async def run(args: argparse.Namespace, granularity: str) -> dict[str, Any]:
         granularity=granularity,
         probe_interval_seconds=args.probe_interval,
         kubelet=KubeletConfig(start_delay_seconds=0.2),
-        work_dir=Path(tempfile.mkdtemp(prefix=f"bench-system-{granularity}-")),
+        work_dir=Path(tempfile.mkdtemp(prefix=f"bench-system-{granularity}-{admission}-")),
         prepare=background(args.background),
+        extra_env=_admission_env(admission),
     )
     args.granularity_now = granularity
     started = time.monotonic()
@@ -336,7 +351,7 @@ async def run(args: argparse.Namespace, granularity: str) -> dict[str, Any]:
         s = await stream(stack, args, b.pods, meter)
         _say(granularity, "stream done")
         baseline = await relist(stack)
-        return report.figures(stack, meter.pids, (rest, b, s), baseline)
+        return report.figures(stack, meter.pids, (rest, b, s), baseline, admission=admission)
 
 
 def main() -> None:
@@ -360,6 +375,13 @@ def main() -> None:
     # depending on whether it holds their rewrite.
     parser.add_argument("--rest-seconds", type=float, default=60.0)
     parser.add_argument("--granularity", choices=("server", "card", "both"), default="both")
+    parser.add_argument(
+        "--admission",
+        choices=("gate", "filter", "both"),
+        default="gate",
+        help="gate: rgpu admits pods behind a scheduling gate (the default); filter: HAMi's "
+        "flow, booking inside kube-scheduler's /filter; both: one run of each",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--probe-interval",
@@ -372,9 +394,13 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {m.load_average()}", flush=True)
     results = {}
-    for granularity in ("server", "card") if args.granularity == "both" else (args.granularity,):
-        results[granularity] = anyio.run(run, args, granularity)
-        report.show(granularity, results[granularity])
+    granularities = ("server", "card") if args.granularity == "both" else (args.granularity,)
+    admissions = ("gate", "filter") if args.admission == "both" else (args.admission,)
+    for granularity in granularities:
+        for admission in admissions:
+            key = f"{granularity}/{admission}"
+            results[key] = anyio.run(run, args, granularity, admission)
+            report.show(key, results[key])
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -167,3 +167,53 @@ async def test_second_pod_is_refused_with_hami_reason_while_the_server_is_held(
         await wired.allocator.delete(f"/v1/allocations/{first['metadata']['uid']}")
     ).status_code == 204
     assert (await _filter(wired, args, second))["NodeNames"] == ["gpu-node-1", "cpu-node-1"]
+
+
+def _samples(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+async def _read_from_mirror(wired: Wired) -> float:
+    text = (await wired.extender.get("/metrics")).text
+    return _samples(text, "rgpu_extender_outcomes_total", verb="filter", outcome="booked")
+
+
+async def _asked_allocator(wired: Wired) -> float:
+    text = (await wired.allocator.get("/metrics")).text
+    return _samples(text, "rgpu_allocator_decisions_total")
+
+
+async def test_an_admitted_pods_filter_reads_its_booking_without_asking_the_allocator(
+    wired: Wired, load_fixture: Load
+) -> None:
+    args = load_fixture("k8s/extender-filter-args.json")
+    manifest = copy.deepcopy(args["Pod"])
+    manifest["metadata"] = {"name": "admitted-0"}
+    manifest.pop("status")
+    manifest["spec"]["schedulingGates"] = [{"name": "rgpu.io/admission"}]
+    wired.sim.store.create("pods", manifest, namespace="ml-team")
+
+    def lifted() -> bool:
+        got = wired.sim.store.get("pods", "admitted-0", namespace="ml-team")
+        return not got["spec"].get("schedulingGates")
+
+    with anyio.fail_after(10):
+        while not lifted():
+            await anyio.sleep(0.02)
+        pod = wired.sim.store.get("pods", "admitted-0", namespace="ml-team")
+        while not await _read_from_mirror(wired):
+            await _filter(wired, args, pod)
+            await anyio.sleep(0.02)
+    asked = await _asked_allocator(wired)
+    for _ in range(3):
+        result = await _filter(wired, args, pod)
+        assert result["NodeNames"] == ["gpu-node-1", "cpu-node-1"]
+    assert await _read_from_mirror(wired) >= 4
+    assert await _asked_allocator(wired) == asked

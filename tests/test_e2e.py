@@ -5,21 +5,19 @@ webhook. Verdicts come from what the emulated kubelet saw, not from rgpu's own b
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-import uvicorn
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from click.testing import Result
 from rich.console import Console
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from typer.testing import CliRunner
 
 from rgpu_cli.checks import check_endpoints, check_no_sharing
 from rgpu_cli.explain import explain
+from rgpu_cli.main import app as cli
+from rgpu_cli.span_receiver import receiving
+from rgpu_cli.spans import read_spans
 from rgpu_cli.stack import Stack, StackOptions, run_stack
 from rgpu_cli.status import fetch_snapshot, status_table
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
@@ -151,69 +149,54 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
         _assert_clean_run(stack)
 
 
-class _Receiver:
-    """An OTLP/HTTP trace receiver on loopback."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, bytes, str]] = []
-
-    async def traces(self, request: Request) -> Response:
-        message = ExportTraceServiceRequest()
-        message.ParseFromString(await request.body())
-        for resource_spans in message.resource_spans:
-            service = next(
-                (
-                    a.value.string_value
-                    for a in resource_spans.resource.attributes
-                    if a.key == "service.name"
-                ),
-                "",
-            )
-            for scope in resource_spans.scope_spans:
-                self.spans.extend((service, span.trace_id, span.name) for span in scope.spans)
-        return Response(status_code=200)
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[tuple[_Receiver, str]]:
-    sink = _Receiver()
-    app = Starlette(routes=[Route("/v1/traces", sink.traces, methods=["POST"])])
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        await eventually(lambda: server.started, timeout=10, what="receiver started")
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield sink, f"http://127.0.0.1:{port}"
-        server.should_exit = True
-
-
-async def test_one_trace_spans_extender_and_allocator_for_a_filter(
-    receiver: tuple[_Receiver, str],
-) -> None:
-    sink, url = receiver
-    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-    options = _options(servers=1, extra_env={"extender": otel, "allocator": otel})
+async def test_the_stack_keeps_each_pods_story_and_rgpu_trace_draws_it(tmp_path: Path) -> None:
+    spans_file = tmp_path / "spans.jsonl"
     (plan,) = _pods(1, seed=9, run=(0.5, 0.5))
-    async with run_stack(options) as stack:
+    key = f"{plan.namespace}/{plan.name}"
+    async with run_stack(_options(servers=1, spans_file=spans_file)) as stack:
         await _submit(stack, (plan,))
         await eventually(
-            lambda: _phases(stack).get(f"{plan.namespace}/{plan.name}") == "Succeeded",
-            timeout=30,
-            what="pod done",
+            lambda: _phases(stack).get(key) == "Succeeded", timeout=30, what="pod done"
         )
 
-        def joined() -> bool:
-            by_trace: dict[bytes, set[str]] = {}
-            for service, trace_id, _name in sink.spans:
-                by_trace.setdefault(trace_id, set()).add(service)
-            filters = {
-                t for s, t, n in sink.spans if s == "rgpu-extender" and "filter" in n.lower()
-            }
-            return any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
+        def drawn() -> Result | None:
+            result = CliRunner().invoke(cli, ["trace", key, "--file", str(spans_file)])
+            return result if result.exit_code == 0 and " commit " in result.output else None
 
-        await eventually(joined, timeout=15, what="a filter trace with allocator spans")
+        await eventually(drawn, timeout=15, what="the pod's story up to its commit")
+        env = {"RGPU_KUBE_URL": stack.sim.url, "RGPU_ALLOCATOR_URL": stack.url("allocator")}
+        explanation = await explain(Settings.from_env(env, service="extender"), *key.split("/"))
+    result = drawn()
+    assert result is not None
+    rows = result.output.splitlines()
+    steps = ["extender.mutate", "extender.filter", "allocate", "extender.bind", "commit"]
+    found = [next(i for i, row in enumerate(rows) if f" {step} " in row) for step in steps]
+    assert found == sorted(found), result.output
+    assert f"trace {explanation.trace_id}" in result.output
+    by_trace: dict[str, set[str]] = {}
+    for span in read_spans(spans_file):
+        by_trace.setdefault(span.trace_id, set()).add(span.service)
+    filters = {s.trace_id for s in read_spans(spans_file) if s.name == "extender.filter"}
+    assert any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
+
+
+async def test_an_otlp_endpoint_receives_the_spans_instead_of_the_span_file(
+    tmp_path: Path,
+) -> None:
+    """``--otlp-endpoint``: a collector of the user's (here an OTLP/HTTP receiver) gets them."""
+    kept, elsewhere = tmp_path / "kept.jsonl", tmp_path / "collector.jsonl"
+    (plan,) = _pods(1, seed=10, run=(0.5, 0.5))
+    async with receiving(elsewhere) as collector:
+        options = _options(servers=1, spans_file=kept, otlp_endpoint=collector)
+        async with run_stack(options) as stack:
+            await _submit(stack, (plan,))
+            await eventually(
+                lambda: any(s.name == "extender.bind" for s in read_spans(elsewhere)),
+                timeout=30,
+                what="the bind's span at the endpoint",
+            )
+    assert not kept.exists()
+    assert {s.service for s in read_spans(elsewhere)} >= {"rgpu-extender", "rgpu-allocator"}
 
 
 async def test_killing_allocator_and_extender_mid_run_loses_no_booking() -> None:

@@ -1003,9 +1003,12 @@ def test_discovery_leases_are_granted_only_in_the_rgpu_namespace(render: Render)
 _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("", "nodes", "get"): ("read_node",),
     ("", "nodes", "list"): ("list_node",),
+    ("", "namespaces", "get"): ("read_namespace",),
+    ("", "configmaps", "list"): ("list_namespaced_config_map",),
     ("", "pods", "get"): ("read_namespaced_pod",),
     ("", "pods", "list"): ("list_pod_for_all_namespaces", "list_namespaced_pod"),
     ("", "pods", "patch"): ("patch_namespaced_pod",),
+    ("", "pods/status", "patch"): ("patch_namespaced_pod_status",),
     ("", "pods", "update"): ("replace_namespaced_pod",),
     ("", "pods/binding", "create"): ("create_namespaced_pod_binding", "create_namespaced_binding"),
     ("", "pods/eviction", "create"): ("create_namespaced_pod_eviction",),
@@ -1259,6 +1262,11 @@ def test_dev_runs_one_replica_of_everything(dev: Render) -> None:
     }
 
 
+SINGLE_REPLICA = {"rgpu-otel-collector", "rgpu-tempo"}
+"""Off the scheduling path and single by nature: tail sampling needs every span of a trace in
+one collector, and Tempo's local storage has one writer."""
+
+
 def test_production_runs_two_or_more_replicas_of_every_deployment(production: Render) -> None:
     autoscaled = {
         h["spec"]["scaleTargetRef"]["name"]: h["spec"]["minReplicas"]
@@ -1267,6 +1275,9 @@ def test_production_runs_two_or_more_replicas_of_every_deployment(production: Re
     for deployment in production.of_kind("Deployment"):
         name = deployment["metadata"]["name"]
         replicas = autoscaled.get(name, deployment["spec"].get("replicas", 1))
+        if name in SINGLE_REPLICA:
+            assert replicas == 1, name
+            continue
         assert replicas >= 2, name
         assert name not in autoscaled or "replicas" not in deployment["spec"], name
 
@@ -1344,7 +1355,7 @@ def test_observability_points_every_service_at_the_collector(production: Render)
 
 
 def test_service_monitor_scrapes_the_http_port_of_every_service(production: Render) -> None:
-    (monitor,) = production.of_kind("ServiceMonitor")
+    monitor = production.get("ServiceMonitor", "rgpu")
     selected = [
         s["metadata"]["name"]
         for s in production.of_kind("Service")
@@ -1360,7 +1371,7 @@ def test_production_carries_the_alert_rules_beside_the_service_monitor(
     production: Render,
 ) -> None:
     (rule,) = production.of_kind("PrometheusRule")
-    (monitor,) = production.of_kind("ServiceMonitor")
+    monitor = production.get("ServiceMonitor", "rgpu")
     source = yaml.safe_load((K8S / "components/observability/prometheusrule.yaml").read_text())
     assert rule["metadata"]["namespace"] == monitor["metadata"]["namespace"] == NAMESPACE
     # One label for the Prometheus' serviceMonitorSelector and ruleSelector to match alike.
@@ -1379,7 +1390,7 @@ def _dashboard(render: Render) -> Obj:
 
 
 def _queries(dashboard: Obj) -> list[str]:
-    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
 
 
 def test_dashboard_shows_pool_use_holders_latency_and_refusals(production: Render) -> None:

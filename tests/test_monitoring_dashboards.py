@@ -6,15 +6,21 @@ traffic: a pod filtered and bound, a second one refused, a webhook admission, an
 failure. Each service's ``/metrics`` is then relabeled as the Operator's ServiceMonitor would
 (the target labels it adds, with the ``honorLabels`` the manifest sets) and every dashboard
 expression is evaluated by ``promtool test rules`` over those series: each must return data.
+
+The span-metric panels read what the collector's spanmetrics connector exports: those series
+are built from the spans the same traffic produced (the apps run behind ``instrument_app``, as
+``main()`` serves them), named and bucketed as ``collector-config.yaml`` configures the
+connector, and relabeled as the Operator does for the collector's ServiceMonitor.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,11 @@ import httpx
 import pytest
 import yaml
 from asgi_lifespan import LifespanManager
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
 import rgpu_allocator
@@ -30,7 +41,7 @@ import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime import EXEMPLAR_TRACE_ID, Settings, instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
@@ -84,9 +95,15 @@ def node(name: str, labels: Mapping[str, str], register: str | None = None) -> d
 class Stack:
     """The four apps in one process, and a client for each."""
 
-    def __init__(self, sim: SimApiServer, clients: Mapping[str, httpx.AsyncClient]) -> None:
+    def __init__(
+        self,
+        sim: SimApiServer,
+        clients: Mapping[str, httpx.AsyncClient],
+        spans: InMemorySpanExporter,
+    ) -> None:
         self.sim = sim
         self.clients = clients
+        self.spans = spans
 
     async def scrape(self, service: str) -> str:
         response = await self.clients[service].get("/metrics")
@@ -95,7 +112,20 @@ class Stack:
 
 
 @pytest.fixture
-async def stack() -> AsyncIterator[Stack]:
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Spans of the process' provider (set once per process; another module may have)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()
+
+
+@pytest.fixture
+async def stack(spans: InMemorySpanExporter) -> AsyncIterator[Stack]:
     async with run_apiserver() as sim:
         for namespace in ("ml-team", "rgpu-system"):
             sim.store.create("namespaces", {"metadata": {"name": namespace}})
@@ -112,10 +142,10 @@ async def stack() -> AsyncIterator[Stack]:
             return Settings.from_env({**env, **account}, service=service)
 
         discovery = rgpu_discovery.create_app(settings("discovery"))
-        async with LifespanManager(discovery) as d:
+        async with LifespanManager(instrument_app(discovery)) as d:
             to_d = httpx.ASGITransport(app=d.app)
             allocator = rgpu_allocator.create_app(settings("allocator"), discovery_transport=to_d)
-            async with LifespanManager(allocator) as a:
+            async with LifespanManager(instrument_app(allocator)) as a:
                 to_a = httpx.ASGITransport(app=a.app)
                 extender = rgpu_extender.create_app(
                     settings("extender"), allocator_transport=to_a, discovery_transport=to_d
@@ -123,7 +153,10 @@ async def stack() -> AsyncIterator[Stack]:
                 metrics = rgpu_metrics.create_app(
                     settings("metrics"), discovery_transport=to_d, allocator_transport=to_a
                 )
-                async with LifespanManager(extender) as e, LifespanManager(metrics) as m:
+                async with (
+                    LifespanManager(instrument_app(extender)) as e,
+                    LifespanManager(instrument_app(metrics)) as m,
+                ):
                     apps = {"discovery": d.app, "allocator": a.app, "extender": e.app}
                     apps["metrics"] = m.app
                     clients = {
@@ -132,7 +165,7 @@ async def stack() -> AsyncIterator[Stack]:
                         )
                         for name, app in apps.items()
                     }
-                    yield Stack(sim, clients)
+                    yield Stack(sim, clients, spans)
                     for client in clients.values():
                         await client.aclose()
 
@@ -158,7 +191,10 @@ async def filter_pod(stack: Stack, args: Mapping[str, Any], pod: Mapping[str, An
 
 
 async def drive_traffic(stack: Stack, load: Load) -> None:
-    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx."""
+    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx, a quota."""
+    queues = {"queues.yaml": "default: {cards: 64}"}
+    body = {"metadata": {"name": "rgpu-queues"}, "data": queues}
+    stack.sim.store.create("configmaps", body, namespace="rgpu-system")
     args = load("k8s/extender-filter-args.json")
     first, second = fixture_pod(stack, args, "trainer-0"), fixture_pod(stack, args, "trainer-1")
     assert (await filter_pod(stack, args, first))["NodeNames"]
@@ -170,6 +206,8 @@ async def drive_traffic(stack: Stack, load: Load) -> None:
     review = load("k8s/admission-review-pod-create.json")
     assert (await stack.clients["extender"].post("/mutate", json=review)).is_success
     stack.sim.faults.set_error(verb="*", resource="leases", rate=1.0, code=500)
+    # A release reads its pod first (a bound pod's claim is never released): fail that too.
+    stack.sim.faults.set_error(verb="get", resource="pods", rate=1.0, code=500)
     uid = first["metadata"]["uid"]
     extender = {"Authorization": f"Bearer {await extender_token(stack.sim.url)}"}
     failed = await stack.clients["allocator"].delete(f"/v1/allocations/{uid}", headers=extender)
@@ -186,7 +224,9 @@ async def wait_for_holder(stack: Stack) -> None:
 
 
 def honor_labels() -> bool:
-    monitor = yaml.safe_load((OBSERVABILITY / "servicemonitor.yaml").read_text())
+    """Whether the services' ServiceMonitor (``rgpu``) honours their labels."""
+    monitors = yaml.safe_load_all((OBSERVABILITY / "servicemonitor.yaml").read_text())
+    (monitor,) = [m for m in monitors if m["metadata"]["name"] == "rgpu"]
     (endpoint,) = monitor["spec"]["endpoints"]
     return bool(endpoint.get("honorLabels", False))
 
@@ -243,10 +283,13 @@ def dashboard_expressions() -> dict[str, str]:
     }
     for variable in dashboard["templating"]["list"]:
         query = variable.get("definition", "")
-        if match := re.fullmatch(r"label_values\((\w+), (\w+)\)", query):
+        if match := re.fullmatch(r"label_values\((\w+(?:\{[^}]*\})?), (\w+)\)", query):
             found[f"variable {variable['name']}"] = f"group by ({match[2]}) ({match[1]})"
     return {
-        title: expr.replace("$__rate_interval", "2m").replace('=~"$server"', '=~".*"')
+        title: expr.replace("$__rate_interval", "2m")
+        .replace("$__range", "2m")
+        .replace('=~"$server"', '=~".*"')
+        .replace('=~"$span"', '=~".*"')
         for title, expr in found.items()
     }
 
@@ -305,7 +348,8 @@ async def test_the_alerts_target_selectors_match_the_series_behind_the_operator(
 
 
 async def scraped_behind_the_operator(stack: Stack) -> list[dict[str, str]]:
-    """Every service's samples as Prometheus stores them, plus each target's ``up``."""
+    """Every service's samples as Prometheus stores them, plus each target's ``up``, plus
+    the collector's span metrics for the spans of the same traffic."""
     honor = honor_labels()
     series: list[dict[str, str]] = []
     for service in SERVICES:
@@ -313,7 +357,58 @@ async def scraped_behind_the_operator(stack: Stack) -> list[dict[str, str]]:
         series.append(series_line("up", target, 1.0))
         for name, labels, value in samples(await stack.scrape(service)):
             series.append(series_line(name, relabel(labels, target, honor=honor), value))
+    collector = target_labels("otel-collector") | {"endpoint": "span-metrics"}
+    for name, labels, value in span_metrics(stack.spans.get_finished_spans()):
+        series.append(series_line(name, relabel(labels, collector, honor=False), value))
     return series
+
+
+STATUS_CODES = {
+    StatusCode.UNSET: "STATUS_CODE_UNSET",
+    StatusCode.OK: "STATUS_CODE_OK",
+    StatusCode.ERROR: "STATUS_CODE_ERROR",
+}
+
+
+def span_metrics(spans: Iterable[ReadableSpan]) -> Iterator[Sample]:
+    """The calls and duration series the collector's spanmetrics connector exports through its
+    Prometheus exporter for ``spans``, named, unit-suffixed and bucketed as configured."""
+    config = yaml.safe_load((OBSERVABILITY / "collector-config.yaml").read_text())
+    connector = config["connectors"]["spanmetrics"]
+    prefix = connector["namespace"].replace(".", "_")
+    unit = {"s": "seconds", "ms": "milliseconds"}[connector["histogram"]["unit"]]
+    scale = 1e9 if unit == "seconds" else 1e6
+    bounds = [go_duration(b) * 1e9 / scale for b in connector["histogram"]["explicit"]["buckets"]]
+    groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
+    for span in spans:
+        service = str(span.resource.attributes.get("service.name", "unknown_service"))
+        # In one process the provider names no service; name them as rgpu's processes are.
+        labels = {
+            "service_name": "rgpu-" + service if service.startswith("unknown") else service,
+            "span_name": span.name,
+            "span_kind": f"SPAN_KIND_{span.kind.name}",
+            "status_code": STATUS_CODES[span.status.status_code],
+            "job": service,
+        }
+        elapsed = ((span.end_time or 0) - (span.start_time or 0)) / scale
+        groups.setdefault(tuple(sorted(labels.items())), []).append(elapsed)
+    for key, durations in groups.items():
+        labels = dict(key)
+        yield f"{prefix}_calls_total", labels, float(len(durations))
+        for bound in [*bounds, math.inf]:
+            le = "+Inf" if bound == math.inf else repr(bound)
+            count = float(sum(d <= bound for d in durations))
+            yield f"{prefix}_duration_{unit}_bucket", {**labels, "le": le}, count
+        yield f"{prefix}_duration_{unit}_count", labels, float(len(durations))
+        yield f"{prefix}_duration_{unit}_sum", labels, sum(durations)
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go duration such as ``2.5ms`` or ``1s`` (the collector's config syntax)."""
+    match = re.fullmatch(r"([0-9.]+)(ns|us|µs|ms|s|m|h)", text)
+    assert match, text
+    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    return float(match[1]) * scale[match[2]]
 
 
 def alert_target_selectors() -> set[str]:
@@ -389,3 +484,58 @@ async def test_every_series_the_alerts_select_is_exported_by_a_service(
 
     assert selected, "the alert rules select no rgpu series"
     assert selected - exported == set()
+
+
+LATENCY = re.compile(r"histogram_quantile\(.*_(bucket|seconds_bucket)\b")
+
+
+def test_every_latency_panel_shows_exemplars_that_open_their_trace() -> None:
+    dashboard = json.loads((OBSERVABILITY / "dashboard.json").read_text())
+    latency = [
+        (panel["title"], target)
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", ())
+        if LATENCY.search(target["expr"])
+    ]
+    assert len(latency) >= 4
+    assert [title for title, target in latency if target.get("exemplar") is not True] == []
+    sources = yaml.safe_load((OBSERVABILITY / "grafana-datasources.yaml").read_text())
+    by_uid = {source["uid"]: source for source in sources["datasources"]}
+    (chosen,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    prometheus = by_uid[chosen["current"]["value"]]
+    (destination,) = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    assert destination["name"] == EXEMPLAR_TRACE_ID
+    assert by_uid[destination["datasourceUid"]]["type"] == "tempo"
+
+
+def test_the_error_panel_leaves_out_probe_answers() -> None:
+    dashboard = json.loads((OBSERVABILITY / "dashboard.json").read_text())
+    (errors,) = [p for p in dashboard["panels"] if p["title"] == "HTTP errors by service"]
+    (target,) = errors["targets"]
+    assert 'route!~"/readyz|/healthz"' in target["expr"]
+
+
+async def test_discoverys_start_up_503_is_no_error_on_the_dashboard(tmp_path: Path) -> None:
+    """Discovery answers /readyz 503 until its first Node list: the error panel stays empty."""
+    binary = promtool()
+    series = [
+        series_line(
+            "rgpu_http_request_duration_seconds_count",
+            {"service": "discovery", "method": "GET", "route": "/readyz", "status": "503"},
+            5.0,
+        )
+    ]
+    dashboard = json.loads((OBSERVABILITY / "dashboard.json").read_text())
+    (errors,) = [p for p in dashboard["panels"] if p["title"] == "HTTP errors by service"]
+    expr = errors["targets"][0]["expr"].replace("$__rate_interval", "2m")
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [{"expr": expr, "eval_time": "1m", "exp_samples": []}],
+    }
+    suite = tmp_path / "errors_test.yaml"
+    suite.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
+
+    result = await anyio.run_process([binary, "test", "rules", str(suite)], check=False)
+
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()

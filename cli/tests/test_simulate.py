@@ -70,3 +70,17 @@ def test_a_pod_larger_than_any_server_is_never_placed() -> None:
 def test_bad_specs_name_the_key(raw: object, key: str) -> None:
     with pytest.raises(SpecError, match=key.replace("[", r"\[").replace("]", r"\]")):
         load_spec(raw)
+
+
+def test_per_gpu_instances_hold_only_the_cards_asked_for_and_cannot_place_multi_card_pods() -> None:
+    one_card = {**SPEC["workload"], "shapes": [{"cards": 1}]}
+    single = load_spec({**SPEC, "workload": one_card})
+    server, instances = simulate(single, "server"), simulate(single, "server", per_gpu=True)
+    assert instances.label == "per-GPU instances"
+    assert instances.never_placed == 0
+    assert instances.held_share() == pytest.approx(instances.used_share())
+    assert server.held_share() > server.used_share()
+    assert instances.makespan < server.makespan
+    mixed = simulate(load_spec(SPEC), "server", per_gpu=True)
+    assert mixed.never_placed > 0
+    assert mixed.refusals["NodeInsufficientDevice"] == mixed.never_placed

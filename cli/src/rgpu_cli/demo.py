@@ -50,6 +50,8 @@ class DemoReport:
     refusals: dict[str, int]
     checks: tuple[CheckResult, ...]
     wall_seconds: float
+    slowest: str = ""
+    """``namespace/name`` of the pod that waited longest to bind (the one worth tracing)."""
 
     @property
     def ok(self) -> bool:
@@ -148,7 +150,10 @@ def _report(
     waits = tuple(
         r.wait_seconds for r in stack.scheduler.records.values() if r.wait_seconds is not None
     )
+    bound = [r for r in stack.scheduler.records.values() if r.wait_seconds is not None]
+    slowest = max(bound, key=lambda r: r.wait_seconds or 0.0).key if bound else ""
     return DemoReport(
+        slowest=slowest,
         pods=len(plans),
         succeeded=sum(r.phase == "Succeeded" for r in records),
         failed=sum(r.phase == "Failed" for r in records),

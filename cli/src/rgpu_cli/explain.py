@@ -20,7 +20,7 @@ from rich.text import Text
 
 from rgpu_contracts import Allocation, AllocationRequest, ContractError, NoFit, PodRef, PodUID
 from rgpu_placement import ANNOTATION_NOMINATION, Nomination, read_demand
-from rgpu_runtime import KubeClient, Settings, kube_client
+from rgpu_runtime import KubeClient, Settings, creation_of, kube_client
 
 __all__ = [
     "CLAIM_LEASES",
@@ -57,6 +57,8 @@ class Explanation:
     problem: str
     events: tuple[str, ...]
     nominated: Nominated | None = None
+    trace_id: str = ""
+    """The trace of the pod's creation (its ``rgpu.io/trace``), where its story starts."""
 
 
 async def _events(kube: KubeClient, pod: PodRef) -> tuple[str, ...]:
@@ -105,7 +107,9 @@ async def _decide(
     demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
     if not demand.asks:
         return None, None, f"the pod asks for no {resources.count}"
-    request = AllocationRequest(pod=ref, containers=demand.requests(), dry_run=True)
+    request = AllocationRequest(
+        pod=ref, containers=demand.requests(), dry_run=True, cuda_major=demand.cuda_major
+    )
     async with httpx.AsyncClient(base_url=settings.peers.allocator_url, timeout=10) as client:
         answer = await client.post("/v1/allocations", json=request.to_dict())
     if answer.status_code == 200:
@@ -125,7 +129,9 @@ async def explain(settings: Settings, namespace: str, name: str) -> Explanation:
         nominated = await find_nomination(kube, settings.scheduling.namespace, ref.uid)
     node = pod.get("spec", {}).get("nodeName")
     allocation, nofit, problem = await _decide(settings, pod, ref)
+    creation = creation_of(pod)
     return Explanation(
+        trace_id="" if creation is None else f"{creation.trace_id:032x}",
         pod=ref,
         node=node,
         allocation=allocation,
@@ -157,6 +163,8 @@ def render_explanation(explanation: Explanation, *, now: float | None = None) ->
     parts: list[Any] = [
         Text(f"pod {explanation.pod.key} (uid {explanation.pod.uid})", style="bold")
     ]
+    if explanation.trace_id:
+        parts.append(Text(f"trace {explanation.trace_id} (rgpu trace {explanation.pod.key})"))
     if explanation.node:
         parts.append(Text(f"bound to {explanation.node}"))
     if explanation.allocation is not None:

@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -24,12 +26,15 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .pool import cordon_command, drain_command, uncordon_command, usage_command
 from .processes import die_with_parent, run_until_stopped
+from .queue import fetch_queue, queue_json, render_queue
 from .simulate import SimResult, SpecError, load_spec, simulate
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
 from .stack import StackOptions, run_stack
 from .status import fetch_snapshot, status_table
+from .trace import SPANS_VARIABLE, trace_pod
 
 __all__ = ["app", "main"]
 
@@ -53,9 +58,13 @@ def demo(
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
     seed: int = typer.Option(1, help="seed for the fleet and the workload"),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
 ) -> None:
     """Run the whole system on the embedded cluster, schedule a workload, check, and clean up."""
     console = Console()
+    spans = None if otlp_endpoint else _spans_file(work_dir, "demo")
     stack = StackOptions(
         servers=servers,
         cards=cards,
@@ -63,6 +72,8 @@ def demo(
         seed=seed,
         granularity=granularity,
         work_dir=work_dir,
+        spans_file=spans,
+        otlp_endpoint=otlp_endpoint,
     )
     die_with_parent(signal.SIGTERM)
     report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
@@ -70,7 +81,26 @@ def demo(
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
     print_report(report, console)
+    _print_traces(console, spans, otlp_endpoint, report.slowest)
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+def _spans_file(work_dir: Path | None, command: str) -> Path:
+    """Where a stack keeps its spans: the work dir, or a file of its own that outlives it."""
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return work_dir / "spans.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"rgpu-{command}-{stamp}-{os.getpid()}-spans.jsonl"
+
+
+def _print_traces(console: Console, spans: Path | None, endpoint: str | None, pod: str) -> None:
+    if spans is None:
+        console.print(f"traces were sent to {endpoint}", soft_wrap=True, highlight=False)
+        return
+    console.print(f"traces kept in {spans}; the pod that waited longest:", highlight=False)
+    command = f"{SPANS_VARIABLE}={spans} rgpu trace {pod or 'NAMESPACE/POD'}"
+    console.print(command, soft_wrap=True, highlight=False)
 
 
 def _trace_file(value: Path | None) -> Path | None:
@@ -79,6 +109,12 @@ def _trace_file(value: Path | None) -> Path | None:
         raise typer.BadParameter(
             f"{value.parent} is not a directory: create it, or name a file in one that exists"
         )
+    return value
+
+
+def _lost_policy(value: str) -> str:
+    if value not in ("keep", "evict"):
+        raise typer.BadParameter("must be 'keep' or 'evict'")
     return value
 
 
@@ -111,6 +147,9 @@ def soak(
         callback=_trace_file,
         help="write every pod's scheduling history here, one JSON line per pod",
     ),
+    on_server_lost: str = typer.Option(
+        "keep", callback=_lost_policy, help="keep | evict: the allocators' RGPU_ON_SERVER_LOST"
+    ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines."""
     console = Console()
@@ -135,6 +174,7 @@ def soak(
         faults=faults == "standard",
         wake_limit_seconds=wake_limit_seconds or None,
         trace=trace,
+        on_server_lost=on_server_lost,
     )
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
@@ -156,7 +196,9 @@ async def _up(options: StackOptions, console: Console) -> None:
         console.print(f"[bold]apiserver[/]  {stack.sim.url}")
         for name, process in stack.services.items():
             console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
-        console.print(f"[bold]webhook[/]    {stack.webhook_url}\n")
+        console.print(f"[bold]webhook[/]    {stack.webhook_url}")
+        traces = options.otlp_endpoint or options.spans_file
+        console.print(f"[bold]traces[/]     {traces}\n", soft_wrap=True)
         lines = (
             f"kubectl --server {stack.sim.url} get nodes,pods -A",
             f"kubectl --server {stack.sim.url} get leases -n rgpu-system",
@@ -164,12 +206,19 @@ async def _up(options: StackOptions, console: Console) -> None:
             f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status",
             f"RGPU_KUBE_URL={stack.sim.url} RGPU_ALLOCATOR_URL={stack.url('allocator')} "
             "rgpu explain NAMESPACE/POD",
+            *_trace_line(options),
         )
         for line in lines:
             # Ready to paste: never wrapped by the console width.
             console.print(line, soft_wrap=True, highlight=False)
         console.print("\nCtrl-C (or SIGTERM, SIGHUP) stops everything.")
         await anyio.sleep_forever()
+
+
+def _trace_line(options: StackOptions) -> tuple[str, ...]:
+    if options.spans_file is None or options.otlp_endpoint:
+        return ()
+    return (f"{SPANS_VARIABLE}={options.spans_file} rgpu trace NAMESPACE/POD",)
 
 
 async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
@@ -185,6 +234,9 @@ def up(
     granularity: str = typer.Option("server", callback=_granularity),
     seed: int = typer.Option(1),
     apiserver_port: int = typer.Option(0, help="fixed port for the simulated apiserver (0 = any)"),
+    otlp_endpoint: str | None = typer.Option(
+        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
+    ),
 ) -> None:
     """Bring the stack up and leave it running (Ctrl-C stops it)."""
     if not sim:
@@ -198,6 +250,8 @@ def up(
         seed=seed,
         granularity=granularity,
         apiserver_port=apiserver_port,
+        spans_file=None if otlp_endpoint else _spans_file(None, "up"),
+        otlp_endpoint=otlp_endpoint,
     )
     # Stopping whatever started this command (``uv run``, a shell) stops it, and so the stack.
     die_with_parent(signal.SIGTERM)
@@ -230,6 +284,33 @@ def status(
     console.print(status_table(snapshot))
 
 
+@app.command("queue")
+def queue_command(
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only this namespace"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+    allocator_url: str = typer.Option(
+        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"),
+        help="allocator base URL (RGPU_ALLOCATOR_URL)",
+    ),
+) -> None:
+    """Pods waiting for a remote GPU in admission order, and each namespace's share."""
+    if output not in ("table", "json"):
+        raise typer.BadParameter("expected table or json", param_hint="--output")
+    console = Console()
+    try:
+        found = anyio.run(fetch_queue, allocator_url)
+    except (httpx.HTTPError, ContractError) as exc:
+        console.print(
+            f"[red]cannot read the queue from {allocator_url}/v1/queue[/] ({exc}); "
+            "set RGPU_ALLOCATOR_URL or --allocator-url to the allocator's address"
+        )
+        raise typer.Exit(code=2) from None
+    if output == "json":
+        print(queue_json(found, namespace=namespace))
+    else:
+        console.print(render_queue(found, namespace=namespace))
+
+
 @app.command("explain")
 def explain_command(
     pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
@@ -252,22 +333,44 @@ def explain_command(
     console.print(render_explanation(explanation))
 
 
+@app.command("trace")
+def trace_command(
+    pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
+    spans_file: Path | None = typer.Option(
+        None,
+        "--file",
+        envvar=SPANS_VARIABLE,
+        help="the spans a stack kept (rgpu up --sim prints it)",
+        show_default=False,
+    ),
+    depth: int = typer.Option(0, min=0, help="span levels to draw; 1 shows only the steps"),
+) -> None:
+    """A pod's scheduling as a waterfall: every step's spans, the slowest step marked."""
+    status = trace_pod(pod, spans_file, depth, Console(), Console(stderr=True))
+    raise typer.Exit(code=status)
+
+
 @app.command("simulate")
 def simulate_command(
     spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
 ) -> None:
-    """What-if: replay a described fleet and workload in both granularities, side by side."""
+    """What-if: replay a described fleet and workload in server granularity, card granularity
+    and with one lupine per GPU, side by side."""
     console = Console()
     try:
         parsed = load_spec(yaml.safe_load(spec.read_text()))
     except (yaml.YAMLError, SpecError) as exc:
         console.print(f"[red]{spec}:[/] {exc}")
         raise typer.Exit(code=2) from None
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
+    results = [
+        simulate(parsed, "server"),
+        simulate(parsed, "card"),
+        simulate(parsed, "server", per_gpu=True),
+    ]
     table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    table.add_column("")
+    table.add_column("", max_width=13)
     for result in results:
-        table.add_column(f"granularity {result.granularity}", justify="right")
+        table.add_column(result.label, justify="right", min_width=18)
     rows: dict[str, Callable[[SimResult], str]] = {
         "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
         "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
@@ -282,6 +385,13 @@ def simulate_command(
     for label, cell in rows.items():
         table.add_row(label, *(cell(r) for r in results))
     console.print(table)
+
+
+# Running the pool (``pool``): maintenance and usage.
+app.command("cordon")(cordon_command)
+app.command("uncordon")(uncordon_command)
+app.command("drain")(drain_command)
+app.command("usage")(usage_command)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
-""" "should we run `server` or `card` granularity?" is a capacity
+""" "should we run `server` or `card` granularity — or one lupine per GPU?" is a capacity
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
 and workload through the allocator's own decision code (``rgpu_placement.choose``, which the
-service runs) in simulated time, once per granularity, and compares utilisation, waits and
-refusals.
+service runs) in simulated time, once per layout — server granularity, card granularity, and
+per-GPU lupine instances (each card a server of its own, booked whole: card-size isolation) —
+and compares utilisation, waits and refusals.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rgpu_contracts import (
     Server,
     ServerName,
     card_id,
+    instance_server_name,
 )
 from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
 
@@ -119,37 +121,49 @@ def load_spec(raw: object) -> SimSpec:
     )
 
 
-def _fleet(spec: SimSpec) -> Fleet:
+def _card(server: ServerName, node: int, index: int, memory_mib: int) -> Card:
+    uuid = GpuUuid(f"GPU-{node:03d}-{index}")
+    return Card(
+        id=card_id(server, uuid),
+        server=server,
+        uuid=uuid,
+        index=index,
+        memory_mib=memory_mib,
+        cores=100,
+        model="sim",
+        numa=0,
+        healthy=True,
+    )
+
+
+def _server(name: ServerName, node: int, port: int, cards: tuple[Card, ...]) -> Server:
+    return Server(
+        name=name,
+        endpoint=f"10.0.{node // 250}.{node % 250 + 1}:{port}",
+        port=port,
+        ready=True,
+        reachable=True,
+        usage_reported=True,
+        busy=frozenset(),
+        topology=(),
+        cards=cards,
+    )
+
+
+def _fleet(spec: SimSpec, *, per_gpu: bool = False) -> Fleet:
+    """``spec``'s servers; with ``per_gpu`` each card is a lupine instance of its own."""
     servers = []
     for i in range(spec.servers):
-        name = ServerName(f"gpu-{i + 1:03d}")
-        cards = tuple(
-            Card(
-                id=card_id(name, f"GPU-{i:03d}-{j}"),
-                server=name,
-                uuid=GpuUuid(f"GPU-{i:03d}-{j}"),
-                index=j,
-                memory_mib=spec.memory_mib,
-                cores=100,
-                model="sim",
-                numa=0,
-                healthy=True,
-            )
-            for j in range(spec.cards)
-        )
-        servers.append(
-            Server(
-                name=name,
-                endpoint=f"10.0.0.{i + 1}:14833",
-                port=14833,
-                ready=True,
-                reachable=True,
-                usage_reported=True,
-                busy=frozenset(),
-                topology=(),
-                cards=cards,
-            )
-        )
+        node = f"gpu-{i + 1:03d}"
+        if per_gpu:
+            for j in range(spec.cards):
+                name = instance_server_name(node, 14834 + j)
+                card = _card(name, i, j, spec.memory_mib)
+                servers.append(_server(name, i, 14834 + j, (card,)))
+            continue
+        name = ServerName(node)
+        cards = tuple(_card(name, i, j, spec.memory_mib) for j in range(spec.cards))
+        servers.append(_server(name, i, 14833, cards))
     return Fleet(revision=1, observed_at=0.0, servers=tuple(servers))
 
 
@@ -178,9 +192,10 @@ class _Held:
 
 @dataclass(slots=True, kw_only=True)
 class SimResult:
-    """What one granularity achieved on the spec."""
+    """What one layout achieved on the spec."""
 
     granularity: str
+    per_gpu: bool = False
     waits: list[float] = field(default_factory=list)
     held_card_seconds: float = 0.0
     used_card_seconds: float = 0.0
@@ -188,6 +203,11 @@ class SimResult:
     refusals: Counter[str] = field(default_factory=Counter)
     never_placed: int = 0
     total_cards: int = 0
+
+    @property
+    def label(self) -> str:
+        """How the layout is named in a table."""
+        return "per-GPU instances" if self.per_gpu else f"granularity {self.granularity}"
 
     def held_share(self) -> float:
         return self.held_card_seconds / (self.total_cards * self.makespan) if self.makespan else 0.0
@@ -247,17 +267,18 @@ def _claim(pod: _Pod, choice: Choice, now: float) -> Claim:
     )
 
 
-def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
-    """Replay the workload in simulated time.
+def simulate(spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False) -> SimResult:
+    """Replay the workload in simulated time; ``per_gpu`` runs one lupine per card (each a
+    server of one card, in ``granularity``: ``server`` is how such a fleet is run).
 
     Pods are tried in arrival order at every arrival and completion; a later pod may pass a
     blocked one (kube-scheduler retries each pod on its own). ``refusals`` counts pods refused
     at least once, by reason.
     """
-    view = FleetView.build(_fleet(spec), None, ())
+    view = FleetView.build(_fleet(spec, per_gpu=per_gpu), None, ())
     held, result = (
         _Held(),
-        SimResult(granularity=granularity, total_cards=spec.servers * spec.cards),
+        SimResult(granularity=granularity, per_gpu=per_gpu, total_cards=spec.servers * spec.cards),
     )
     events: list[tuple[float, int, str, _Pod | None]] = []
     for n, planned in enumerate(_pods(spec)):

@@ -19,7 +19,20 @@ from rich.table import Table
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .soak_evidence import Evidence, record_evidence
-from .soak_faults import FaultLog, apply_standing_faults, run_faults
+from .soak_faults import (
+    LOST_DEADLINE_SECONDS,
+    LOST_GRACE_SECONDS,
+    FaultLog,
+    apply_standing_faults,
+    run_faults,
+)
+from .soak_lost import (
+    REPLACEMENT_SUFFIX,
+    lost_at,
+    replace_evicted,
+    replacements,
+    with_lost_policy,
+)
 from .soak_priority import (
     Eviction,
     PreemptionWait,
@@ -50,9 +63,11 @@ from .soak_workload import (
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
 from .verdict import (
     WAKE_LIMIT_SECONDS,
+    LostRule,
     WakeUp,
     check_commits_held,
     check_completion,
+    check_lost_holders,
     check_no_5xx,
     check_no_leftover_claims,
     check_restarts,
@@ -89,6 +104,9 @@ class SoakOptions:
     trace: Path | None = None
     """Write every pod's scheduling history here (``soak_trace``); needs
     ``stack.trace_scheduler``."""
+    on_server_lost: str = "keep"
+    """The allocator's ``RGPU_ON_SERVER_LOST``; with ``evict`` the workload's owner creates an
+    evicted pod again, as its controller would, and the verdict checks it ran elsewhere."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +223,11 @@ async def _stream(driver: _Driver, plans: tuple[SoakPod, ...]) -> None:
 
 def _settled(evidence: Evidence, driver: _Driver, total: int) -> bool:
     ended = {life.key for life in evidence.pods.values() if life.end_rv is not None}
-    return len(driver.created | driver.refused) >= total and driver.created <= ended
+    # Replacements of evicted pods must end too, but do not stand for planned pods.
+    planned = {
+        key for key in driver.created | driver.refused if not key.endswith(REPLACEMENT_SUFFIX)
+    }
+    return len(planned) >= total and driver.created <= ended
 
 
 async def _heal(stack: Stack) -> None:
@@ -278,6 +300,17 @@ def _verdict(
             (p.key for p in plans), driver.deleted | evicted, outcomes, log.windows, servers
         ),
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
+        check_lost_holders(
+            log.windows,
+            evidence.pods.values(),
+            evidence.events,
+            LostRule(
+                grace=LOST_GRACE_SECONDS,
+                deadline=LOST_DEADLINE_SECONDS,
+                evict=options.on_server_lost == "evict",
+            ),
+            replacements(evidence),
+        ),
         *timing,
         check_restarts(kills, starts, alive),
         *(_priority_checks(evidence, driver, log, per_card) if _mixed(options) else ()),
@@ -293,8 +326,13 @@ def _mixed(options: SoakOptions) -> bool:
     return options.workload.priority_share > 0
 
 
-def _evictions(evidence: Evidence, driver: _Driver) -> list[Eviction]:
-    return evictions(evidence.leases, evidence.pods.values(), driver.asked)
+def _evictions(evidence: Evidence, driver: _Driver, log: FaultLog | None = None) -> list[Eviction]:
+    """Evictions by preemption; with ``log``, those of holders of a lost server are left out
+    (``check_lost_holders`` judges them)."""
+    found = evictions(evidence.leases, evidence.pods.values(), driver.asked)
+    if log is None:
+        return found
+    return [e for e in found if not lost_at(log.windows, e.victim)]
 
 
 def _preemption_waits(evidence: Evidence, driver: _Driver, log: FaultLog) -> list[PreemptionWait]:
@@ -307,7 +345,7 @@ def _preemption_waits(evidence: Evidence, driver: _Driver, log: FaultLog) -> lis
 def _priority_checks(
     evidence: Evidence, driver: _Driver, log: FaultLog, per_card: bool
 ) -> tuple[CheckResult, ...]:
-    found = _evictions(evidence, driver)
+    found = _evictions(evidence, driver, log)
     return (
         check_preemption_latency(_preemption_waits(evidence, driver, log)),
         check_budgets(found, evidence.pods.values(), BUDGETS),
@@ -363,11 +401,11 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
         f"{len(plans)} pods, {s.replicas} replicas, granularity [cyan]{s.granularity}[/], "
         f"faults {'standard' if options.faults else 'none'}, ttl {s.booking_ttl_seconds:g}s, "
         f"priority mix {options.workload.priority_share:g}, "
-        f"seed {s.seed}"
+        f"lost servers {options.on_server_lost}, seed {s.seed}"
     )
     evidence, log = Evidence(), FaultLog()
     scaling = ScalingEvidence(replicas=s.replicas)
-    async with run_stack(options.stack) as stack:
+    async with run_stack(with_lost_policy(options.stack, options.on_server_lost)) as stack:
         driver = _Driver(stack)
         for namespace in options.workload.namespaces:
             if namespace != "default":
@@ -389,6 +427,10 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
                     apply_standing_faults(stack, log)
                     work.start_soon(run_faults, stack, log, s.seed)
                 work.start_soon(_stream, driver, plans)
+                if options.on_server_lost == "evict":
+                    work.start_soon(
+                        replace_evicted, driver.run_pod, driver.asked, evidence, plans, log
+                    )
                 await _progress(evidence, driver, len(plans), console, options.timeout_seconds)
                 work.cancel_scope.cancel()
             await _heal(stack)

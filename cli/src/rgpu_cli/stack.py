@@ -32,6 +32,7 @@ from .processes import (
     wait_ready,
 )
 from .service_proxy import ServiceProxy
+from .span_receiver import receiving
 
 __all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
 
@@ -86,6 +87,12 @@ class StackOptions:
     prepare: Callable[[Store], None] | None = None
     """Writes objects straight into the store before the services start, as a cluster has
     them before rgpu is installed (the system benchmark's background pods)."""
+    spans_file: Path | None = None
+    """Keep the services' spans in this JSON-lines file (an embedded OTLP receiver) for
+    ``rgpu trace``; ``None`` keeps none (the soak and the tests measure without them)."""
+    otlp_endpoint: str | None = None
+    """Send the services' spans to this OTLP/HTTP base URL (a collector or trace store)
+    instead; it wins over ``spans_file``."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -320,10 +327,32 @@ def _numbered(service: str, replicas: int) -> tuple[str, ...]:
     return tuple(f"{service}-{n}" for n in range(1, replicas + 1))
 
 
+SPAN_DELAY_MS = "500"
+"""How often the services send their spans (the SDK's default is 5 s): ``rgpu trace`` right
+after a pod binds should find its story."""
+
+
+def _traces_env(endpoint: str | None) -> dict[str, str]:
+    if endpoint is None:
+        return {}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_BSP_SCHEDULE_DELAY": SPAN_DELAY_MS,
+    }
+
+
 def _processes(
-    options: StackOptions, sim_url: str, work_dir: Path, cert: Path, key: Path, layout: _Layout
+    options: StackOptions,
+    sim_url: str,
+    work_dir: Path,
+    cert: Path,
+    key: Path,
+    layout: _Layout,
+    traces: str | None = None,
 ) -> dict[str, ServiceProcess]:
     common = _service_env(options, sim_url, {s: layout.url(s) for s in SERVICES})
+    common |= _traces_env(traces)
     group = ProcessGroup()
     processes = {}
     for service, names in layout.names.items():
@@ -384,7 +413,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             options.prepare(sim.store)
         cert, key, ca_pem = _write_certs(work_dir)
         layout = _Layout.plan(options.replicas)
-        services = _processes(options, sim.url, work_dir, cert, key, layout)
+        traces = options.otlp_endpoint
+        if traces is None and options.spans_file is not None:
+            traces = await stack.enter_async_context(receiving(options.spans_file))
+        services = _processes(options, sim.url, work_dir, cert, key, layout, traces)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
         for process in services.values():

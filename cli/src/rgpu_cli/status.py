@@ -49,23 +49,27 @@ def status_table(snapshot: Snapshot) -> Table:
     holders = holding_claims(snapshot.claims.claims)
     held = len(snapshot.claims.claims)
     table = Table(title=f"rgpu fleet (revision {snapshot.fleet.revision}, {held} claims)")
-    for column in ("server", "endpoint", "card", "model", "MiB", "state", "holder"):
+    for column in ("server", "endpoint", "CUDA", "card", "model", "MiB", "state", "holder"):
         table.add_column(column)
     for server in snapshot.fleet.servers:
-        endpoint = server.endpoint or "-"
+        endpoint, cuda = server.endpoint or "-", server.cuda_version or "-"
+        name = f"{server.name} [yellow](cordoned)[/]" if server.cordoned else server.name
         if not server.cards:
             table.add_row(
-                server.name, endpoint, "-", "-", "-", "[red]no cards[/]", server.error or ""
+                name, endpoint, cuda, "-", "-", "-", "[red]no cards[/]", server.error or ""
             )
         for view in view_cards(server, holders):
             card, state = view.card, view.state.value
+            # A cordon stops new bookings only: the card keeps its state (and its holder).
+            cordon = " [yellow]cordoned[/]" if card.cordoned or server.cordoned else ""
             table.add_row(
-                server.name,
+                name,
                 endpoint,
+                cuda,
                 f"{card.index}:{card.uuid}",
                 card.model,
                 str(card.memory_mib),
-                f"[{_STYLE.get(state, 'red')}]{state}[/]",
+                f"[{_STYLE.get(state, 'red')}]{state}[/]{cordon}",
                 view.holder.pod.key if view.holder else "",
             )
     return table

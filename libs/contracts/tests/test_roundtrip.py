@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rgpu_contracts import (
+    AdmissionQueue,
     AdmissionRequest,
     Allocation,
     AllocationRequest,
@@ -36,10 +37,12 @@ from rgpu_contracts import (
     FleetUpdate,
     GpuUuid,
     HostPriority,
+    NamespaceShare,
     NodeName,
     NoFit,
     PodRef,
     PodUID,
+    QueuedPod,
     Reason,
     ReasonCount,
     Server,
@@ -70,6 +73,7 @@ def cards(draw: st.DrawFn, server: str) -> Card:
         model=draw(st.sampled_from(["", "NVIDIA-A100-SXM4-80GB", "H100"])),
         numa=draw(st.integers(0, 3)),
         healthy=draw(st.booleans()),
+        cordoned=draw(st.booleans()),
     )
 
 
@@ -87,6 +91,9 @@ def servers(draw: st.DrawFn) -> Server:
         topology=tuple(sorted(draw(st.dictionaries(names, names, max_size=3)).items())),
         cards=tuple(draw(st.lists(cards(name), max_size=3))),
         error=draw(st.none() | st.text(max_size=20)),
+        node=draw(st.none() | names.map(NodeName)),
+        cordoned=draw(st.booleans()),
+        cuda_version=draw(st.none() | st.sampled_from(["12.4", "11.8", "13.0.1", ""])),
     )
 
 
@@ -129,6 +136,34 @@ claims = st.builds(
     booked_at=times,
     committed_at=st.none() | times,
     node=st.none() | names.map(NodeName),
+    admission_ttl=st.none() | st.floats(min_value=0.001, max_value=1e6),
+)
+queues = st.builds(
+    AdmissionQueue,
+    pods=st.lists(
+        st.builds(
+            QueuedPod,
+            pod=pods,
+            position=small,
+            priority=st.integers(-(2**31), 2**31 - 1),
+            cards=small,
+            reason=names,
+            message=st.text(max_size=20),
+            since=times,
+        ),
+        max_size=3,
+    ).map(tuple),
+    namespaces=st.lists(
+        st.builds(
+            NamespaceShare,
+            namespace=names,
+            held=small,
+            quota=st.none() | small,
+            weight=st.integers(1, 1000),
+        ),
+        max_size=3,
+    ).map(tuple),
+    config_problem=st.none() | st.text(max_size=20),
 )
 reason_counts = st.builds(ReasonCount, reason=st.sampled_from(Reason), count=small)
 nofits = st.builds(
@@ -162,21 +197,65 @@ def test_allocation_roundtrips(allocation: Allocation) -> None:
     assert Allocation.from_dict(_through_json(allocation)) == allocation
 
 
+@given(queues)
+def test_admission_queue_roundtrips(queue: AdmissionQueue) -> None:
+    assert AdmissionQueue.from_dict(_through_json(queue)) == queue
+
+
+def test_a_claim_without_an_admission_ttl_is_written_as_before() -> None:
+    claim = Claim(
+        pod=PodRef(uid=PodUID("u"), namespace="n", name="p"),
+        server=ServerName("gpu-a"),
+        cards=(),
+        containers=(),
+        state=ClaimState.BOOKED,
+        booked_at=1.0,
+    )
+    assert "admissionTtlSeconds" not in claim.to_dict()
+    assert not claim.admitted
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "60", True])
+def test_an_admission_ttl_that_is_not_a_positive_number_is_refused(ttl: object) -> None:
+    raw = {
+        "pod": {"uid": "u", "namespace": "n", "name": "p"},
+        "server": "gpu-a",
+        "cards": [],
+        "state": "booked",
+        "bookedAt": 1.0,
+        "admissionTtlSeconds": ttl,
+    }
+    with pytest.raises(ContractError) as caught:
+        Claim.from_dict(raw)
+    assert caught.value.path.endswith("admissionTtlSeconds")
+
+
 @given(st.lists(claims, max_size=3), small)
 def test_claim_set_roundtrips(items: list[Claim], revision: int) -> None:
     claim_set = ClaimSet(revision=revision, claims=tuple(items))
     assert ClaimSet.from_dict(_through_json(claim_set)) == claim_set
 
 
-@given(pods, st.lists(requests, min_size=1, max_size=4), st.lists(names, max_size=3), st.booleans())
+@given(
+    pods,
+    st.lists(requests, min_size=1, max_size=4),
+    st.lists(names, max_size=3),
+    st.booleans(),
+    st.none() | st.integers(0, 999),
+)
 def test_allocation_request_roundtrips(
-    pod: PodRef, containers: list[ContainerRequest], nodes: list[str], dry_run: bool
+    pod: PodRef,
+    containers: list[ContainerRequest],
+    nodes: list[str],
+    dry_run: bool,
+    cuda_major: int | None,
 ) -> None:
     request = AllocationRequest(
         pod=pod,
         containers=tuple(containers),
         candidate_nodes=tuple(NodeName(n) for n in nodes),
         dry_run=dry_run,
+        cuda_major=cuda_major,
     )
     assert AllocationRequest.from_dict(_through_json(request)) == request
 
@@ -218,6 +297,7 @@ DECODERS: list[Callable[[object], object]] = [
     Allocation.from_dict,
     Claim.from_dict,
     ClaimSet.from_dict,
+    AdmissionQueue.from_dict,
     FleetUpdate.from_dict,
     ClaimsUpdate.from_dict,
     CommitRequest.from_dict,

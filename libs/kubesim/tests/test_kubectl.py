@@ -214,6 +214,29 @@ async def test_running_pod_shows_ready_and_its_ip_in_wide_output(
     assert (row[0], row[1], row[2], row[5], row[6]) == ("web", "1/1", "Running", pod_ip, "n1")
 
 
+GATED = """
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer}
+spec:
+  schedulingGates: [{name: rgpu.io/admission}]
+  containers: [{name: main, image: cuda-app:1}]
+"""
+
+
+async def test_a_gated_pod_shows_scheduling_gated_until_its_gate_is_removed(
+    kubectl: Kubectl, sim: SimApiServer
+) -> None:
+    assert "pod/trainer created" in await kubectl("create", "-f", "-", stdin=GATED)
+    row = (await kubectl("get", "pods")).splitlines()[1].split()
+    assert row[:3] == ["trainer", "0/1", "SchedulingGated"]
+    gate = '[{"op": "remove", "path": "/spec/schedulingGates/0"}]'
+    assert "patched" in await kubectl("patch", "pod", "trainer", "--type=json", "-p", gate)
+    assert not sim.store.get("pods", "trainer")["spec"].get("schedulingGates")
+    sim.store.bind("trainer", "gpu-a")
+    assert (await kubectl("get", "pods")).splitlines()[1].split()[2] == "Pending"
+
+
 async def test_create_with_an_unknown_field_is_refused_by_server_side_validation(
     sim: SimApiServer, kubectl: Kubectl
 ) -> None:

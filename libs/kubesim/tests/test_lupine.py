@@ -289,7 +289,7 @@ async def test_h2only_mode_greets_http1_with_settings_then_hangs_up(
 
 
 @pytest.mark.parametrize(("method", "path"), [("HEAD", "/"), ("GET", "/metrics"), ("POST", "/x")])
-async def test_released_build_answers_any_h2_request_with_a_bare_200_then_resets(
+async def test_released_build_answers_any_h2_request_with_200_and_its_cuda_version_then_resets(
     old_lupine: FakeLupine, method: str, path: str
 ) -> None:
     conn, request = h2_request(method, path)
@@ -297,7 +297,8 @@ async def test_released_build_answers_any_h2_request_with_a_bare_200_then_resets
         await stream.send(request)
         data, how = await read_until_reset(stream)
     responses = [e for e in h2_events(conn, data) if isinstance(e, h2.events.ResponseReceived)]
-    assert [dict(r.headers) for r in responses] == [{b":status": b"200"}]
+    version = b"x-lupine-cuda-version"
+    assert [dict(r.headers) for r in responses] == [{b":status": b"200", version: b"12.4"}]
     assert how == "reset"
 
 

@@ -924,6 +924,65 @@ async def test_pod_deleted_while_backing_off_is_dropped(
         assert await stays(lambda: len(extender.bodies("filter")) == 1)
 
 
+def release(sim: SimApiServer, name: str, *remaining: str) -> None:
+    """Remove gates as rgpu's admitter does: a merge patch at the version just read."""
+    rv = sim.store.get("pods", name)["metadata"]["resourceVersion"]
+    gates = [{"name": g} for g in remaining]
+    patch = {"metadata": {"resourceVersion": rv}, "spec": {"schedulingGates": gates}}
+    sim.store.patch("pods", name, patch)
+
+
+async def test_a_gated_pod_is_never_tried_until_its_last_gate_goes_and_that_update_queues_it(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    gates = [{"name": "rgpu.io/admission"}, {"name": "example.com/quota"}]
+    async with scheduler(trace=True) as emulator:
+        uid = add_pod(sim, "trainer", spec={"schedulingGates": gates})
+        await eventually(lambda: uid in emulator.gated)
+        release(sim, "trainer", "example.com/quota")
+        sim.store.patch("pods", "trainer", {"metadata": {"annotations": {"nudge": "1"}}})
+        assert await stays(lambda: node_of(sim, "trainer") is None)
+        assert extender.calls == [] and emulator.records[uid].attempts == 0
+        release(sim, "trainer")
+        await eventually(lambda: node_of(sim, "trainer") == "node-a")
+        await eventually(lambda: emulator.records[uid].bound_at is not None)
+    record = emulator.records[uid]
+    assert [(s.what, s.detail) for s in record.steps] == [
+        ("gated", "rgpu.io/admission,example.com/quota"),
+        ("queued", ""),
+        ("attempt", ""),
+        ("bound", "node-a"),
+    ]
+    assert record.attempts == 1 and uid not in emulator.gated
+    assert record.queued_at is not None and record.gated_seconds >= QUIET
+    assert record.wait_seconds is not None and record.wait_seconds >= record.gated_seconds
+
+
+async def test_a_pod_created_without_gates_is_queued_at_once_and_counts_no_gated_time(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    async with scheduler() as emulator:
+        uid = add_pod(sim, "trainer")
+        await eventually(lambda: uid in emulator.records and emulator.records[uid].bound_at)
+    record = emulator.records[uid]
+    assert record.queued_at == record.first_seen and record.gated_seconds == 0
+    assert emulator.gated == frozenset()
+
+
+async def test_a_gated_pod_deleted_while_waiting_is_forgotten(
+    sim: SimApiServer, extender: FakeExtender, scheduler: Start
+) -> None:
+    add_nodes(sim, "node-a")
+    async with scheduler() as emulator:
+        uid = add_pod(sim, "trainer", spec={"schedulingGates": [{"name": "rgpu.io/admission"}]})
+        await eventually(lambda: uid in emulator.gated)
+        sim.store.delete("pods", "trainer")
+        await eventually(lambda: uid not in emulator.gated)
+    assert emulator.records[uid].attempts == 0 and extender.calls == []
+
+
 # -- records ----------------------------------------------------------------------------------
 
 

@@ -105,6 +105,7 @@ async def test_binding_is_a_client_span_with_http_and_k8s_attributes(
     assert attributes["k8s.subresource"] == "binding"
     assert attributes["k8s.namespace.name"] == "ml-team"
     assert attributes["k8s.object.name"] == "trainer-0"
+    assert attributes["k8s.pod.name"] == "trainer-0"
 
 
 async def test_an_error_answer_marks_the_span_failed_with_its_status(

@@ -172,3 +172,36 @@ async def test_a_failed_write_is_counted_forgotten_and_the_writer_carries_on() -
         tg.cancel_scope.cancel()
     assert only["message"] == "first"
     assert recorder.counts == {"failed": 1, "written": 1}
+
+
+@pytest.fixture
+def global_spans() -> Iterator[Any]:
+    """Spans of the process' provider (set once per process; another module may have)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    exporter.shutdown()
+
+
+async def test_an_event_is_written_under_the_span_it_was_recorded_in(global_spans) -> None:
+    provider, exporter = global_spans
+    recorder = EventRecorder(component="rgpu-scheduler")
+    async with cluster() as (sim, kube), anyio.create_task_group() as tg:
+        await tg.start(recorder.run, kube)
+        with provider.get_tracer("test").start_as_current_span("extender.filter") as decision:
+            recorder.record(event())
+        await written(sim, 1)
+        tg.cancel_scope.cancel()
+    (write,) = [s for s in exporter.get_finished_spans() if s.name == "POST events"]
+    assert write.parent is not None
+    assert write.parent.span_id == decision.get_span_context().span_id
+    assert write.context.trace_id == decision.get_span_context().trace_id

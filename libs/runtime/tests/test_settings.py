@@ -8,6 +8,9 @@ import pytest
 from rgpu_runtime import KNOWN_KEYS, HostPort, ListenerLimits, Settings, SettingsError
 
 EVERY_KEY = {
+    "RGPU_ADMISSION": "filter",
+    "RGPU_ADMISSION_TTL_SECONDS": "90",
+    "RGPU_ADMISSION_CONCURRENCY": "16",
     "RGPU_RESOURCE_COUNT": "example.com/gpu",
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
@@ -31,6 +34,8 @@ EVERY_KEY = {
     "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
     "RGPU_EXTENDER_BUDGET_SECONDS": "3",
     "RGPU_PREEMPTION": "Off",
+    "RGPU_SERVER_LOST_GRACE_SECONDS": "20",
+    "RGPU_ON_SERVER_LOST": "evict",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
@@ -46,6 +51,9 @@ EVERY_KEY = {
     "RGPU_HTTP_MAX_CONNECTIONS": "2048",
     "RGPU_HTTP_MAX_CLIENT_CONNECTIONS": "64",
     "RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/apiserver-ca.crt",
+    "RGPU_TRACE_BACKGROUND_RATIO": "0.05",
+    "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
+    "OTEL_TRACES_SAMPLER_ARG": "0.25",
     "POD_NAMESPACE": "rgpu-system",
     "KUBECONFIG": "/home/op/.kube/config",
     "KUBERNETES_SERVICE_HOST": "10.0.0.1",
@@ -69,6 +77,8 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
     assert s.scheduling.extender_budget_seconds == 3.0
     assert s.scheduling.preemption is False
+    assert s.scheduling.server_lost_grace_seconds == 20.0
+    assert s.scheduling.on_server_lost == "evict"
     assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
     assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
     assert s.kube.url == "http://127.0.0.1:6443"
@@ -96,6 +106,13 @@ def test_every_key_is_read_into_its_field() -> None:
         max_connections=2048,
         max_client_connections=64,
     )
+    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == (
+        "filter",
+        90,
+        16,
+    )
+    assert s.traces.sampler == "parentbased_traceidratio"
+    assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
 
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
@@ -104,6 +121,7 @@ def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
 
 def test_defaults_match_the_design_when_nothing_is_set() -> None:
     s = Settings.from_env({}, service="allocator")
+    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == ("gate", 60, 64)
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
     assert s.lupine.default_port == 14833
@@ -142,6 +160,8 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
         max_connections=1024,
         max_client_connections=256,
     )
+    assert (s.traces.sampler, s.traces.ratio) == ("parentbased_always_on", 1.0)
+    assert s.traces.background_ratio == 0.1
 
 
 @pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
@@ -230,6 +250,14 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_HTTP_MAX_CONNECTIONS", "0", "expected a whole number of connections, 1.."),
         ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "many", "expected a whole number of connections"),
         ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "2000", "at most RGPU_HTTP_MAX_CONNECTIONS (1024)"),
+        ("RGPU_ADMISSION", "scheduler", "expected one of gate, filter"),
+        ("RGPU_ADMISSION_TTL_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_ADMISSION_CONCURRENCY", "0", "expected a whole number from 1 to 1024"),
+        ("RGPU_ADMISSION_CONCURRENCY", "9" * 400, "expected a whole number from 1 to 1024"),
+        ("OTEL_TRACES_SAMPLER", "jaeger_remote", "expected one of always_on, always_off, "),
+        ("OTEL_TRACES_SAMPLER_ARG", "1.5", "expected a share of traces between 0 and 1"),
+        ("OTEL_TRACES_SAMPLER_ARG", "half", "expected a share of traces between 0 and 1"),
+        ("RGPU_TRACE_BACKGROUND_RATIO", "nan", "expected a share of traces between 0 and 1"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:
@@ -315,3 +343,15 @@ def test_preemption_is_on_by_default_and_a_bad_value_names_key_and_value() -> No
     assert Settings.from_env({}, service="allocator").scheduling.preemption is True
     with pytest.raises(SettingsError, match=r"RGPU_PREEMPTION.*maybe"):
         Settings.from_env({"RGPU_PREEMPTION": "maybe"}, service="allocator")
+
+
+def test_a_lost_server_is_kept_after_a_minute_by_default_and_bad_values_name_the_key() -> None:
+    scheduling = Settings.from_env({}, service="allocator").scheduling
+    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (60.0, "keep")
+    env = {"RGPU_SERVER_LOST_GRACE_SECONDS": "2.5", "RGPU_ON_SERVER_LOST": "Evict"}
+    scheduling = Settings.from_env(env, service="allocator").scheduling
+    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (2.5, "evict")
+    with pytest.raises(SettingsError, match=r"RGPU_ON_SERVER_LOST.*delete"):
+        Settings.from_env({"RGPU_ON_SERVER_LOST": "delete"}, service="allocator")
+    with pytest.raises(SettingsError, match=r"RGPU_SERVER_LOST_GRACE_SECONDS.*-1"):
+        Settings.from_env({"RGPU_SERVER_LOST_GRACE_SECONDS": "-1"}, service="allocator")

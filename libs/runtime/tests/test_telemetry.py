@@ -8,6 +8,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -121,3 +122,55 @@ async def test_a_request_no_route_matched_is_named_by_its_method_alone(
     (span,) = exporter.get_finished_spans()
     assert span.name == "GET"
     assert "http.route" not in (span.attributes or {})
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+def exemplars(exposition: str, route: str) -> set[str]:
+    """Trace ids of the request histogram's exemplars for ``route``."""
+    return {
+        line.split('trace_id="')[1][:32]
+        for line in exposition.splitlines()
+        if line.startswith("rgpu_http_request_duration_seconds_bucket")
+        and f'route="{route}"' in line
+        and " # {" in line
+    }
+
+
+async def test_the_latency_histogram_names_the_requests_trace_in_openmetrics(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    await client.get("/work")
+    (span,) = exporter.get_finished_spans()
+
+    scraped = await client.get("/metrics", headers={"Accept": OPENMETRICS})
+
+    assert scraped.headers["content-type"].startswith("application/openmetrics-text")
+    assert exemplars(scraped.text, "/work") == {f"{span.context.trace_id:032x}"}
+    assert f'span_id="{span.context.span_id:016x}"' in scraped.text
+
+
+async def test_the_plain_text_format_carries_no_exemplars(client: httpx.AsyncClient) -> None:
+    await client.get("/work")
+
+    scraped = await client.get("/metrics")
+
+    assert scraped.headers["content-type"].startswith("text/plain")
+    assert "trace_id" not in scraped.text
+    assert 'route="/work"' in scraped.text
+
+
+async def test_an_unsampled_request_leaves_no_exemplar() -> None:
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+
+    async def work(request: Request) -> Response:
+        return json_response({"ok": True})
+
+    app = create_service_app(service="test", routes=[Route("/work", work)])
+    transport = httpx.ASGITransport(app=instrument_app(app, provider))
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as unsampled:
+        await unsampled.get("/work")
+        scraped = await unsampled.get("/metrics", headers={"Accept": OPENMETRICS})
+    assert 'route="/work"' in scraped.text
+    assert "trace_id" not in scraped.text

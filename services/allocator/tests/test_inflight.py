@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import pytest
 
@@ -113,3 +115,24 @@ def test_fleet_age_is_zero_while_polled_and_counts_from_the_last_answer_after(bu
     inputs.fleet_polled(False)
     now[0] = 133.0
     assert inputs.fleet_age() == 33.0
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "grew"),
+    [
+        ({"cordoned": True}, {}, True),
+        ({"card_cordon": True}, {}, True),
+        ({"cuda_version": None}, {"cuda_version": "12.4"}, True),
+        ({}, {"cordoned": True}, False),
+        ({}, {"card_cordon": True}, False),
+    ],
+)
+def test_uncordoning_or_a_cuda_version_learned_is_new_capacity(build, before, after, grew):
+    def server(cordoned=False, card_cordon=False, cuda_version="12.4"):
+        made = build.server("a")
+        cards = (dataclasses.replace(made.cards[0], cordoned=card_cordon), *made.cards[1:])
+        return dataclasses.replace(made, cordoned=cordoned, cards=cards, cuda_version=cuda_version)
+
+    old = FleetView.build(build.fleet(server(**before)), None, KEYS)
+    new = FleetView.build(build.fleet(server(**after)), None, KEYS)
+    assert capacity_grew(old, new) is grew

@@ -155,3 +155,73 @@ async def test_commits_landing_as_their_bookings_expire_are_never_lost_across_tw
                 lost += await race_round(kit, cluster, (one.client, two.client), rng, round_)
                 await kit.wait_for(empty)
     assert lost == []
+
+
+async def test_a_leader_killed_mid_burst_loses_no_admission_and_books_nothing_twice(
+    build, kit, sim, cluster
+):
+    import importlib
+
+    admission = importlib.import_module("services.allocator.tests.test_admission")
+    count = 60
+    discovery = kit.FakeDiscovery(build.fleet(*(build.server(f"gpu-{i:02}") for i in range(count))))
+    async with kit.discovery_server(discovery) as url:
+        env = kit.allocator_env(sim.url, RGPU_DISCOVERY_URL=url, RGPU_ADMISSION_CONCURRENCY="2")
+        async with kit.allocator_process(env) as one, kit.allocator_process(env) as two:
+            pods = [admission.gated_pod(cluster, f"burst-{i:02}") for i in range(count)]
+
+            def admitted() -> int:
+                return sum(not admission.gates(cluster, p) for p in pods)
+
+            await kit.wait_for(lambda: admitted() >= 5, what="the first admissions")
+            leading = [await admission.metric(r.client, "rgpu_leader") for r in (one, two)]
+            leader = (one, two)[leading.index(1.0)]
+            leader.process.kill()
+            await leader.process.wait()
+            assert admitted() < count
+            await kit.wait_for(lambda: admitted() == count, what="every pod admitted", timeout=30)
+    stored = {s: names for s, names in cluster.holders().items() if names}
+    assert sorted(len(names) for names in stored.values()) == [1] * count
+    assert sorted(n for names in stored.values() for n in names) == sorted(p.name for p in pods)
+
+
+async def test_a_quota_holds_under_a_burst_and_across_a_leader_kill(build, kit, sim, cluster):
+    import importlib
+
+    admission = importlib.import_module("services.allocator.tests.test_admission")
+    quota = 6
+    body = {
+        "metadata": {"name": "rgpu-queues"},
+        "data": {"queues.yaml": f"default: {{cards: {quota}}}"},
+    }
+    cluster.sim.store.create("configmaps", body, namespace="rgpu-system")
+    discovery = kit.FakeDiscovery(
+        build.fleet(*(build.server(f"gpu-{i:02}", cards=1) for i in range(30)))
+    )
+    most = 0
+
+    def held() -> int:
+        return sum(len(names) for names in cluster.holders().values())
+
+    async with kit.discovery_server(discovery) as url:
+        env = kit.allocator_env(sim.url, RGPU_DISCOVERY_URL=url, RGPU_ADMISSION_CONCURRENCY="2")
+        async with kit.allocator_process(env) as one, kit.allocator_process(env) as two:
+            pods = [admission.gated_pod(cluster, f"burst-{i:02}") for i in range(30)]
+
+            def admitted() -> int:
+                return sum(not admission.gates(cluster, p) for p in pods)
+
+            await kit.wait_for(lambda: admitted() >= 2, what="the first admissions")
+            leading = [await admission.metric(r.client, "rgpu_leader") for r in (one, two)]
+            leader = (one, two)[leading.index(1.0)]
+            leader.process.kill()
+            await leader.process.wait()
+            with anyio.move_on_after(8):
+                while admitted() < quota:
+                    most = max(most, held())
+                    await anyio.sleep(0.05)
+            for _ in range(20):
+                most = max(most, held())
+                await anyio.sleep(0.05)
+            assert admitted() == quota
+    assert most == quota

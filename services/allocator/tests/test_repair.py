@@ -64,6 +64,13 @@ async def test_claim_rgpu_committed_is_restored_after_its_lease_is_deleted(
         before = cluster.claims("gpu-a")
         sim.store.delete("leases", lease_name("gpu-a"), namespace="rgpu-system")
         await kit.wait_for(lambda: cluster.holders().get("gpu-a") == ["job"])
+
+        async def counted() -> bool:
+            # The Lease holds the claim before the write's answer reaches the counter.
+            text = (await client.get("/metrics")).text
+            return 'rgpu_allocator_repairs_total{outcome="repaired"} 1.0' in text
+
+        await kit.wait_for(counted, what="the repair counted")
         metrics = (await client.get("/metrics")).text
     after = cluster.claims("gpu-a")
     assert [sorted(c["cards"]) for c in after] == [sorted(c["cards"]) for c in before]

@@ -51,24 +51,25 @@ class Attacker:
         *,
         limits: Mapping[str, str] | None = None,
         scheduler: str = "rgpu-scheduler",
+        namespace: str = "ml",
     ) -> PodRef:
         """Create a pod already on ``client-1`` carrying ``allocated``, and mark it Running."""
         manifest = testkit.pod_manifest(
             name=name,
-            namespace="ml",
+            namespace=namespace,
             scheduler=scheduler,
             node="client-1",
             annotations={ANNOTATION_ALLOCATED: allocated},
             containers=[testkit.container_manifest(name="main", limits=limits)],
         )
-        made = await self._send("POST", "/api/v1/namespaces/ml/pods", manifest)
+        made = await self._send("POST", f"/api/v1/namespaces/{namespace}/pods", manifest)
         await self._send(
             "PATCH",
-            f"/api/v1/namespaces/ml/pods/{name}/status",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
             {"status": {"phase": "Running"}},
             content_type="application/merge-patch+json",
         )
-        return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace="ml", name=name)
+        return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace=namespace, name=name)
 
     async def _send(
         self, method: str, path: str, body: object, *, content_type: str = "application/json"
@@ -262,3 +263,62 @@ async def test_forged_annotation_with_a_number_of_thousands_of_digits_is_refused
         ready = await client.get("/readyz")
     assert ready.status_code == 200
     assert "cannot be read" in refusals(sim, forger)[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "labels"),
+    [("kube-system", {}), ("lupine", {"rgpu.io/webhook": "ignore"})],
+    ids=["kube-system", "labelled-ignore"],
+)
+async def test_a_pod_in_a_namespace_the_webhook_skips_books_nothing_by_repair(
+    build, kit, sim, cluster, attacker, namespace: str, labels: dict[str, str]
+):
+    if labels:
+        sim.store.create("namespaces", {"metadata": {"name": namespace, "labels": labels}})
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=2)))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        squatter = await attacker.run_pod(
+            "squatter", devices(build, "gpu-a", 0, 1), limits=asking(1), namespace=namespace
+        )
+        await settled(kit, sim, cluster, [squatter])
+        assert cluster.holders() == {}
+        await honest_books(kit, client, cluster, "gpu-a")
+        metrics = (await client.get("/metrics")).text
+    [event] = refusals(sim, squatter)
+    assert event["type"] == "Warning"
+    assert f"namespace {namespace}" in event["message"]
+    assert refused_count(metrics) == 1.0
+
+
+async def test_a_replayed_release_of_a_running_pods_claim_is_refused_and_books_no_second_holder(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        holder = cluster.pod("holder")
+        assert (await client.post("/v1/allocations", json=kit.ask(holder))).status_code == 200
+        commit = await client.post(f"/v1/allocations/{holder.uid}/commit", json={"node": "c1"})
+        assert commit.status_code == 200, commit.text
+        cluster.bind(holder, "c1")
+        released = await client.delete(f"/v1/allocations/{holder.uid}")
+        assert released.status_code == 409, released.text
+        body = released.json()
+        assert body["code"] == "still_running"
+        assert "delete the pod" in body["message"]
+        waiting = await client.post("/v1/allocations", json=kit.ask(cluster.pod("waiting")))
+        assert waiting.status_code == 409, waiting.text
+        assert cluster.holders() == {"gpu-a": ["holder"]}
+
+
+async def test_the_extenders_release_after_a_failed_binding_still_frees_the_server(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        pod = cluster.pod("unlucky")
+        assert (await client.post("/v1/allocations", json=kit.ask(pod))).status_code == 200
+        commit = await client.post(f"/v1/allocations/{pod.uid}/commit", json={"node": "c1"})
+        assert commit.status_code == 200, commit.text
+        # The Binding failed: the pod is still unbound, so the release goes through.
+        assert (await client.delete(f"/v1/allocations/{pod.uid}")).status_code == 204
+        assert not cluster.claims("gpu-a")

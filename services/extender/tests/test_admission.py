@@ -290,3 +290,48 @@ def test_an_ephemeral_container_asking_for_the_resource_is_denied(build) -> None
     the_pod = build.pod(build.container("web"), ephemeralContainers=[debug])
     message = denial(decide_with(build, build.review(the_pod)))
     assert "spec.ephemeralContainers[0] asks for nvidia.com/remote-gpu" in message
+
+
+TRACE = "rgpu.io/trace"
+CREATION = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+WEBHOOK_SPAN = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def traced(build, the_pod: dict[str, Any]) -> dict[str, Any]:
+    """``the_pod`` as the webhook's CREATE mutation leaves it, its span being WEBHOOK_SPAN."""
+    review = build.review(the_pod)
+    decision = decide(
+        review, AdmissionPolicy.from_settings(build.settings()), traceparent=WEBHOOK_SPAN
+    )
+    assert decision.allowed, decision.message
+    return build.patched(decision.review, the_pod)
+
+
+def test_the_webhook_records_its_span_on_a_gpu_pod_it_creates(build) -> None:
+    patched = traced(build, build.pod())
+    assert patched["metadata"]["annotations"][TRACE] == WEBHOOK_SPAN
+    assert traced(build, patched) == patched
+
+
+def test_a_pod_asking_for_nothing_gets_no_creation_recorded(build) -> None:
+    plain = build.pod(build.container(count=None, memory=None))
+    assert TRACE not in (traced(build, plain)["metadata"].get("annotations") or {})
+
+
+def test_a_readable_creation_present_at_create_is_kept_not_refused(build) -> None:
+    # The webhook's own, when the apiserver reinvokes it; a pod author's value only ever
+    # becomes a span link, never a parent.
+    patched = traced(build, build.pod(annotations={TRACE: CREATION}))
+    assert patched["metadata"]["annotations"][TRACE] == CREATION
+
+
+def test_an_unreadable_creation_at_create_is_replaced_by_the_webhooks(build) -> None:
+    patched = traced(build, build.pod(annotations={TRACE: "not a traceparent"}))
+    assert patched["metadata"]["annotations"][TRACE] == WEBHOOK_SPAN
+
+
+def test_the_creation_may_not_be_changed_or_removed_by_an_untrusted_user(build) -> None:
+    old = build.pod(annotations={TRACE: CREATION})
+    for after in ({TRACE: WEBHOOK_SPAN}, {TRACE: None}):
+        review = build.review(updated(old, after), operation="UPDATE", old=old, user="alice")
+        assert TRACE in denial(decide_with(build, review))

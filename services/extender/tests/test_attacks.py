@@ -156,8 +156,12 @@ async def test_a_pod_asking_for_nothing_cannot_carry_a_forged_allocation(
 async def test_only_the_exact_trusted_users_may_add_owned_annotations_to_a_bound_pod(
     serve_extender, webhook_configuration, build, user: str
 ) -> None:
+    # The pod is bound straight away, as in HAMi's flow (a gated pod could not be bound).
     async with admitting_cluster(
-        serve_extender, webhook_configuration, RGPU_TRUSTED_USERS=ALLOCATOR_SA
+        serve_extender,
+        webhook_configuration,
+        RGPU_TRUSTED_USERS=ALLOCATOR_SA,
+        RGPU_ADMISSION="filter",
     ) as (cluster, kube):
         created = await kube.post(PODS, json=new_pod(build, build.container(count="1")))
         assert created.status_code == 201, created.text

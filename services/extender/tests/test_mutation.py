@@ -58,6 +58,7 @@ def test_shared_create_fixture_is_mutated_and_uid_echoed(build, load_fixture) ->
     untouched = copy.deepcopy(the_pod)
     assert patched["spec"]["affinity"] == {"nodeAffinity": {REQUIRED: ONLY_CLIENT_NODES}}
     patched["spec"].pop("affinity")
+    assert patched["spec"].pop("schedulingGates") == [{"name": "rgpu.io/admission"}]
     for key in ("schedulerName",):
         untouched["spec"].pop(key)
         patched["spec"].pop(key)

@@ -7,8 +7,9 @@ durable record stored in the per-server Lease (and served as a ``ClaimSet``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from . import _validate as v
 from .errors import ContractError
@@ -16,6 +17,9 @@ from .ids import CardId, NodeName, PodUID, ServerName
 from .reasons import Reason, ReasonCount, ReasonCountDict, render_reasons
 
 __all__ = [
+    "LABEL_CUDA_MAJOR",
+    "MAX_CUDA_MAJOR",
+    "READINESS_GATE",
     "Allocation",
     "AllocationDict",
     "AllocationRequest",
@@ -135,16 +139,31 @@ class AllocationRequestDict(TypedDict):
     containers: list[ContainerRequestDict]
     candidateNodes: list[str]
     dryRun: bool
+    cudaMajor: int | None
+
+
+MAX_CUDA_MAJOR = 999
+"""CUDA majors are two digits today; three leave room without admitting nonsense."""
+LABEL_CUDA_MAJOR = "rgpu.io/cuda-major"
+"""The pod label naming the CUDA major version its client shim was built for, e.g. ``"12"``."""
+READINESS_GATE = "rgpu.io/remote-gpu-ready"
+"""The readiness gate (``spec.readinessGates[].conditionType``) a pod declares to be marked not
+Ready while its remote GPU server is lost; the allocator sets the condition."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocationRequest:
-    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``."""
+    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``.
+
+    ``cuda_major``: the CUDA major version the pod's client shim was built for (its
+    ``rgpu.io/cuda-major`` label); only servers whose lupine reports that major are chosen.
+    """
 
     pod: PodRef
     containers: tuple[ContainerRequest, ...]
     candidate_nodes: tuple[NodeName, ...] = ()
     dry_run: bool = False
+    cuda_major: int | None = None
 
     def to_dict(self) -> AllocationRequestDict:
         return {
@@ -152,6 +171,7 @@ class AllocationRequest:
             "containers": [c.to_dict() for c in self.containers],
             "candidateNodes": list(self.candidate_nodes),
             "dryRun": self.dry_run,
+            "cudaMajor": self.cuda_major,
         }
 
     @classmethod
@@ -165,7 +185,14 @@ class AllocationRequest:
             containers=containers,
             candidate_nodes=tuple(NodeName(n) for n in v.strings(m, "candidateNodes", path, ())),
             dry_run=v.boolean(m, "dryRun", path, False),
+            cuda_major=_cuda_major(m, path),
         )
+
+
+def _cuda_major(m: Mapping[str, object], path: str) -> int | None:
+    if m.get("cudaMajor") is None:
+        return None
+    return v.integer(m, "cudaMajor", path, minimum=0, maximum=MAX_CUDA_MAJOR)
 
 
 class ContainerAssignmentDict(TypedDict):
@@ -199,6 +226,7 @@ class ClaimDict(TypedDict):
     bookedAt: float
     committedAt: float | None
     node: str | None
+    admissionTtlSeconds: NotRequired[float]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,9 +241,19 @@ class Claim:
     booked_at: float
     committed_at: float | None = None
     node: NodeName | None = None
+    admission_ttl: float | None = None
+    """Set on bookings made by admission (the scheduling gate): seconds the booking stays
+    valid while its pod is unbound, in place of the booking TTL, since an admitted pod still
+    waits its turn in kube-scheduler's queue. A commit restarts the clock with the booking TTL.
+    Absent on bookings made at filter time."""
+
+    @property
+    def admitted(self) -> bool:
+        """Whether admission made this booking (the pod passed rgpu's scheduling gate)."""
+        return self.admission_ttl is not None
 
     def to_dict(self) -> ClaimDict:
-        return {
+        out: ClaimDict = {
             "pod": self.pod.to_dict(),
             "server": self.server,
             "cards": list(self.cards),
@@ -225,6 +263,9 @@ class Claim:
             "committedAt": self.committed_at,
             "node": self.node,
         }
+        if self.admission_ttl is not None:
+            out["admissionTtlSeconds"] = self.admission_ttl
+        return out
 
     @classmethod
     def from_dict(cls, raw: object, path: str = "") -> Claim:
@@ -239,7 +280,15 @@ class Claim:
             booked_at=v.number(m, "bookedAt", path),
             committed_at=v.opt_number(m, "committedAt", path),
             node=NodeName(node) if node is not None else None,
+            admission_ttl=_positive(m, "admissionTtlSeconds", path),
         )
+
+
+def _positive(raw: Mapping[str, object], key: str, path: str) -> float | None:
+    value = v.opt_number(raw, key, path)
+    if value is not None and not value > 0:
+        raise ContractError(v.join(path, key), f"must be a positive number of seconds, got {value}")
+    return value
 
 
 class ClaimSetDict(TypedDict):

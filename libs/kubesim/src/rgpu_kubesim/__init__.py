@@ -1,11 +1,12 @@
 """rgpu's simulated Kubernetes cluster: a real apiserver on loopback, for tests and the demo.
 
-``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding), events and
-serviceaccounts (+token), coordination.k8s.io/v1 leases, authentication.k8s.io/v1 tokenreviews
-and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations with kube-apiserver's
-semantics (resourceVersions, selectors, watches, patches, admission webhooks and their CEL
-matchConditions, bearer tokens, Status errors), so unmodified clients (kubectl,
-kubernetes_asyncio) work against it.
+``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding, +eviction),
+configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
+scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
+tokenreviews and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations with
+kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
+and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
+clients (kubectl, kubernetes_asyncio) work against it.
 """
 
 from __future__ import annotations

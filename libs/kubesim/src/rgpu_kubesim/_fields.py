@@ -9,7 +9,7 @@ simulator knows the fields of every kind it serves down to these depths:
 * Pod: ``spec`` (PodSpec), containers and init containers (Container, with ``resources``,
   ``env`` and ``env[].valueFrom.fieldRef``), ``tolerations``, and the top level of ``status``;
 * Node: the top level of ``spec`` and ``status``; Namespace: ``spec`` and ``status``;
-* Lease: ``spec``; Event: its top level;
+* Lease: ``spec``; Event and ConfigMap: their top level;
 * MutatingWebhookConfiguration: each webhook, its ``clientConfig`` (and ``service``) and
   ``rules``.
 
@@ -219,6 +219,7 @@ KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
             metadata=_META,
         ),
         "mutatingwebhookconfigurations": _object(*_TYPE, metadata=_META, webhooks=(_WEBHOOK,)),
+        "configmaps": _object(*_TYPE, "data", "binaryData", "immutable", metadata=_META),
     }
 )
 

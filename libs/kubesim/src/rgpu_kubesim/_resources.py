@@ -99,6 +99,13 @@ RESOURCES: tuple[Resource, ...] = (
         delete_returns_object=True,
     ),
     Resource(
+        plural="configmaps",
+        singular="configmap",
+        kind="ConfigMap",
+        namespaced=True,
+        short_names=("cm",),
+    ),
+    Resource(
         plural="events",
         singular="event",
         kind="Event",

@@ -376,9 +376,8 @@ class Storage:
         meta = binding.get("metadata") or {}
         _check_preconditions(_PODS, current, meta)
         pod = current.decode()
-        node = pod["spec"].get("nodeName")
-        if node:
-            why = f'pod {name} is already assigned to node "{node}"'
+        why = _unbindable(pod, name)
+        if why:
             raise _status.conflict(_PODS, name, why, qualified="pods/binding")
         pod["spec"]["nodeName"] = (binding.get("target") or {}).get("name")
         annotations = meta.get("annotations") or {}
@@ -484,6 +483,18 @@ def _check_preconditions(resource: Resource, current: Entry, wanted: Mapping[str
         raise _status.precondition_conflict(
             resource, current.namespace, current.name, "ResourceVersion", str(rv), str(current.rv)
         )
+
+
+def _unbindable(pod: JsonObj, name: str) -> str:
+    """Why kube's binding storage refuses to assign ``pod`` to a node, or ""."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return f"pod {name} is being deleted, cannot be assigned to a host"
+    node = pod["spec"].get("nodeName")
+    if node:
+        return f'pod {name} is already assigned to node "{node}"'
+    if pod["spec"].get("schedulingGates"):
+        return f"pod {name} has non-empty .spec.schedulingGates"
+    return ""
 
 
 def _set_condition(status: JsonObj, kind: str, now: str) -> None:

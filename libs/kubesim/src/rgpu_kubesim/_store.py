@@ -18,7 +18,7 @@ import orjson
 from rgpu_kubesim import _status
 from rgpu_kubesim._objects import full_object
 from rgpu_kubesim._patching import PATCH_TYPES
-from rgpu_kubesim._resources import Resource, by_plural
+from rgpu_kubesim._resources import RESOURCES, Resource, by_plural
 from rgpu_kubesim._selectors import parse_filter
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._watching import Watcher
@@ -30,7 +30,7 @@ class Store:
     """Direct, synchronous access to every object; see the module docstring.
 
     ``resource`` is the plural name: ``nodes``, ``pods``, ``events``, ``leases``,
-    ``namespaces``, ``mutatingwebhookconfigurations``, ``serviceaccounts``,
+    ``configmaps``, ``namespaces``, ``mutatingwebhookconfigurations``, ``serviceaccounts``,
     ``priorityclasses`` or ``poddisruptionbudgets``. ``namespace`` defaults to the
     object's own ``metadata.namespace``, then ``default``; it is ignored for cluster-scoped
     kinds. Every method raises `rgpu_kubesim.errors.ApiError` exactly where the HTTP API
@@ -198,8 +198,7 @@ def _resource(plural: str) -> Resource:
         raise _status.failure(
             404,
             f'the server could not find the requested resource "{plural}"; use one of: '
-            "namespaces, nodes, pods, events, leases, mutatingwebhookconfigurations, "
-            "serviceaccounts, priorityclasses, poddisruptionbudgets",
+            + ", ".join(r.plural for r in RESOURCES if not r.verbs),
             details={},
         )
     return resource

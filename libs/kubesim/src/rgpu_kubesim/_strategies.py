@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim import _disruption, _priority, _status, _validation
+from rgpu_kubesim import _configmaps, _disruption, _priority, _status, _validation
 from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
@@ -64,6 +64,8 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
             _default_webhook(webhook)
     elif resource.plural == "priorityclasses":
         _priority.default_class(obj)
+    elif resource.plural == "configmaps":
+        _configmaps.check_decodable(resource, obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -119,6 +121,30 @@ def prepare_for_create(resource: Resource, obj: JsonObj) -> None:
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", qos_class(spec))
+    if spec.get("schedulingGates"):
+        _gated_condition(status)
+
+
+SCHEDULING_GATED = "SchedulingGated"
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def _gated_condition(status: JsonObj) -> None:
+    """kube's pod strategy marks a pod created with gates: PodScheduled=False, SchedulingGated
+    unless a PodScheduled condition came with it (the scheduler replaces it once it tries the
+    pod, the binding once it is bound)."""
+    conditions = status.get("conditions") or []
+    if any(c.get("type") == "PodScheduled" for c in conditions if isinstance(c, dict)):
+        return
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": None,
+        "reason": SCHEDULING_GATED,
+        "message": GATED_MESSAGE,
+    }
+    status["conditions"] = [*conditions, condition]
 
 
 def qos_class(spec: JsonObj) -> str:
@@ -190,12 +216,16 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
     causes = _validation.metadata_causes(resource, obj)
     if resource.plural == "pods":
         causes += _validation.pod_causes(obj)
-        if old is not None:
+        if old is None:
+            causes += _validation.pod_create_causes(obj)
+        else:
             causes += _validation.pod_update_causes(obj, old)
     elif resource.plural == "priorityclasses":
         causes += _priority.class_causes(obj, old)
     elif resource.plural == "poddisruptionbudgets":
         causes += _disruption.budget_causes(obj)
+    elif resource.plural == "configmaps":
+        causes += _configmaps.causes(obj, old)
     elif resource.plural == "mutatingwebhookconfigurations":
         causes += _validation.webhook_configuration_causes(obj)
         for index, webhook in enumerate(obj.get("webhooks") or ()):

@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rgpu_kubesim._configmaps import entry_count
 from rgpu_kubesim._objects import Entry
 from rgpu_kubesim._resources import Resource
 
@@ -57,6 +58,7 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Age", "string", 0),
     ),
     "serviceaccounts": (("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)),
+    "configmaps": (("Name", "string", 0), ("Data", "integer", 0), ("Age", "string", 0)),
     "priorityclasses": (
         ("Name", "string", 0),
         ("Value", "integer", 0),
@@ -114,7 +116,21 @@ def _pod_status(pod: JsonObj) -> str:
             reason = (state.get(phase) or {}).get("reason")
             if reason:
                 return str(reason)
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "SchedulingGated":
+            return "SchedulingGated"
     return str(status.get("reason") or status.get("phase") or "Unknown")
+
+
+def _readiness_gates(pod: JsonObj) -> str:
+    """kubectl's READINESS GATES: how many of the gates' conditions are True, of how many."""
+    gates = (pod.get("spec") or {}).get("readinessGates") or ()
+    if not gates:
+        return "<none>"
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    true = {c.get("type") for c in conditions if c.get("status") == "True"}
+    met = sum(1 for g in gates if g.get("conditionType") in true)
+    return f"{met}/{len(gates)}"
 
 
 def _pod_row(pod: JsonObj, now: float) -> list[Any]:
@@ -122,7 +138,6 @@ def _pod_row(pod: JsonObj, now: float) -> list[Any]:
     statuses = status.get("containerStatuses") or ()
     ready = sum(1 for c in statuses if c.get("ready"))
     restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
-    gates = spec.get("readinessGates")
     return [
         pod["metadata"]["name"],
         f"{ready}/{len(spec.get('containers') or ())}",
@@ -132,7 +147,7 @@ def _pod_row(pod: JsonObj, now: float) -> list[Any]:
         status.get("podIP") or "<none>",
         spec.get("nodeName") or "<none>",
         status.get("nominatedNodeName") or "<none>",
-        f"0/{len(gates)}" if gates else "<none>",
+        _readiness_gates(pod),
     ]
 
 
@@ -229,6 +244,7 @@ _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "leases": _simple_row(lambda o: [(o.get("spec") or {}).get("holderIdentity", "")]),
     "mutatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
     "serviceaccounts": _simple_row(lambda o: [len(o.get("secrets") or ())]),
+    "configmaps": _simple_row(lambda o: [entry_count(o)]),
 }
 
 

@@ -44,6 +44,11 @@ def forbidden(field: str, detail: str) -> Cause:
     return Cause(field=field, reason="FieldValueForbidden", detail=f"Forbidden: {detail}")
 
 
+def duplicate(field: str, value: Any) -> Cause:
+    shown = f'"{value}"' if isinstance(value, str) else str(value)
+    return Cause(field=field, reason="FieldValueDuplicate", detail=f"Duplicate value: {shown}")
+
+
 def not_supported(field: str, value: Any, allowed: tuple[str, ...]) -> Cause:
     options = ", ".join(f'"{a}"' for a in allowed)
     detail = f'Unsupported value: "{value}": supported values: {options}'
@@ -90,13 +95,59 @@ def _annotation_causes(annotations: Mapping[str, Any]) -> Iterator[Cause]:
 
 
 def pod_causes(pod: Mapping[str, Any]) -> list[Cause]:
-    """Required containers, names and images, and the extended-resource rules."""
+    """Required containers, names and images, the extended-resource rules, scheduling gates."""
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
     causes = [] if containers else [required("spec.containers")]
     for group in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(group) or ()):
             causes += _container_causes(f"spec.{group}[{index}]", container)
+    causes += _scheduling_gate_causes(spec.get("schedulingGates"))
+    causes += _readiness_gate_causes(spec.get("readinessGates"))
+    return causes
+
+
+def pod_create_causes(pod: Mapping[str, Any]) -> list[Cause]:
+    """What only a new pod is refused for: a node named while scheduling gates remain."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") and spec.get("schedulingGates"):
+        why = "cannot be set until all schedulingGates have been cleared"
+        return [forbidden("spec.nodeName", why)]
+    return []
+
+
+def gate_names(gates: Any) -> list[str]:
+    """The names of ``spec.schedulingGates`` (entries that are not objects count as nameless)."""
+    return [str(g.get("name") or "") if isinstance(g, dict) else "" for g in gates or ()]
+
+
+def _scheduling_gate_causes(gates: Any) -> list[Cause]:
+    if gates is not None and not isinstance(gates, list):
+        return [invalid_value("spec.schedulingGates", gates, "must be a list of {name: ...}")]
+    causes: list[Cause] = []
+    seen: set[str] = set()
+    for index, name in enumerate(gate_names(gates)):
+        path = f"spec.schedulingGates[{index}]"
+        problem = qualified_name_error(name) if name else "name part must be non-empty"
+        if problem:
+            causes.append(invalid_value(path, name, problem))
+        if name in seen:
+            causes.append(duplicate(path, name))
+        seen.add(name)
+    return causes
+
+
+def _readiness_gate_causes(gates: Any) -> list[Cause]:
+    if gates is not None and not isinstance(gates, list):
+        why = "must be a list of {conditionType: ...}"
+        return [invalid_value("spec.readinessGates", gates, why)]
+    causes: list[Cause] = []
+    for index, gate in enumerate(gates or ()):
+        kind = str(gate.get("conditionType") or "") if isinstance(gate, dict) else ""
+        problem = qualified_name_error(kind) if kind else "name part must be non-empty"
+        if problem:
+            path = f"spec.readinessGates[{index}].conditionType"
+            causes.append(invalid_value(path, kind, problem))
     return causes
 
 
@@ -149,8 +200,14 @@ def _request_vs_limit(path: str, name: str, request: Any, limit: Any) -> list[Ca
 
 
 def pod_update_causes(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
-    """kube forbids changing a pod's spec except images, deadlines and added tolerations."""
+    """kube forbids changing a pod's spec except images, deadlines, added tolerations and
+    removed scheduling gates."""
     new_spec, old_spec = dict(new.get("spec") or {}), dict(old.get("spec") or {})
+    causes = _only_removed_gates(new_spec.get("schedulingGates"), old_spec.get("schedulingGates"))
+    return causes + _spec_change_causes(new_spec, old_spec)
+
+
+def _spec_change_causes(new_spec: dict[str, Any], old_spec: dict[str, Any]) -> list[Cause]:
     for field in ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "schedulingGates"):
         new_spec.pop(field, None)
         old_spec.pop(field, None)
@@ -170,6 +227,20 @@ def pod_update_causes(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Ca
     return []
 
 
+def _only_removed_gates(new: Any, old: Any) -> list[Cause]:
+    """A gate may only go: any name the old pod did not carry is an addition (a renamed gate
+    included), whatever its position."""
+    before = set(gate_names(old))
+    return [
+        forbidden(
+            f"spec.schedulingGates[{index}].name",
+            f"only deletion is allowed, but found new scheduling gate '{name}'",
+        )
+        for index, name in enumerate(gate_names(new))
+        if name not in before
+    ]
+
+
 def _tolerations_only_added(new: Any, old: Any) -> bool:
     new_list, old_list = list(new or ()), list(old or ())
     return all(t in new_list for t in old_list)
@@ -187,13 +258,7 @@ def webhook_configuration_causes(config: Mapping[str, Any]) -> list[Cause]:
         path = f"webhooks[{index}]"
         name = webhook.get("name") or ""
         if name in seen:
-            causes.append(
-                Cause(
-                    field=f"{path}.name",
-                    reason="FieldValueDuplicate",
-                    detail=f'Duplicate value: "{name}"',
-                )
-            )
+            causes.append(duplicate(f"{path}.name", name))
         seen.add(name)
         causes += _webhook_causes(path, webhook)
     return causes

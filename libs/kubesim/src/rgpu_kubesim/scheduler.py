@@ -145,10 +145,12 @@ def _invalid(field: str, reason: str) -> NoReturn:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
-    """One thing that happened to a pod in the scheduler: ``queued`` (created or back in the
-    queue), ``updated`` (an update of the pod, a nudge included), ``moved`` (a cluster event
-    sent it back from the unschedulable pods; ``detail`` says which), ``attempt``,
-    ``refused`` and ``error`` (``detail`` is the message) and ``bound`` (``detail`` the node)."""
+    """One thing that happened to a pod in the scheduler: ``gated`` (created with scheduling
+    gates: never tried until they are gone; ``detail`` names them), ``queued`` (created, or its
+    last gate removed), ``updated`` (an update of the pod, a nudge included), ``moved`` (a
+    cluster event sent it back from the unschedulable pods; ``detail`` says which),
+    ``attempt``, ``refused`` and ``error`` (``detail`` is the message) and ``bound``
+    (``detail`` the node)."""
 
     at: float
     """``time.monotonic()``."""
@@ -177,10 +179,22 @@ class PodRecord:
     steps: tuple[Step, ...] = ()
     """With ``SchedulerConfig.trace``: what the queue did with the pod, in order."""
 
+    queued_at: float | None = None
+    """``time.monotonic()`` when the pod entered the scheduling queue: when it was first seen,
+    or for a pod created with scheduling gates when its last gate went; ``None`` while gated."""
+
     @property
     def wait_seconds(self) -> float | None:
-        """Seconds from creation to binding; ``None`` while unbound."""
+        """Seconds from creation to binding (time behind scheduling gates included); ``None``
+        while unbound."""
         return None if self.bound_at is None else self.bound_at - self.first_seen
+
+    @property
+    def gated_seconds(self) -> float:
+        """Seconds the pod waited behind scheduling gates before it was queued (so far, while
+        it still waits); 0 for a pod created without gates."""
+        end = time.monotonic() if self.queued_at is None else self.queued_at
+        return end - self.first_seen
 
 
 def _key(pod: Mapping[str, Any]) -> str:
@@ -206,6 +220,7 @@ class SchedulerEmulator:
             window=config.backoff_window_seconds,
         )
         self._records: dict[str, PodRecord] = {}
+        self._gated: set[str] = set()
         self._random = random.Random(config.seed)
         self._extenders: tuple[httpx.AsyncClient, ...] = ()
         self._calls = 0
@@ -222,6 +237,11 @@ class SchedulerEmulator:
     def records(self) -> Mapping[str, PodRecord]:
         """One record per pod seen, by uid (a read-only view)."""
         return MappingProxyType(self._records)
+
+    @property
+    def gated(self) -> frozenset[str]:
+        """The uids of the pods this scheduler holds back for their scheduling gates."""
+        return frozenset(self._gated)
 
     def latencies(self) -> Mapping[str, tuple[float, ...]]:
         """Seconds per extender call and per scheduling cycle, by ``TIMED`` name, the most
@@ -261,19 +281,39 @@ class SchedulerEmulator:
         uid = str(pod["metadata"]["uid"])
         if kind == DELETED:
             self.queue.forget(uid)
+            self._gated.discard(uid)
             if pod.get("spec", {}).get("nodeName"):
                 self._move_all("assigned pod deleted or finished")
         elif not self._responsible(pod):
             self.queue.forget(uid)
-        elif kind == ADDED or old is None:
+            self._gated.discard(uid)
+        elif pod.get("spec", {}).get("schedulingGates"):
+            self._hold(uid, pod)
+        elif kind == ADDED or old is None or uid in self._gated:
             self._admit(uid, pod)
         elif pod_updated(old, pod):
             self._step(uid, "updated")
             self.queue.updated(uid)
 
-    def _admit(self, uid: str, pod: dict[str, Any]) -> None:
+    def _hold(self, uid: str, pod: dict[str, Any]) -> None:
+        """kube-scheduler's PreEnqueue: a gated pod never enters activeQ (no attempt, no
+        extender call); the update that removes its last gate queues it."""
+        self._record(uid, pod, time.monotonic())
+        if uid not in self._gated:
+            self._gated.add(uid)
+            gates = ",".join(str(g.get("name", "")) for g in pod["spec"]["schedulingGates"])
+            self._step(uid, "gated", gates)
+
+    def _record(self, uid: str, pod: dict[str, Any], now: float) -> None:
         if uid not in self._records:
-            self._records[uid] = PodRecord(uid=uid, key=_key(pod), first_seen=time.monotonic())
+            self._records[uid] = PodRecord(uid=uid, key=_key(pod), first_seen=now)
+
+    def _admit(self, uid: str, pod: dict[str, Any]) -> None:
+        now = time.monotonic()
+        self._record(uid, pod, now)
+        self._gated.discard(uid)
+        if self._records[uid].queued_at is None:
+            self._note(uid, queued_at=now)
         self._step(uid, "queued")
         self.queue.add(uid, int(pod.get("spec", {}).get("priority") or 0))
 

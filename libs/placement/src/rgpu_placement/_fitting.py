@@ -90,8 +90,16 @@ class Fit:
     """Cards that satisfy the request on this server; fewer is a tighter (better) fit."""
 
 
+def _wrong_cuda(f: ServerFacts, demand: Demand) -> bool:
+    """The pod asks for a CUDA major this server's lupine does not report (or not yet)."""
+    return demand.cuda_major is not None and f.cuda_major != demand.cuda_major
+
+
 def _fit_server(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
     if f.problem or not f.healthy or held.problem(f.name) or held.blocking(f.name):
+        return None
+    # A pod given the whole server sees every card of it, a cordoned one too.
+    if f.cordoned or _wrong_cuda(f, demand):
         return None
     if held.busy(f):
         return None
@@ -104,11 +112,16 @@ def _free_capable(f: ServerFacts, demand: Demand, held: Holdings) -> list[Card]:
     start = len(f.memories) - f.capable(demand.max_memory_mib)
     taken = held.taken(f.name)
     busy = held.busy(f)
-    return [c for c in f.healthy[start:] if c.id not in taken and c.uuid not in busy]
+    cordoned = f.cordoned
+    return [
+        c
+        for c in f.healthy[start:]
+        if c.id not in taken and c.uuid not in busy and c.uuid not in cordoned
+    ]
 
 
 def _fit_card(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
-    if f.problem or held.problem(f.name):
+    if f.problem or held.problem(f.name) or _wrong_cuda(f, demand):
         return None
     free = _free_capable(f, demand, held)
     if len(free) < demand.effective_count:
@@ -172,6 +185,8 @@ def _card_reason(
 ) -> Reason | None:
     if not card.healthy:
         return Reason.CARD_NOT_HEALTH
+    if card.cordoned:
+        return Reason.CARD_CORDONED
     if card.id in taken:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if card.uuid in busy:
@@ -197,6 +212,12 @@ def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Count
     return counts, f"{usable} usable card(s), {demand.effective_count} needed{holders}"
 
 
+def _cuda_detail(f: ServerFacts, demand: Demand) -> str:
+    reported = f.server.cuda_version
+    said = f"lupine reports CUDA {reported}" if reported else "lupine's CUDA version is not known"
+    return f"{said}; the pod asks for CUDA {demand.cuda_major}"
+
+
 def verdict(
     f: ServerFacts, demand: Demand, held: Holdings, granularity: Granularity
 ) -> ServerVerdict:
@@ -204,6 +225,13 @@ def verdict(
     if f.problem is not None:
         counts: Counter[Reason] = Counter({f.problem: len(f.server.cards)})
         detail = f.detail
+    elif _wrong_cuda(f, demand):
+        counts = Counter({Reason.CUDA_VERSION_MISMATCH: len(f.server.cards)})
+        detail = _cuda_detail(f, demand)
+    elif granularity == "server" and f.cordoned:
+        counts = Counter({Reason.SERVER_CORDONED: len(f.server.cards)})
+        cards = ", ".join(sorted(f.cordoned))
+        detail = f"card(s) {cards} cordoned; the whole server would be booked"
     elif granularity == "server":
         counts, detail = _server_verdict(f, demand, held)
     else:

@@ -15,6 +15,7 @@ from rgpu_contracts import (
     Card,
     CardId,
     Fleet,
+    GpuUuid,
     Reason,
     Server,
     ServerName,
@@ -43,6 +44,10 @@ class ServerFacts:
     """GPU UUIDs lupine reports a client on."""
     labels: Mapping[str, str]
     """The server's topology labels, for the locality rule."""
+    cordoned: frozenset[GpuUuid] = frozenset()
+    """GPUs of the server under a device cordon: never booked (holders stay)."""
+    cuda_major: int | None = None
+    """The CUDA major lupine reported, for pods that ask for one (``None``: not known)."""
 
     def capable(self, memory_mib: int) -> int:
         """How many healthy cards have at least ``memory_mib``."""
@@ -50,6 +55,9 @@ class ServerFacts:
 
 
 def _problem(server: Server) -> tuple[Reason | None, str]:
+    # A cordon comes first: it is the operator's word, and it outlasts whatever else is wrong.
+    if server.cordoned:
+        return Reason.SERVER_CORDONED, f"node {server.node_name} is cordoned (unschedulable)"
     if not server.ready:
         return Reason.SERVER_NOT_READY, "node is not Ready"
     if not server.endpoint:
@@ -73,6 +81,8 @@ def server_facts(server: Server) -> ServerFacts:
         memories=tuple(c.memory_mib for c in healthy),
         busy=frozenset(busy),
         labels=dict(server.topology),
+        cordoned=server.cordoned_cards,
+        cuda_major=server.cuda_major,
     )
 
 

@@ -2,7 +2,8 @@
 one side and leaked servers on the other, so the rule (DESIGN §4) lives in exactly one place.
 
 A claim is valid while its pod exists, has not finished, and is either bound or was booked /
-committed less than the booking TTL ago. When the pod is missing from the watch cache and the
+committed less than the booking TTL ago (a booking made by admission: less than its own
+admission TTL ago, until it is committed). When the pod is missing from the watch cache and the
 claim is older than the TTL, the answer is ``UNKNOWN``: the cache may lag, so the claim keeps
 blocking until a fresh read of the pod confirms it is gone.
 """
@@ -14,7 +15,7 @@ from typing import Protocol
 
 from rgpu_contracts import Claim, ClaimState
 
-__all__ = ["PodFacts", "Validity", "claim_stamp", "expires_at", "judge", "lasting"]
+__all__ = ["PodFacts", "Validity", "claim_stamp", "claim_ttl", "expires_at", "judge", "lasting"]
 
 
 class PodFacts(Protocol):
@@ -52,11 +53,19 @@ def claim_stamp(claim: Claim) -> float:
     return claim.committed_at if claim.committed_at is not None else claim.booked_at
 
 
+def claim_ttl(claim: Claim, ttl: float) -> float:
+    """Seconds ``claim`` stays valid unbound: an admitted booking's own TTL until its commit,
+    else ``ttl`` (the booking TTL)."""
+    if claim.admission_ttl is not None and claim.committed_at is None:
+        return claim.admission_ttl
+    return ttl
+
+
 def expires_at(claim: Claim, pod: PodFacts | None, ttl: float) -> float | None:
     """When an unbound claim lapses; ``None`` once its pod is bound."""
     if claim.state is ClaimState.BOUND or (pod is not None and pod.bound):
         return None
-    return claim_stamp(claim) + ttl
+    return claim_stamp(claim) + claim_ttl(claim, ttl)
 
 
 def judge(
@@ -67,7 +76,7 @@ def judge(
     ``gone`` says the pod is known to be deleted (its deletion was seen, or a fresh read
     found nothing), which makes a missing pod's claim invalid rather than unknown.
     """
-    fresh = now - claim_stamp(claim) < ttl
+    fresh = now - claim_stamp(claim) < claim_ttl(claim, ttl)
     if pod is None and gone:
         return Validity.INVALID
     if pod is None:

@@ -42,6 +42,7 @@ from ._bucket import TokenBucket
 from ._changelog import CHANGELOG_LIMIT, Changelog, Changes
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
+from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
@@ -51,6 +52,17 @@ from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
 from ._parse import HostPort
+from ._podtrace import (
+    CREATION_LINK,
+    TRACE_ANNOTATION,
+    PodCreations,
+    creation_context,
+    creation_of,
+    link_creation,
+    pod_attributes,
+    pod_span,
+    traceparent_of,
+)
 from ._readiness import Readiness
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
@@ -61,11 +73,13 @@ from ._reflector import (
     kube_pages,
     object_key,
 )
+from ._sampling import SAMPLERS, TraceSettings, trace_sampler
 from ._serving import Listener, running, serve, serve_listeners
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
     KNOWN_KEYS,
     SERVICES,
+    AdmissionSettings,
     AuthSettings,
     HttpSettings,
     KubeSettings,
@@ -112,11 +126,13 @@ __all__ = [
     "ALLOCATOR_AUDIENCE",
     "CALLER_AUTH_STATE",
     "CHANGELOG_LIMIT",
+    "CREATION_LINK",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
     "DISCOVERY_AUDIENCE",
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
+    "EXEMPLAR_TRACE_ID",
     "KNOWN_KEYS",
     "LISTENER_METRICS_STATE",
     "MAX_BODY_BYTES",
@@ -124,8 +140,11 @@ __all__ = [
     "MAX_SINCE_DIGITS",
     "MAX_WAIT_SECONDS",
     "ROUTE_CALLERS",
+    "SAMPLERS",
     "SERVICES",
+    "TRACE_ANNOTATION",
     "UID_MAX",
+    "AdmissionSettings",
     "AuthSettings",
     "Backoff",
     "BadRequest",
@@ -172,6 +191,7 @@ __all__ = [
     "ObjectRef",
     "PayloadTooLarge",
     "PeerSettings",
+    "PodCreations",
     "Poll",
     "Readiness",
     "Reflector",
@@ -185,6 +205,7 @@ __all__ = [
     "TokenBucket",
     "TokenRequestSource",
     "TokenSource",
+    "TraceSettings",
     "Unauthorized",
     "Unavailable",
     "Update",
@@ -205,6 +226,8 @@ __all__ = [
     "check_uid",
     "configure_logging",
     "create_service_app",
+    "creation_context",
+    "creation_of",
     "decode_json",
     "default_listeners",
     "event_body",
@@ -213,8 +236,11 @@ __all__ = [
     "json_response",
     "kube_client",
     "kube_pages",
+    "link_creation",
     "member_lease_name",
     "object_key",
+    "pod_attributes",
+    "pod_span",
     "read_bounded_json",
     "read_json",
     "request_json",
@@ -226,6 +252,9 @@ __all__ = [
     "serve_listeners",
     "setup_telemetry",
     "state_value",
+    "trace_exemplar",
+    "trace_sampler",
+    "traceparent_of",
     "tracer",
     "upstream_error",
 ]

@@ -25,6 +25,7 @@ __all__ = ["KubeRequest", "trace_requests"]
 Request = Callable[..., Awaitable[Any]]
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+_NAMED = {"pods": "k8s.pod.name", "nodes": "k8s.node.name"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +90,11 @@ class KubeRequest:
             "k8s.object.name": self.name,
         }
         found.update({key: value for key, value in optional.items() if value})
+        # OpenTelemetry's Kubernetes conventions name pods and nodes by their own keys, so a
+        # Binding or a pod read shows up in a search for the pod.
+        named = _NAMED.get(self.resource)
+        if named is not None and self.name:
+            found[named] = self.name
         return found
 
 

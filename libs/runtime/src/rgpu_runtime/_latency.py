@@ -4,7 +4,11 @@ A pure ASGI middleware (no ``BaseHTTPMiddleware``: it would buffer streaming bod
 a task per request) times each HTTP request from arrival to the end of the response and
 observes ``rgpu_http_request_duration_seconds{service,method,route,status}``. ``route`` is
 the matched route *template* (``/v1/claims/{uid}``), never the raw path, so label
-cardinality stays bounded whatever callers send.
+cardinality stays bounded whatever callers send. Each observation carries the request's
+trace as its exemplar (``_exemplar``): ``instrument_app`` wraps the app outside this
+middleware, so the request's server span is current here. The exemplars show in the
+OpenMetrics exposition only (``/metrics`` negotiates it from the scraper's ``Accept``); the
+plain text format is unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import time
 from prometheus_client import CollectorRegistry, Histogram
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._exemplar import trace_exemplar
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Seconds; sub-millisecond at the low end because one loopback hop costs ~1 ms (DESIGN §9),
@@ -61,7 +67,7 @@ class LatencyMiddleware:
         finally:
             route = route_template(scope, root_path)
             child = self.histogram.labels(self.service, scope["method"], route, str(status))
-            child.observe(time.perf_counter() - started)
+            child.observe(time.perf_counter() - started, trace_exemplar())
 
 
 def route_template(scope: Scope, root_path: str) -> str:

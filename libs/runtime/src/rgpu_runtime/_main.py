@@ -63,7 +63,7 @@ def run_service(
         print(f"rgpu-{service}: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     configure_logging(settings.log.level, settings.log.format)
-    provider = setup_telemetry(f"rgpu-{service}", environ)
+    provider = setup_telemetry(f"rgpu-{service}", environ, traces=settings.traces)
     try:
         app = instrument_app(create_app(settings), provider)
         anyio.run(_serve, app, listeners(settings), backend_options={"use_uvloop": True})

@@ -6,7 +6,8 @@ message within the dedup window is skipped (kube-scheduler retries a pending pod
 as it stays pending, and one Event says it all), a token bucket bounds the write rate, and a
 full queue drops. One background task, started by the owning lifespan's task group, writes
 what was queued. Every outcome is counted, and reported to ``on_outcome`` for the service's
-own metrics.
+own metrics. Each Event is written in the trace context it was recorded in, so its apiserver
+call shows under the decision it explains rather than as a trace of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
 from ._bucket import TokenBucket
 from ._kube import KubeClient
@@ -139,7 +142,9 @@ class EventRecorder:
         self._clock = clock
         self._seen: OrderedDict[tuple[str, ...], tuple[str, float]] = OrderedDict()
         self._counts: Counter[str] = Counter()
-        self._send, self._receive = anyio.create_memory_object_stream[KubeEvent](capacity)
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[KubeEvent, Context]](
+            capacity
+        )
 
     @property
     def counts(self) -> Mapping[str, int]:
@@ -162,7 +167,7 @@ class EventRecorder:
             self._count(event, "rate_limited")
             return
         try:
-            self._send.send_nowait(event)
+            self._send.send_nowait((event, otel_context.get_current()))
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._forget(event)
             self._count(event, "dropped")
@@ -193,8 +198,12 @@ class EventRecorder:
         """Write queued Events until cancelled; later ``record`` calls count as dropped."""
         task_status.started()
         try:
-            async for event in self._receive:
-                await self._write(kube, event)
+            async for event, recorded_in in self._receive:
+                token = otel_context.attach(recorded_in)
+                try:
+                    await self._write(kube, event)
+                finally:
+                    otel_context.detach(token)
         finally:
             self.close()
 

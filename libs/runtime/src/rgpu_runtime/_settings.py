@@ -18,11 +18,14 @@ from typing import Literal, TypeVar, cast
 from . import _parse as p
 from ._limits import LIMIT_KEYS, ListenerLimits, read_limits
 from ._parse import HostPort
+from ._sampling import TraceSettings
 from .errors import SettingsError
 
 Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]
 AuthMode = Literal["tokenreview", "none"]
+AdmissionMode = Literal["gate", "filter"]
+OnServerLost = Literal["keep", "evict"]
 T = TypeVar("T")
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
@@ -35,6 +38,9 @@ _DEFAULT_LISTEN = {
 }
 
 KNOWN_KEYS = (
+    "RGPU_ADMISSION",
+    "RGPU_ADMISSION_CONCURRENCY",
+    "RGPU_ADMISSION_TTL_SECONDS",
     "RGPU_ALLOCATION_CALLERS",
     "RGPU_ALLOCATOR_URL",
     "RGPU_AUTH",
@@ -52,6 +58,7 @@ KNOWN_KEYS = (
     "RGPU_LOG_LEVEL",
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
+    "RGPU_ON_SERVER_LOST",
     "RGPU_PREEMPTION",
     "RGPU_PROBE_CALLERS",
     "RGPU_PROBE_INTERVAL_SECONDS",
@@ -61,11 +68,13 @@ KNOWN_KEYS = (
     "RGPU_SCHEDULER_CLIENT_CA_FILE",
     "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_SCHEDULER_NAME",
+    "RGPU_SERVER_LOST_GRACE_SECONDS",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
     "RGPU_TOKEN_ACCOUNT",
     "RGPU_TOKEN_DIR",
     "RGPU_TOPOLOGY_KEYS",
+    "RGPU_TRACE_BACKGROUND_RATIO",
     "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_CLIENT_CA_FILE",
     "RGPU_WEBHOOK_LISTEN",
@@ -136,6 +145,34 @@ class SchedulingSettings:
     preemption: bool = True
     """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
     GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
+    server_lost_grace_seconds: float = 60.0
+    """``RGPU_SERVER_LOST_GRACE_SECONDS``: how long a held server may be unreachable or its
+    Node NotReady before its holders are told (and, with ``evict``, evicted); a minute rides
+    out a lupine restart or a kubelet hiccup, and is short next to a job stuck on a dead GPU."""
+    on_server_lost: OnServerLost = "keep"
+    """``RGPU_ON_SERVER_LOST``: ``keep`` (Warning Event and readiness gate only) or ``evict``
+    (also evict the holders through the Eviction API, so their controllers run them
+    elsewhere); keep, because evicting is the owner's call: a job may survive a short outage."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionSettings:
+    """Whether rgpu admits GPU pods itself, behind a scheduling gate, before kube-scheduler."""
+
+    mode: AdmissionMode = "gate"
+    """``RGPU_ADMISSION``: ``gate`` (the webhook gates every GPU pod with ``rgpu.io/admission``;
+    the elected allocator books a server, then lifts the gate, so kube-scheduler's serial cycle
+    only reads the booking) or ``filter`` (HAMi's flow: the booking is made inside
+    kube-scheduler's ``/filter``). Gate by default: a burst is admitted at the apiserver's
+    write rate instead of one pod per scheduler cycle, and waiting pods cost nothing."""
+    ttl_seconds: float = 60.0
+    """``RGPU_ADMISSION_TTL_SECONDS``: seconds an admitted pod's booking survives unbound; it
+    covers kube-scheduler's queue after the gate is lifted (seconds in a burst), and past it
+    the booking lapses and the pod takes the filter path."""
+    concurrency: int = 64
+    """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
+    once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
+    thousands does not open thousands of requests."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,10 +288,12 @@ class Settings:
     resources: ResourceSettings = field(default_factory=ResourceSettings)
     lupine: LupineSettings = field(default_factory=LupineSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    traces: TraceSettings = field(default_factory=TraceSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Settings:
@@ -269,10 +308,12 @@ class Settings:
             resources=_resources(env),
             lupine=_lupine(env),
             scheduling=_scheduling(env),
+            admission=_admission(env),
             peers=_peers(env),
             kube=_kube(env),
             auth=_auth(env),
             log=_log(env),
+            traces=TraceSettings.from_env(environ),
         )
 
 
@@ -357,7 +398,37 @@ def _scheduling(env: _Env) -> SchedulingSettings:
         preemption=d.preemption
         if preemption is None
         else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
+        server_lost_grace_seconds=_read(
+            env, "RGPU_SERVER_LOST_GRACE_SECONDS", p.seconds, d.server_lost_grace_seconds
+        ),
+        on_server_lost=_on_server_lost(env, d.on_server_lost),
     )
+
+
+def _admission(env: _Env) -> AdmissionSettings:
+    d = AdmissionSettings()
+    mode = env.get("RGPU_ADMISSION")
+    return AdmissionSettings(
+        mode=d.mode
+        if mode is None
+        else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
+        ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
+        concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
+    )
+
+
+def _concurrency(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
+        raise p.bad(key, value, "expected a whole number from 1 to 1024")
+    return int(text)
+
+
+def _on_server_lost(env: _Env, default: OnServerLost) -> OnServerLost:
+    value = env.get("RGPU_ON_SERVER_LOST")
+    if value is None:
+        return default
+    return cast(OnServerLost, p.choice("RGPU_ON_SERVER_LOST", value, ("keep", "evict")))
 
 
 def _peers(env: _Env) -> PeerSettings:

@@ -1,8 +1,9 @@
 """Every cross-service call carries one trace, set up the same way.
 
 ``setup_telemetry`` runs once in ``main()``: a ``TracerProvider`` named after the service,
-an OTLP/HTTP exporter only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces-specific
-variable) is set, and W3C tracecontext + baggage propagation. Without an endpoint no SDK
+sampling as ``TraceSettings`` say (``_sampling``), an OTLP/HTTP exporter only when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces-specific variable) is set, and W3C
+tracecontext + baggage propagation. Without an endpoint no SDK
 provider is installed: spans stay non-recording and cost next to nothing, yet an incoming
 ``traceparent`` still flows on to peers, so traces survive a service that does not export.
 ``instrument_app`` wraps the ASGI app so each request continues its caller's trace, in a
@@ -27,6 +28,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._latency import UNMATCHED, route_template
+from ._sampling import TraceSettings, trace_sampler
 
 __all__ = ["instrument_app", "setup_telemetry", "tracer"]
 
@@ -37,28 +39,38 @@ UNTRACED_PATHS = "healthz,readyz,metrics"
 
 
 def setup_telemetry(
-    service_name: str, environ: Mapping[str, str] = os.environ
+    service_name: str,
+    environ: Mapping[str, str] = os.environ,
+    *,
+    traces: TraceSettings | None = None,
 ) -> TracerProvider | None:
     """Install the global provider and propagator; returns the provider to shut down at exit.
 
-    Returns ``None`` (nothing exported) when no OTLP endpoint is configured or
-    ``OTEL_SDK_DISABLED=true``.
+    ``traces`` defaults to what ``environ`` says (``TraceSettings.from_env``, which raises
+    ``SettingsError`` for a bad value). Returns ``None`` (nothing exported) when no OTLP
+    endpoint is configured or ``OTEL_SDK_DISABLED=true``.
     """
     propagate.set_global_textmap(
         CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
     )
-    provider = exporting_provider(service_name, environ)
+    sampling = TraceSettings.from_env(environ) if traces is None else traces
+    provider = exporting_provider(service_name, environ, sampling)
     if provider is not None:
         trace.set_tracer_provider(provider)
     return provider
 
 
-def exporting_provider(service_name: str, environ: Mapping[str, str]) -> TracerProvider | None:
+def exporting_provider(
+    service_name: str, environ: Mapping[str, str], traces: TraceSettings | None = None
+) -> TracerProvider | None:
     """A provider exporting over OTLP/HTTP as ``environ`` says, or ``None`` when it says not to."""
     endpoint = _traces_endpoint(environ)
     if endpoint is None or environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    provider = TracerProvider(
+        resource=Resource.create({SERVICE_NAME: service_name}),
+        sampler=trace_sampler(TraceSettings() if traces is None else traces),
+    )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
 

@@ -44,16 +44,17 @@ from rgpu_placement import (
     FleetView,
     Refusal,
     Validity,
-    assign,
     choose,
     demand_of,
     expires_at,
-    fit,
     winner,
 )
+from rgpu_runtime import pod_attributes, trace_exemplar
 
 from .annotations import binding_annotations
+from .booker import Booked, Booker
 from .claims import LeaseRecord
+from .clients import KubeApi
 from .errors import (
     BookingExpired,
     CardsGone,
@@ -62,10 +63,11 @@ from .errors import (
     FleetUnknown,
     NotSynced,
     ServerTaken,
+    StillRunning,
 )
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover
-from .leases import KEEP, Edited, Finder, KeyedLocks, LeaseWriter
+from .judging import Judge, Policy, Remover, read_pod
+from .leases import Edited, Finder, KeyedLocks, LeaseWriter
 from .preempting import Outcome, Preemptor
 from .rechecking import Reprober, Revalidator
 from .wakeup import Refused
@@ -125,6 +127,7 @@ class Booking:
     policy: Policy
     judge: Judge
     writer: LeaseWriter
+    booker: Booker
     remover: Remover
     finder: Finder
     revalidator: Revalidator
@@ -132,6 +135,7 @@ class Booking:
     refused: Refused
     instruments: Instruments
     preemptor: Preemptor
+    api: KubeApi
     pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
@@ -144,10 +148,10 @@ class Booking:
         """
         self._require_view()
         self._require_synced()
+        pod = request.pod
         attributes: dict[str, str | bool] = {
-            "pod": request.pod.key,
-            "pod.uid": request.pod.uid,
-            "dry_run": request.dry_run,
+            **pod_attributes(namespace=pod.namespace, name=pod.name, uid=pod.uid),
+            "rgpu.dry_run": request.dry_run,
         }
         with tracer.start_as_current_span("allocate", attributes=attributes):
             async with self.pod_locks.hold(request.pod.uid):
@@ -160,7 +164,8 @@ class Booking:
         pod holds the cards), ``CardsGone`` (cards left the fleet) and ``KubeUnavailable``.
         """
         view = self._require_view()
-        with tracer.start_as_current_span("commit", attributes={"pod.uid": uid, "node": node}):
+        attributes = {"k8s.pod.uid": uid, "k8s.node.name": node}
+        with tracer.start_as_current_span("commit", attributes=attributes):
             claims = await self.finder.claims(uid)
             target = winner(c for c in claims if self.judge.validity(c).blocks) or winner(claims)
             if target is None:
@@ -174,7 +179,19 @@ class Booking:
         return self.allocation_of(committed, annotations)
 
     async def release(self, uid: str) -> None:
-        """Remove every claim of ``uid``; releasing nothing is fine (idempotent)."""
+        """Remove every claim of ``uid``; releasing nothing is fine (idempotent).
+
+        A release is a removal, so it is judged like one, on the pod as the apiserver holds it
+        now: a claim whose pod is bound and not finished stays (``StillRunning``), whoever
+        asks; the extender's own releases follow a Binding that failed, for a pod still unbound.
+        """
+        for claim in self.judge.ledger.claims_of(uid):
+            pod = await read_pod(self.api, claim)
+            if pod is not None and pod.bound and not pod.finished:
+                raise StillRunning(
+                    f"{claim.pod.key} is bound to {pod.node_name} and {pod.phase.lower()}; its "
+                    f"claim on {claim.server} is released when the pod ends: delete the pod"
+                )
         await self.remover.release(uid)
         self.refused.forget(uid)
 
@@ -229,7 +246,7 @@ class Booking:
         held = await self._held(request)
         if held is not None:
             return held
-        demand = demand_of(request.containers)
+        demand = demand_of(request.containers, cuda_major=request.cuda_major)
         checks = _Checks(revalidator=self.revalidator, reprober=self.reprober)
         # Fresh reads and re-probes happen at most once per request; later rounds decide on what
         # they found (a re-probed view stays in use: it is fresher than the cached fleet for them).
@@ -280,7 +297,7 @@ class Booking:
             return self._refuse(request, outcome, nominee=held)
         if request.dry_run:
             return self._preview(request, outcome)
-        booked = await self._book(request, demand, outcome)
+        booked = await self.booker.book(self._booked(request, demand, outcome))
         if booked is None:
             return _Again()
         kept = await self.remover.settle(request.pod.uid) or booked
@@ -315,52 +332,11 @@ class Booking:
                 granularity=self.policy.granularity,
                 nominated=nominated,
             )
-        self.instruments.decision_seconds.observe(time.perf_counter() - started)
+        self.instruments.decision_seconds.observe(time.perf_counter() - started, trace_exemplar())
         return outcome
 
-    def _claim(self, request: AllocationRequest, choice: Choice, now: float) -> Claim:
-        facts = choice.fit.facts
-        return Claim(
-            pod=request.pod,
-            server=facts.name,
-            cards=tuple(c.id for c in sorted(choice.fit.cards, key=lambda c: (c.index, c.id))),
-            containers=assign(request.containers, choice.fit.cards, self.policy.granularity),
-            state=ClaimState.BOOKED,
-            booked_at=now,
-        )
-
-    async def _book(
-        self, request: AllocationRequest, demand: Demand, choice: Choice
-    ) -> Claim | None:
-        """Write the booking, re-checking the fit on the Lease as read; ``None`` if it was lost."""
-        uid = request.pod.uid
-        server = choice.fit.facts.name
-        now = self.judge.clock()
-        ledger = self.judge.ledger
-
-        def change(record: LeaseRecord | None) -> Edited[Claim | None]:
-            held = self.judge.occupancy(
-                uid, leases=lambda s: record if s == server else ledger.lease(s)
-            )
-            found = fit(choice.fit.facts, demand, held, self.policy.granularity)
-            if found is None:
-                return Edited(None, None)
-            claim = self._claim(request, Choice(fit=found, tier=choice.tier), now)
-            others = record.claims if record is not None else ()
-            keep = tuple(c for c in others if c.pod.uid != uid and held.validity(c).blocks)
-            promised = record.nomination if record is not None else None
-            # The nominee's booking is what its nomination waited for: it ends here.
-            mine = promised is not None and promised.pod.uid == uid
-            return Edited((*keep, claim), claim, nomination=None if mine else KEEP)
-
-        # Registered before the first await: concurrent decisions in this replica see it at once.
-        tentative = self._claim(request, choice, now)
-        attributes = {"server": server, "pod.uid": uid}
-        with (
-            tracer.start_as_current_span("book", attributes=attributes),
-            self.judge.pending.hold(tentative),
-        ):
-            return await self.writer.edit(server, change, op="book")
+    def _booked(self, request: AllocationRequest, demand: Demand, choice: Choice) -> Booked:
+        return Booked(pod=request.pod, containers=request.containers, demand=demand, choice=choice)
 
     def _refuse(self, request: AllocationRequest, refusal: Refusal, *, nominee: bool) -> NoFit:
         # The server-by-server explanation is for a person asking (``rgpu explain``, a dry
@@ -376,7 +352,8 @@ class Booking:
 
     def _preview(self, request: AllocationRequest, choice: Choice) -> Allocation:
         self.instruments.decisions.labels("dry_run", "").inc()
-        return self.allocation_of(self._claim(request, choice, self.judge.clock()))
+        booked = self._booked(request, demand_of(request.containers), choice)
+        return self.allocation_of(self.booker.claim(booked, choice, self.judge.clock()))
 
     def _annotations(self, view: FleetView, target: Claim) -> tuple[tuple[str, str], ...]:
         facts = view.facts.get(target.server)

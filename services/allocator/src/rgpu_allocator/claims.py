@@ -250,6 +250,7 @@ class Ledger:
 
     __slots__ = (
         "_by_pod",
+        "_cards",
         "_changes",
         "_clock",
         "_leases",
@@ -267,6 +268,8 @@ class Ledger:
         self._snapshot: ClaimSet | None = None
         self._leases: dict[ServerName, LeaseRecord] = {}
         self._by_pod: dict[PodUID, set[ServerName]] = {}
+        # Cards claimed per namespace: quotas and fair share ask on every admission pass.
+        self._cards: dict[str, int] = {}
         # Few Leases carry a nomination; decisions and every pod deletion ask for them.
         self._nominated: dict[ServerName, LeaseRecord] = {}
         # Only the revision moves here (the claim set is built on demand, above); Versioned
@@ -308,6 +311,10 @@ class Ledger:
     def nominated(self) -> tuple[LeaseRecord, ...]:
         """The Leases that carry a nomination, live or expired."""
         return tuple(self._nominated.values())
+
+    def cards_by_namespace(self) -> Mapping[str, int]:
+        """Cards claimed per pod namespace, as stored (a claim counts until it is removed)."""
+        return self._cards
 
     def servers_of(self, uid: str) -> int:
         """On how many servers ``uid`` holds claims."""
@@ -365,7 +372,7 @@ class Ledger:
         for server, old in self._leases.items():
             self._remember(_released(old, fresh.get(server)))
         self._leases = dict(fresh)
-        self._by_pod, self._nominated = {}, {}
+        self._by_pod, self._nominated, self._cards = {}, {}, {}
         for record in self._leases.values():
             self._index(record)
         self.synced = True
@@ -397,12 +404,20 @@ class Ledger:
             self._nominated[record.server] = record
         for claim in record.claims:
             self._by_pod.setdefault(claim.pod.uid, set()).add(record.server)
+            namespace = claim.pod.namespace
+            self._cards[namespace] = self._cards.get(namespace, 0) + len(claim.cards)
 
     def _unindex(self, record: LeaseRecord | None) -> None:
         if record is None:
             return
         self._nominated.pop(record.server, None)
         for claim in record.claims:
+            namespace = claim.pod.namespace
+            left = self._cards.get(namespace, 0) - len(claim.cards)
+            if left > 0:
+                self._cards[namespace] = left
+            else:
+                self._cards.pop(namespace, None)
             servers = self._by_pod.get(claim.pod.uid)
             if servers is not None:
                 servers.discard(record.server)

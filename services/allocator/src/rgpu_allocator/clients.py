@@ -53,6 +53,9 @@ for a whole filter, which must also cover the decision and two loopback hops."""
 TOO_MANY_REQUESTS = 429
 """The Eviction API's answer when a PodDisruptionBudget forbids the eviction now."""
 
+QUEUES_CONFIG = "rgpu-queues"
+"""The ConfigMap (in our namespace) holding the queue configuration."""
+
 POD_PAGE_SIZE = 500
 """Pods per list page; the apiserver's own default chunk size for informers."""
 
@@ -128,6 +131,23 @@ class KubeApi:
             label_selector=self._selector,
         )
 
+    def queue_config_pages(self) -> AsyncIterator[Listing]:
+        """The ``rgpu-queues`` ConfigMap of our namespace, as a list (one page)."""
+        fn = self._kube.core.list_namespaced_config_map
+        return kube_pages(
+            self._kube, fn, self.namespace, field_selector=f"metadata.name={QUEUES_CONFIG}"
+        )
+
+    def watch_queue_config(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes of the ``rgpu-queues`` ConfigMap from ``resource_version`` on."""
+        fn = self._kube.core.list_namespaced_config_map
+        return self._kube.watch(
+            fn,
+            self.namespace,
+            resource_version=resource_version,
+            field_selector=f"metadata.name={QUEUES_CONFIG}",
+        )
+
     def pod_pages(self) -> AsyncIterator[Listing]:
         """Every pod in every namespace, one page at a time (the last carries the version)."""
         fn = self._kube.core.list_pod_for_all_namespaces
@@ -153,11 +173,40 @@ class KubeApi:
         except KubeNotFound:
             return None
 
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The namespace as the apiserver has it now, or ``None`` when it does not exist."""
+        fn = self._kube.core.read_namespace
+        try:
+            return await self._kube.call_raw(fn, name, request_timeout=CALL_TIMEOUT)
+        except KubeNotFound:
+            return None
+
     async def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
         """Merge ``annotations`` into the pod's; raises ``KubeNotFound`` when it is gone."""
         fn = self._kube.core.patch_namespaced_pod
         body = {"metadata": {"annotations": dict(annotations)}}
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
+
+    async def lift_gate(
+        self, namespace: str, name: str, *, resource_version: str, gates: list[dict[str, str]]
+    ) -> None:
+        """Set the pod's scheduling gates to ``gates`` (rgpu's removed) if the pod is still at
+        ``resource_version``; a JSON merge patch, because a strategic merge patch merges gate
+        lists by name and could never remove one. Raises ``KubeConflict`` when the pod changed
+        since, ``KubeNotFound`` when it is gone."""
+        fn = self._kube.core.patch_namespaced_pod
+        body = {
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"schedulingGates": gates},
+        }
+        await self._kube.call_raw(
+            fn,
+            name,
+            namespace,
+            body,
+            request_timeout=CALL_TIMEOUT,
+            _content_type="application/merge-patch+json",
+        )
 
     async def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> bool:
         """Ask the Eviction API (policy/v1) to evict the pod; ``False`` when it is already gone.

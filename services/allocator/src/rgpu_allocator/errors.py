@@ -12,6 +12,7 @@ Hierarchy (bases from ``rgpu_runtime.errors``)::
      │    ├── BookingExpired       409  the booking lapsed before commit; filter again
      │    ├── ServerTaken          409  another pod holds the server the claim is on
      │    ├── CardsGone            409  the claimed cards left the fleet before commit
+     │    ├── StillRunning         409  a release of a claim whose pod is bound and running
      │    └── LeaseUnreadable      409  a claim Lease holds claims we cannot read; fix it
      └── Unavailable                    (retryable)
           ├── FleetUnknown         503  discovery has not delivered a fleet yet
@@ -40,6 +41,7 @@ __all__ = [
     "NamespaceMissing",
     "NotSynced",
     "ServerTaken",
+    "StillRunning",
     "TooLong",
 ]
 
@@ -73,6 +75,14 @@ class CardsGone(Conflict):
     """Raised by commit when a claimed card is no longer in discovery's fleet."""
 
     default_code = "cards_gone"
+
+
+class StillRunning(Conflict):
+    """Raised by a release when the claim's pod, read fresh, is bound and has not finished:
+    its containers may be using the server, and handing it out again would double-book it.
+    A claim leaves with its pod (deletion or a terminal phase), whoever asks otherwise."""
+
+    default_code = "still_running"
 
 
 class LeaseUnreadable(Conflict):

@@ -32,11 +32,18 @@ def _grew(old: ServerFacts | None, new: ServerFacts) -> bool:
         return False
     if old is None or not _usable(old):
         return True
-    return len(new.healthy) > len(old.healthy) or bool(old.busy - new.busy)
+    # An uncordoned card, or a CUDA version learned, can take a pod that waits for it.
+    return (
+        len(new.healthy) > len(old.healthy)
+        or bool(old.busy - new.busy)
+        or bool(old.cordoned - new.cordoned)
+        or new.cuda_major != old.cuda_major
+    )
 
 
 def capacity_grew(old: FleetView | None, new: FleetView) -> bool:
-    """Whether a server appeared, became usable, gained healthy cards or lost busy ones."""
+    """Whether a server appeared, became usable (uncordoned among others), gained healthy
+    cards, lost busy or cordoned ones, or changed CUDA version."""
     if old is None:
         return False
     return any(_grew(old.facts.get(name), f) for name, f in new.facts.items())

@@ -19,11 +19,13 @@ from .claims import Ledger
 from .inputs import Inputs
 from .pods import PodIndex
 
-__all__ = ["REPAIR_OUTCOMES", "Instruments"]
+__all__ = ["ADMISSION_OUTCOMES", "REPAIR_OUTCOMES", "Instruments"]
 
 REPAIR_OUTCOMES = ("repaired", "refused_untrusted")
 """Every outcome is exported from the start, so an alert on refusals has a series at 0."""
 
+ADMISSION_OUTCOMES = ("admitted", "lapsed")
+_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 _DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -123,6 +125,22 @@ class Instruments:
         self.preemption_victims = PromCounter(
             "rgpu_allocator_preemption_victims",
             "Pods evicted to free a server for a pod of higher priority.",
+            registry=registry,
+        )
+        self.admissions = PromCounter(
+            "rgpu_admissions",
+            "Gated pods admitted (a server booked, rgpu's scheduling gate lifted), and admitted "
+            "bookings that lapsed before the pod was bound (the pod then takes the filter "
+            "path), by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ADMISSION_OUTCOMES:
+            self.admissions.labels(outcome=outcome)
+        self.admission_wait_seconds = Histogram(
+            "rgpu_admission_wait_seconds",
+            "Seconds from a gated pod's creation until rgpu lifted its gate.",
+            buckets=_WAIT_BUCKETS,
             registry=registry,
         )
         self.watch_restarts = PromCounter(

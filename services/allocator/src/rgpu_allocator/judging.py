@@ -358,8 +358,15 @@ class Judge:
     settled: Settled = field(default_factory=Settled)
     """Time-independent verdicts per server, shared by this replica's decisions."""
 
-    def occupancy(self, uid: str, *, leases: LeaseLookup | None = None) -> Occupancy:
-        """Who else holds what, for a decision about ``uid`` now."""
+    def occupancy(
+        self,
+        uid: str,
+        *,
+        leases: LeaseLookup | None = None,
+        pending: PendingLookup | None = None,
+    ) -> Occupancy:
+        """Who else holds what, for a decision about ``uid`` now (``pending``: bookings in
+        flight, this replica's by default)."""
         view = self.inputs.view
         return Occupancy(
             leases or self.ledger.lease,
@@ -367,7 +374,7 @@ class Judge:
             uid=PodUID(uid),
             now=self.clock(),
             ttl=self.ttl,
-            pending=self.pending.claims,
+            pending=self.pending.claims if pending is None else pending,
             released=self.ledger.released_after,
             observed_at=view.fleet.observed_at if view is not None else float("inf"),
             trusted=self.pods_trusted(),
@@ -408,15 +415,27 @@ async def read_pod(api: KubeApi, claim: Claim) -> PodInfo | None:
     return pod if pod is not None and pod.uid == claim.pod.uid else None
 
 
+def _ignore(claim: Claim) -> None:
+    return None
+
+
 class Remover:
     """Every way a claim leaves a Lease, each decided on the Lease as written."""
 
-    __slots__ = ("_instruments", "_judge", "_writer")
+    __slots__ = ("_instruments", "_judge", "_lapsed", "_writer")
 
-    def __init__(self, judge_: Judge, writer: LeaseWriter, instruments: Instruments) -> None:
+    def __init__(
+        self,
+        judge_: Judge,
+        writer: LeaseWriter,
+        instruments: Instruments,
+        *,
+        lapsed: Callable[[Claim], None] = _ignore,
+    ) -> None:
         self._judge = judge_
         self._writer = writer
         self._instruments = instruments
+        self._lapsed = lapsed
 
     def why_invalid(self, claim: Claim, seen: Seen) -> str:
         """A metric label for why ``claim`` no longer holds its cards."""
@@ -449,14 +468,17 @@ class Remover:
 
         dropped = await self._writer.edit(server, change, op="sweep")
         for claim in dropped:
-            self._instruments.sweep_removals.labels(self.why_invalid(claim, fresh)).inc()
+            why = self.why_invalid(claim, fresh)
+            self._instruments.sweep_removals.labels(why).inc()
             logger.info("removed invalid claim of %s on %s", claim.pod.key, server)
+            if why == "expired" and claim.admitted and claim.committed_at is None:
+                self._lapsed(claim)
         return len(dropped)
 
     async def release(self, uid: str) -> int:
         """Remove every claim of ``uid`` (the caller gave the server up); returns how many."""
         removed = 0
-        with tracer.start_as_current_span("release", attributes={"pod.uid": uid}):
+        with tracer.start_as_current_span("release", attributes={"k8s.pod.uid": uid}):
             for claim in self._judge.ledger.claims_of(uid):
                 removed += await self._writer.edit(claim.server, _released(uid), op="release")
         return removed

@@ -53,6 +53,7 @@ __all__ = [
     "Finder",
     "Keep",
     "KeyedLocks",
+    "Layered",
     "LeaseWriter",
     "Pending",
 ]
@@ -146,17 +147,48 @@ class Pending:
         found = self._by_server.get(server)
         return tuple(found.values()) if found else ()
 
+    def cards_by_namespace(self) -> dict[str, int]:
+        """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
+        found: dict[str, int] = {}
+        for held in self._by_server.values():
+            for claim in held.values():
+                namespace = claim.pod.namespace
+                found[namespace] = found.get(namespace, 0) + len(claim.cards)
+        return found
+
+    def add(self, claim: Claim) -> None:
+        """Count ``claim`` as held until ``discard``."""
+        self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim
+
+    def discard(self, claim: Claim) -> None:
+        """Stop counting ``claim`` (its write ended, whichever way)."""
+        held = self._by_server.get(claim.server, {})
+        held.pop(claim.pod.uid, None)
+        if not held:
+            self._by_server.pop(claim.server, None)
+
     @contextmanager
     def hold(self, claim: Claim) -> Iterator[None]:
         """Count ``claim`` as held while the block runs."""
-        self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim
+        self.add(claim)
         try:
             yield
         finally:
-            held = self._by_server.get(claim.server, {})
-            held.pop(claim.pod.uid, None)
-            if not held:
-                self._by_server.pop(claim.server, None)
+            self.discard(claim)
+
+
+class Layered(Pending):
+    """Bookings of a plan being worked out, over the bookings really in flight: a plan's
+    choices spread over servers as a pass's writes will, without counting as in flight."""
+
+    __slots__ = ("_base",)
+
+    def __init__(self, base: Pending) -> None:
+        super().__init__()
+        self._base = base
+
+    def claims(self, server: str) -> tuple[Claim, ...]:
+        return (*self._base.claims(server), *super().claims(server))
 
 
 class LeaseWriter:

@@ -14,7 +14,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rgpu_contracts import ANNOTATION_ALLOCATED, PodRef, PodUID
+from rgpu_contracts import ANNOTATION_ALLOCATED, READINESS_GATE, PodRef, PodUID
+from rgpu_runtime import ResourceSettings
+
+from .gated import Gated, read_gated
 
 __all__ = ["DEFAULT_GRACE", "FINISHED_PHASES", "TOMBSTONES", "PodIndex", "PodInfo", "pod_info"]
 
@@ -22,6 +25,8 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 DEFAULT_GRACE = 30.0
 """Kubernetes' default ``terminationGracePeriodSeconds``."""
+
+DEFAULT_RESOURCES = ResourceSettings()
 
 TOMBSTONES = 50_000
 """Deleted pod uids remembered: enough for any burst of deletions between two sweeps, at
@@ -51,6 +56,12 @@ class PodInfo:
     deleting: bool = False
     """``metadata.deletionTimestamp`` is set: the pod was asked to stop and ends within its
     grace period (its claim holds until then)."""
+    gated: Gated | None = None
+    """What admission needs, for a pod carrying rgpu's scheduling gate; ``None`` otherwise."""
+    ready_gate: bool = False
+    """The pod declares the readiness gate ``rgpu.io/remote-gpu-ready``."""
+    ready_gate_status: str | None = None
+    """That condition's ``status`` as last written (``None`` when absent)."""
 
     @property
     def ref(self) -> PodRef:
@@ -63,6 +74,14 @@ class PodInfo:
     @property
     def bound(self) -> bool:
         return bool(self.node_name)
+
+    @property
+    def admissible(self) -> bool:
+        """Whether the pod waits for rgpu to admit it: its gate is the last one, and it is
+        neither finished nor being deleted."""
+        return (
+            self.gated is not None and self.gated.ours and not self.deleting and not self.finished
+        )
 
 
 def _mapping(raw: object) -> Mapping[str, object]:
@@ -90,8 +109,11 @@ def _moment(text: str) -> float | None:
         return None
 
 
-def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
-    """Slim a raw Pod (as the apiserver sends it) down to a ``PodInfo``; ``None`` without a uid."""
+def pod_info(
+    raw: Mapping[str, object], resources: ResourceSettings = DEFAULT_RESOURCES
+) -> PodInfo | None:
+    """Slim a raw Pod (as the apiserver sends it) down to a ``PodInfo``; ``None`` without a uid.
+    ``resources`` names the extended resources a gated pod's ask is read from."""
     meta = _mapping(raw.get("metadata"))
     spec = _mapping(raw.get("spec"))
     status = _mapping(raw.get("status"))
@@ -112,7 +134,27 @@ def pod_info(raw: Mapping[str, object]) -> PodInfo | None:
         started_at=_moment(_text(status, "startTime")),
         grace_seconds=_number(spec, "terminationGracePeriodSeconds", DEFAULT_GRACE),
         deleting=bool(_text(meta, "deletionTimestamp")),
+        gated=read_gated(raw, resources),
+        ready_gate=_declares_gate(spec),
+        ready_gate_status=_gate_status(status),
     )
+
+
+def _declares_gate(spec: Mapping[str, object]) -> bool:
+    gates = spec.get("readinessGates")
+    return isinstance(gates, list) and any(
+        _mapping(gate).get("conditionType") == READINESS_GATE for gate in gates
+    )
+
+
+def _gate_status(status: Mapping[str, object]) -> str | None:
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        entry = _mapping(condition)
+        if entry.get("type") == READINESS_GATE:
+            value = entry.get("status")
+            return sys.intern(value) if isinstance(value, str) else None
+    return None
 
 
 class PodIndex:

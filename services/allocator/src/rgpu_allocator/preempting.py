@@ -45,7 +45,7 @@ from rgpu_placement import (
     Standing,
     preemptions,
 )
-from rgpu_runtime import KubeError, RgpuError
+from rgpu_runtime import KubeError, RgpuError, pod_attributes
 
 from .budgets import afford
 from .claims import LeaseRecord
@@ -128,7 +128,9 @@ class Preemptor:
         """
         if not self.enabled:
             return Outcome.NONE
-        with tracer.start_as_current_span("preempt", attributes={"pod": request.pod.key}):
+        ref = request.pod
+        named = pod_attributes(namespace=ref.namespace, name=ref.name, uid=ref.uid)
+        with tracer.start_as_current_span("preempt", attributes=named):
             try:
                 pod = await self._pod(request.pod)
                 if pod is None or not may_preempt(pod):

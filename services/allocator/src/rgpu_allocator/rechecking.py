@@ -88,7 +88,7 @@ class Reprober:
         ``None`` when no re-probe found any of them changed."""
         fresh: list[Server] = []
         chosen = self._within_budget(servers[:MAX_SERVERS])
-        with tracer.start_as_current_span("reprobe", attributes={"servers": len(chosen)}):
+        with tracer.start_as_current_span("reprobe", attributes={"rgpu.servers": len(chosen)}):
             async with anyio.create_task_group() as tg:
                 for server in chosen:
                     tg.start_soon(self._probe, server, fresh)
@@ -151,7 +151,7 @@ class Revalidator:
         """Check up to ``MAX_LEASES`` of ``servers``; returns whether any of them changed."""
         checked = self._chosen(servers)
         changed = False
-        with tracer.start_as_current_span("revalidate", attributes={"servers": len(checked)}):
+        with tracer.start_as_current_span("revalidate", attributes={"rgpu.servers": len(checked)}):
             for server in checked:
                 changed = await self._check(server) or changed
         return changed

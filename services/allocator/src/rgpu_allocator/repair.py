@@ -5,11 +5,13 @@ out again. A bound, running pod of our scheduler carries the truth in its
 
 But the annotation is text on a pod, and not every pod passes the webhook that guards it: a pod
 that asks for no GPU, or sets ``spec.nodeName`` itself, is never sent there. So nothing in it
-is taken on trust (DESIGN §10): a claim is rebuilt only for a pod that asks for the count
-resource, runs ``RGPU_SCHEDULER_NAME``, and whose annotation names cards of one server of the
-fleet exactly as rgpu would have given them for the pod's own demand (``server``
-granularity: every healthy card, each ask fitting; ``card``: the effective count, each card
-large enough; per container the cards ``rgpu_placement.assign`` gives). Anything else is a
+is taken on trust (DESIGN §10): a claim is rebuilt only for a pod in a namespace the webhook
+sees (not ``kube-system``, not labelled ``rgpu.io/webhook=ignore``: there anyone may write the
+annotation), that asks for the count resource, runs ``RGPU_SCHEDULER_NAME``, and whose
+annotation names cards of one server of the fleet exactly as rgpu would have given them for
+the pod's own demand (``server`` granularity: every healthy card, each ask fitting; ``card``:
+the effective count, each card large enough; per container the cards
+``rgpu_placement.assign`` gives). Anything else is a
 refused repair: an Event on the pod and a metric, and nothing booked. A repair that would
 overlap another pod's claim is never resolved silently either. Each is reported once.
 """
@@ -47,7 +49,7 @@ from rgpu_placement import (
     demand_of,
     read_demand,
 )
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime import ResourceSettings, pod_attributes
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
@@ -56,7 +58,14 @@ from .judging import Judge, Policy
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
 
-__all__ = ["REFUSED_REASON", "Repairer", "Untrusted", "vet"]
+__all__ = [
+    "REFUSED_REASON",
+    "WEBHOOK_EXEMPT_NAMESPACES",
+    "WEBHOOK_IGNORE_LABEL",
+    "Repairer",
+    "Untrusted",
+    "vet",
+]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -69,6 +78,11 @@ REFUSED_REASON = "RemoteGPURepairRefused"
 """The Event reason of a refused repair."""
 CONFLICT_REASON = "RemoteGPUClaimConflict"
 """The Event reason of a repair that found the cards held by another pod."""
+WEBHOOK_EXEMPT_NAMESPACES = frozenset({"kube-system"})
+"""Namespaces the webhook's ``namespaceSelector`` leaves out (k8s/base/extender/webhook.yaml):
+their pods never pass the guard on scheduler-owned annotations, so none is trusted."""
+WEBHOOK_IGNORE_LABEL = ("rgpu.io/webhook", "ignore")
+"""The namespace label that opts a namespace out of the webhook, as the selector reads it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,11 +304,16 @@ class Repairer:
         view = self._judge.inputs.view
         if view is None:
             return False  # judged against the fleet, so not before discovery sent one
+        unwatched = await self._unwatched(pod.namespace)
+        if unwatched is not None:
+            await self._refuse(pod, unwatched, revision=None)
+            return False
         raw = await self._api.get_pod(pod.namespace, pod.name)
         fresh = pod_info(raw) if raw is not None else None
         if raw is None or fresh is None or fresh.uid != pod.uid or not self.needed(fresh):
             return False
-        with tracer.start_as_current_span("repair", attributes={"pod": pod.ref.key}):
+        named = pod_attributes(namespace=pod.namespace, name=pod.name, uid=pod.uid)
+        with tracer.start_as_current_span("repair", attributes=named):
             vetted = vet(
                 raw,
                 fresh,
@@ -307,6 +326,19 @@ class Repairer:
                 await self._refuse(fresh, vetted, revision=view.fleet.revision)
                 return False
             return await self._write(fresh, vetted)
+
+    async def _unwatched(self, namespace: str) -> Untrusted | None:
+        """Why rgpu's webhook never saw pods of ``namespace`` (so nothing rgpu wrote can be on
+        them), or ``None`` when it does see them."""
+        if namespace in WEBHOOK_EXEMPT_NAMESPACES:
+            return Untrusted(why=f"namespace {namespace} is exempt from rgpu's webhook")
+        raw = await self._api.get_namespace(namespace)
+        labels = ((raw or {}).get("metadata") or {}).get("labels") or {}
+        key, value = WEBHOOK_IGNORE_LABEL
+        if labels.get(key) == value:
+            why = f"namespace {namespace} is labelled {key}={value}, so rgpu's webhook skips it"
+            return Untrusted(why=why)
+        return None
 
     async def _refuse(self, pod: PodInfo, untrusted: Untrusted, *, revision: int | None) -> None:
         self._refused[pod.uid] = revision

@@ -11,6 +11,8 @@ kept to reading requests and writing answers; every decision lives below.
   every replica means the same by a revision; with ``delta=1`` a ``ClaimsUpdate``: the
   claims of the servers changed since ``R``, the whole set marked ``full`` when ``R`` is
   older than the changelog, ``behind`` when this replica is still below ``R`` after the wait
+* ``GET /v1/queue`` → ``AdmissionQueue``: the pods behind rgpu's scheduling gate in admission
+  order, each with why it waits, as a pass would decide now (any replica answers the same)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
 Writes answer only callers the apiserver vouches for (DESIGN §10): commit and release are
@@ -55,6 +57,7 @@ from rgpu_runtime import (
     state_value,
 )
 
+from .admitting import Admitter
 from .booking import Booking
 from .claims import Ledger
 from .errors import TooLong
@@ -85,6 +88,7 @@ class Deps:
     refused: Refused
     claims: PublishedClaims
     """The claim set followers read (the Lease watch's, at its resourceVersion)."""
+    admitter: Admitter
 
 
 class State(TypedDict):
@@ -188,6 +192,10 @@ async def get_claims(request: Request) -> Response:
     return Response(body, media_type="application/json", headers=headers)
 
 
+async def get_queue(request: Request) -> Response:
+    return json_response(deps(request).admitter.queue().to_dict())
+
+
 async def get_status(request: Request) -> Response:
     return json_response(status(deps(request)))
 
@@ -208,5 +216,6 @@ ROUTES: list[BaseRoute] = [
     ),
     Route("/v1/allocations/{uid}", get_allocation, methods=["GET"]),
     Route("/v1/claims", get_claims, methods=["GET"]),
+    Route("/v1/queue", get_queue, methods=["GET"]),
     Route("/v1/status", get_status, methods=["GET"]),
 ]

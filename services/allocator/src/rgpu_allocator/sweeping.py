@@ -150,7 +150,8 @@ class Reconciler:
         pod = after or before
         # schedulerName is immutable: another scheduler's pod never waits for us (most pods).
         if pod is not None and pod.scheduler_name == self._scheduler:
-            waiting = after is not None and not (after.bound or after.finished)
+            # A gated pod is not in kube-scheduler's queue: a nudge would move nothing.
+            waiting = after is not None and not (after.bound or after.finished or after.gated)
             self._waiting.track(pod.ref, waiting)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -256,7 +256,7 @@ class Nudger:
         pods = self._pick(self._clock())
         if not pods:
             return
-        with tracer.start_as_current_span("nudge", attributes={"pods": len(pods)}):
+        with tracer.start_as_current_span("nudge", attributes={"rgpu.pods": len(pods)}):
             waits = await self._send(pods)
         if waits:
             self._retry_at = self._clock() + min(max(waits), RETRY_LIMIT)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, WatchTrouble
+from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, ResourceSettings, WatchTrouble
 
 from .claims import LeaseRecord, Ledger, decode_lease
 from .clients import KubeApi
 from .instruments import Instruments
-from .pods import PodIndex, PodInfo, pod_info
+from .pods import DEFAULT_RESOURCES, PodIndex, PodInfo, pod_info
 from .published import PublishedClaims
 
 __all__ = [
@@ -69,9 +69,14 @@ def pod_reflector(
     instruments: Instruments,
     *,
     timing: ReflectorTiming | None = None,
+    resources: ResourceSettings = DEFAULT_RESOURCES,
 ) -> Reflector[PodInfo]:
     """The reflector mirroring every pod into ``pods``; its ``run`` reports started once the
-    first list is in, its ``fresh()`` says whether the mirror can be judged on."""
+    first list is in, its ``fresh()`` says whether the mirror can be judged on. ``resources``
+    names what gated pods ask for."""
+
+    def transform(raw: Mapping[str, object]) -> PodInfo | None:
+        return pod_info(raw, resources)
 
     def relisted(changes: Sequence[ObjectChange[PodInfo]], fresh: Mapping[str, PodInfo]) -> None:
         # The index swaps the list in (and remembers deleted uids) in one step.
@@ -82,7 +87,7 @@ def pod_reflector(
         name="pods",
         list_pages=api.pod_pages,
         watch=api.watch_pods,
-        transform=pod_info,
+        transform=transform,
         on_change=pod_changed(pods, hooks),
         on_relist=relisted,
         on_trouble=_restarts("pods", instruments),

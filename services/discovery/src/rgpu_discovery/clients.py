@@ -3,7 +3,8 @@ Events about them. This module is everything discovery says to it, so the rest o
 sees Node dicts and ``NodeEvent`` values, never the Kubernetes client.
 
 Listing and watching are traced as ``discovery.nodes.list`` and ``discovery.nodes.watch``; the
-runtime's ``KubeClient`` already bounds each call and wraps its errors.
+runtime's ``KubeClient`` already bounds each call and wraps its errors. A watch ends normally by
+being closed or cancelled (a relist, a stop), so only an error ends its span as an error.
 
 An operator looks for a broken node in ``kubectl describe node``, so a register annotation
 discovery cannot read is reported there, as a Kubernetes Event. Posting must never slow the
@@ -16,8 +17,8 @@ fleet's ``error`` field anyway. Nodes are cluster-scoped, so their Events are fi
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -59,9 +60,7 @@ class NodeApi:
 
     async def pages(self) -> AsyncIterator[Listing]:
         """Every Node, page by page."""
-        # A plain span, not the current one: this generator yields to the reflector between
-        # pages, and a context attached here must not leak into its code.
-        with tracer.start_span("discovery.nodes.list") as span:
+        with _span("discovery.nodes.list") as span:
             count = 0
             async for page in kube_pages(self._kube, self._kube.core.list_node):
                 count += len(page.items)
@@ -70,13 +69,32 @@ class NodeApi:
 
     async def watch(self, version: str) -> AsyncIterator[WatchEvent]:
         """Node changes after resourceVersion ``version``."""
-        with tracer.start_span("discovery.nodes.watch") as span:
+        with _span("discovery.nodes.watch") as span:
             span.set_attribute("rgpu.resource_version", version)
             stream = self._kube.watch(self._kube.core.list_node, resource_version=version)
             # The runtime's watch is an async generator; closing it closes the connection.
             async with aclosing(cast(AsyncGenerator[WatchEvent, None], stream)) as events:
                 async for event in events:
                     yield event
+
+
+@contextmanager
+def _span(name: str) -> Iterator[trace.Span]:
+    """A span that is not made current and ends as an error only on an ``Exception``.
+
+    Not current: the generators using it yield to the reflector between items, and a context
+    attached here must not leak into its code. Closing a generator (``GeneratorExit``) or
+    cancelling its task is how a list or watch ends normally, not a failure.
+    """
+    span = tracer.start_span(name)
+    try:
+        yield span
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        span.end()
 
 
 class StateLeaseApi:

@@ -9,6 +9,11 @@ of that at CREATE, refusing what would defeat it. The result is idempotent: muta
 already-mutated pod yields no operations, so the webhook is safe under
 ``reinvocationPolicy: IfNeeded`` and under apiserver retries.
 
+At CREATE of a GPU pod the webhook also records its own span's context in the pod
+(``rgpu.io/trace``), the start of the pod's scheduling story that later steps link to. That
+one scheduler-owned annotation may be present at CREATE (the webhook's own, when it is
+reinvoked) and is kept when it holds a readable context: it only ever becomes a span link.
+
 The answer is an RFC 6902 JSONPatch built with ``patchops``, whose helpers create missing
 parents and escape keys as the apiserver needs.
 
@@ -38,14 +43,16 @@ from rgpu_contracts import (
     ContractError,
     admission_allow,
     admission_deny,
+    pointer,
 )
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
-from rgpu_runtime import Settings
+from rgpu_runtime import TRACE_ANNOTATION, Settings, creation_context, traceparent_of
 
 from .affinity import affinity_ops
 from .endpoints import refuse_stray_endpoints
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
-from .instruments import ExtenderMetrics
+from .gating import gate_ops, guard_gate
+from .instruments import ExtenderMetrics, label_attributes
 from .objects import mapping, pod_label
 from .patchops import Op, append_item, insert_first, put, put_member
 from .reviewshape import too_many_containers
@@ -99,6 +106,8 @@ class MutationPolicy:
     scheduler_name: str
     card_mode: bool
     lib_image: str | None
+    gate: bool = False
+    """Whether new GPU pods wait behind rgpu's scheduling gate (``RGPU_ADMISSION=gate``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MutationPolicy:
@@ -108,6 +117,7 @@ class MutationPolicy:
             scheduler_name=settings.scheduling.scheduler_name,
             card_mode=settings.scheduling.granularity == "card",
             lib_image=settings.scheduling.lib_image,
+            gate=settings.admission.mode == "gate",
         )
 
 
@@ -148,11 +158,11 @@ def admit(raw: object, policy: AdmissionPolicy, metrics: ExtenderMetrics) -> Dec
     started = time.perf_counter()
     with tracer.start_as_current_span("extender.mutate") as span:
         try:
-            decision = decide(raw, policy)
+            decision = decide(raw, policy, traceparent=traceparent_of(span))
         except MalformedReview:
             metrics.webhook.labels("unknown", "malformed").inc()
             raise
-        span.set_attribute("k8s.pod", decision.pod)
+        span.set_attributes(label_attributes(decision.pod))
         span.set_attribute("rgpu.operation", decision.operation)
         span.set_attribute("rgpu.outcome", decision.outcome)
     metrics.webhook.labels(decision.operation, decision.outcome).inc()
@@ -162,8 +172,11 @@ def admit(raw: object, policy: AdmissionPolicy, metrics: ExtenderMetrics) -> Dec
     return decision
 
 
-def decide(raw: object, policy: AdmissionPolicy) -> Decision:
-    """Decide one AdmissionReview; raises ``MalformedReview`` when there is no uid to echo."""
+def decide(raw: object, policy: AdmissionPolicy, *, traceparent: str | None = None) -> Decision:
+    """Decide one AdmissionReview; raises ``MalformedReview`` when there is no uid to echo.
+
+    ``traceparent`` is the webhook's span, recorded on a GPU pod it creates.
+    """
     try:
         request = AdmissionRequest.from_review(raw)
     except ContractError as exc:
@@ -171,7 +184,7 @@ def decide(raw: object, policy: AdmissionPolicy) -> Decision:
     if request.resource != "pods" or request.sub_resource not in _POD_SUBRESOURCES:
         return _allowed(request, (), "ignored")
     try:
-        return _decide_pod(request, policy)
+        return _decide_pod(request, policy, traceparent)
     except (AdmissionDenied, MalformedPod) as exc:
         pod = _label(request)
         review = admission_deny(request.uid, exc.message, exc.status_code)
@@ -185,13 +198,20 @@ def decide(raw: object, policy: AdmissionPolicy) -> Decision:
         )
 
 
-def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
+def _decide_pod(
+    request: AdmissionRequest, policy: AdmissionPolicy, traceparent: str | None
+) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return _allowed(request, (), "ignored")
     _refuse_crowds(request)
     check_pod(request.object)
     check_pod(request.old_object)
     _guard_owned(request, policy)
+    if request.operation == "UPDATE":
+        trusted = policy.trusts(request.user.username)
+        guard_gate(
+            request.old_object, _object(request), username=request.user.username, trusted=trusted
+        )
     _refuse_ephemeral_asks(_object(request), policy.mutation)
     if request.sub_resource == "ephemeralcontainers":
         # The containers added here were never seen at CREATE.
@@ -200,7 +220,7 @@ def _decide_pod(request: AdmissionRequest, policy: AdmissionPolicy) -> Decision:
             _object(request), None, resource=resource, sections=("ephemeralContainers",)
         )
     if request.operation == "CREATE" and not request.sub_resource:
-        patch = mutate_pod(_object(request), policy.mutation)
+        patch = mutate_pod(_object(request), policy.mutation, traceparent=traceparent)
         return _allowed(request, patch, "mutated" if patch else "unchanged")
     return _allowed(request, (), "unchanged")
 
@@ -228,10 +248,14 @@ def _object(request: AdmissionRequest) -> Mapping[str, Any]:
 
 def _guard_owned(request: AdmissionRequest, policy: AdmissionPolicy) -> None:
     new = mapping(_annotations(_object(request)))
-    old = mapping(_annotations(request.old_object)) if request.operation == "UPDATE" else {}
-    changed = sorted(k for k in {*new, *old} if is_owned(k) and new.get(k) != old.get(k))
+    creating = request.operation == "CREATE"
+    old = {} if creating else mapping(_annotations(request.old_object))
+    changed = sorted(
+        k
+        for k in {*new, *old}
+        if is_owned(k) and new.get(k) != old.get(k) and not (creating and k == TRACE_ANNOTATION)
+    )
     if changed and not policy.trusts(request.user.username):
-        creating = request.operation == "CREATE"
         verb = "set" if creating else "add, change or remove"
         fix = "remove them from metadata.annotations" if creating else "leave them as they are"
         raise AdmissionDenied(
@@ -270,9 +294,12 @@ def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> 
     )
 
 
-def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]:
+def mutate_pod(
+    pod: Mapping[str, Any], policy: MutationPolicy, *, traceparent: str | None = None
+) -> tuple[Op, ...]:
     """The JSONPatch a new pod needs; ``()`` for a pod that asks for no cards.
 
+    ``traceparent`` is recorded as the pod's creation unless it carries a readable one.
     Raises ``AdmissionDenied`` with a message the pod's author can act on (a container that
     asks for nothing but names a lupine server is refused in every pod: ``endpoints``).
     """
@@ -289,7 +316,8 @@ def mutate_pod(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[Op, ...]
         *_pod_lib_ops(pod, demand, policy),
         *_scheduler_ops(pod, policy),
         *affinity_ops(pod),
-        *_marker_ops(pod),
+        *(gate_ops(pod) if policy.gate else ()),
+        *_annotation_ops(pod, traceparent),
     )
 
 
@@ -309,7 +337,9 @@ def _annotations(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _refuse_owned_annotations(pod: Mapping[str, Any], policy: MutationPolicy) -> None:
-    owned = sorted(key for key in _annotations(pod) or {} if is_owned(key))
+    owned = sorted(
+        key for key in _annotations(pod) or {} if is_owned(key) and key != TRACE_ANNOTATION
+    )
     if owned:
         raise AdmissionDenied(
             f"pod {pod_label(pod)} sets annotation(s) {', '.join(owned)}, which "
@@ -387,7 +417,15 @@ def _scheduler_ops(pod: Mapping[str, Any], policy: MutationPolicy) -> Iterator[O
     yield put(["spec", "schedulerName"], policy.scheduler_name, exists="schedulerName" in spec)
 
 
-def _marker_ops(pod: Mapping[str, Any]) -> Iterator[Op]:
+def _annotation_ops(pod: Mapping[str, Any], traceparent: str | None) -> Iterator[Op]:
     annotations = _annotations(pod)
-    if (annotations or {}).get(MARKER_ANNOTATION) != "true":
-        yield put_member(["metadata", "annotations"], annotations, MARKER_ANNOTATION, "true")
+    present = annotations or {}
+    wanted = {MARKER_ANNOTATION: "true"}
+    if traceparent is not None and creation_context(present.get(TRACE_ANNOTATION)) is None:
+        wanted[TRACE_ANNOTATION] = traceparent
+    missing = {key: value for key, value in wanted.items() if present.get(key) != value}
+    if annotations is None and missing:
+        yield {"op": "add", "path": pointer("metadata", "annotations"), "value": missing}
+        return
+    for key, value in missing.items():
+        yield put_member(["metadata", "annotations"], annotations, key, value)

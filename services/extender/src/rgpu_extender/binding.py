@@ -167,11 +167,11 @@ class Binding:
         if _already_there(exc, args):
             return _already(label)
         message = f"binding pod {label} to {args.node}: {exc.message}"
-        if bound_node(exc.kube_message) is None and _refused(exc):
-            return await self._release_after(args, _failed("bind_failed", message, label))
-        # Bound elsewhere (by whom?) or no definite answer: the pod read back decides.
-        outcome = "bind_failed" if _refused(exc) else "bind_unknown"
-        return await self._verify(args, _failed(outcome, message, label))
+        # Even a definite refusal is settled on the pod read back: a pod being deleted is
+        # refused before its node is looked at, and may be running elsewhere on this claim.
+        refused = _refused(exc)
+        outcome = "bind_failed" if refused else "bind_unknown"
+        return await self._verify(args, _failed(outcome, message, label), refused=refused)
 
     async def _after_timeout(self, args: ExtenderBindingArgs, label: str) -> BindOutcome:
         message = (
@@ -180,14 +180,18 @@ class Binding:
         )
         return await self._verify(args, _failed("timeout", message, label))
 
-    async def _verify(self, args: ExtenderBindingArgs, failed: BindOutcome) -> BindOutcome:
+    async def _verify(
+        self, args: ExtenderBindingArgs, failed: BindOutcome, *, refused: bool = False
+    ) -> BindOutcome:
         """Settle a Binding that did not succeed by reading the pod back: bound to our node is
-        success; gone, replaced, or bound elsewhere without rgpu's annotations frees the claim;
-        anything else (unbound, bound elsewhere by an earlier attempt, unreadable) keeps it."""
+        success; gone, replaced, or bound elsewhere without rgpu's annotations frees the claim,
+        and so does a pod still unbound after a definite refusal (``refused``); anything else
+        (unbound after an unknown outcome, bound elsewhere by an earlier attempt, unreadable)
+        keeps it."""
         seen = await self._read_back(args, failed.pod)
         if seen is not None and seen.node == args.node and not seen.gone:
             return _already(failed.pod)
-        if seen is not None and seen.frees_claim:
+        if seen is not None and (seen.frees_claim or (refused and not seen.node)):
             return await self._release_after(args, failed)
         return self._kept(args, failed)
 

@@ -1,8 +1,10 @@
-"""``/filter`` is where a GPU pod is booked a server, once per pod,
-serially, on kube-scheduler's hot path. It must answer every pod within the budget, send
-unfixable pods to ``FailedAndUnresolvableNodes`` (no preemption can help them), keep GPU
-servers free of client pods, and tell "no GPU fits now" (``FailedNodes``: the pod waits) from
-"we could not decide" (``Error``: kube-scheduler backs off and asks again).
+"""``/filter`` is where a GPU pod gets its server on kube-scheduler's serial hot path: read
+from the booking admission made (the pod passed rgpu's scheduling gate), or, in HAMi's flow
+and for pods that were never gated, booked here, once per pod. It must answer every pod
+within the budget, send unfixable pods to ``FailedAndUnresolvableNodes`` (no preemption can
+help them), keep GPU servers free of client pods, and tell "no GPU fits now"
+(``FailedNodes``: the pod waits) from "we could not decide" (``Error``: kube-scheduler backs
+off and asks again).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rgpu_contracts import (
 from rgpu_placement import PodDemand, read_demand
 from rgpu_runtime import EventRecorder, ResourceSettings
 
+from .booked import Booked
 from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
@@ -68,6 +71,8 @@ class Filtering:
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
     recent: RecentBookings
     """Where each booking is noted for the ``/prioritize`` that follows."""
+    booked: Booked
+    """The allocator's claims: an admitted pod's booking is read here, not asked for."""
 
     async def filter_pod(self, raw: object) -> FilterOutcome:
         """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
@@ -115,7 +120,17 @@ class Filtering:
         servers, clients = _split(args.candidate_names(), fleet)
         if not clients:
             return _outcome(args, (), (), servers, "no_client_nodes", label)
-        request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
+        claim = self.booked.claim_of(ref.uid)
+        if claim is not None and claim.server in fleet.servers:
+            # Admitted (or filtered before): the booking stands, kube-scheduler only places.
+            self.recent.remember(ref.uid, claim.server)
+            return _outcome(args, clients, (), servers, "booked", label)
+        request = AllocationRequest(
+            pod=ref,
+            containers=demand.requests(),
+            candidate_nodes=clients,
+            cuda_major=demand.cuda_major,
+        )
         try:
             with anyio.fail_after(self.budget):
                 answer = await self.allocator.allocate(request)
@@ -145,8 +160,8 @@ def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
 def _split(
     candidates: Iterable[str], fleet: FleetView
 ) -> tuple[tuple[str, ...], tuple[NodeName, ...]]:
-    servers = tuple(node for node in candidates if node in fleet.servers)
-    clients = tuple(NodeName(node) for node in candidates if node not in fleet.servers)
+    servers = tuple(node for node in candidates if node in fleet.nodes)
+    clients = tuple(NodeName(node) for node in candidates if node not in fleet.nodes)
     return servers, clients
 
 

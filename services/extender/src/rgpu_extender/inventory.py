@@ -31,14 +31,20 @@ more and the call counts as hung. Pauses and backoff are ``rgpu_runtime.Follower
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetView:
-    """A fleet with its servers indexed by node name."""
+    """A fleet with its servers indexed by name, and the Nodes they run on (a Node running
+    one lupine per GPU hosts several servers, none named after it)."""
 
     fleet: Fleet
     servers: Mapping[str, Server]
+    nodes: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, fleet: Fleet) -> FleetView:
-        return cls(fleet=fleet, servers=MappingProxyType({s.name: s for s in fleet.servers}))
+        return cls(
+            fleet=fleet,
+            servers=MappingProxyType({s.name: s for s in fleet.servers}),
+            nodes=frozenset(s.node_name for s in fleet.servers),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,12 +21,20 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from rgpu_contracts import encode_host_priorities
-from rgpu_runtime import BadRequest, PayloadTooLarge, json_response, read_json, state_value
+from rgpu_runtime import (
+    BadRequest,
+    PayloadTooLarge,
+    PodCreations,
+    json_response,
+    read_json,
+    state_value,
+)
 
 from .admission import AdmissionPolicy
 from .binding import Binding
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
+from .pod_traces import note_binding, note_pod
 from .reviewing import admit_body
 from .scoring import Scoring
 from .webhookguard import REVIEW_VALUES_SCOPE
@@ -47,6 +55,8 @@ class Deps:
     binding: Binding
     admission: AdmissionPolicy
     metrics: ExtenderMetrics
+    creations: PodCreations
+    """The creations ``/filter`` saw, by pod uid, so ``/bind``'s trace links to them too."""
 
 
 def deps(request: Request) -> Deps:
@@ -55,28 +65,35 @@ def deps(request: Request) -> Deps:
 
 
 async def filter_nodes(request: Request) -> Response:
-    verb = deps(request).filtering
+    d = deps(request)
+    verb = d.filtering
     try:
         raw = await read_json(request)
     except (BadRequest, PayloadTooLarge) as exc:
         outcome = verb.unreadable(exc.message)
     else:
+        note_pod(raw, d.creations)
         outcome = await verb.filter_pod(raw)
     return json_response(outcome.result.to_dict())
 
 
 async def prioritize_nodes(request: Request) -> Response:
-    outcome = await deps(request).scoring.prioritize(await read_json(request))
+    d = deps(request)
+    raw = await read_json(request)
+    note_pod(raw, d.creations)
+    outcome = await d.scoring.prioritize(raw)
     return json_response(encode_host_priorities(outcome.priorities))
 
 
 async def bind_pod(request: Request) -> Response:
-    verb = deps(request).binding
+    d = deps(request)
+    verb = d.binding
     try:
         raw = await read_json(request)
     except (BadRequest, PayloadTooLarge) as exc:
         outcome = verb.unreadable(exc.message)
     else:
+        note_binding(raw, d.creations)
         outcome = await verb.bind_pod(raw)
     return json_response(outcome.result.to_dict())
 

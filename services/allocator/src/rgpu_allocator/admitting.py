@@ -1,0 +1,352 @@
+"""kube-scheduler decides one pod per serial cycle, so booking inside its ``/filter`` puts an
+apiserver write on every cycle and sends pods no server can take round and round its queues.
+With admission by scheduling gate, a GPU pod reaches kube-scheduler only once a server is
+booked for it: the elected allocator walks the gated pods in queue order (``planning``), books
+servers for many of them at once (bounded), and lifts only rgpu's gate, against the pod's
+``resourceVersion`` (``gates``). kube-scheduler then finds the booking and places the pod.
+
+A gang's bookings are all written before any of its gates is lifted, and if one write fails
+the others are released: a gang never runs in part.
+
+Nothing is remembered that the apiserver does not hold: the queue is the gated pods the pod
+watch delivers, a booking is a claim in a Lease, so a new leader rebuilds everything (a pod
+booked but still gated just has its gate lifted) and a failover loses nothing.
+
+Waiting costs nothing: a pass happens when something changed (a gated pod arrived, capacity
+freed, the fleet or the queue configuration changed, leadership moved) and at a slow period
+for what time alone changes; gated pods are never nudged. Each pod's reason to wait is
+announced once per change of reason, as an Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from opentelemetry import trace
+from opentelemetry.trace import SpanContext
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
+from rgpu_placement import FleetView
+from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span, trace_exemplar
+
+from .booker import Booker
+from .clients import KubeApi, pod_event
+from .gates import Lifted, lift_gate
+from .instruments import Instruments
+from .judging import Judge, Remover
+from .planning import Planner
+from .pods import PodInfo
+from .preempting import Preemptor, may_preempt
+from .queueing import in_order
+from .queues import Queues
+from .queueview import QueueEntry, admission_queue
+from .verdicts import WARNINGS, Verdict, Wait
+
+__all__ = ["PERIOD", "Admitter"]
+
+logger = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+PERIOD = 2.0
+"""Seconds between passes when nothing wakes the admitter: what only time changes (a booking
+lapsing, a nomination expiring) is looked at this often."""
+PREEMPTIONS_AT_ONCE = 4
+"""Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
+WAITING = "RemoteGPUWaiting"
+"""The Event reason saying why a gated pod waits."""
+LAPSED = "RemoteGPUAdmissionLapsed"
+"""The Event reason saying an admitted pod's booking lapsed before it was bound."""
+
+
+class Admitter:
+    """The admission loop; runs in every replica, acts only while ``leading()``."""
+
+    def __init__(
+        self,
+        *,
+        planner: Planner,
+        booker: Booker,
+        remover: Remover,
+        preemptor: Preemptor,
+        queues: Queues,
+        api: KubeApi,
+        instruments: Instruments,
+        concurrency: int,
+        leading: Callable[[], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._planner, self._booker, self._remover = planner, booker, remover
+        self._preemptor, self._queues = preemptor, queues
+        self._api, self._instruments = api, instruments
+        self._concurrency, self._leading, self._clock = concurrency, leading, clock
+        self._queue: dict[PodUID, PodInfo] = {}
+        self._arrival: dict[str, int] = {}
+        self._arrivals = 0
+        self._flight: set[str] = set()
+        # Lifted, but the pod watch has not delivered the pod without its gate yet: another
+        # pass must not lift it again.
+        self._lifted: set[str] = set()
+        self._preempting: set[str] = set()
+        self._said: dict[PodUID, Wait] = {}
+        self._due = True
+        self._wake: anyio.Event | None = None
+
+    @property
+    def judge(self) -> Judge:
+        return self._planner.judge
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def notify(self) -> None:
+        """Something that may let a pod in changed (capacity freed, fleet, queues);
+        sync-callable."""
+        self._due = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def pod_changed(self, before: PodInfo | None, after: PodInfo | None) -> None:
+        """Pod watch listener: keep the queue of pods waiting for rgpu's admission."""
+        if after is not None and after.admissible:
+            if self._queue.get(after.uid) != after:
+                if after.uid not in self._queue:
+                    self._arrivals += 1
+                    self._arrival[after.uid] = self._arrivals
+                self._queue[after.uid] = after
+                self.notify()
+            return
+        gone = after or before
+        if gone is not None and self._queue.pop(gone.uid, None) is not None:
+            self._said.pop(gone.uid, None)
+            self._lifted.discard(gone.uid)
+            self._arrival.pop(gone.uid, None)
+
+    def lapsed(self, claim: Claim) -> None:
+        """An admitted booking lapsed unbound (removed by the sweep): say so on the pod."""
+        self._instruments.admissions.labels("lapsed").inc()
+        message = (
+            f"the booking of server {claim.server} made at admission lapsed before the pod "
+            "was bound; kube-scheduler's filter books a server for it now"
+        )
+        self._api.record_event(pod_event(claim.pod, reason=LAPSED, message=message))
+
+    def leadership(self, leading: bool) -> None:
+        """Election listener: a new leader looks at the whole queue at once."""
+        if leading:
+            self.notify()
+
+    def queue(self) -> AdmissionQueue:
+        """Every gated pod in admission order with what a pass decides for it now (a dry
+        pass: any replica can answer it), and each namespace's share."""
+        view = self.judge.inputs.view
+        verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
+        entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
+        return admission_queue(entries, held=self._held(), queues=self._queues)
+
+    def collect(self) -> Iterator[Metric]:
+        """The queue's gauges, from the leader only (one series set whatever the replicas)."""
+        by_reason = GaugeMetricFamily(
+            "rgpu_admission_queue_pods",
+            "Gated pods waiting for admission, by why they wait (Admitting: in flight).",
+            labels=["reason"],
+        )
+        by_namespace = GaugeMetricFamily(
+            "rgpu_queue_pods",
+            "Gated pods waiting for admission, by namespace and why they wait.",
+            labels=["namespace", "reason"],
+        )
+        leading = self._leading()
+        if leading:
+            counts = self._reasons()
+            for reason in Wait:
+                by_reason.add_metric(
+                    [reason.value], sum(n for (_, r), n in counts.items() if r is reason)
+                )
+            for (namespace, reason), count in sorted(counts.items()):
+                by_namespace.add_metric([namespace, reason.value], count)
+        yield by_reason
+        yield by_namespace
+        yield from self._queues.quotas(self._held(), leading)
+
+    def _reasons(self) -> Counter[tuple[str, Wait]]:
+        counts: Counter[tuple[str, Wait]] = Counter()
+        for uid, pod in self._queue.items():
+            busy = uid in self._flight or uid in self._lifted
+            reason = Wait.ADMITTING if busy else self._said.get(uid)
+            if reason is not None:
+                counts[(pod.namespace, reason)] += 1
+        return counts
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Pass after pass, forever; the task group holds the admissions in flight."""
+        async with anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                if not self._due:
+                    self._wake = anyio.Event()
+                    with anyio.move_on_after(PERIOD):
+                        await self._wake.wait()
+                self._due = False
+                if self._leading() and self._ready():
+                    self._pass(tg)
+
+    def _ready(self) -> bool:
+        judge = self.judge
+        return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
+
+    def _held(self) -> dict[str, int]:
+        """Cards per namespace held or being booked (quotas count both)."""
+        held = dict(self.judge.ledger.cards_by_namespace())
+        for namespace, cards in self.judge.pending.cards_by_namespace().items():
+            held[namespace] = held.get(namespace, 0) + cards
+        return held
+
+    def _plan(self, view: FleetView, *, limit: int) -> list[Verdict]:
+        pods = in_order(self._queue.values(), self._arrival)
+        return self._planner.plan(
+            pods,
+            view,
+            limit=limit,
+            config=self._queues.config,
+            held=self._held(),
+            busy=self._flight | self._lifted,
+        )
+
+    def _pass(self, tg: TaskGroup) -> None:
+        view = self.judge.inputs.view
+        room = self._concurrency - len(self._flight)
+        if view is None or room <= 0 or not self._queue:
+            return
+        with tracer.start_as_current_span("admission.pass") as span:
+            verdicts = self._plan(view, limit=room)
+            span.set_attribute("rgpu.queue", len(self._queue))
+            admit: dict[object, list[Verdict]] = {}
+            for verdict in verdicts:
+                if verdict.booked is not None or verdict.held is not None:
+                    key = verdict.gang if verdict.gang is not None else verdict.pod.uid
+                    admit.setdefault(key, []).append(verdict)
+                elif verdict.wait is not Wait.ADMITTING:
+                    self._wait(verdict, view, tg)
+            for unit in admit.values():
+                self._start(unit, tg)
+
+    def _start(self, unit: list[Verdict], tg: TaskGroup) -> None:
+        for verdict in unit:
+            self._flight.add(verdict.pod.uid)
+            if verdict.booked is not None:
+                self.judge.pending.add(self._tentative(verdict))
+        tg.start_soon(self._admit, unit)
+
+    def _tentative(self, verdict: Verdict) -> Claim:
+        booked = verdict.booked
+        assert booked is not None
+        return self._booker.claim(booked, booked.choice, self._clock())
+
+    async def _admit(self, unit: list[Verdict]) -> None:
+        first = unit[0].pod
+        try:
+            with pod_span(tracer, "allocator.admit", first.ref, creation=_creation(first)) as span:
+                for other in unit[1:]:
+                    link_creation(span, _creation(other.pod))
+                span.set_attribute("rgpu.pods", len(unit))
+                claims = await self._book(unit)
+                if claims is not None:
+                    await self._lift(unit, claims)
+        except RgpuError as exc:
+            logger.warning("could not admit %s: %s", _names(unit), exc)
+        finally:
+            for verdict in unit:
+                if verdict.booked is not None:
+                    self.judge.pending.discard(self._tentative(verdict))
+                self._flight.discard(verdict.pod.uid)
+            self.notify()
+
+    async def _book(self, unit: list[Verdict]) -> list[Claim] | None:
+        """Every booking of ``unit`` written, or none left standing (``None``)."""
+        claims: list[Claim] = []
+        try:
+            for verdict in unit:
+                claim = verdict.held
+                if verdict.booked is not None:
+                    claim = await self._booker.book(verdict.booked)
+                if claim is None:
+                    break
+                claims.append(claim)
+        finally:
+            if len(claims) < len(unit):
+                await self._release([c for c, v in zip(claims, unit, strict=False) if v.booked])
+        return claims if len(claims) == len(unit) else None
+
+    async def _release(self, claims: Sequence[Claim]) -> None:
+        with anyio.CancelScope(shield=True):
+            for claim in claims:
+                await self._remover.release(claim.pod.uid)
+
+    async def _lift(self, unit: list[Verdict], claims: list[Claim]) -> None:
+        for verdict, claim in zip(unit, claims, strict=True):
+            lifted = await lift_gate(self._api, verdict.pod)
+            if lifted is Lifted.LIFTED:
+                self._lifted.add(verdict.pod.uid)
+                self._admitted(verdict.pod, claim.server)
+
+    def _admitted(self, pod: PodInfo, server: str) -> None:
+        self._said.pop(pod.uid, None)
+        self._instruments.admissions.labels("admitted").inc()
+        created = pod.gated.created_at if pod.gated is not None else 0.0
+        if created:
+            waited = max(0.0, self._clock() - created)
+            self._instruments.admission_wait_seconds.observe(waited, trace_exemplar())
+        logger.info("admitted %s with server %s", pod.ref.key, server)
+
+    def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
+        self._announce(verdict)
+        if self._should_preempt(verdict):
+            self._preempting.add(verdict.pod.uid)
+            tg.start_soon(self._preempt, verdict, view)
+
+    def _announce(self, verdict: Verdict) -> None:
+        uid, wait = verdict.pod.uid, verdict.wait
+        if wait is None or self._said.get(uid) is wait:
+            return
+        self._said[uid] = wait
+        message = f"waiting for a remote GPU ({wait.value}): {verdict.message}"
+        warning = wait in WARNINGS
+        self._api.record_event(
+            pod_event(verdict.pod.ref, reason=WAITING, message=message, warning=warning)
+        )
+
+    def _should_preempt(self, verdict: Verdict) -> bool:
+        refusal = verdict.refusal
+        return (
+            verdict.wait is Wait.NO_FIT
+            and refusal is not None
+            and bool(refusal.blocked_by_claims)
+            and may_preempt(verdict.pod)
+            and verdict.pod.uid not in self._preempting
+            and len(self._preempting) < PREEMPTIONS_AT_ONCE
+        )
+
+    async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
+        pod, demand = verdict.pod, verdict.demand
+        try:
+            gated = pod.gated
+            if demand is not None and gated is not None:
+                request = AllocationRequest(pod=pod.ref, containers=gated.containers)
+                await self._preemptor.preempt(request, demand, view)
+        finally:
+            self._preempting.discard(pod.uid)
+            self.notify()
+
+
+def _creation(pod: PodInfo) -> SpanContext | None:
+    return creation_context(pod.gated.trace) if pod.gated is not None else None
+
+
+def _names(unit: list[Verdict]) -> str:
+    return ", ".join(v.pod.ref.key for v in unit)

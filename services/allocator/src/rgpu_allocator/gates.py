@@ -1,0 +1,58 @@
+"""Lifting rgpu's scheduling gate is the moment a pod passes from admission to kube-scheduler,
+and it must remove only rgpu's gate, never another system's (Kueue's, say) and never on a pod
+that changed in a way the decision did not see: so it is an update against the pod's
+``resourceVersion``, re-read and retried when the pod moved on meanwhile.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from rgpu_placement import gates_after_admission
+from rgpu_runtime import KubeConflict, KubeNotFound
+
+from .clients import KubeApi
+from .pods import PodInfo, pod_info
+
+__all__ = ["ATTEMPTS", "Lifted", "lift_gate"]
+
+ATTEMPTS = 4
+"""Tries when the pod keeps changing under us (each re-reads it)."""
+
+
+class Lifted(enum.Enum):
+    """How lifting a gate ended."""
+
+    LIFTED = "lifted"
+    ALREADY = "already"
+    """Someone (a leader before us) lifted it already."""
+    GONE = "gone"
+    """The pod is gone (or another pod took its name)."""
+    CONTENDED = "contended"
+    """The pod kept changing; the next pass tries again."""
+
+
+async def lift_gate(api: KubeApi, pod: PodInfo) -> Lifted:
+    """Remove rgpu's gate from ``pod``, against its version. Raises ``KubeError`` when the
+    apiserver fails otherwise."""
+    current: PodInfo | None = pod
+    for _ in range(ATTEMPTS):
+        if current is None or current.uid != pod.uid:
+            return Lifted.GONE
+        gated = current.gated
+        if gated is None:
+            return Lifted.ALREADY
+        try:
+            await api.lift_gate(
+                pod.namespace,
+                pod.name,
+                resource_version=gated.resource_version,
+                gates=gates_after_admission(gated.gates),
+            )
+            return Lifted.LIFTED
+        except KubeNotFound:
+            return Lifted.GONE
+        except KubeConflict:
+            raw = await api.get_pod(pod.namespace, pod.name)
+            current = pod_info(raw) if raw is not None else None
+    return Lifted.CONTENDED

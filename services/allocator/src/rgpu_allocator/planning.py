@@ -1,0 +1,300 @@
+"""Admission walks the gated pods and decides, for each, what happens now: book a server, lift
+the gate of a pod already booked, or wait — and why. The walk is one synchronous pass over the
+caches, so its decisions are consistent with each other: every booking a pass plans counts as
+held for the pods after it (they spread over other servers), and a pod behind in line never
+takes what a pod ahead of it was given.
+
+The same pass serves the leader, which then carries it out, and anyone who asks where a pod
+stands (``GET /v1/queue``, ``rgpu explain``) on any replica, which only reads it.
+
+Rules of the walk:
+* the order is the queue policy's (``rgpu_placement.FairWalk``): priority, then the namespace
+  holding the fewest cards per unit of weight, then first come first served;
+* a namespace never holds more cards than its quota (cards held or admitted; a whole-server
+  booking counts every card of the server): its pods wait with ``QuotaExceeded``;
+* a gang is booked whole or not at all: its members are decided one after the other, and one
+  that does not fit takes back what the others were given in this pass;
+* a unit that cannot be placed does not block the units behind it (a smaller ask may fit),
+  but a unit waiting for capacity only claims hold (``Refusal.blocked_by_claims``) keeps the
+  best of those servers from every unit of lower priority, so a stream of small low-priority
+  asks cannot starve it (in card granularity they would nibble its server's cards as they free);
+* once one pod of a shape (ask, candidate nodes) is refused, the rest of that shape are
+  refused with it in the same pass, without deciding again: nothing frees during a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rgpu_contracts import CardId, Claim, NodeName, ServerName
+from rgpu_placement import (
+    Choice,
+    Demand,
+    FairWalk,
+    FleetView,
+    Gang,
+    Holdings,
+    QueueConfig,
+    Refusal,
+    ServerFacts,
+    choose,
+    demand_of,
+    winner,
+)
+
+from .booker import Booked, Booker
+from .candidates import Candidates
+from .judging import Judge, Policy
+from .leases import Layered, Pending
+from .pods import PodInfo
+from .units import Unit, units_of
+from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
+
+__all__ = ["Planner"]
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one walk has learnt so far."""
+
+    pending: Pending
+    fair: FairWalk[Unit]
+    refused: dict[object, Verdict] = field(default_factory=dict)
+    reserved: dict[ServerName, int] = field(default_factory=dict)
+    admitted: int = 0
+
+
+class _Reserved:
+    """``held`` with the servers kept for higher-priority pods marked unusable."""
+
+    __slots__ = ("_held", "_priority", "_reserved")
+
+    def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
+        self._held, self._reserved, self._priority = held, reserved, priority
+
+    def blocking(self, server: str) -> tuple[Claim, ...]:
+        return self._held.blocking(server)
+
+    def problem(self, server: str) -> str | None:
+        if self._reserved.get(ServerName(server), self._priority) > self._priority:
+            return "kept for a waiting pod of higher priority"
+        return self._held.problem(server)
+
+    def taken(self, server: str) -> frozenset[CardId]:
+        return self._held.taken(server)
+
+    def busy(self, facts: ServerFacts) -> frozenset[str]:
+        return self._held.busy(facts)
+
+    def without_claims(self) -> Holdings:
+        return _Reserved(self._held.without_claims(), self._reserved, self._priority)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planner:
+    """Works out one pass over the gated pods; pure on the caches."""
+
+    judge: Judge
+    policy: Policy
+    booker: Booker
+    nominated_on: Callable[[str], ServerName | None]
+    """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
+    admission_ttl: float
+    candidates: Candidates = field(default_factory=Candidates)
+
+    def plan(
+        self,
+        pods: Iterable[PodInfo],
+        view: FleetView,
+        *,
+        limit: int,
+        config: QueueConfig,
+        held: Mapping[str, int],
+        busy: Collection[str] = frozenset(),
+    ) -> list[Verdict]:
+        """Verdicts for ``pods`` (in arrival order) until ``limit`` bookings are planned;
+        ``held`` counts the cards each namespace holds now."""
+        units = units_of(pods)
+        fair = FairWalk(
+            units,
+            namespace=lambda u: u.namespace,
+            priority=lambda u: u.priority,
+            held=held,
+            config=config,
+        )
+        walk = _Pass(pending=Layered(self.judge.pending), fair=fair)
+        verdicts: list[Verdict] = []
+        for unit in fair:
+            if walk.admitted >= limit:
+                break
+            verdicts.extend(self._unit(unit, view, walk, busy, config))
+        return verdicts
+
+    def _unit(
+        self, unit: Unit, view: FleetView, walk: _Pass, busy: Collection[str], config: QueueConfig
+    ) -> list[Verdict]:
+        if unit.problem is not None:
+            wait, message = unit.problem
+            return [Verdict(pod=p, wait=wait, message=message) for p in unit.pods]
+        if any(p.uid in busy for p in unit.pods):
+            return [
+                Verdict(pod=p, wait=Wait.ADMITTING, message="being admitted") for p in unit.pods
+            ]
+        # A namespace at its quota waits for that, whatever the pool: freed servers would not
+        # go to it either.
+        at_quota = self._over_quota(unit, _least_cards(unit), walk, config)
+        if at_quota is not None:
+            return [self._waits(Verdict(pod=p), at_quota, unit) for p in unit.pods]
+        verdicts = [self._one(p, view, walk) for p in unit.pods]
+        taken = [v.booked for v in verdicts if v.booked is not None]
+        stop = next((v for v in verdicts if v.wait is not None), None)
+        if stop is None:
+            cards = sum(len(b.choice.fit.cards) for b in taken)
+            stop = self._over_quota(unit, cards, walk, config)
+        if stop is not None:
+            for booked in taken:
+                walk.pending.discard(self._claim(booked))
+            return [self._waits(v, stop, unit) for v in verdicts]
+        walk.admitted += len(taken)
+        walk.fair.took(unit.namespace, sum(len(b.choice.fit.cards) for b in taken))
+        if unit.gang is None or len(unit.pods) < 2:
+            return verdicts
+        return [_in_gang(v, unit.gang) for v in verdicts]
+
+    def _waits(self, verdict: Verdict, stop: Verdict, unit: Unit) -> Verdict:
+        """``verdict``'s pod waits because of ``stop`` (itself, or a sibling of its gang)."""
+        if stop is verdict or unit.gang is None:
+            return (
+                stop
+                if stop is verdict
+                else Verdict(
+                    pod=verdict.pod, wait=stop.wait, message=stop.message, demand=verdict.demand
+                )
+            )
+        message = f"gang {unit.gang.name}: {stop.pod.name} waits: {stop.message}"
+        return Verdict(pod=verdict.pod, wait=stop.wait, message=message, demand=verdict.demand)
+
+    def _over_quota(
+        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig
+    ) -> Verdict | None:
+        """Why ``unit`` would take its namespace over quota with ``cards`` more, if it would."""
+        quota = config.quota(unit.namespace).cards
+        holds = walk.fair.held(unit.namespace)
+        if quota is None or holds + cards <= quota:
+            return None
+        message = (
+            f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
+            f"this would take {cards} more (ConfigMap rgpu-queues)"
+        )
+        return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
+
+    def _one(self, pod: PodInfo, view: FleetView, walk: _Pass) -> Verdict:
+        gated = pod.gated
+        if gated is None or gated.problem is not None:
+            problem = gated.problem if gated is not None else "not gated"
+            return Verdict(pod=pod, wait=Wait.UNREADABLE, message=problem or "")
+        held = winner(self.judge.live(pod.uid))
+        if held is not None:
+            return Verdict(pod=pod, held=held)
+        candidates = self.candidates.of(view, gated.placement)
+        if candidates == ():
+            message = "no client node matches the pod's nodeSelector or required node affinity"
+            return Verdict(pod=pod, wait=Wait.NO_CLIENT_NODE, message=message)
+        demand = demand_of(gated.containers, cuda_major=gated.cuda_major)
+        return self._decide(pod, view, walk, demand, candidates or ())
+
+    def _decide(
+        self,
+        pod: PodInfo,
+        view: FleetView,
+        walk: _Pass,
+        demand: Demand,
+        candidates: tuple[NodeName, ...],
+    ) -> Verdict:
+        nominated = self.nominated_on(pod.uid)
+        shape = (demand, candidates, nominated, pod.priority if walk.reserved else 0)
+        seen = walk.refused.get(shape)
+        if seen is not None:
+            return Verdict(pod=pod, wait=seen.wait, message=seen.message, demand=demand)
+        held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
+        if walk.reserved:
+            held = _Reserved(held, walk.reserved, pod.priority)
+        outcome = choose(
+            view,
+            demand,
+            held,
+            candidates=candidates,
+            granularity=self.policy.granularity,
+            nominated=nominated,
+        )
+        if isinstance(outcome, Choice):
+            return self._admit(pod, demand, outcome, walk)
+        verdict = self._refused(pod, view, demand, outcome, nominated)
+        walk.refused[shape] = verdict
+        if outcome.blocked_by_claims:
+            best = outcome.blocked_by_claims[0]
+            walk.reserved[best] = max(walk.reserved.get(best, pod.priority), pod.priority)
+        return verdict
+
+    def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
+        gated = pod.gated
+        assert gated is not None
+        booked = Booked(
+            pod=pod.ref,
+            containers=gated.containers,
+            demand=demand,
+            choice=choice,
+            admission_ttl=self.admission_ttl,
+        )
+        walk.pending.add(self._claim(booked))
+        return Verdict(pod=pod, booked=booked, demand=demand)
+
+    def _claim(self, booked: Booked) -> Claim:
+        return self.booker.claim(booked, booked.choice, 0.0)
+
+    def _refused(
+        self,
+        pod: PodInfo,
+        view: FleetView,
+        demand: Demand,
+        refusal: Refusal,
+        nominated: ServerName | None,
+    ) -> Verdict:
+        if nominated is not None:
+            message = f"server {nominated} is being freed for this pod; {refusal.nofit.message}"
+            return Verdict(
+                pod=pod, wait=Wait.PREEMPTING, message=message, refusal=refusal, demand=demand
+            )
+        never = self._never(pod, view, demand)
+        if never is not None:
+            return Verdict(pod=pod, wait=Wait.NEVER_FITS, message=never, demand=demand)
+        message = no_fit_message(refusal)
+        return Verdict(pod=pod, wait=Wait.NO_FIT, message=message, refusal=refusal, demand=demand)
+
+    def _never(self, pod: PodInfo, view: FleetView, demand: Demand) -> str | None:
+        granularity = self.policy.granularity
+        never = never_fits(view, demand, granularity)
+        gang = pod.gated.gang if pod.gated is not None else None
+        if never is not None or gang is None or gang.size is None or granularity == "card":
+            return never
+        capable = capable_servers(view, demand, granularity)
+        if gang.size <= capable:
+            return None
+        return (
+            f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
+            "fleet could ever take one (each member holds a whole server)"
+        )
+
+
+def _least_cards(unit: Unit) -> int:
+    """The fewest cards ``unit`` can be admitted with (a whole server may add more)."""
+    asks = (p.gated.containers for p in unit.pods if p.gated is not None)
+    return sum(demand_of(c).effective_count for c in asks)
+
+
+def _in_gang(verdict: Verdict, gang: Gang) -> Verdict:
+    """``verdict`` as one of a gang's, lifted only once every member is written."""
+    return Verdict(
+        pod=verdict.pod, booked=verdict.booked, held=verdict.held, demand=verdict.demand, gang=gang
+    )

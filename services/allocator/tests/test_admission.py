@@ -1,0 +1,277 @@
+"""Admission by scheduling gate, at the allocator's boundary: real apps on kubesim over HTTP,
+discovery faked at the transport. Gated pods are booked in queue order and their gate lifted;
+pods that cannot be placed wait with a reason (an Event, ``GET /v1/queue``) and hold nothing;
+a new leader finishes what a dead one started; nothing is nudged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import rgpu_testkit as testkit
+from rgpu_contracts import PodRef, PodUID
+from rgpu_kubesim import ApiError
+
+pytestmark = pytest.mark.anyio
+
+GATE = {"name": "rgpu.io/admission"}
+KUEUE = {"name": "kueue.x-k8s.io/admission"}
+COUNT = "nvidia.com/remote-gpu"
+BRISK = {"RGPU_ADMISSION_TTL_SECONDS": "60"}
+
+
+def gated_pod(
+    cluster: Any,
+    name: str,
+    *,
+    cards: int = 1,
+    memory: int = 0,
+    priority: int | None = None,
+    gates: Sequence[Mapping[str, str]] = (GATE,),
+    spec: Mapping[str, object] | None = None,
+    namespace: str = "ml",
+    labels: Mapping[str, str] | None = None,
+) -> PodRef:
+    """A GPU pod as the webhook leaves it in gate mode: rgpu's scheduler, gated."""
+    limits = {COUNT: str(cards)}
+    if memory:
+        limits["nvidia.com/remote-gpu-memory"] = str(memory)
+    body: dict[str, object] = {"schedulingGates": [dict(g) for g in gates], **(spec or {})}
+    if priority is not None:
+        body["priorityClassName"] = priority_class(cluster, priority)
+    manifest = testkit.pod_manifest(
+        name=name,
+        namespace=namespace,
+        scheduler="rgpu-scheduler",
+        labels=labels or None,
+        containers=[testkit.container_manifest(name="main", limits=limits)],
+        spec=body,
+    )
+    made = cluster.sim.store.create("pods", manifest)
+    return PodRef(uid=PodUID(made["metadata"]["uid"]), namespace=namespace, name=name)
+
+
+def priority_class(cluster: Any, value: int) -> str:
+    """The name of a PriorityClass of ``value`` (made on first use)."""
+    name = f"value-{value}"
+    try:
+        cluster.sim.store.get("priorityclasses", name)
+    except ApiError:
+        body = {"metadata": {"name": name}, "value": value}
+        cluster.sim.store.create("priorityclasses", body)
+    return name
+
+
+def gates(cluster: Any, pod: PodRef) -> list[str]:
+    got = cluster.sim.store.get("pods", pod.name, namespace=pod.namespace)
+    return [g["name"] for g in got["spec"].get("schedulingGates") or ()]
+
+
+def holders(cluster: Any) -> dict[str, list[str]]:
+    return {server: names for server, names in cluster.holders().items() if names}
+
+
+def events(cluster: Any, pod: PodRef, reason: str = "RemoteGPUWaiting") -> list[dict[str, Any]]:
+    found = cluster.sim.store.list("events", namespace=pod.namespace)
+    return [
+        e
+        for e in found
+        if e.get("reason") == reason and (e.get("involvedObject") or {}).get("uid") == pod.uid
+    ]
+
+
+async def metric(client: Any, name: str, **labels: str) -> float:
+    text = (await client.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery, **BRISK) as client:
+        pod = gated_pod(cluster, "trainer")
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted")
+        [claim] = cluster.claims("gpu-a")
+        assert claim["pod"]["name"] == "trainer"
+        assert claim["state"] == "booked"
+        assert claim["admissionTtlSeconds"] == 60
+
+        async def counted() -> bool:
+            return await metric(client, "rgpu_admissions_total", outcome="admitted") == 1
+
+        # The gate is lifted in the store before the patch's answer reaches the counter.
+        await kit.wait_for(counted, what="the admission counted")
+        assert await metric(client, "rgpu_admission_wait_seconds_count") == 1
+
+
+async def test_another_systems_gate_keeps_the_pod_out_until_it_is_lifted(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery):
+        pod = gated_pod(cluster, "queued", gates=(KUEUE, GATE))
+        await anyio.sleep(0.5)
+        assert holders(cluster) == {}
+        assert gates(cluster, pod) == ["kueue.x-k8s.io/admission", "rgpu.io/admission"]
+        cluster.sim.store.patch(
+            "pods", pod.name, {"spec": {"schedulingGates": [GATE]}}, namespace="ml"
+        )
+        await kit.wait_for(lambda: not gates(cluster, pod), what="rgpu's gate lifted")
+        assert holders(cluster) == {"gpu-a": ["queued"]}
+
+
+async def test_a_short_pool_goes_to_priority_then_to_the_first_created(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    first = gated_pod(cluster, "first", priority=10)
+    second = gated_pod(cluster, "second", priority=10)
+    urgent = gated_pod(cluster, "urgent", priority=1000)
+    async with kit.running_allocator(sim.url, discovery, RGPU_PREEMPTION="off") as client:
+        await kit.wait_for(
+            lambda: sum(len(n) for n in holders(cluster).values()) == 2, what="two admitted"
+        )
+        held = sorted(n for names in holders(cluster).values() for n in names)
+        assert held == ["first", "urgent"]
+        assert gates(cluster, second) == ["rgpu.io/admission"]
+        await kit.wait_for(lambda: events(cluster, second), what="the waiting Event")
+        [event] = events(cluster, second)
+        assert "NoFit" in event["message"]
+        assert event["type"] == "Normal"
+
+        async def only_second_waits() -> bool:
+            queue = (await client.get("/v1/queue")).json()["pods"]
+            return [(p["pod"]["name"], p["reason"]) for p in queue] == [("second", "NoFit")]
+
+        await kit.wait_for(only_second_waits, what="the queue holds the second pod only")
+        assert not gates(cluster, first) and not gates(cluster, urgent)
+
+
+async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_why(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=4)))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        big = gated_pod(cluster, "big", cards=16)
+        small = gated_pod(cluster, "small")
+        await kit.wait_for(lambda: not gates(cluster, small), what="the small pod admitted")
+        await kit.wait_for(lambda: events(cluster, big), what="the never-fits Event")
+        [event] = events(cluster, big)
+        assert event["type"] == "Warning"
+        assert "NeverFits" in event["message"]
+        assert "largest server, gpu-a, has 4 card(s)" in event["message"]
+        assert holders(cluster) == {"gpu-a": ["small"]}
+
+        async def only_the_big_pod_waits() -> bool:
+            entries = (await client.get("/v1/queue")).json()["pods"]
+            found = [(e["pod"]["name"], e["reason"], e["cards"]) for e in entries]
+            return found == [("big", "NeverFits", 16)]
+
+        # The small pod leaves the queue once the pod watch delivers it without its gate.
+        await kit.wait_for(only_the_big_pod_waits, what="only the big pod waits")
+
+
+async def test_a_waiting_pod_is_admitted_when_its_holder_goes(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery):
+        holder = gated_pod(cluster, "holder")
+        await kit.wait_for(lambda: not gates(cluster, holder), what="the holder admitted")
+        cluster.bind(holder)
+        waiter = gated_pod(cluster, "waiter")
+        await anyio.sleep(0.3)
+        assert gates(cluster, waiter) == ["rgpu.io/admission"]
+        cluster.delete(holder)
+        await kit.wait_for(lambda: not gates(cluster, waiter), what="the waiter admitted")
+        assert holders(cluster) == {"gpu-a": ["waiter"]}
+
+
+async def test_a_burst_is_admitted_one_pod_per_server(build, kit, sim, cluster):
+    servers = [build.server(f"gpu-{i:02}") for i in range(24)]
+    discovery = kit.FakeDiscovery(build.fleet(*servers))
+    async with kit.running_allocator(sim.url, discovery, RGPU_ADMISSION_CONCURRENCY="8"):
+        pods = [gated_pod(cluster, f"burst-{i:02}") for i in range(24)]
+        await kit.wait_for(
+            lambda: all(not gates(cluster, p) for p in pods), what="every pod admitted", timeout=20
+        )
+        assert sorted(len(n) for n in holders(cluster).values()) == [1] * 24
+
+
+async def test_gated_pods_are_never_nudged(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery):
+        holder = gated_pod(cluster, "holder")
+        await kit.wait_for(lambda: not gates(cluster, holder), what="the holder admitted")
+        waiters = [gated_pod(cluster, f"waiter-{i}") for i in range(3)]
+        # Capacity appears elsewhere (a new server arrives and is taken), then the holder goes.
+        cluster.bind(holder)
+        cluster.delete(holder)
+        await kit.wait_for(lambda: not gates(cluster, waiters[0]), what="the first admitted")
+        await anyio.sleep(0.5)
+        for pod in waiters:
+            assert "rgpu.io/retry-at" not in cluster.annotations(pod)
+
+
+async def test_a_pod_changed_between_booking_and_lift_is_still_admitted(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    pod = gated_pod(cluster, "relabelled")
+    async with kit.running_allocator(sim.url, discovery, wait=False) as client:
+        # A label change moves the pod's resourceVersion past what the watch delivered first.
+        cluster.sim.store.patch(
+            "pods", pod.name, {"metadata": {"labels": {"x": "y"}}}, namespace="ml"
+        )
+        await kit.wait_fleet(client)
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted")
+        got = cluster.sim.store.get("pods", pod.name, namespace="ml")
+        assert got["metadata"]["labels"] == {"x": "y"}
+
+
+async def test_an_admitted_booking_not_bound_in_time_lapses_and_is_counted(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    env = {"RGPU_ADMISSION_TTL_SECONDS": "1", "RGPU_BOOKING_TTL_SECONDS": "1"}
+    async with kit.running_allocator(sim.url, discovery, **env) as client:
+        pod = gated_pod(cluster, "slow")
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted")
+        await kit.wait_for(lambda: not cluster.claims("gpu-a"), what="the booking lapsed")
+        await kit.wait_for(lambda: events(cluster, pod, "RemoteGPUAdmissionLapsed"), what="Event")
+        assert await metric(client, "rgpu_admissions_total", outcome="lapsed") == 1
+
+
+async def test_a_pod_outside_every_allowed_domain_waits_for_a_client_node(build, kit, sim, cluster):
+    zone = "topology.kubernetes.io/zone"
+    discovery = kit.FakeDiscovery(
+        build.fleet(build.server("gpu-a", labels={zone: "a"})),
+        build.topology({"client-1": {zone: "a"}}),
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": zone, "operator": "In", "values": ["b"]}]}
+                ]
+            }
+        }
+    }
+    async with kit.running_allocator(sim.url, discovery):
+        pod = gated_pod(cluster, "zone-b", spec={"affinity": affinity})
+        await kit.wait_for(lambda: events(cluster, pod), what="the Event")
+        assert "NoClientNode" in events(cluster, pod)[0]["message"]
+        assert holders(cluster) == {}
+
+
+async def test_claims_written_by_admission_read_back_as_admitted(build, kit, sim, cluster):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        pod = gated_pod(cluster, "reader")
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted")
+        answer = (await client.get(f"/v1/allocations/{pod.uid}")).json()
+        lease = cluster.lease("gpu-a")
+        assert lease is not None
+        stored = orjson.loads(lease["metadata"]["annotations"]["rgpu.io/claims"])
+        assert stored[0]["admissionTtlSeconds"] == 60
+        assert answer["expiresAt"] - answer["bookedAt"] == pytest.approx(60)
