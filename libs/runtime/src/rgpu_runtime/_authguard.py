@@ -252,7 +252,8 @@ class _CallerGuard:
             if not isinstance(auth, CallerAuth):
                 raise RuntimeError(
                     f"a guarded route needs lifespan state {CALLER_AUTH_STATE!r} holding a "
-                    "CallerAuth; yield caller_auth(settings, kube) from the service's lifespan"
+                    "CallerAuth; yield caller_auth(settings, kube, routes=...) from the "
+                    "service's lifespan"
                 )
             action = f"{scope['method']} {scope['path']}"
             headers = Headers(scope=scope)
