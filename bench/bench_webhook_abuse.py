@@ -8,7 +8,7 @@ apiserver calling the extender's TLS webhook for every pod). Three attacker proc
 its own loopback address (127.0.0.2-4, as three machines of the cluster network), keep
 ``--connections`` keep-alive connections each busy posting AdmissionReviews straight to the
 webhook listener, in turn: the largest review the webhook still accepts (64k values), the body
-limit filled with annotations (4.2 MiB), the 1.5-million-container review (4.2 MiB, refused by
+limit filled with annotations (4.2 MiB), the 1.5-million-container review (4.3 MiB, refused by
 shape), a review just under the large-body size packed with 21k values (heavy), and one just
 under the heavy bound (light, but far costlier than an honest one). Meanwhile honest users
 create GPU pods through the apiserver at ``--rate`` per second and the kubelet's view of
@@ -68,7 +68,7 @@ def attack_bodies() -> list[bytes]:
     return [
         orjson.dumps(review(pod([container(0, room // 3)]))),
         orjson.dumps(review(annotated)),
-        orjson.dumps(review(pod([{"name": "a"}] * 340_000))),
+        orjson.dumps(review(pod([{}] * 1_500_000))),
         orjson.dumps(review(small_heavy)),
         orjson.dumps(review(small_light)),
     ]
