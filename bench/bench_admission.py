@@ -25,6 +25,7 @@ The honest GPU pod of the shared fixture is the baseline.
 from __future__ import annotations
 
 import argparse
+import ssl
 import statistics
 import tempfile
 import threading
@@ -142,7 +143,8 @@ def server_cpu() -> Callable[[], float]:
 
 
 def send(url: str, ca_file: str, body: bytes) -> httpx.Response:
-    with httpx.Client(verify=ca_file, trust_env=False, timeout=60) as client:
+    verify = ssl.create_default_context(cafile=ca_file)
+    with httpx.Client(verify=verify, trust_env=False, timeout=60) as client:
         return client.post(
             f"{url}/mutate", content=body, headers={"content-type": "application/json"}
         )

@@ -74,10 +74,13 @@ async def test_every_attack_of_the_security_issue_fails_against_the_running_stac
             assert (await out.get(url, params={"since": huge})).status_code == 400, url
         big = await out.post(webhook + "/mutate", content=b"{" + b" " * (16 << 20) + b"}")
         assert big.status_code == 413, big.status_code
-        uid = await out.post(
-            stack.url("extender") + "/bind",
-            json={"PodName": "p", "PodNamespace": "default", "PodUID": "u" * 70000, "Node": "n"},
-        )
+        # The scheduler listener answers only kube-scheduler's client certificate: anyone else
+        # who reaches it is refused at the handshake, before /bind or /filter can act.
+        bind = {"PodName": "p", "PodNamespace": "default", "PodUID": "u" * 70000, "Node": "n"}
+        with pytest.raises(httpx.TransportError):
+            await out.post(stack.url("extender") + "/bind", json=bind)
+        async with httpx.AsyncClient(verify=stack.scheduler_tls, timeout=10) as scheduler:
+            uid = await scheduler.post(stack.url("extender") + "/bind", json=bind)
         assert uid.status_code == 200 and uid.json()["Error"], uid.text
         # And the system still serves the honest: a GPU pod is admitted, bound and run.
         honest = await stack.create_pod(_pod("honest", gpus=1))
@@ -87,20 +90,20 @@ async def test_every_attack_of_the_security_issue_fails_against_the_running_stac
             timeout=60,
             what="the honest GPU pod started",
         )
-        for service in ("discovery", "allocator", "extender", "metrics"):
-            assert (await out.get(stack.url(service) + "/readyz")).status_code == 200, service
+        async with httpx.AsyncClient(verify=stack.scheduler_tls, timeout=10) as probe:
+            for service in SERVICES:
+                assert (await probe.get(stack.url(service) + "/readyz")).status_code == 200
 
 
 # -- the listeners and the tokens behind them ------------------------------------------------------
 
 
-def _flood_headers(url: str, mib: int) -> bytes:
-    """Send a request head of ``mib`` MiB (TLS for https) and read what comes back."""
+def _flood_headers(url: str, mib: int, context: ssl.SSLContext) -> bytes:
+    """Send a request head of ``mib`` MiB (over ``context`` for https) and read what comes
+    back."""
     host, port = url.split("://", 1)[1].rsplit(":", 1)
     raw = socket.create_connection((host, int(port)), timeout=30)
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    with raw if url.startswith("http:") else context.wrap_socket(raw) as sock:
+    with raw if url.startswith("http:") else context.wrap_socket(raw, server_hostname=host) as sock:
         with contextlib.suppress(OSError):
             sock.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\nx-pad: ")
             chunk = b"a" * (1 << 20)
@@ -155,14 +158,18 @@ async def test_listener_floods_token_replays_and_lupine_squatters_fail_while_hon
         kubelet=KubeletConfig(start_delay_seconds=0.1),
         extra_env=dict.fromkeys(SERVICES, limits),
     )
-    async with run_stack(options) as stack, httpx.AsyncClient(verify=False, timeout=30) as out:
+    async with (
+        run_stack(options) as stack,
+        httpx.AsyncClient(verify=stack.scheduler_tls, timeout=30) as out,
+    ):
         webhook = _webhook_base(stack)
         extender_metrics = stack.url("extender") + "/metrics"
         # Header floods of 16, 64 and 128 MiB on every listener: cut at 64 KiB with a 431.
         listeners = [webhook, *(stack.url(s) for s in SERVICES)]
         for url in listeners:
             for mib in (16, 64, 128):
-                reply = await anyio.to_thread.run_sync(_flood_headers, url, mib)
+                tls = stack.scheduler_tls  # trusts the CA; the client certificate where needed
+                reply = await anyio.to_thread.run_sync(_flood_headers, url, mib, tls)
                 assert reply == b"" or reply.startswith(b"HTTP/1.1 431 "), (url, reply[:80])
         text = (await out.get(extender_metrics)).text
         assert _sample(text, "rgpu_http_rejected_total", listener="webhook", reason="header_bytes")

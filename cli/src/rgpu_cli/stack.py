@@ -8,6 +8,7 @@ and pods reach the extender's webhook over TLS through the apiserver's admission
 from __future__ import annotations
 
 import base64
+import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -111,6 +112,12 @@ class Stack:
     work_dir: Path
     webhook_url: str
     apiserver: httpx.AsyncClient
+    scheduler_tls: ssl.SSLContext
+    """kube-scheduler's side of the scheduler listener: trusts the stack's CA and presents the
+    client certificate the extender requires (``httpx.AsyncClient(verify=stack.scheduler_tls)``
+    to call ``url("extender")``)."""
+    ca_file: Path
+    """The CA of the extender's serving certificate (the webhook's ``caBundle``)."""
 
     def url(self, service: str) -> str:
         """Where clients reach ``service``: its Service with replicas, else its process."""
@@ -182,13 +189,46 @@ SUBRESOURCE_MATCH_CONDITION = (
 """The subresource webhook's matchCondition (pods/status, pods/ephemeralcontainers), likewise."""
 
 
-def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Certs:
+    """One CA signs the extender's serving certificate and kube-scheduler's client certificate,
+    as the dev overlay's and the cert-manager component's do."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    scheduler_cert: Path
+    scheduler_key: Path
+
+    def scheduler_tls(self) -> ssl.SSLContext:
+        """What kube-scheduler's extender ``tlsConfig`` amounts to: trust the CA, present the
+        client certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.scheduler_cert), str(self.scheduler_key))
+        return context
+
+
+def _write_certs(work_dir: Path) -> _Certs:
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost", "rgpu-extender.rgpu-system.svc")
-    cert_file, key_file = work_dir / "tls.crt", work_dir / "tls.key"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    cert.private_key_pem.write_to_path(str(key_file))
-    return cert_file, key_file, ca.cert_pem.bytes()
+    serving = ca.issue_cert("127.0.0.1", "localhost", "rgpu-extender.rgpu-system.svc")
+    # Its subject is what identifies it; the name only has to be a valid one.
+    scheduler = ca.issue_cert(
+        "rgpu-scheduler.rgpu-system.svc",
+        common_name=f"system:serviceaccount:{SYSTEM_NAMESPACE}:rgpu-scheduler",
+    )
+    certs = _Certs(
+        cert=work_dir / "tls.crt",
+        key=work_dir / "tls.key",
+        ca=work_dir / "ca.crt",
+        scheduler_cert=work_dir / "scheduler-client.crt",
+        scheduler_key=work_dir / "scheduler-client.key",
+    )
+    serving.cert_chain_pems[0].write_to_path(str(certs.cert))
+    serving.private_key_pem.write_to_path(str(certs.key))
+    ca.cert_pem.write_to_path(str(certs.ca))
+    scheduler.cert_chain_pems[0].write_to_path(str(certs.scheduler_cert))
+    scheduler.private_key_pem.write_to_path(str(certs.scheduler_key))
+    return certs
 
 
 def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
@@ -307,6 +347,7 @@ class _Layout:
                     name=service,
                     backends=tuple(ports[n] for n in names[service]),
                     port=picker.take(),
+                    scheme=_scheme(service),
                 )
             proxies["webhook"] = ServiceProxy(
                 name="webhook", backends=tuple(webhook_ports.values()), port=picker.take()
@@ -315,12 +356,18 @@ class _Layout:
 
     def url(self, service: str) -> str:
         proxy = self.proxies.get(service)
-        return proxy.url if proxy else f"http://127.0.0.1:{self.ports[self.names[service][0]]}"
+        port = self.ports[self.names[service][0]]
+        return proxy.url if proxy else f"{_scheme(service)}://127.0.0.1:{port}"
 
     def webhook_url(self) -> str:
         proxy = self.proxies.get("webhook")
         port = proxy.port if proxy else next(iter(self.webhook_ports.values()))
         return f"https://127.0.0.1:{port}/mutate"
+
+
+def _scheme(service: str) -> str:
+    # The extender's scheduler listener requires kube-scheduler's client certificate (TLS).
+    return "https" if service == "extender" else "http"
 
 
 def _numbered(service: str, replicas: int) -> tuple[str, ...]:
@@ -346,8 +393,7 @@ def _processes(
     options: StackOptions,
     sim_url: str,
     work_dir: Path,
-    cert: Path,
-    key: Path,
+    certs: _Certs,
     layout: _Layout,
     traces: str | None = None,
 ) -> dict[str, ServiceProcess]:
@@ -363,12 +409,18 @@ def _processes(
                 "RGPU_TOKEN_ACCOUNT": f"rgpu-{service}",
                 **options.extra_env.get(service, {}),
             }
+            health = None
             if service == "extender":
+                # As the dev overlay deploys it: the scheduler listener serves TLS and answers
+                # only kube-scheduler's client certificate; the kubelet probes the webhook's.
+                webhook = f"127.0.0.1:{layout.webhook_ports[name]}"
                 env |= {
-                    "RGPU_WEBHOOK_LISTEN": f"127.0.0.1:{layout.webhook_ports[name]}",
-                    "RGPU_TLS_CERT_FILE": str(cert),
-                    "RGPU_TLS_KEY_FILE": str(key),
+                    "RGPU_WEBHOOK_LISTEN": webhook,
+                    "RGPU_TLS_CERT_FILE": str(certs.cert),
+                    "RGPU_TLS_KEY_FILE": str(certs.key),
+                    "RGPU_SCHEDULER_CLIENT_CA_FILE": str(certs.ca),
                 }
+                health = f"https://{webhook}"
             # Replicas log to a directory each: the log file is named after the service.
             log_dir = work_dir if name == service else work_dir / name
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -376,7 +428,9 @@ def _processes(
                 service=service,
                 env=env,
                 log_dir=log_dir,
-                url=f"http://127.0.0.1:{layout.ports[name]}",
+                url=f"{_scheme(service)}://127.0.0.1:{layout.ports[name]}",
+                health_url=health,
+                verify=ssl.create_default_context(cafile=str(certs.ca)),
                 group=group,
             )
     return processes
@@ -411,12 +465,12 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         if options.prepare is not None:
             options.prepare(sim.store)
-        cert, key, ca_pem = _write_certs(work_dir)
+        certs = _write_certs(work_dir)
         layout = _Layout.plan(options.replicas)
         traces = options.otlp_endpoint
         if traces is None and options.spans_file is not None:
             traces = await stack.enter_async_context(receiving(options.spans_file))
-        services = _processes(options, sim.url, work_dir, cert, key, layout, traces)
+        services = _processes(options, sim.url, work_dir, certs, layout, traces)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
         for process in services.values():
@@ -432,7 +486,8 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             for proxy, port in _endpoints(layout.proxies, process):
                 proxy.ready.add(port)
         sim.store.create(
-            "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
+            "mutatingwebhookconfigurations",
+            _webhook_configuration(webhook_url, certs.ca.read_bytes()),
         )
         apiserver = await stack.enter_async_context(httpx.AsyncClient(base_url=sim.url, timeout=10))
         emulated = httpx.AsyncClient(base_url=sim.url, timeout=10)
@@ -449,6 +504,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
                 max_backoff_seconds=options.max_backoff_seconds,
                 seed=options.seed,
                 trace=options.trace_scheduler,
+                extender_tls=certs.scheduler_tls(),
             ),
             emulated,
         )
@@ -470,4 +526,6 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             work_dir=work_dir,
             webhook_url=webhook_url,
             apiserver=apiserver,
+            scheduler_tls=certs.scheduler_tls(),
+            ca_file=certs.ca,
         )

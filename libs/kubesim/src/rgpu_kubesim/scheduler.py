@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -106,6 +107,9 @@ class SchedulerConfig:
     trace: bool = False
     """Keep each pod's queue history in its record (``PodRecord.steps``), for ``rgpu soak
     --trace``. Off by default: a pod parked for long collects a step per cluster event."""
+    extender_tls: ssl.SSLContext | None = None
+    """The extender's ``tlsConfig``: the CA to verify it by and the client certificate to
+    present (an https ``extender_url`` whose listener requires one)."""
 
     def __post_init__(self) -> None:
         for url in (self.extender_url, *self.more_extender_urls):
@@ -256,7 +260,12 @@ class SchedulerEmulator:
             self._extenders = tuple(
                 [
                     await stack.enter_async_context(
-                        httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers)
+                        httpx.AsyncClient(
+                            base_url=url,
+                            timeout=timeout,
+                            headers=headers,
+                            verify=self.config.extender_tls or True,
+                        )
                     )
                     for url in (self.config.extender_url, *self.config.more_extender_urls)
                 ]
