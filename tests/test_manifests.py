@@ -44,6 +44,8 @@ from starlette.routing import Route
 from rgpu_cli.stack import (
     MATCH_CONDITION,
     MATCH_CONDITION_NAME,
+    SKIP_CONDITION,
+    SKIP_CONDITION_NAME,
     SUBRESOURCE_MATCH_CONDITION,
     SUBRESOURCE_MATCH_CONDITION_NAME,
 )
@@ -59,6 +61,8 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile"
 DOCKERIGNORE = ROOT / "docker" / "Dockerfile.dockerignore"
 
 NAMESPACE = "rgpu-system"
+DEV_CERTS = "generated-by-make-dev-certs"
+"""Where `make dev-certs` writes the dev overlay's webhook certificate."""
 SERVICES = ("discovery", "allocator", "extender", "metrics")
 API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
 """The services that call the Kubernetes API (metrics only for its leader election)."""
@@ -111,9 +115,9 @@ def k8s_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """k8s/ copied aside, with the dev certificate the README's command writes, and the
     all-components overlay; the work tree itself is never written to."""
     tree = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns("certs"))
+    shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns(DEV_CERTS))
     write_certs(
-        tree / "overlays" / "dev" / "certs",
+        tree / "overlays" / "dev" / DEV_CERTS,
         hosts=(),
         dns_names=("rgpu-extender.rgpu-system.svc",),
     )
@@ -725,11 +729,12 @@ def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(
 def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_annotations(
     render: Render,
 ) -> None:
-    (condition,) = render.webhook()["matchConditions"]
+    (condition, _) = render.webhook()["matchConditions"]
     quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
-    assert quoted == resources | OWNED_ANNOTATIONS | {"LUPINE_"}
+    # "remote" and "gpu" send look-alike resource names too, for the webhook to warn about.
+    assert quoted == resources | OWNED_ANNOTATIONS | {"(?i)remote", "(?i)gpu", "LUPINE_"}
     assert "oldObject" in condition["expression"]
 
 
@@ -798,9 +803,12 @@ async def test_the_apiserver_sends_exactly_gpu_pods_lupine_pods_and_owned_annota
             endpoint = _pod("endpoint", annotations={"hami.io/lupine-endpoint": "10.0.0.1"})
             steered = _pod("steered", annotations={"rgpu.io/retry-at": "1"})
             plain = _pod("plain", annotations={"example.com/note": "hi"})
+            typo = _pod("typo", limits={"nvidia.com/Remote-GPUs": "1"})
+            local = _pod("local", limits={"nvidia.com/gpu": "1"})
             pointed = _pod("pointed", env=[{"name": "LUPINE_SERVER", "value": "10.0.0.9:14833"}])
-            for body in (gpu, forged, endpoint, steered, plain, pointed):
-                assert (await api.post(pods, json=body)).status_code == 201
+            for body in (gpu, forged, endpoint, steered, plain, typo, local, pointed):
+                created = await api.post(pods, json=body)
+                assert created.status_code == 201, created.text
             # Removing an owned annotation is seen through the old object.
             current = (await api.get(f"{pods}/steered")).json()
             current["metadata"]["annotations"] = {}
@@ -821,6 +829,7 @@ async def test_the_apiserver_sends_exactly_gpu_pods_lupine_pods_and_owned_annota
         "CREATE forged",
         "CREATE endpoint",
         "CREATE steered",
+        "CREATE typo",
         "CREATE pointed",
         "UPDATE steered",
         "UPDATE gpu",
@@ -831,7 +840,7 @@ def test_dev_webhook_trusts_the_ca_of_the_generated_certificate(
     dev: Render, k8s_copy: Path
 ) -> None:
     bundle = dev.webhook()["clientConfig"]["caBundle"]
-    ca = (k8s_copy / "overlays" / "dev" / "certs" / "ca.pem").read_bytes()
+    ca = (k8s_copy / "overlays" / "dev" / DEV_CERTS / "ca.pem").read_bytes()
     assert base64.b64decode(bundle) == ca
 
 
@@ -1559,10 +1568,52 @@ def _uv() -> str:
 
 def test_the_simulated_stack_sends_pods_to_the_webhook_exactly_as_k8s_does() -> None:
     webhook = yaml.safe_load((ROOT / "k8s" / "base" / "extender" / "webhook.yaml").read_text())
-    (condition,) = webhook["webhooks"][0]["matchConditions"]
+    (condition, skip) = webhook["webhooks"][0]["matchConditions"]
     assert (condition["name"], condition["expression"]) == (MATCH_CONDITION_NAME, MATCH_CONDITION)
+    assert (skip["name"], skip["expression"]) == (SKIP_CONDITION_NAME, SKIP_CONDITION)
     (condition,) = webhook["webhooks"][1]["matchConditions"]
     assert (condition["name"], condition["expression"]) == (
         SUBRESOURCE_MATCH_CONDITION_NAME,
         SUBRESOURCE_MATCH_CONDITION,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Getting started with the overlays: the dev certificate and the images
+
+
+def test_the_dev_overlay_without_its_certificate_fails_naming_the_command(tmp_path: Path) -> None:
+    tree = tmp_path / "k8s"
+    shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns(DEV_CERTS))
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not on PATH: run `make setup`"
+    result = subprocess.run(
+        [kubectl, "kustomize", str(tree / "overlays" / "dev")], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "generated-by-make-dev-certs" in result.stderr  # read: run `make dev-certs`
+    make = (ROOT / "Makefile").read_text()
+    assert f"--out k8s/overlays/dev/{DEV_CERTS}" in make
+
+
+def test_make_images_builds_and_pushes_one_tagged_image_per_service(tmp_path: Path) -> None:
+    """No Docker engine here: a stand-in `docker` records what make asks of it."""
+    log = tmp_path / "docker.log"
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    args = ["make", "-s", "push-images", "REGISTRY=registry.example.com/ml", "TAG=0.2.0"]
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = log.read_text().splitlines()
+    services = ("discovery", "allocator", "extender", "metrics")
+    assert calls == [
+        *(
+            f"build -f docker/Dockerfile --build-arg SERVICE={s} "
+            f"-t registry.example.com/ml/rgpu-{s}:0.2.0 ."
+            for s in services
+        ),
+        *(f"push registry.example.com/ml/rgpu-{s}:0.2.0" for s in services),
+    ]

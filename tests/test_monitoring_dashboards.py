@@ -467,6 +467,15 @@ async def test_card_series_keep_their_own_labels_behind_the_operator(
         assert not any(key.startswith("exported_") for key in relabeled)
     holders = [labels for name, labels, _ in cards if name == "rgpu_card_holder_info"]
     assert {(h["namespace"], h["pod"]) for h in holders} == {("ml-team", "trainer-0")}
+    # Without honorLabels (the ServiceMonitor's comment says so): the Holders panel would name
+    # the metrics pod as every card's holder, and HAMi's endpoint would be the port's name.
+    dishonored = [relabel(h, target, honor=False) for h in holders]
+    assert {(h["namespace"], h["pod"]) for h in dishonored} == {("rgpu-system", target["pod"])}
+    assert {h["exported_pod"] for h in dishonored} == {"trainer-0"}
+    hami = [
+        relabel(labels, target, honor=False) for name, labels, _ in cards if "endpoint" in labels
+    ]
+    assert hami and all(h["endpoint"] == "http" and h["exported_endpoint"] for h in hami)
 
 
 async def test_every_series_the_alerts_select_is_exported_by_a_service(

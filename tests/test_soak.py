@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,15 +51,34 @@ def test_a_short_soak_with_faults_passes_every_check(
         "--trace",
         str(trace),
     ]
+    began = time.monotonic()
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=560, env={**os.environ, "COLUMNS": "200"}
     )
+    elapsed = time.monotonic() - began
     lines = [m.group(0) + line for m, line in _check_lines(done.stdout)]
     assert len(lines) == CHECKS, done.stdout + done.stderr[-3000:]
     assert all(line.startswith("PASS") for line in lines), done.stdout
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert re.search(r"wake-up .* p50 \d+\.\d\ds, p99 \d+\.\d\ds", done.stdout), done.stdout
     assert_trace_tells_each_pods_history(trace, done.stdout)
+    assert_wall_time_is_the_runs(done.stdout, elapsed)
+
+
+def assert_wall_time_is_the_runs(stdout: str, elapsed: float) -> None:
+    """The summary's wall time is the run's, start-up and drain included, cut into its phases;
+    only the interpreter's start and the final stop are outside it. Each long wait was said."""
+    found = re.search(
+        r"wall time +│ ([\d.]+)s \(start-up ([\d.]+)s, workload ([\d.]+)s, "
+        r"drain and checks ([\d.]+)s\)",
+        stdout,
+    )
+    assert found is not None, stdout
+    wall, *phases = (float(group) for group in found.groups())
+    assert abs(wall - sum(phases)) < 0.5
+    assert 0.6 * elapsed < wall < elapsed
+    for step in ("waiting for allocator-1 to be ready", "draining: deleting", "judging"):
+        assert step in stdout, stdout
 
 
 def assert_trace_tells_each_pods_history(trace: Path, stdout: str) -> None:

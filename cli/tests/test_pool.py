@@ -333,9 +333,7 @@ def test_help_lists_the_pool_commands() -> None:
 def test_status_shows_cordoned_servers_and_cards_and_each_server_s_cuda_version() -> None:
     import dataclasses
 
-    from rich.console import Console
-
-    from rgpu_cli.status import Snapshot, status_table
+    from rgpu_cli.status import Snapshot, card_rows, render_servers, render_wide
     from rgpu_contracts import Fleet
 
     plain = testkit.server(name="gpu-a", cards=2)
@@ -346,9 +344,11 @@ def test_status_shows_cordoned_servers_and_cards_and_each_server_s_cuda_version(
     )
     whole = dataclasses.replace(testkit.server(name="gpu-b", cards=1), cordoned=True)
     fleet = Fleet(revision=1, observed_at=0.0, servers=(carded, whole))
-    rendered = Console(width=200, record=True)
-    rendered.print(status_table(Snapshot(fleet=fleet, claims=ClaimSet(revision=1, claims=()))))
-    rows = [line for line in rendered.export_text().splitlines() if "gpu-" in line]
+    cards = card_rows(Snapshot(fleet=fleet, claims=ClaimSet(revision=1, claims=())))
+    rows = [line for line in render_wide(cards).splitlines() if "gpu-" in line]
     assert "12.4" in rows[0] and "cordoned" in rows[0]
     assert "cordoned" not in rows[1]
     assert "gpu-b (cordoned)" in rows[2] and "free cordoned" in rows[2]
+    servers = [line for line in render_servers(cards).splitlines() if "gpu-" in line]
+    assert "12.4" in servers[0] and "1 free, 1 free cordoned" in servers[0]
+    assert "gpu-b (cordoned)" in servers[1]

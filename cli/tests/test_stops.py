@@ -9,6 +9,7 @@ start. ``test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm`` runs the rea
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import httpx
 import pytest
 
 from rgpu_cli.processes import ServiceProcess, free_port, wait_ready
+from rgpu_cli.up import free_offset
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet
 
@@ -243,11 +245,15 @@ def _descendants(pid: int) -> list[int]:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
-def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm() -> None:
+def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm(tmp_path: Path) -> None:
     uv = shutil.which("uv")
     if uv is None:
         pytest.fail("uv is not on PATH: make setup installs it (python3 -m pip install uv)")
+    # Other stacks run on this machine: ports of their own, and a work directory of its own.
+    offset = free_offset(random.randrange(100, 50_000, 100))
+    assert offset is not None
     args = [uv, "run", "--no-sync", "rgpu", "up", "--sim", "--servers", "1", "--clients", "1"]
+    args += ["--port-offset", str(offset), "--work-dir", str(tmp_path)]
     env = {**os.environ, "COLUMNS": "300"}
     process = subprocess.Popen(
         args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True

@@ -31,10 +31,14 @@ from rgpu_contracts import (
     ServerName,
     card_id,
     instance_server_name,
+    node_of_server,
 )
 from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
 
-__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
+from .capacity import NeverFits, never_fits
+from .timeline import Hold
+
+__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "never_fitting", "simulate"]
 
 
 class SpecError(ValueError):
@@ -203,6 +207,12 @@ class SimResult:
     refusals: Counter[str] = field(default_factory=Counter)
     never_placed: int = 0
     total_cards: int = 0
+    holds: list[Hold] = field(default_factory=list)
+    """Every pod's time on its server, for the timeline."""
+
+    def refusal_counts(self) -> list[tuple[str, int]]:
+        """Refusals by reason, most first, ties by name (the same order every run)."""
+        return sorted(self.refusals.items(), key=lambda item: (-item[1], item[0]))
 
     @property
     def label(self) -> str:
@@ -233,18 +243,20 @@ class _Pod:
         return sum(r.count for r in self.requests)
 
 
+def _requests(shape: PodShape) -> tuple[ContainerRequest, ...]:
+    return tuple(
+        ContainerRequest(name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib)
+        for j, n in enumerate(shape.cards)
+    )
+
+
 def _pods(spec: SimSpec) -> list[_Pod]:
     rng = random.Random(f"rgpu-simulate:{spec.seed}")
     clock, pods = 0.0, []
     for i in range(spec.pods):
         clock += rng.expovariate(spec.arrival_rate)
         shape = rng.choices(spec.shapes, weights=[s.weight for s in spec.shapes])[0]
-        requests = tuple(
-            ContainerRequest(
-                name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib
-            )
-            for j, n in enumerate(shape.cards)
-        )
+        requests = _requests(shape)
         pods.append(
             _Pod(
                 uid=f"pod-{i:05d}",
@@ -265,6 +277,32 @@ def _claim(pod: _Pod, choice: Choice, now: float) -> Claim:
         state=ClaimState.BOUND,
         booked_at=now,
     )
+
+
+def _hold(pod: _Pod, choice: Choice, now: float) -> Hold:
+    """The pod's time on the node: a per-GPU instance's card drawn in its node's lane."""
+    cards = choice.fit.cards
+    return Hold(
+        server=node_of_server(choice.fit.facts.name),
+        pod=pod.uid,
+        start=now,
+        end=now + pod.run,
+        first=min(card.index for card in cards),
+        cards=len(cards),
+    )
+
+
+def never_fitting(
+    spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False
+) -> list[tuple[PodShape, NeverFits]]:
+    """The shapes of the workload no server of the layout's fleet could ever take."""
+    fleet = _fleet(spec, per_gpu=per_gpu)
+    found = []
+    for shape in spec.shapes:
+        never = never_fits(fleet, _requests(shape), granularity)
+        if never is not None:
+            found.append((shape, never))
+    return found
 
 
 def simulate(spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False) -> SimResult:
@@ -316,6 +354,7 @@ def simulate(spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False) 
             claim = _claim(candidate, decision, now)
             held.claims.setdefault(claim.server, {})[candidate.uid] = claim
             result.waits.append(now - candidate.arrival)
+            result.holds.append(_hold(candidate, decision, now))
             result.held_card_seconds += len(claim.cards) * candidate.run
             result.used_card_seconds += candidate.cards * candidate.run
             seq += 1

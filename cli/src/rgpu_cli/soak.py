@@ -61,6 +61,7 @@ from .soak_workload import (
     priority_class_manifests,
 )
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
+from .steps import Steps
 from .verdict import (
     WAKE_LIMIT_SECONDS,
     LostRule,
@@ -115,12 +116,15 @@ class SoakReport:
 
     pods: int
     wall_seconds: float
+    """From the command's start to the verdict: start-up, workload, drain and checks."""
     bound: int
     succeeded: int
     deleted: int
     waits: tuple[float, ...]
     faults: dict[str, int]
     checks: tuple[CheckResult, ...]
+    phases: tuple[tuple[str, float], ...] = ()
+    """Where ``wall_seconds`` went, phase by phase."""
     preemption: str = ""
     """The priority mix's figures (empty without it)."""
     scheduler: str = ""
@@ -405,67 +409,104 @@ async def run_soak(options: SoakOptions, console: Console) -> SoakReport:
     )
     evidence, log = Evidence(), FaultLog()
     scaling = ScalingEvidence(replicas=s.replicas)
-    async with run_stack(with_lost_policy(options.stack, options.on_server_lost)) as stack:
-        driver = _Driver(stack)
-        for namespace in options.workload.namespaces:
-            if namespace != "default":
-                stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
-        if _mixed(options):
-            _create_mix(stack, options.workload.namespaces)
-        started = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
-            await tg.start(
-                sample_replicas,
-                stack.apiserver,
-                replica_urls(stack, "discovery"),
-                replica_urls(stack, "metrics"),
-                scaling,
+    clock = _Phases()
+    with Steps(console) as steps:
+        stack_options = with_lost_policy(options.stack, options.on_server_lost)
+        async with run_stack(stack_options, progress=steps) as stack:
+            clock.end("start-up")
+            driver = _Driver(stack)
+            for namespace in options.workload.namespaces:
+                if namespace != "default":
+                    stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
+            if _mixed(options):
+                _create_mix(stack, options.workload.namespaces)
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
+                await tg.start(
+                    sample_replicas,
+                    stack.apiserver,
+                    replica_urls(stack, "discovery"),
+                    replica_urls(stack, "metrics"),
+                    scaling,
+                )
+                async with anyio.create_task_group() as work:
+                    if options.faults:
+                        apply_standing_faults(stack, log)
+                        work.start_soon(run_faults, stack, log, s.seed)
+                    if options.on_server_lost == "evict":
+                        work.start_soon(
+                            replace_evicted, driver.run_pod, driver.asked, evidence, plans, log
+                        )
+                    work.start_soon(_stream, driver, plans)
+                    await _progress(evidence, driver, len(plans), steps, options.timeout_seconds)
+                    work.cancel_scope.cancel()
+                steps("healing the injected faults")
+                await _heal(stack)
+                clock.end("workload")
+                steps(f"draining: deleting {len(driver.created)} pods, waiting for their claims")
+                waited = await _drain(stack, driver, evidence)
+                steps("judging the evidence")
+                checks = _verdict(options, stack, plans, driver, evidence, log, waited)
+                # After the verdict: the write window plants stale claims the checks above must
+                # not see.
+                steps("measuring probes and background writes after the drain")
+                await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
+                checks = (*checks, *scaling_checks(scaling))
+                clock.end("drain and checks")
+                tg.cancel_scope.cancel()
+            steps.pause()
+            if options.trace is not None:
+                save_trace(options.trace, stack.scheduler.records.values(), started, console)
+            lives = evidence.pods.values()
+            report = SoakReport(
+                pods=len(plans),
+                wall_seconds=clock.total(),
+                phases=clock.phases(),
+                bound=sum(1 for life in lives if life.bound_rv is not None),
+                succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
+                deleted=len(driver.deleted),
+                waits=tuple(
+                    w.seconds
+                    for w in _waits(stack, evidence, log, stack.options.granularity == "card")
+                ),
+                faults=dict(Counter(w.kind for w in log.windows)),
+                checks=checks,
+                preemption=preemption_summary(
+                    _evictions(evidence, driver),
+                    _preemption_waits(evidence, driver, log),
+                    evidence.leases,
+                    evidence.pods,
+                )
+                if _mixed(options)
+                else "",
+                scheduler=_scheduler_waits(stack),
             )
-            async with anyio.create_task_group() as work:
-                if options.faults:
-                    apply_standing_faults(stack, log)
-                    work.start_soon(run_faults, stack, log, s.seed)
-                work.start_soon(_stream, driver, plans)
-                if options.on_server_lost == "evict":
-                    work.start_soon(
-                        replace_evicted, driver.run_pod, driver.asked, evidence, plans, log
-                    )
-                await _progress(evidence, driver, len(plans), console, options.timeout_seconds)
-                work.cancel_scope.cancel()
-            await _heal(stack)
-            wall = time.monotonic() - started
-            waited = await _drain(stack, driver, evidence)
-            checks = _verdict(options, stack, plans, driver, evidence, log, waited)
-            # After the verdict: the write window plants stale claims the checks above must
-            # not see.
-            await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
-            checks = (*checks, *scaling_checks(scaling))
-            tg.cancel_scope.cancel()
-        if options.trace is not None:
-            save_trace(options.trace, stack.scheduler.records.values(), started, console)
-        lives = evidence.pods.values()
-        return SoakReport(
-            pods=len(plans),
-            wall_seconds=wall,
-            bound=sum(1 for life in lives if life.bound_rv is not None),
-            succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
-            deleted=len(driver.deleted),
-            waits=tuple(
-                w.seconds for w in _waits(stack, evidence, log, stack.options.granularity == "card")
-            ),
-            faults=dict(Counter(w.kind for w in log.windows)),
-            checks=checks,
-            preemption=preemption_summary(
-                _evictions(evidence, driver),
-                _preemption_waits(evidence, driver, log),
-                evidence.leases,
-                evidence.pods,
-            )
-            if _mixed(options)
-            else "",
-            scheduler=_scheduler_waits(stack),
-        )
+            steps("stopping every process")
+    return report
+
+
+_PROGRESS_SECONDS = 2.0
+"""How often the workload's progress is refreshed: no wait longer than this goes unsaid."""
+
+
+class _Phases:
+    """Wall time from the soak's start, cut into named phases as each ends."""
+
+    def __init__(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._phases: list[tuple[str, float]] = []
+
+    def end(self, name: str) -> None:
+        now = time.monotonic()
+        self._phases.append((name, now - self._last))
+        self._last = now
+
+    def total(self) -> float:
+        return self._last - self._start
+
+    def phases(self) -> tuple[tuple[str, float], ...]:
+        return tuple(self._phases)
 
 
 def _scheduler_waits(stack: Stack) -> str:
@@ -478,16 +519,18 @@ def _scheduler_waits(stack: Stack) -> str:
 
 
 async def _progress(
-    evidence: Evidence, driver: _Driver, total: int, console: Console, timeout: float
+    evidence: Evidence, driver: _Driver, total: int, steps: Steps, timeout: float
 ) -> None:
-    last = time.monotonic()
+    started = time.monotonic()
+    steps(f"workload: {total} pods")
     with anyio.move_on_after(timeout):
         while not _settled(evidence, driver, total):
-            await anyio.sleep(0.5)
-            if time.monotonic() - last >= 15:
-                last = time.monotonic()
-                ended = sum(1 for life in evidence.pods.values() if life.end_rv is not None)
-                console.print(f"  {len(driver.created)}/{total} created, {ended} ended")
+            await anyio.sleep(_PROGRESS_SECONDS)
+            ended = sum(1 for life in evidence.pods.values() if life.end_rv is not None)
+            took = time.monotonic() - started
+            steps.update(
+                f"workload: {len(driver.created)}/{total} created, {ended} ended ({took:.0f}s)"
+            )
 
 
 def print_soak_report(report: SoakReport, console: Console) -> None:
@@ -498,7 +541,8 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
         f"{report.pods} planned, {report.bound} bound, {report.succeeded} succeeded, "
         f"{report.deleted} deleted by the workload",
     )
-    table.add_row("wall time", f"{report.wall_seconds:.1f}s")
+    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report.phases)
+    table.add_row("wall time", f"{report.wall_seconds:.1f}s" + (f" ({phases})" if phases else ""))
     table.add_row(
         "wake-up (capacity freed → bound)",
         f"p50 {percentile(report.waits, 50):.2f}s, p99 {percentile(report.waits, 99):.2f}s "

@@ -27,20 +27,23 @@ from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 
 from .processes import (
     READY_TIMEOUT_SECONDS,
-    PortPicker,
     ProcessGroup,
     ServiceProcess,
     wait_ready,
 )
 from .service_proxy import ServiceProxy
 from .span_receiver import receiving
+from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of, scheme
 
-__all__ = ["SERVICES", "Stack", "StackOptions", "run_stack", "service_account"]
+__all__ = [
+    "REPLICATED",
+    "SERVICES",
+    "Stack",
+    "StackOptions",
+    "run_stack",
+    "service_account",
+]
 
-SERVICES = ("discovery", "allocator", "extender", "metrics")
-REPLICATED = ("discovery", "allocator", "extender", "metrics")
-"""The services ``StackOptions.replicas`` multiplies (every one: each must divide its work,
-not repeat it; metrics replicas elect one exporter of the card series)."""
 SYSTEM_NAMESPACE = "rgpu-system"
 
 
@@ -83,6 +86,9 @@ class StackOptions:
     """Servers running an old lupine build that answers only HTTP/2."""
     work_dir: Path | None = None
     apiserver_port: int = 0
+    ports: Mapping[str, int] = field(default_factory=dict)
+    """Fixed ports where clients reach a service (``discovery``, ``allocator``, ``extender``,
+    ``metrics``, ``webhook``): its process, or its Service with replicas. Others are picked."""
     extra_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per-service extra environment (``{"extender": {"OTEL_...": ...}}``)."""
     prepare: Callable[[Store], None] | None = None
@@ -143,7 +149,7 @@ class Stack:
             proxy.ready.add(port)
 
     def _endpoints(self, process: ServiceProcess) -> list[tuple[ServiceProxy, int]]:
-        return _endpoints(self.proxies, process)
+        return endpoints_of(self.proxies, process)
 
     async def restart(self, name: str, *, hard: bool = True) -> None:
         """Kill (SIGKILL when ``hard``) and start process ``name`` again, waiting until ready."""
@@ -158,6 +164,15 @@ class Stack:
         )
 
 
+SKIP_CONDITION_NAME = "not-the-allocators-own-updates"
+SKIP_CONDITION = (
+    "request.operation == 'CREATE'"
+    " || request.userInfo.username != 'system:serviceaccount:rgpu-system:rgpu-allocator'"
+)
+"""The webhook's second matchCondition, word for word as k8s/base/extender/webhook.yaml
+folds it: the allocator's own pod updates (lifting its scheduling gate with the booking,
+nudges) skip the webhook, which would allow them anyway (the allocator is trusted)."""
+
 MATCH_CONDITION_NAME = "asks-for-remote-gpu-names-lupine-or-carries-owned-annotations"
 MATCH_CONDITION = (
     "(object.spec.containers"
@@ -165,7 +180,8 @@ MATCH_CONDITION = (
     " .exists(c, has(c.resources)"
     " && [has(c.resources.limits) ? c.resources.limits : {},"
     " has(c.resources.requests) ? c.resources.requests : {}]"
-    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r)"
+    " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r"
+    " || r.exists(k, k.matches('(?i)remote') && k.matches('(?i)gpu')))"
     " || has(c.env) && c.env.exists(e, e.name.startsWith('LUPINE_'))"
     " || has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix.startsWith('LUPINE_')))"
     " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
@@ -260,7 +276,10 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
             }
         ],
         "reinvocationPolicy": "IfNeeded",
-        "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION}],
+        "matchConditions": [
+            {"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION},
+            {"name": SKIP_CONDITION_NAME, "expression": SKIP_CONDITION},
+        ],
     }
     subresources = {
         "name": "pods-subresources.rgpu.io",
@@ -288,22 +307,6 @@ def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
     }
 
 
-def _endpoints(
-    proxies: Mapping[str, ServiceProxy], process: ServiceProcess
-) -> list[tuple[ServiceProxy, int]]:
-    """The Services ``process`` is an endpoint of, with its port in each."""
-    found = []
-    if (proxy := proxies.get(process.service)) is not None:
-        found.append((proxy, _port(process.url)))
-    if process.service == "extender" and (proxy := proxies.get("webhook")) is not None:
-        found.append((proxy, _port(process.env["RGPU_WEBHOOK_LISTEN"])))
-    return found
-
-
-def _port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
-
-
 def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -> dict[str, str]:
     return {
         "RGPU_KUBE_URL": sim_url,
@@ -320,58 +323,6 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
     }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Layout:
-    """Names, ports and Services of every process, decided before any starts."""
-
-    names: dict[str, tuple[str, ...]]
-    ports: dict[str, int]
-    webhook_ports: dict[str, int]
-    proxies: dict[str, ServiceProxy]
-
-    @classmethod
-    def plan(cls, replicas: int) -> _Layout:
-        names = {
-            s: (s,) if replicas == 1 or s not in REPLICATED else _numbered(s, replicas)
-            for s in SERVICES
-        }
-        picker = PortPicker()
-        ports = {name: picker.take() for group in names.values() for name in group}
-        webhook_ports = {name: picker.take() for name in names["extender"]}
-        proxies = {}
-        if replicas > 1:
-            for service in REPLICATED:
-                proxies[service] = ServiceProxy(
-                    name=service,
-                    backends=tuple(ports[n] for n in names[service]),
-                    port=picker.take(),
-                    scheme=_scheme(service),
-                )
-            proxies["webhook"] = ServiceProxy(
-                name="webhook", backends=tuple(webhook_ports.values()), port=picker.take()
-            )
-        return cls(names=names, ports=ports, webhook_ports=webhook_ports, proxies=proxies)
-
-    def url(self, service: str) -> str:
-        proxy = self.proxies.get(service)
-        port = self.ports[self.names[service][0]]
-        return proxy.url if proxy else f"{_scheme(service)}://127.0.0.1:{port}"
-
-    def webhook_url(self) -> str:
-        proxy = self.proxies.get("webhook")
-        port = proxy.port if proxy else next(iter(self.webhook_ports.values()))
-        return f"https://127.0.0.1:{port}/mutate"
-
-
-def _scheme(service: str) -> str:
-    # The extender's scheduler listener requires kube-scheduler's client certificate (TLS).
-    return "https" if service == "extender" else "http"
-
-
-def _numbered(service: str, replicas: int) -> tuple[str, ...]:
-    return tuple(f"{service}-{n}" for n in range(1, replicas + 1))
 
 
 SPAN_DELAY_MS = "500"
@@ -394,7 +345,7 @@ def _processes(
     sim_url: str,
     work_dir: Path,
     certs: _Certs,
-    layout: _Layout,
+    layout: Layout,
     traces: str | None = None,
 ) -> dict[str, ServiceProcess]:
     common = _service_env(options, sim_url, {s: layout.url(s) for s in SERVICES})
@@ -428,7 +379,7 @@ def _processes(
                 service=service,
                 env=env,
                 log_dir=log_dir,
-                url=f"{_scheme(service)}://127.0.0.1:{layout.ports[name]}",
+                url=f"{scheme(service)}://127.0.0.1:{layout.ports[name]}",
                 health_url=health,
                 verify=ssl.create_default_context(cafile=str(certs.ca)),
                 group=group,
@@ -436,9 +387,19 @@ def _processes(
     return processes
 
 
+def _quiet(step: str) -> None:
+    pass
+
+
 @asynccontextmanager
-async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Stack]:
-    """Run the whole system until the block exits; every process is stopped on the way out."""
+async def run_stack(
+    options: StackOptions = StackOptions(), *, progress: Callable[[str], None] = _quiet
+) -> AsyncIterator[Stack]:
+    """Run the whole system until the block exits; every process is stopped on the way out.
+
+    ``progress`` is told each step of the start before it begins (a start takes 10 s to a
+    minute on a busy machine, and a command that shows nothing meanwhile looks hung).
+    """
     async with AsyncExitStack() as stack:
         work_dir = options.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -446,6 +407,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
         # apiserver maps that to its service account, as token authentication would.
         agents = {f"rgpu-{s}": service_account(s) for s in SERVICES}
         api_options = ApiOptions(seed=options.seed, user_agents=agents)
+        progress("starting the simulated apiserver")
         sim = await stack.enter_async_context(
             run_apiserver(port=options.apiserver_port, options=api_options)
         )
@@ -462,17 +424,19 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
                 h2only_share=options.h2only_share,
             )
         )
+        progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         if options.prepare is not None:
             options.prepare(sim.store)
         certs = _write_certs(work_dir)
-        layout = _Layout.plan(options.replicas)
+        layout = Layout.plan(options.replicas, options.ports)
         traces = options.otlp_endpoint
         if traces is None and options.spans_file is not None:
             traces = await stack.enter_async_context(receiving(options.spans_file))
         services = _processes(options, sim.url, work_dir, certs, layout, traces)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
+        progress(f"starting {len(services)} service processes")
         for process in services.values():
             process.start()
         tg = await stack.enter_async_context(anyio.create_task_group())
@@ -481,9 +445,10 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             await tg.start(proxy.serve)
         # Every process imports at once: on a busy 2-core machine the last can take minutes.
         ready_timeout = max(READY_TIMEOUT_SECONDS, 30.0 * len(services))
-        for process in services.values():
+        for name, process in services.items():
+            progress(f"waiting for {name} to be ready")
             await wait_ready(process, ready_timeout)
-            for proxy, port in _endpoints(layout.proxies, process):
+            for proxy, port in endpoints_of(layout.proxies, process):
                 proxy.ready.add(port)
         sim.store.create(
             "mutatingwebhookconfigurations",
@@ -509,6 +474,7 @@ async def run_stack(options: StackOptions = StackOptions()) -> AsyncIterator[Sta
             emulated,
         )
         kubelet = KubeletEmulator(options.kubelet, emulated, fleet.lupine.get)
+        progress("starting the scheduler and kubelet emulators")
         # The emulators use the clients above: they stop before the clients close (the exit
         # stack unwinds last in, first out), or a pod starting at the very end sends on a
         # closed client.

@@ -103,6 +103,10 @@ async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluste
         assert claim["pod"]["name"] == "trainer"
         assert claim["state"] == "booked"
         assert claim["admissionTtlSeconds"] == 60
+        # The gate's update carries the booking, which kube-scheduler hands the extender.
+        note = orjson.loads(cluster.annotations(pod)["rgpu.io/booking"])
+        assert note["server"] == "gpu-a"
+        assert note["expiresAt"] == pytest.approx(claim["bookedAt"] + 60)
 
         async def counted() -> bool:
             return await metric(client, "rgpu_admissions_total", outcome="admitted") == 1

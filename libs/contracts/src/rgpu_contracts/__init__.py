@@ -47,6 +47,11 @@ from .allocation import (
     ServerVerdict,
     ServerVerdictDict,
 )
+from .booking import (
+    ANNOTATION_BOOKING,
+    BookingNote,
+    decode_booking,
+)
 from .delta import (
     ClaimsUpdate,
     ClaimsUpdateDict,
@@ -143,6 +148,7 @@ from .topology import (
 __all__ = [
     "ADMISSION_API_VERSION",
     "ANNOTATION_ALLOCATED",
+    "ANNOTATION_BOOKING",
     "ANNOTATION_DEVICE_CORDON",
     "ANNOTATION_ENDPOINT",
     "ANNOTATION_INSTANCES",
@@ -166,6 +172,7 @@ __all__ = [
     "AllocationDict",
     "AllocationRequest",
     "AllocationRequestDict",
+    "BookingNote",
     "Card",
     "CardDict",
     "CardId",
@@ -230,6 +237,7 @@ __all__ = [
     "admission_allow",
     "admission_deny",
     "card_id",
+    "decode_booking",
     "decode_device_cordon",
     "decode_devices",
     "decode_host_priorities",

@@ -57,6 +57,10 @@ from ._locality import (
     shared_level,
     tiers,
 )
+from ._lookalikes import (
+    Lookalike,
+    lookalikes,
+)
 from ._podreading import (
     MAX_QUANTITY,
     ContainerDemand,
@@ -128,6 +132,7 @@ __all__ = [
     "Granularity",
     "Holdings",
     "InvalidQuantity",
+    "Lookalike",
     "Nomination",
     "PlacementError",
     "PodDemand",
@@ -156,6 +161,7 @@ __all__ = [
     "holding_claims",
     "judge",
     "lasting",
+    "lookalikes",
     "precedence",
     "preemptions",
     "read_cuda_major",

@@ -63,7 +63,7 @@ from ._podtrace import (
     pod_span,
     traceparent_of,
 )
-from ._readiness import Readiness
+from ._readiness import Readiness, Standing
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
     ObjectChange,
@@ -202,6 +202,7 @@ __all__ = [
     "ServiceLifespan",
     "Settings",
     "SettingsError",
+    "Standing",
     "TokenBucket",
     "TokenRequestSource",
     "TokenSource",

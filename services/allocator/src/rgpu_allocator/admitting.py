@@ -31,8 +31,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
-from rgpu_placement import FleetView
+from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
+from rgpu_placement import FleetView, expires_at
 from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span, trace_exemplar
 
 from .booker import Booker
@@ -290,7 +290,9 @@ class Admitter:
 
     async def _lift(self, unit: list[Verdict], claims: list[Claim]) -> None:
         for verdict, claim in zip(unit, claims, strict=True):
-            lifted = await lift_gate(self._api, verdict.pod)
+            lapses = expires_at(claim, None, self.judge.ttl) or self._clock()
+            note = BookingNote(server=claim.server, expires_at=lapses)
+            lifted = await lift_gate(self._api, verdict.pod, note)
             if lifted is Lifted.LIFTED:
                 self._lifted.add(verdict.pod.uid)
                 self._admitted(verdict.pod, claim.server)

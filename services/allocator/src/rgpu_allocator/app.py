@@ -86,6 +86,7 @@ def create_app(
                 clock=clock,
                 leader_lease=LEADER_LEASE,
                 election=LEADER_TIMING if election is None else election,
+                readiness=readiness,
             )
             parts.signals.connect(reactions(parts))
             async with anyio.create_task_group() as tg:

@@ -20,6 +20,7 @@ from rgpu_runtime import (
     ElectionTiming,
     EventRecorder,
     KubeClient,
+    Readiness,
     Reflector,
     Settings,
 )
@@ -145,9 +146,11 @@ def assemble(
     clock: Callable[[], float],
     leader_lease: str,
     election: ElectionTiming,
+    readiness: Readiness | None = None,
 ) -> Parts:
     """Build every part; nothing runs until ``start``. ``leader_lease`` names the Lease the
-    replicas elect the one doing background work with, ``election`` its timing."""
+    replicas elect the one doing background work with, ``election`` its timing; the election
+    holds ``readiness`` back while it keeps failing (no namespace, no rights)."""
     m, policy = memory, memory.policy
     signals, events = Signals(), EventRecorder(component=COMPONENT)
     api = KubeApi(
@@ -159,6 +162,7 @@ def assemble(
         namespace=policy.namespace,
         timing=election,
         registry=m.registry,
+        readiness=readiness,
     )
     leader.subscribe(signals.leadership)
 

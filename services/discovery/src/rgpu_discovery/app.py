@@ -115,6 +115,7 @@ def create_app(
                     group=GROUP,
                     identity=name,
                     timing=membership,
+                    readiness=readiness,
                 ),
                 fleet=fleet,
                 instruments=instruments,

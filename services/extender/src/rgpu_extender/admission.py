@@ -45,7 +45,7 @@ from rgpu_contracts import (
     admission_deny,
     pointer,
 )
-from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, read_demand
+from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, lookalikes, read_demand
 from rgpu_runtime import TRACE_ANNOTATION, Settings, creation_context, traceparent_of
 
 from .affinity import affinity_ops
@@ -220,8 +220,10 @@ def _decide_pod(
             _object(request), None, resource=resource, sections=("ephemeralContainers",)
         )
     if request.operation == "CREATE" and not request.sub_resource:
-        patch = mutate_pod(_object(request), policy.mutation, traceparent=traceparent)
-        return _allowed(request, patch, "mutated" if patch else "unchanged")
+        pod = _object(request)
+        patch = mutate_pod(pod, policy.mutation, traceparent=traceparent)
+        warnings = _lookalike_warnings(pod, policy.mutation)
+        return _allowed(request, patch, "mutated" if patch else "unchanged", warnings)
     return _allowed(request, (), "unchanged")
 
 
@@ -231,6 +233,14 @@ def _refuse_crowds(request: AdmissionRequest) -> None:
         refusal = too_many_containers(pod)
         if refusal is not None:
             raise MalformedPod(f"request.{where}.spec", refusal)
+
+
+def _lookalike_warnings(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[str, ...]:
+    """A pod asking for ``nvidia.com/remote-gpus`` waits forever: say so as it is created."""
+    found = lookalikes(
+        pod, count_resource=policy.count_resource, memory_resource=policy.memory_resource
+    )
+    return tuple(f"pod {pod_label(pod)}: {lookalike.message}" for lookalike in found)
 
 
 def _label(request: AdmissionRequest) -> str:
@@ -286,9 +296,11 @@ def _refuse_ephemeral_asks(pod: Mapping[str, Any], policy: MutationPolicy) -> No
             )
 
 
-def _allowed(request: AdmissionRequest, patch: tuple[Op, ...], outcome: str) -> Decision:
+def _allowed(
+    request: AdmissionRequest, patch: tuple[Op, ...], outcome: str, warnings: tuple[str, ...] = ()
+) -> Decision:
     pod = _label(request)
-    review = admission_allow(request.uid, patch)
+    review = admission_allow(request.uid, patch, warnings)
     return Decision(
         review=review, operation=request.operation, allowed=True, outcome=outcome, pod=pod
     )

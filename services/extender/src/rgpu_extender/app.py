@@ -35,7 +35,6 @@ from rgpu_runtime import (
 
 from .admission import AdmissionPolicy
 from .binding import Binding
-from .booked import Booked
 from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
 from .filtering import Filtering
@@ -87,26 +86,16 @@ def create_app(
                     transport=discovery_transport,
                 )
             )
-            claims_http = await stack.enter_async_context(
-                http_client(
-                    base_url=settings.peers.allocator_url,
-                    timeout=budget,
-                    transport=allocator_transport,
-                )
-            )
             kube = await stack.enter_async_context(kube_client(settings))
             allocator_http.auth = (
                 bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
             )
             inventory = Inventory()
-            booked = Booked(ttl=settings.scheduling.booking_ttl_seconds)
             metrics.follow_ages(inventory.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
             for follower in inventory.followers(discovery_http):
                 tg.start_soon(follower.run)
-            # Without the claims, filter asks the allocator, as before: starting never waits.
-            tg.start_soon(booked.follower(claims_http).run)
             await inventory.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
@@ -115,7 +104,6 @@ def create_app(
                 allocator=AllocatorClient(allocator_http),
                 apiserver=Apiserver(kube),
                 inventory=inventory,
-                booked=booked,
                 events=events,
                 metrics=metrics,
             )
@@ -141,7 +129,6 @@ def _deps(
     allocator: AllocatorClient,
     apiserver: Apiserver,
     inventory: Inventory,
-    booked: Booked,
     events: EventRecorder,
     metrics: ExtenderMetrics,
 ) -> Deps:
@@ -158,7 +145,6 @@ def _deps(
             resources=resources,
             budget=budget,
             recent=recent,
-            booked=booked,
         ),
         scoring=Scoring(
             allocator=allocator,

@@ -30,7 +30,7 @@ from rgpu_contracts import (
 from rgpu_placement import PodDemand, read_demand
 from rgpu_runtime import EventRecorder, ResourceSettings
 
-from .booked import Booked
+from .booked import booked_server
 from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
@@ -71,8 +71,6 @@ class Filtering:
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
     recent: RecentBookings
     """Where each booking is noted for the ``/prioritize`` that follows."""
-    booked: Booked
-    """The allocator's claims: an admitted pod's booking is read here, not asked for."""
 
     async def filter_pod(self, raw: object) -> FilterOutcome:
         """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
@@ -120,10 +118,10 @@ class Filtering:
         servers, clients = _split(args.candidate_names(), fleet)
         if not clients:
             return _outcome(args, (), (), servers, "no_client_nodes", label)
-        claim = self.booked.claim_of(ref.uid)
-        if claim is not None and claim.server in fleet.servers:
-            # Admitted (or filtered before): the booking stands, kube-scheduler only places.
-            self.recent.remember(ref.uid, claim.server)
+        booked = booked_server(args.pod, time.time())
+        if booked is not None and booked in fleet.servers:
+            # Admitted: the booking written on the pod stands, kube-scheduler only places it.
+            self.recent.remember(ref.uid, booked)
             return _outcome(args, clients, (), servers, "booked", label)
         request = AllocationRequest(
             pod=ref,

@@ -19,6 +19,7 @@ from rgpu_contracts import ContractError, ExtenderArgs, HostPriority
 from rgpu_placement import shared_level
 from rgpu_runtime import BadRequest
 
+from .booked import booked_server
 from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, PeerReplyInvalid
 from .instruments import ExtenderMetrics, observed
@@ -79,7 +80,7 @@ class Scoring:
         fleet = self.inventory.fleet
         if not uid or fleet is None:
             return None, "not_synced" if uid else "no_claim"
-        booked = self.recent.server_of(uid)
+        booked = booked_server(args.pod, time.time()) or self.recent.server_of(uid)
         if booked is None:
             try:
                 with anyio.fail_after(self.budget):

@@ -101,7 +101,7 @@ def create_app(
             AsyncExitStack() as stack,
             anyio.create_task_group() as tg,
         ):
-            exports_cards = await _elect(settings, stack, tg, registry, election)
+            exports_cards = await _elect(settings, stack, tg, registry, election, readiness)
             usage.count_while(exports_cards)
             fleet = follow_fleet(discovery, board, policy)
             claims = follow_claims(allocator, board, policy)
@@ -136,6 +136,7 @@ async def _elect(
     tg: TaskGroup,
     registry: CollectorRegistry,
     timing: ElectionTiming | None,
+    readiness: Readiness,
 ) -> Callable[[], bool]:
     """Join the election in a cluster (or pointed at an apiserver by ``RGPU_KUBE_URL``);
     returns "do I export the cards"."""
@@ -150,6 +151,7 @@ async def _elect(
         namespace=settings.scheduling.namespace,
         timing=LEADER_TIMING if timing is None else timing,
         registry=registry,
+        readiness=readiness,
     )
     await tg.start(leader.run)
     return lambda: leader.is_leader
