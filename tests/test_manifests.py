@@ -29,6 +29,8 @@ import kubernetes_validate
 import orjson
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes_asyncio.client import (
     AuthenticationV1Api,
     CoordinationV1Api,
@@ -544,24 +546,44 @@ def test_scheduler_extender_url_reaches_the_extender_port(render: Render) -> Non
     _assert_url_reaches(render, extender["urlPrefix"], "extender", "http")
 
 
-def test_dev_scheduler_calls_the_extender_over_plain_http(dev: Render) -> None:
-    (extender,) = dev.scheduler_config()["extenders"]
-    assert extender["urlPrefix"].startswith("http://")
-    assert "RGPU_SCHEDULER_CLIENT_CA_FILE" not in _environment(dev, "extender")
-
-
-def test_production_scheduler_presents_a_client_certificate_the_extender_requires(
-    production: Render,
+def test_in_every_overlay_kube_scheduler_presents_a_client_certificate_the_extender_requires(
+    overlay: Render,
 ) -> None:
-    (extender,) = production.scheduler_config()["extenders"]
+    (extender,) = overlay.scheduler_config()["extenders"]
     assert extender["urlPrefix"].startswith("https://") and extender["enableHTTPS"] is True
     tls = extender["tlsConfig"]
-    mount = _mount_of_secret(production, "scheduler", "rgpu-scheduler-client-tls")
+    mount = _mount_of_secret(overlay, "scheduler", "rgpu-scheduler-client-tls")
     assert (tls["certFile"], tls["keyFile"], tls["caFile"]) == (
         f"{mount}/tls.crt",
         f"{mount}/tls.key",
         f"{mount}/ca.crt",
     )
+    settings = Settings.from_env(_environment(overlay, "extender"), service="extender")
+    extender_tls = _secret_mount(overlay, "rgpu-extender-webhook-tls")
+    assert settings.http.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
+    assert settings.http.tls_cert_file == f"{extender_tls}/tls.crt"
+
+
+def test_the_dev_client_certificate_is_signed_by_the_ca_the_extender_trusts(dev: Render) -> None:
+    def secret(prefix: str) -> Obj:
+        return next(
+            o
+            for o in dev.objects
+            if o["kind"] == "Secret" and o["metadata"]["name"].startswith(prefix)
+        )
+
+    client, serving = secret("rgpu-scheduler-client-tls"), secret("rgpu-extender-webhook-tls")
+    assert client["data"]["ca.crt"] == serving["data"]["ca.crt"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+
+
+def test_production_issues_the_scheduler_client_certificate_from_the_serving_ca(
+    production: Render,
+) -> None:
     client = production.get("Certificate", "rgpu-scheduler-client")
     serving = production.get("Certificate", "rgpu-extender-webhook")
     assert client["spec"]["secretName"] == "rgpu-scheduler-client-tls"
@@ -576,8 +598,11 @@ def test_production_scheduler_presents_a_client_certificate_the_extender_require
 
 def _mount_of_secret(render: Render, service: str, secret: str) -> str:
     spec = render.deployment(service)["spec"]["template"]["spec"]
+    # A generated Secret (the dev overlay's) carries a hash suffix.
     (volume,) = [
-        v["name"] for v in spec["volumes"] if v.get("secret", {}).get("secretName") == secret
+        v["name"]
+        for v in spec["volumes"]
+        if v.get("secret", {}).get("secretName", "").startswith(secret)
     ]
     (mount,) = [
         m["mountPath"]
