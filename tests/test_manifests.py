@@ -1264,10 +1264,17 @@ def test_only_the_scheduler_and_prometheus_reach_the_extender_port(render: Rende
     ]
 
 
-def test_the_webhook_port_is_open_to_the_apiserver_whatever_its_address(render: Render) -> None:
-    port = _port_of(render.container("extender"), "webhook")
-    (rule,) = [rule for rule, p in _ingress_rules(render, "extender") if p == port]
+def test_the_webhook_port_is_open_to_the_apiserver_whatever_its_address(overlay: Render) -> None:
+    port = _port_of(overlay.container("extender"), "webhook")
+    (rule,) = [rule for rule, p in _ingress_rules(overlay, "extender") if p == port]
     assert {peer["ipBlock"]["cidr"] for peer in rule["from"]} == {"0.0.0.0/0", "::/0"}
+
+
+def test_the_webhook_from_apiserver_component_admits_only_its_cidrs(everything: Render) -> None:
+    port = _port_of(everything.container("extender"), "webhook")
+    (rule,) = [rule for rule, p in _ingress_rules(everything, "extender") if p == port]
+    assert [peer["ipBlock"]["cidr"] for peer in rule["from"]] == ["192.0.2.0/24", "2001:db8::/64"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
 
 
 def test_every_pod_may_resolve_dns_and_api_clients_may_reach_the_apiserver(
