@@ -26,11 +26,14 @@ tools:
 sync:
 	$(UV) sync --locked --all-packages
 
+# import-linter judges only the modules its contracts name: .ci/check-layers fails on a module of
+# a service or of rgpu_placement that is in no layer of its package's contract.
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy libs/*/src services/*/src cli/src
 	$(RUN) lint-imports
+	.ci/check-layers
 
 # Each member synced alone into its own environment and imported whole: an import its
 # pyproject.toml does not declare fails here, not in the image built for that service.

@@ -2,7 +2,8 @@
 
 Run: ``python3 -m uv run --no-sync python bench/bench_stops.py [--servers 20]``
 
-Figures (target: every figure under 5 s, DESIGN: a terminating pod must not sit out its grace):
+Figures (target: every figure under 5 s, so a service's terminating pod never sits out its grace
+period):
 
 * service <name>  - the whole system running on the embedded cluster (long-polls between the
   services held open, discovery probing every lupine server each second): SIGTERM to one

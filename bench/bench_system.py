@@ -18,8 +18,8 @@ pods go through the admission webhook. Per granularity, on a fresh stack:
 
 * rest    - nothing scheduled for ``--rest-seconds`` (60 s, four probe rounds): each process's
   CPU while discovery probes every server every 15 s (the deployed interval); the probe
-  states' heartbeats (every 300 s) fall after it on a fresh stack, and docs/sizing.md gives
-  what they add in the steady state
+  states' heartbeats (every 300 s) fall after it on a fresh stack, and the fifth round of
+  docs/sizing-journal.md gives what they add in the steady state
 * burst   - ``--burst`` pods created at once (one card each; a whole server's cards in card
   granularity), which fills a 1,000-server fleet; pods bound per second from the first
   creation to the last binding; the pods keep their cards

@@ -93,10 +93,30 @@ def _record(stack: Stack, key: str) -> Any:
     return next((r for r in stack.kubelet.records.values() if r.key == key), None)
 
 
+def _parked(stack: Stack, key: str, admission: str) -> bool:
+    """The second pod waits: refused by the scheduler (filter path), or still gated with the
+    reason announced (gate path: it never reaches the scheduler while no server is free)."""
+    if admission == "filter":
+        return any(r.key == key and r.refusals for r in stack.scheduler.records.values())
+    namespace, name = key.split("/")
+    pod = stack.sim.store.get("pods", name, namespace=namespace)
+    gates = [g["name"] for g in pod["spec"].get("schedulingGates", ())]
+    events = stack.sim.store.list("events", namespace=namespace)
+    waiting = any(
+        e.get("reason") == "RemoteGPUWaiting" and e["involvedObject"]["name"] == name
+        for e in events
+    )
+    return "rgpu.io/admission" in gates and waiting
+
+
+@pytest.mark.parametrize("admission", ["gate", "filter"])
 @pytest.mark.parametrize("how", ["finishes", "is deleted"])
-async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str) -> None:
+async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(
+    how: str, admission: str
+) -> None:
     holder, parked = _pods(2, seed=8, run=(4.0, 4.0))
-    async with run_stack(_options(servers=1)) as stack:
+    env = {s: {"RGPU_ADMISSION": admission} for s in ("allocator", "extender")}
+    async with run_stack(_options(servers=1, extra_env=env)) as stack:
         await _submit(stack, (holder,))
         await eventually(
             lambda: (
@@ -109,31 +129,20 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
         await _submit(stack, (parked,))
         parked_key = f"{parked.namespace}/{parked.name}"
         await eventually(
-            lambda: any(
-                r.key == parked_key and r.refusals for r in stack.scheduler.records.values()
-            ),
-            timeout=10,
-            what="parked pod refused",
+            lambda: _parked(stack, parked_key, admission), timeout=10, what="parked pod waiting"
         )
         holder_key = f"{holder.namespace}/{holder.name}"
         if how == "is deleted":
             await stack.apiserver.delete(
                 f"/api/v1/namespaces/{holder.namespace}/pods/{holder.name}"
             )
-            # A graceful deletion frees the server once the kubelet has stopped the holder.
-            await eventually(
-                lambda: _record(stack, holder_key).finished_at is not None,
-                timeout=20,
-                what="holder stopped",
-            )
-            freed = _record(stack, holder_key).finished_at
-        else:
-            await eventually(
-                lambda: _record(stack, holder_key).finished_at is not None,
-                timeout=20,
-                what="holder finished",
-            )
-            freed = _record(stack, holder_key).finished_at
+        # A graceful deletion frees the server once the kubelet has stopped the holder.
+        await eventually(
+            lambda: _record(stack, holder_key).finished_at is not None,
+            timeout=20,
+            what="holder stopped",
+        )
+        freed = _record(stack, holder_key).finished_at
         await eventually(
             lambda: any(
                 r.key == parked_key and r.bound_at for r in stack.scheduler.records.values()

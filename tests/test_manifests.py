@@ -69,12 +69,13 @@ SERVICES = ("discovery", "allocator", "extender", "metrics")
 API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
 """The services that call the Kubernetes API (metrics only for its leader election)."""
 RECEIVERS = ("allocator", "discovery")
-"""Services with guarded routes (DESIGN §10): they confirm callers' tokens with TokenReview."""
+"""Services with guarded routes (docs/design.md §10): they confirm callers' tokens with
+TokenReview."""
 CALLERS = {"extender": "allocator", "allocator": "discovery"}
 """Services that call a guarded route, and whose (extender: the allocator's writes; allocator:
 discovery's probe): each sends a projected token of the receiving service's audience."""
 OWNED_ANNOTATIONS = {"hami.io/remote-gpu-devices-", "hami.io/lupine-endpoint", "rgpu.io/"}
-"""Scheduler-owned annotation names and prefixes (DESIGN §5) the webhook must be sent."""
+"""Scheduler-owned annotation names and prefixes (docs/design.md §3) the webhook must be sent."""
 OVERLAYS = ("dev", "production")
 ALL_COMPONENTS = "all-components"
 """A throwaway overlay (base + every component) so components no overlay uses are checked too."""

@@ -243,6 +243,18 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+SERVICES = ("allocator", "discovery", "extender", "metrics")
+
+
+def _service_of(pid: int) -> str | None:
+    """The service ``pid`` runs (``python -m rgpu_<service>``), or ``None``."""
+    args = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    modules = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m"]
+    return next(
+        (m.removeprefix("rgpu_") for m in modules if m.removeprefix("rgpu_") in SERVICES), None
+    )
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm(tmp_path: Path) -> None:
@@ -265,7 +277,7 @@ def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm(tmp_path: Path) -> 
             if "stops everything" in line:
                 break
         pids = _descendants(process.pid)
-        assert sum("rgpu_" in Path(f"/proc/{pid}/cmdline").read_text() for pid in pids) == 4
+        assert sorted(filter(None, map(_service_of, pids))) == sorted(SERVICES)
         process.send_signal(signal.SIGTERM)
         assert _wait_gone(pids) == []
     finally:

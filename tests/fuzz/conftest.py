@@ -202,7 +202,7 @@ FIXED_BUGS: tuple[KnownBug, ...] = (
         id="mutate-env-name-list",
         reason="an env entry whose name is a list is used as a set member: TypeError",
         raised="TypeError",
-        where="rgpu_extender/wiring.py:<listcomp>",
+        where="rgpu_extender/container_env.py:<listcomp>",
         minimal=_extender(
             "/mutate",
             _review(

@@ -32,10 +32,16 @@ from rgpu_contracts import (
     PodUID,
     decode_devices,
 )
-from rgpu_placement import ANNOTATION_NOMINATION, Nomination, lookalikes, read_demand
+from rgpu_placement import (
+    ANNOTATION_NOMINATION,
+    NeverFits,
+    Nomination,
+    demand_of,
+    lookalikes,
+    never_fits,
+    read_demand,
+)
 from rgpu_runtime import KubeClient, Settings, creation_of, kube_client
-
-from .capacity import NeverFits, never_fits
 
 __all__ = [
     "CLAIM_LEASES",
@@ -182,7 +188,9 @@ async def _never(
         return None
     resources = settings.resources
     demand = read_demand(pod, count_resource=resources.count, memory_resource=resources.memory)
-    return never_fits(parsed, demand.requests(), granularity)
+    return never_fits(
+        parsed, demand_of(demand.requests(), cuda_major=demand.cuda_major), granularity
+    )
 
 
 async def explain(

@@ -33,9 +33,18 @@ from rgpu_contracts import (
     instance_server_name,
     node_of_server,
 )
-from rgpu_placement import Choice, FleetView, Granularity, ServerFacts, Unclaimed, choose, demand_of
+from rgpu_placement import (
+    Choice,
+    FleetView,
+    Granularity,
+    NeverFits,
+    ServerFacts,
+    Unclaimed,
+    choose,
+    demand_of,
+    never_fits,
+)
 
-from .capacity import NeverFits, never_fits
 from .timeline import Hold
 
 __all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "never_fitting", "simulate"]
@@ -299,7 +308,7 @@ def never_fitting(
     fleet = _fleet(spec, per_gpu=per_gpu)
     found = []
     for shape in spec.shapes:
-        never = never_fits(fleet, _requests(shape), granularity)
+        never = never_fits(fleet, demand_of(_requests(shape)), granularity)
         if never is not None:
             found.append((shape, never))
     return found

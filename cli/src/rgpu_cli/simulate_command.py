@@ -13,9 +13,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from rgpu_placement import Granularity
+from rgpu_placement import Granularity, NeverFits
 
-from .capacity import NeverFits
 from .columns import columns
 from .simulate import (
     PodShape,

@@ -256,7 +256,7 @@ async def _follow(
     while True:
         try:
             async with sim.store.watch(
-                resource, namespace=namespace, resource_version=version
+                resource, namespace=namespace, resource_version=version, audit=True
             ) as events:
                 if not started:
                     started = True

@@ -155,6 +155,35 @@ async def test_a_short_pool_goes_to_priority_then_to_the_first_created(build, ki
         assert not gates(cluster, first) and not gates(cluster, urgent)
 
 
+async def test_a_pod_that_fits_only_what_a_higher_priority_pod_waits_for_waits_behind_it(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=4)))
+    settings = {"RGPU_GRANULARITY": "card", "RGPU_PREEMPTION": "off"}
+    async with kit.running_allocator(sim.url, discovery, **settings) as client:
+        holder = gated_pod(cluster, "holder", cards=2)
+        await kit.wait_for(lambda: not gates(cluster, holder), what="the holder admitted")
+        urgent = gated_pod(cluster, "urgent", cards=4, priority=1000)
+        small = gated_pod(cluster, "small", cards=1, priority=10)
+
+        async def queued() -> list[tuple[str, str]]:
+            queue = (await client.get("/v1/queue")).json()["pods"]
+            return sorted((p["pod"]["name"], p["reason"]) for p in queue)
+
+        async def both_wait() -> bool:
+            return await queued() == [("small", "BehindPriority"), ("urgent", "NoFit")]
+
+        # The two free cards would take the small pod, but the urgent one waits for the server.
+        await kit.wait_for(both_wait, what="the small pod behind the urgent one")
+        await kit.wait_for(lambda: events(cluster, small), what="the waiting Event")
+        [event] = events(cluster, small)
+        assert "BehindPriority" in event["message"]
+        assert "server gpu-a would fit but is kept for a waiting pod" in event["message"]
+        assert "claims unreadable" not in event["message"]
+        assert holders(cluster) == {"gpu-a": ["holder"]}
+        assert gates(cluster, urgent) == gates(cluster, small) == ["rgpu.io/admission"]
+
+
 async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_why(
     build, kit, sim, cluster
 ):

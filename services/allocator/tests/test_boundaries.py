@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from rgpu_allocator.inputs import Inputs, follow_fleet
-from rgpu_allocator.judging import Policy
+from rgpu_allocator.policy import Policy
 from rgpu_contracts import Fleet
 from rgpu_runtime import Follower, FollowPolicy, Settings, Unavailable, UpstreamError, http_client
 

@@ -1,6 +1,7 @@
-"""Only the extender may book, commit and release (DESIGN §10, "services authenticate each
-other"), tried as an attacker would: against the allocator's real loopback listener, with
-tokens minted by the simulated apiserver's TokenRequest and judged by its TokenReview.
+"""Only the extender may book, commit and release
+(docs/design.md#services-authenticate-each-other), tried as an attacker would: against the
+allocator's real loopback listener, with tokens minted by the simulated apiserver's
+TokenRequest and judged by its TokenReview.
 
 No token, a token for another audience, an expired token: 401. A token of a real account that
 is not on ``RGPU_ALLOCATION_CALLERS``: 403 naming it. None of them books anything; reads and dry

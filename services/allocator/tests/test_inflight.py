@@ -7,12 +7,12 @@ import dataclasses
 import anyio
 import pytest
 
-from rgpu_allocator.claims import Ledger
 from rgpu_allocator.inputs import Inputs, capacity_grew
-from rgpu_allocator.judging import Occupancy
 from rgpu_allocator.leases import KeyedLocks, Pending
+from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.nudging import Refused, retry_stamp
+from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex
-from rgpu_allocator.wakeup import Refused, retry_stamp
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 from rgpu_placement import FleetView
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from rgpu_allocator.claims import LeaseRecord, Ledger
-from rgpu_allocator.judging import Occupancy, Settled
+from rgpu_allocator.claims import LeaseRecord
+from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.occupancy import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 from rgpu_placement import Choice, FleetView, Refusal, choose, demand_of

@@ -1,4 +1,4 @@
-"""Only the allocator may make discovery probe a server on demand (DESIGN §10), tried as an
+"""Only the allocator may make discovery probe a server on demand (docs/design.md §10), tried as an
 attacker would: against discovery's real loopback listener, with tokens minted by the simulated
 apiserver's TokenRequest and judged by its TokenReview. No token, another audience, an expired
 token: 401; a real account not on ``RGPU_PROBE_CALLERS``: 403 naming it. The fleet and the

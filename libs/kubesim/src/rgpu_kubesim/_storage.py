@@ -148,9 +148,10 @@ class Storage:
         *,
         resource_version: str = "",
         send_initial: bool = False,
+        audit: bool = False,
     ) -> WatchStart:
         """Register a watcher; the caller must `close_watch` it when the stream ends."""
-        watcher = Watcher(resource, wanted, capacity=self._capacity)
+        watcher = Watcher(resource, wanted, capacity=self._capacity, audit=audit)
         if send_initial or resource_version in ("", "0"):
             if resource_version not in ("", "0"):
                 # A streaming list at a version not older than one this server has not reached.

@@ -12,6 +12,11 @@ from __future__ import annotations
 from ._assigning import (
     assign,
 )
+from ._capacity import (
+    NeverFits,
+    capable_servers,
+    never_fits,
+)
 from ._cards import (
     CardState,
     CardView,
@@ -133,6 +138,7 @@ __all__ = [
     "Holdings",
     "InvalidQuantity",
     "Lookalike",
+    "NeverFits",
     "Nomination",
     "PlacementError",
     "PodDemand",
@@ -148,6 +154,7 @@ __all__ = [
     "Unclaimed",
     "Validity",
     "assign",
+    "capable_servers",
     "choose",
     "claim_stamp",
     "claim_ttl",
@@ -162,6 +169,7 @@ __all__ = [
     "judge",
     "lasting",
     "lookalikes",
+    "never_fits",
     "precedence",
     "preemptions",
     "read_cuda_major",

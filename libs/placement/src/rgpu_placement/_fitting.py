@@ -1,5 +1,5 @@
-""" "can this server take this pod?" has two answers in two
-granularities (DESIGN §4), and when the answer is no, HAMi-compatible reasons per card.
+""" "can this server take this pod?" has two answers in two granularities
+(docs/design.md#choosing-a-server), and when the answer is no, HAMi-compatible reasons per card.
 
 The fast checks (``fit``) run for every server tried and must stay cheap; the verdicts
 (``verdict``) run only when nothing fits, to explain why, card by card.
@@ -27,7 +27,10 @@ class Holdings(Protocol):
 
     def blocking(self, server: str) -> tuple[Claim, ...]: ...
 
-    def problem(self, server: str) -> str | None: ...
+    def problem(self, server: str) -> str | None:
+        """Why the whole server counts as held whatever its claims say (a full sentence:
+        unreadable claims, or kept for another pod), or ``None``."""
+        ...
 
     def taken(self, server: str) -> frozenset[CardId]: ...
 
@@ -144,7 +147,7 @@ def _blocked(f: ServerFacts, held: Holdings) -> tuple[Reason, str] | None:
     """Server granularity: why the whole server is taken, if it is."""
     problem = held.problem(f.name)
     if problem:
-        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"claims unreadable: {problem}"
+        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, problem
     blockers = held.blocking(f.name)
     if blockers:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"held by {_holders(blockers)}"
@@ -200,7 +203,7 @@ def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Count
     problem = held.problem(f.name)
     if problem:
         counts = Counter({Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: len(f.server.cards)})
-        return counts, f"claims unreadable: {problem}"
+        return counts, problem
     taken = held.taken(f.name)
     busy = held.busy(f)
     found = (_card_reason(c, busy, demand.max_memory_mib, taken) for c in f.server.cards)

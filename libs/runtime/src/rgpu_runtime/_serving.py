@@ -1,6 +1,6 @@
 """Services are served the same way, fast, and stop gracefully.
 
-Each listener is a uvicorn ``Server`` with httptools (DESIGN §9: the fast combination with
+Each listener is a uvicorn ``Server`` with httptools (docs/design.md §9: the fast combination with
 uvloop, which ``run_service`` selects). Sockets are bound here, before uvicorn starts, so a
 bad address fails with a clear ``SettingsError`` and port 0 works (tests learn the real
 port from ``running``). The app's lifespan runs once for all listeners (``_lifespan``).

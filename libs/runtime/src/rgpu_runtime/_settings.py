@@ -1,9 +1,9 @@
 """One ConfigMap configures every service, read once, checked at start.
 
-``Settings.from_env(environ, service=...)`` turns the ``RGPU_*`` variables (DESIGN §6) into a
-frozen value grouped by concern. An empty value counts as unset (ConfigMaps often carry
-``""``). A bad value, or an ``RGPU_*`` key nobody knows (a typo would otherwise silently fall
-back to a default), raises ``SettingsError`` naming the key, the value and what is expected.
+``Settings.from_env(environ, service=...)`` turns the ``RGPU_*`` variables (docs/design.md §6) into
+a frozen value grouped by concern. An empty value counts as unset (ConfigMaps often carry ``""``). A
+bad value, or an ``RGPU_*`` key nobody knows (a typo would otherwise silently fall back to a
+default), raises ``SettingsError`` naming the key, the value and what is expected.
 """
 
 from __future__ import annotations
@@ -137,14 +137,16 @@ class SchedulingSettings:
     """``RGPU_LIB_IMAGE``: HAMi-core library image the webhook injects; unset (off) because
     memory limits inside the client are optional."""
     trusted_users: tuple[str, ...] = ()
-    """``RGPU_TRUSTED_USERS``: usernames allowed to change scheduler-owned annotations, besides
-    rgpu's own service accounts; empty so nobody else can forge an allocation."""
+    """``RGPU_TRUSTED_USERS``: the exact usernames allowed to change scheduler-owned annotations
+    and lift rgpu's scheduling gate, rgpu's own service accounts included (nothing is trusted
+    implicitly); empty so nobody can forge an allocation unless listed."""
     extender_budget_seconds: float = 4.0
     """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
     kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
     preemption: bool = True
     """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
-    GPU's holder for an urgent pod (DESIGN §11) and pods without a priority never preempt."""
+    GPU's holder for an urgent pod (docs/design.md §11) and pods without a priority never
+    preempt."""
     server_lost_grace_seconds: float = 60.0
     """``RGPU_SERVER_LOST_GRACE_SECONDS``: how long a held server may be unreachable or its
     Node NotReady before its holders are told (and, with ``evict``, evicted); a minute rides
@@ -240,7 +242,7 @@ class HttpSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuthSettings:
-    """How services prove who they are to each other (DESIGN §10)."""
+    """How services prove who they are to each other (docs/design.md §10)."""
 
     mode: AuthMode = "tokenreview"
     """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with the

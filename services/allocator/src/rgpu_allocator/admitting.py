@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
 from rgpu_placement import FleetView, expires_at
@@ -39,14 +38,16 @@ from .booker import Booker
 from .clients import KubeApi, pod_event
 from .gates import Lifted, lift_gate
 from .instruments import Instruments
-from .judging import Judge, Remover
+from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
 from .preempting import Preemptor, may_preempt
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
-from .verdicts import WARNINGS, Verdict, Wait
+from .removal import Remover
+from .verdicts import Verdict, Wait
+from .waits import Waits, busy_in, gauges
 
 __all__ = ["PERIOD", "Admitter"]
 
@@ -58,8 +59,6 @@ PERIOD = 2.0
 lapsing, a nomination expiring) is looked at this often."""
 PREEMPTIONS_AT_ONCE = 4
 """Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
-WAITING = "RemoteGPUWaiting"
-"""The Event reason saying why a gated pod waits."""
 LAPSED = "RemoteGPUAdmissionLapsed"
 """The Event reason saying an admitted pod's booking lapsed before it was bound."""
 
@@ -93,7 +92,7 @@ class Admitter:
         # pass must not lift it again.
         self._lifted: set[str] = set()
         self._preempting: set[str] = set()
-        self._said: dict[PodUID, Wait] = {}
+        self._waits = Waits(api)
         self._due = True
         self._wake: anyio.Event | None = None
 
@@ -123,7 +122,7 @@ class Admitter:
             return
         gone = after or before
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
-            self._said.pop(gone.uid, None)
+            self._waits.forget(gone.uid)
             self._lifted.discard(gone.uid)
             self._arrival.pop(gone.uid, None)
 
@@ -150,38 +149,12 @@ class Admitter:
         return admission_queue(entries, held=self._held(), queues=self._queues)
 
     def collect(self) -> Iterator[Metric]:
-        """The queue's gauges, from the leader only (one series set whatever the replicas)."""
-        by_reason = GaugeMetricFamily(
-            "rgpu_admission_queue_pods",
-            "Gated pods waiting for admission, by why they wait (Admitting: in flight).",
-            labels=["reason"],
-        )
-        by_namespace = GaugeMetricFamily(
-            "rgpu_queue_pods",
-            "Gated pods waiting for admission, by namespace and why they wait.",
-            labels=["namespace", "reason"],
-        )
+        """The queue's gauges and the namespaces' shares, from the leader only (one series
+        set whatever the replicas)."""
         leading = self._leading()
-        if leading:
-            counts = self._reasons()
-            for reason in Wait:
-                by_reason.add_metric(
-                    [reason.value], sum(n for (_, r), n in counts.items() if r is reason)
-                )
-            for (namespace, reason), count in sorted(counts.items()):
-                by_namespace.add_metric([namespace, reason.value], count)
-        yield by_reason
-        yield by_namespace
+        busy = busy_in(self._flight, self._lifted)
+        yield from gauges(self._waits.counts(self._queue, busy) if leading else None)
         yield from self._queues.quotas(self._held(), leading)
-
-    def _reasons(self) -> Counter[tuple[str, Wait]]:
-        counts: Counter[tuple[str, Wait]] = Counter()
-        for uid, pod in self._queue.items():
-            busy = uid in self._flight or uid in self._lifted
-            reason = Wait.ADMITTING if busy else self._said.get(uid)
-            if reason is not None:
-                counts[(pod.namespace, reason)] += 1
-        return counts
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Pass after pass, forever; the task group holds the admissions in flight."""
@@ -298,7 +271,7 @@ class Admitter:
                 self._admitted(verdict.pod, claim.server)
 
     def _admitted(self, pod: PodInfo, server: str) -> None:
-        self._said.pop(pod.uid, None)
+        self._waits.forget(pod.uid)
         self._instruments.admissions.labels("admitted").inc()
         created = pod.gated.created_at if pod.gated is not None else 0.0
         if created:
@@ -307,21 +280,10 @@ class Admitter:
         logger.info("admitted %s with server %s", pod.ref.key, server)
 
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
-        self._announce(verdict)
+        self._waits.announce(verdict)
         if self._should_preempt(verdict):
             self._preempting.add(verdict.pod.uid)
             tg.start_soon(self._preempt, verdict, view)
-
-    def _announce(self, verdict: Verdict) -> None:
-        uid, wait = verdict.pod.uid, verdict.wait
-        if wait is None or self._said.get(uid) is wait:
-            return
-        self._said[uid] = wait
-        message = f"waiting for a remote GPU ({wait.value}): {verdict.message}"
-        warning = wait in WARNINGS
-        self._api.record_event(
-            pod_event(verdict.pod.ref, reason=WAITING, message=message, warning=warning)
-        )
 
     def _should_preempt(self, verdict: Verdict) -> bool:
         refusal = verdict.refusal

@@ -26,27 +26,34 @@ from rgpu_runtime import (
 )
 
 from .admitting import Admitter
+from .answers import Answers
 from .booker import Booker
 from .booking import Booking
-from .claims import MANAGED_BY_SELECTOR, LeaseRecord, Ledger
+from .claims import MANAGED_BY_SELECTOR, LeaseRecord
 from .clients import COMPONENT, DiscoveryClient, KubeApi
+from .committing import Committer
+from .deciding import Decider
 from .inputs import Inputs, follow_fleet, follow_topology
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover
+from .judging import Judge
 from .leases import Finder, LeaseWriter
+from .ledger import Ledger
 from .lost import LostPolicy, LostServers
+from .nudging import Nudger, Refused, Waiting
 from .planning import Planner
 from .pods import PodIndex, PodInfo
+from .policy import Policy
 from .preempting import Preemptor
 from .published import PublishedClaims
 from .queues import Queues, Version, queues_reflector
 from .reactions import Signal, Signals
 from .readiness import KubeGates
-from .rechecking import Reprober, Revalidator
+from .refusing import Checks, Refusals
+from .removal import Remover
 from .repair import Repairer
+from .revalidation import Reprober, Revalidator
 from .routes import Deps
 from .sweeping import Reconciler, Sweeper
-from .wakeup import Nudger, Refused, Waiting
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = [
@@ -99,6 +106,7 @@ class Parts:
     reconciler: Reconciler
     sweeper: Sweeper
     admitter: Admitter
+    committer: Committer
     queues: Reflector[Version]
     lost: LostServers
     booking: Booking
@@ -221,10 +229,12 @@ def assemble(
         nudge=signals.capacity_freed,
         enabled=settings.scheduling.preemption,
     )
+    decider = Decider(policy=policy, instruments=m.instruments)
     planner = Planner(
         judge=judge,
         policy=policy,
         booker=booker,
+        decider=decider,
         nominated_on=preemptor.nominated_on,
         admission_ttl=settings.admission.ttl_seconds,
     )
@@ -246,19 +256,27 @@ def assemble(
         leading=leading,
     )
     m.registry.register(_Collect(admitter.collect))
+    answers = Answers(policy=policy, judge=judge)
     booking = Booking(
+        judge=judge,
+        decider=decider,
+        booker=booker,
+        remover=remover,
+        refusals=Refusals(preemptor=preemptor, refused=refused, instruments=m.instruments),
+        checks=Checks(
+            revalidator=Revalidator(judge, api, writer, remover),
+            reprober=Reprober(DiscoveryClient(probe_http), m.instruments),
+        ),
+        answers=answers,
+        api=api,
+    )
+    committer = Committer(
         policy=policy,
         judge=judge,
         writer=writer,
-        booker=booker,
-        remover=remover,
         finder=Finder(api, m.ledger),
-        revalidator=Revalidator(judge, api, writer, remover),
-        reprober=Reprober(DiscoveryClient(probe_http), m.instruments),
-        refused=refused,
-        instruments=m.instruments,
-        preemptor=preemptor,
-        api=api,
+        remover=remover,
+        answers=answers,
     )
     return Parts(
         memory=m,
@@ -284,6 +302,7 @@ def assemble(
             leading=leading,
         ),
         booking=booking,
+        committer=committer,
         lease_watch=lease_watch,
         pod_watch=pod_watch,
     )
@@ -294,6 +313,7 @@ def deps(p: Parts) -> Deps:
     m = p.memory
     return Deps(
         booking=p.booking,
+        committer=p.committer,
         policy=m.policy,
         ledger=m.ledger,
         pods=m.pods,

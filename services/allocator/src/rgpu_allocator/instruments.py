@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector
 
 from rgpu_contracts import ClaimState
 
-from .claims import Ledger
 from .inputs import Inputs
+from .ledger import Ledger
 from .pods import PodIndex
 
 __all__ = ["ADMISSION_OUTCOMES", "REPAIR_OUTCOMES", "Instruments"]

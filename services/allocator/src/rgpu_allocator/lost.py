@@ -34,10 +34,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rgpu_contracts import Claim, PodUID, Server, ServerName
 from rgpu_runtime import Backoff, KubeError, Settings
 
-from .claims import Ledger
 from .clients import pod_event
 from .errors import EvictionRefused
 from .inputs import Inputs
+from .ledger import Ledger
 from .pods import PodIndex, PodInfo
 from .readiness import GateApi
 

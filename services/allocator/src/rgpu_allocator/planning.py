@@ -25,7 +25,7 @@ Rules of the walk:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rgpu_contracts import CardId, Claim, NodeName, ServerName
 from rgpu_placement import (
@@ -38,18 +38,20 @@ from rgpu_placement import (
     QueueConfig,
     Refusal,
     ServerFacts,
-    choose,
     demand_of,
     winner,
 )
 
 from .booker import Booked, Booker
 from .candidates import Candidates
-from .judging import Judge, Policy
+from .capacity import Capacity
+from .deciding import Decider, Seen
+from .judging import Judge
 from .leases import Layered, Pending
 from .pods import PodInfo
+from .policy import Policy
 from .units import Unit, units_of
-from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
+from .verdicts import Verdict, Wait, no_fit_message
 
 __all__ = ["Planner"]
 
@@ -72,6 +74,10 @@ class _Reserved:
 
     def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
         self._held, self._reserved, self._priority = held, reserved, priority
+
+    @property
+    def unreserved(self) -> Holdings:
+        return self._held
 
     def blocking(self, server: str) -> tuple[Claim, ...]:
         return self._held.blocking(server)
@@ -98,10 +104,12 @@ class Planner:
     judge: Judge
     policy: Policy
     booker: Booker
+    decider: Decider
     nominated_on: Callable[[str], ServerName | None]
     """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
+    capacity: Capacity = field(default_factory=lambda: Capacity())
 
     def plan(
         self,
@@ -214,28 +222,45 @@ class Planner:
     ) -> Verdict:
         nominated = self.nominated_on(pod.uid)
         shape = (demand, candidates, nominated, pod.priority if walk.reserved else 0)
-        seen = walk.refused.get(shape)
-        if seen is not None:
-            return Verdict(pod=pod, wait=seen.wait, message=seen.message, demand=demand)
+        before = walk.refused.get(shape)
+        if before is not None:
+            return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
         held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
         if walk.reserved:
             held = _Reserved(held, walk.reserved, pod.priority)
-        outcome = choose(
-            view,
-            demand,
-            held,
-            candidates=candidates,
-            granularity=self.policy.granularity,
+        seen = Seen(
+            pod=pod.ref,
+            demand=demand,
+            view=view,
+            held=held,
             nominated=nominated,
+            candidates=candidates,
         )
+        outcome = self.decider.decide(seen)
         if isinstance(outcome, Choice):
             return self._admit(pod, demand, outcome, walk)
-        verdict = self._refused(pod, view, demand, outcome, nominated)
+        verdict = self._behind(pod, seen, demand) or self._refused(
+            pod, view, demand, outcome, nominated
+        )
         walk.refused[shape] = verdict
         if outcome.blocked_by_claims:
             best = outcome.blocked_by_claims[0]
             walk.reserved[best] = max(walk.reserved.get(best, pod.priority), pod.priority)
         return verdict
+
+    def _behind(self, pod: PodInfo, seen: Seen, demand: Demand) -> Verdict | None:
+        """``pod`` waits behind priority when a server kept for a higher-priority pod would
+        have fitted it."""
+        if not isinstance(seen.held, _Reserved):
+            return None
+        fits = self.decider.decide(replace(seen, held=seen.held.unreserved))
+        if not isinstance(fits, Choice):
+            return None
+        message = (
+            f"server {fits.fit.facts.name} would fit but is kept for a waiting pod of higher "
+            f"priority than {pod.priority}"
+        )
+        return Verdict(pod=pod, wait=Wait.BEHIND_PRIORITY, message=message, demand=demand)
 
     def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
         gated = pod.gated
@@ -273,18 +298,11 @@ class Planner:
         return Verdict(pod=pod, wait=Wait.NO_FIT, message=message, refusal=refusal, demand=demand)
 
     def _never(self, pod: PodInfo, view: FleetView, demand: Demand) -> str | None:
-        granularity = self.policy.granularity
-        never = never_fits(view, demand, granularity)
+        """Why ``pod`` can never be admitted on this fleet (too large a request, or a gang of
+        more members than servers that could take one), remembered per fleet and shape."""
         gang = pod.gated.gang if pod.gated is not None else None
-        if never is not None or gang is None or gang.size is None or granularity == "card":
-            return never
-        capable = capable_servers(view, demand, granularity)
-        if gang.size <= capable:
-            return None
-        return (
-            f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
-            "fleet could ever take one (each member holds a whole server)"
-        )
+        size = gang.size if gang is not None and gang.size is not None else 1
+        return self.capacity.never(view.fleet, demand, self.policy.granularity, size)
 
 
 def _least_cards(unit: Unit) -> int:

@@ -1,4 +1,4 @@
-"""The allocator's HTTP surface (DESIGN §4 and the extender's calls),
+"""The allocator's HTTP surface (docs/design.md §4 and the extender's calls),
 kept to reading requests and writing answers; every decision lives below.
 
 * ``POST /v1/allocations``: ``AllocationRequest`` → ``200 Allocation`` | ``409 NoFit``
@@ -15,7 +15,7 @@ kept to reading requests and writing answers; every decision lives below.
   order, each with why it waits, as a pass would decide now (any replica answers the same)
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
-Writes answer only callers the apiserver vouches for (DESIGN §10): commit and release are
+Writes answer only callers the apiserver vouches for (docs/design.md §10): commit and release are
 guarded before their body is read (``require_caller``: a token of audience ``rgpu-allocator``
 from an account on ``RGPU_ALLOCATION_CALLERS``, the extender's); a booking is
 checked once its body says it is one, because a ``dryRun`` decides without writing and stays
@@ -59,13 +59,14 @@ from rgpu_runtime import (
 
 from .admitting import Admitter
 from .booking import Booking
-from .claims import Ledger
+from .committing import Committer
 from .errors import TooLong
 from .inputs import Inputs
-from .judging import Policy
+from .ledger import Ledger
+from .nudging import Refused
 from .pods import PodIndex
+from .policy import Policy
 from .published import PublishedClaims
-from .wakeup import Refused
 
 __all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
 
@@ -81,6 +82,7 @@ class Deps:
     """What handlers need from the lifespan."""
 
     booking: Booking
+    committer: Committer
     policy: Policy
     ledger: Ledger
     pods: PodIndex
@@ -167,7 +169,7 @@ def _node(body: object) -> str:
 async def post_commit(request: Request) -> Response:
     uid = _uid(request)
     node = _node(await read_json(request))
-    return json_response((await deps(request).booking.commit(uid, node)).to_dict())
+    return json_response((await deps(request).committer.commit(uid, node)).to_dict())
 
 
 async def delete_allocation(request: Request) -> Response:

@@ -6,7 +6,7 @@ A node is a **server** when it carries the ``hami.io/lupine-server`` label (any 
 empty); every other node is a **client** node, of which only the topology labels matter.
 
 A server's cards come from its register annotation, read by HAMi's compatibility contract
-(DESIGN §3), which must be exact: only ``mode == "remote"`` cards, absent health meaning
+(docs/design.md §3), which must be exact: only ``mode == "remote"`` cards, absent health meaning
 unhealthy. A server whose cards cannot be read is still listed, with ``error`` saying why, so
 its holders stay accounted for and an operator sees the problem in the fleet instead of a
 missing node.

@@ -5,8 +5,8 @@ later, so a new server's busy set is known before anyone is placed on it (``Prob
 
 Busy sets learned once per interval (15 s by default) go stale: when a holder pod finishes
 and its lupine client disconnects, discovery keeps reporting its cards busy until the next
-round, and the allocator would refuse the next pod for up to an interval. DESIGN §4's "no
-stale refusals" rule asks for a fresh read before refusing: the allocator asks discovery to
+round, and the allocator would refuse the next pod for up to an interval. No refusal may be
+stale (docs/design.md#no-stale-refusals), so before refusing the allocator asks discovery to
 probe that one server now (``Reprober``). An on-demand probe is the periodic probe (same
 code, same rules), so its result moves the fleet's revision exactly as a periodic one would,
 and long-poll waiters see it at once. A burst of refusals must not hammer a lupine server: a

@@ -12,16 +12,16 @@ state behind it is built.
   below ``R`` (the follower came from a replica further along), never an older fleet.
 * ``POST /v1/servers/{name}/probe``: probe lupine server ``name`` now, with the periodic
   probe's code and rules, and answer ``200`` with the ``Server`` contract as now published.
-  The allocator calls it right before refusing a pod because of busy cards (DESIGN §4, "no
-  stale refusals"). A server probed less than a moment ago (0.25 s by default) is not probed
-  again, and concurrent requests share the probe in flight; the ``X-Rgpu-Probe`` header says
-  which happened (``probed``, ``coalesced``, ``rate_limited``). ``404`` for a server the fleet
-  does not list, ``409`` for one without an endpoint, ``503`` (retryable) before the first
-  Node list. Only callers the apiserver vouches for may ask (DESIGN §10): a ServiceAccount
-  token of audience ``rgpu-discovery`` that TokenReview confirms as an account on
-  ``RGPU_PROBE_CALLERS`` (the allocator's), checked before anything else; ``401`` without
-  one, ``403`` for another account. A probe costs lupine a connection, so nobody else may
-  make discovery open them on demand; the reads above stay open.
+  The allocator calls it right before refusing a pod because of busy cards
+  (docs/design.md#no-stale-refusals). A server probed less than a moment ago (0.25 s by
+  default) is not probed again, and concurrent requests share the probe in flight; the
+  ``X-Rgpu-Probe`` header says which happened (``probed``, ``coalesced``, ``rate_limited``).
+  ``404`` for a server the fleet does not list, ``409`` for one without an endpoint, ``503``
+  (retryable) before the first Node list. Only callers the apiserver vouches for may ask
+  (docs/design.md §10): a ServiceAccount token of audience ``rgpu-discovery`` that TokenReview
+  confirms as an account on ``RGPU_PROBE_CALLERS`` (the allocator's), checked before anything
+  else; ``401`` without one, ``403`` for another account. A probe costs lupine a connection,
+  so nobody else may make discovery open them on demand; the reads above stay open.
 
 Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
 after a re-probe, the fleet revision once the probe's result was applied, so a caller can

@@ -2,12 +2,12 @@
 scheduler-owned annotations on updates, allow everything else — kept apart from HTTP so every
 rule is a plain function call in tests.
 
-A GPU pod is only schedulable and runnable by rgpu once it names our scheduler, reads its
-endpoint through the downward API, keeps off lupine server nodes (``affinity``) and, when memory
-is capped, preloads HAMi-core (``wiring`` says what each container gets); the webhook adds all
-of that at CREATE, refusing what would defeat it. The result is idempotent: mutating an
-already-mutated pod yields no operations, so the webhook is safe under
-``reinvocationPolicy: IfNeeded`` and under apiserver retries.
+A GPU pod is only schedulable and runnable by rgpu once it names our scheduler, reads its endpoint
+through the downward API, keeps off lupine server nodes (``affinity``) and, when memory is capped,
+preloads HAMi-core (``container_env`` says what each container gets); the webhook adds all of that
+at CREATE, refusing what would defeat it. The result is idempotent: mutating an already-mutated pod
+yields no operations, so the webhook is safe under ``reinvocationPolicy: IfNeeded`` and under
+apiserver retries.
 
 At CREATE of a GPU pod the webhook also records its own span's context in the pod
 (``rgpu.io/trace``), the start of the pod's scheduling story that later steps link to. That
@@ -49,15 +49,7 @@ from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, lookalik
 from rgpu_runtime import TRACE_ANNOTATION, Settings, creation_context, traceparent_of
 
 from .affinity import affinity_ops
-from .endpoints import refuse_stray_endpoints
-from .errors import AdmissionDenied, MalformedPod, MalformedReview
-from .gating import gate_ops, guard_gate
-from .instruments import ExtenderMetrics, label_attributes
-from .objects import mapping, pod_label
-from .patchops import Op, append_item, insert_first, put, put_member
-from .reviewshape import too_many_containers
-from .shapes import check_pod
-from .wiring import (
+from .container_env import (
     COPY_CONTAINER,
     LIB_VOLUME,
     copy_container,
@@ -68,6 +60,14 @@ from .wiring import (
     set_env,
     wired_env,
 )
+from .endpoints import refuse_stray_endpoints
+from .errors import AdmissionDenied, MalformedPod, MalformedReview
+from .gating import gate_ops, guard_gate
+from .instruments import ExtenderMetrics, label_attributes
+from .objects import mapping, pod_label
+from .patchops import Op, append_item, insert_first, put, put_member
+from .reviewshape import too_many_containers
+from .shapes import check_pod
 
 __all__ = [
     "DEFAULT_SCHEDULER",

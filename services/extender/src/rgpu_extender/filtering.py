@@ -32,13 +32,13 @@ from rgpu_runtime import EventRecorder, ResourceSettings
 
 from .booked import booked_server
 from .clients import AllocatorClient
+from .container_env import check_wired
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
 from .instruments import ExtenderMetrics, observed
 from .inventory import FleetView, Inventory
 from .objects import node_name, pod_label, pod_ref
 from .recent import RecentBookings
-from .wiring import check_wired
 
 __all__ = ["SERVER_NODE_REASON", "FilterOutcome", "Filtering"]
 

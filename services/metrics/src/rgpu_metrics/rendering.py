@@ -7,7 +7,7 @@ OpenMetrics (every family is a gauge, values are integers, label names are legac
 only the holder family's ``# TYPE`` differs (``info`` in OpenMetrics, where the family is
 named without its ``_info`` suffix), so a block keeps headers apart from samples.
 
-HAMi's families keep HAMi's names and labels exactly (DESIGN §3); ``device_cores`` and
+HAMi's families keep HAMi's names and labels exactly (docs/design.md §3); ``device_cores`` and
 ``device_memory_limit`` (MiB, as HAMi's own overview reports it) are properties of the card,
 never of its load, so no label value churns with scheduling except ``state`` and the holder.
 """

@@ -7,7 +7,8 @@ import dataclasses
 import anyio
 import pytest
 
-from rgpu_allocator.claims import LeaseRecord, Ledger, newer_or_equal
+from rgpu_allocator.claims import LeaseRecord, newer_or_equal
+from rgpu_allocator.ledger import Ledger
 from rgpu_contracts import CardId, Claim, ClaimState, ServerName
 
 pytestmark = pytest.mark.anyio

@@ -31,8 +31,8 @@ from rgpu_contracts import PodRef, PodUID
 from rgpu_runtime import KubeError, KubeNotFound
 
 from .annotations import ANNOTATION_RETRY_AT
-from .claims import Nominee
 from .clients import KubeApi
+from .ledger import Nominee
 from .pods import PodInfo
 
 __all__ = ["Nudger", "Refused", "Waiting", "retry_stamp"]

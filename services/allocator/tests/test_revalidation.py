@@ -8,12 +8,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rgpu_allocator.claims import Ledger
 from rgpu_allocator.clients import DiscoveryClient
 from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
+from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex
-from rgpu_allocator.rechecking import MAX_SERVERS, PROBES_PER_SECOND, Reprober
+from rgpu_allocator.revalidation import MAX_SERVERS, PROBES_PER_SECOND, Reprober
 from rgpu_placement import FleetView
 
 pytestmark = pytest.mark.anyio

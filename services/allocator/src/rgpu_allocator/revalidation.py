@@ -1,6 +1,5 @@
 """A refusal must not be stale: before answering "no fit", the allocator takes one fresh look
-at what blocked the servers that nearly fit (DESIGN §4, "validate before refusing",
-"no stale refusals").
+at what blocked the servers that nearly fit (docs/design.md#no-stale-refusals).
 
 Claims: kube-scheduler retries a refused pod when the holder pod is deleted or finishes —
 usually before the allocator's own watch has delivered that change. Refusing then would park
@@ -39,9 +38,10 @@ from rgpu_runtime import TokenBucket
 from .clients import DiscoveryClient, KubeApi
 from .errors import DiscoveryUnavailable
 from .instruments import Instruments
-from .judging import Judge, Remover, read_pod
+from .judging import Judge
 from .leases import LeaseWriter
 from .pods import PodInfo
+from .removal import Remover, read_pod
 
 __all__ = ["MAX_SERVERS", "PROBES_PER_SECOND", "PROBE_TIMEOUT", "Reprober", "Revalidator"]
 
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
 LEASE_INTERVAL = 1.0
-"""Seconds between two fresh reads of the same Lease (DESIGN §4: at most once per second)."""
+"""Seconds between two fresh reads of the same Lease (docs/design.md#no-stale-refusals)."""
 MAX_LEASES = 4
 """Blocked servers checked per refusal: the best-placed few; a pod needs only one."""
 POD_READS_PER_SECOND = 50.0
