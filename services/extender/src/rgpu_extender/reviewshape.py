@@ -25,10 +25,11 @@ __all__ = [
     "too_many_values",
 ]
 
-MAX_REVIEW_VALUES = 1 << 16
-"""The most JSON values (131,072) a review may hold, object and oldObject together, counted
-as the bytes that separate or open them (``,`` ``{`` ``[``) before decoding. At most about
-250 ns per value to decode, so about 35 ms for the largest accepted review."""
+MAX_REVIEW_VALUES = 1 << 15
+"""The most JSON values (32,768) a review may hold, object and oldObject together, counted as
+the bytes that separate or open them (``,`` ``{`` ``[``) before decoding: ten times a large
+honest pod's, and small enough that deciding the largest accepted review costs well under
+100 ms of CPU (``bench/bench_admission.py``)."""
 MAX_POD_CONTAINERS = 256
 """The most containers one pod object may list, containers, initContainers and
 ephemeralContainers together. Kubernetes sets no count of its own; a pod with hundreds of
