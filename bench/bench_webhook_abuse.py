@@ -7,7 +7,7 @@ The whole system runs as ``rgpu up --sim`` runs it (four service processes, the 
 apiserver calling the extender's TLS webhook for every pod). Three attacker processes, each from
 its own loopback address (127.0.0.2-4, as three machines of the cluster network), keep
 ``--connections`` keep-alive connections each busy posting AdmissionReviews straight to the
-webhook listener, in turn: the largest review the webhook still accepts (64k values), the body
+webhook listener, in turn: the largest review the webhook still accepts (32k values), the body
 limit filled with annotations (4.2 MiB), the 1.5-million-container review (4.3 MiB, refused by
 shape), a review just under the large-body size packed with 21k values (heavy), and one just
 under the heavy bound (light, but far costlier than an honest one). Meanwhile honest users
