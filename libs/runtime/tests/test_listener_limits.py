@@ -302,10 +302,14 @@ async def test_a_thousand_dripping_connections_hold_no_more_than_the_cap() -> No
         await anyio.sleep(0.1)
         assert served.connections() <= limits.max_connections
         refused = served.rejected("listener_connections") + served.rejected("client_connections")
-        assert refused >= 1000 - limits.max_connections
+        # On a busy machine the first may reach their deadline before the last are dialed,
+        # and free their places: every connection was refused, cut, or is one of the cap.
+        cut = served.rejected("header_timeout")
+        assert refused + cut >= len(streams) - limits.max_connections
         await anyio.sleep(limits.header_seconds + 0.5)
         assert served.connections() == 0
-        assert served.rejected("header_timeout") == limits.max_connections
+        admitted = len(streams) - refused
+        assert served.rejected("header_timeout") == admitted >= limits.max_connections
 
 
 # -- TLS ------------------------------------------------------------------------------------------
