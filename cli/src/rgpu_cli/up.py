@@ -147,6 +147,15 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     rows["traces"] = str(s.otlp_endpoint or s.spans_file)
     for name, value in rows.items():
         console.print(f"  {name:<10} {value}", soft_wrap=True, highlight=False)
+    certs = stack.ca_file.parent
+    console.print(
+        "The extender's scheduler listener answers kube-scheduler's client certificate only: "
+        f"curl --cacert {certs}/ca.crt --cert {certs}/scheduler-client.crt "
+        f"--key {certs}/scheduler-client.key {stack.url('extender')}/metrics",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
     run = options.run_seconds
     console.print(
         'Pods run until deleted; annotate one sim.rgpu.io/run-seconds: "N" to have it '
