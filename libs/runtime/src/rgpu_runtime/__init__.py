@@ -1,8 +1,9 @@
 """rgpu_runtime: the thin plumbing every rgpu service shares.
 
 Settings from the environment, the error tree, the Starlette app factory with health,
-readiness, metrics and JSON error handling, the long-poll server side (``Poll``) and
-client (``Follower``), backoff, the Kubernetes and HTTP client factories, logging,
+readiness, metrics and JSON error handling, the long-poll feeds (``Feed``), their
+publishers' snapshots (``Published``, ``Poll``) and their followers' mirrors (``Mirror``,
+``DiscoveryMirror``, ``Follower``), backoff, the Kubernetes and HTTP client factories, logging,
 telemetry, serving and ``main``.
 """
 
@@ -36,16 +37,19 @@ from ._bounds import (
 )
 from ._bucket import TokenBucket
 from ._changelog import CHANGELOG_LIMIT, Changelog, Changes
+from ._discovery_mirror import DiscoveryMirror, FleetIndex
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
 from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
+from ._feeds import CLAIMS_FEED, FLEET_FEED, TOPOLOGY_FEED, DeltaLayout, Feed, Update
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
-from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
+from ._longpoll_follower import Follower, FollowPolicy
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
+from ._mirror import FollowStatus, Mirror
 from ._parse import HostPort
 from ._podtrace import (
     CREATION_LINK,
@@ -58,6 +62,7 @@ from ._podtrace import (
     pod_span,
     traceparent_of,
 )
+from ._published import Entry, Published, gzip_body, initial_revision
 from ._readiness import Readiness, Standing
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
@@ -121,12 +126,14 @@ __all__ = [
     "AUDIENCE",
     "CALLER_AUTH_STATE",
     "CHANGELOG_LIMIT",
+    "CLAIMS_FEED",
     "CREATION_LINK",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
     "EXEMPLAR_TRACE_ID",
+    "FLEET_FEED",
     "KNOWN_KEYS",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
@@ -134,6 +141,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "SAMPLERS",
     "SERVICES",
+    "TOPOLOGY_FEED",
     "TRACE_ANNOTATION",
     "UID_MAX",
     "AdmissionSettings",
@@ -147,11 +155,16 @@ __all__ = [
     "Changelog",
     "Changes",
     "Conflict",
+    "DeltaLayout",
+    "DiscoveryMirror",
     "Election",
     "ElectionTiming",
     "EmbeddedServer",
+    "Entry",
     "EventRecorder",
+    "Feed",
     "FileTokenSource",
+    "FleetIndex",
     "FollowPolicy",
     "FollowStatus",
     "Follower",
@@ -176,6 +189,7 @@ __all__ = [
     "LupineSettings",
     "Membership",
     "MembershipTiming",
+    "Mirror",
     "NotFound",
     "ObjectChange",
     "ObjectRef",
@@ -183,6 +197,7 @@ __all__ = [
     "PeerSettings",
     "PodCreations",
     "Poll",
+    "Published",
     "Readiness",
     "Reflector",
     "ReflectorTiming",
@@ -220,7 +235,9 @@ __all__ = [
     "decode_json",
     "default_listeners",
     "event_body",
+    "gzip_body",
     "http_client",
+    "initial_revision",
     "instrument_app",
     "json_response",
     "kube_client",

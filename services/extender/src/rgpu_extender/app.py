@@ -19,7 +19,9 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
+    DiscoveryMirror,
     EventRecorder,
     Listener,
     PodCreations,
@@ -38,7 +40,6 @@ from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
-from .inventory import Inventory
 from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
@@ -87,20 +88,24 @@ def create_app(
             )
             kube = await stack.enter_async_context(kube_client(settings))
             allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
-            inventory = Inventory()
-            metrics.follow_ages(inventory.age)
+            discovery = DiscoveryMirror(
+                FleetView.build, topology_keys=settings.scheduling.topology_keys
+            )
+            metrics.follow_ages(discovery.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
-            for follower in inventory.followers(discovery_http):
+            for follower in discovery.followers(discovery_http):
                 tg.start_soon(follower.run)
-            await inventory.asked_once()
+            # Serve from the first request either way: with a fleet when discovery answered,
+            # with filter's ``Error`` (kube-scheduler retries) when it did not.
+            await discovery.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
             deps = _deps(
                 settings,
                 allocator=AllocatorClient(allocator_http),
                 apiserver=Apiserver(kube),
-                inventory=inventory,
+                discovery=discovery,
                 events=events,
                 metrics=metrics,
             )
@@ -125,7 +130,7 @@ def _deps(
     *,
     allocator: AllocatorClient,
     apiserver: Apiserver,
-    inventory: Inventory,
+    discovery: DiscoveryMirror[FleetView],
     events: EventRecorder,
     metrics: ExtenderMetrics,
 ) -> Deps:
@@ -136,7 +141,7 @@ def _deps(
     return Deps(
         filtering=Filtering(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             events=events,
             metrics=metrics,
             resources=resources,
@@ -145,7 +150,7 @@ def _deps(
         ),
         scoring=Scoring(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             metrics=metrics,
             topology_keys=settings.scheduling.topology_keys,
             budget=budget,
