@@ -12,6 +12,7 @@ import anyio
 import httpx
 import orjson
 import pytest
+from anyio.abc import TaskGroup
 
 import rgpu_testkit as kit
 from rgpu_contracts import Fleet, Topology
@@ -23,6 +24,7 @@ from rgpu_runtime import (
     UpstreamError,
     http_client,
 )
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -72,131 +74,118 @@ async def http(discovery: kit.FakeDiscovery) -> AsyncIterator[httpx.AsyncClient]
         yield client
 
 
-def mirror(clock: Callable[[], float] | None = None) -> DiscoveryMirror[Index]:
-    if clock is None:
-        return DiscoveryMirror(Index.build, topology_keys=KEYS)
-    return DiscoveryMirror(Index.build, topology_keys=KEYS, clock=clock)
+@pytest.fixture
+def mirrored() -> DiscoveryMirror[Index]:
+    return DiscoveryMirror(Index.build, topology_keys=KEYS)
 
 
-async def until(check: Callable[[], object]) -> None:
-    with anyio.fail_after(5):
-        while not check():
-            await anyio.sleep(0.01)
-
-
-async def test_first_fleet_and_topology_are_there_once_started(http) -> None:
-    mirrored = mirror()
-    fleet, topology = mirrored.followers(http)
+@asynccontextmanager
+async def running(*followers: Follower[Fleet] | Follower[Topology]) -> AsyncIterator[TaskGroup]:
+    """A task group running ``followers``, each started (answered once) in turn."""
     async with anyio.create_task_group() as tg:
-        await tg.start(topology.run)
-        await tg.start(fleet.run)
-        assert mirrored.view is not None
-        assert mirrored.view.names() == {"gpu-node-2", "lupine-b"}
-        assert mirrored.view.topology is not None
-        assert mirrored.view.topology.labels_of()["cpu-node-1"][RACK] == "r2"
-        assert mirrored.view.keys == KEYS
+        for follower in followers:
+            await tg.start(follower.run)
+        yield tg
         tg.cancel_scope.cancel()
 
 
-async def test_a_topology_after_the_first_fleet_updates_the_index(http, discovery) -> None:
-    mirrored = mirror()
+async def test_first_fleet_and_topology_are_there_once_started(http, mirrored) -> None:
     fleet, topology = mirrored.followers(http)
-    async with anyio.create_task_group() as tg:
-        await tg.start(fleet.run)
+    async with running(topology, fleet):
+        view = mirrored.view
+    assert view is not None
+    assert view.names() == {"gpu-node-2", "lupine-b"}
+    assert view.topology is not None
+    assert view.topology.labels_of()["cpu-node-1"][RACK] == "r2"
+    assert view.keys == KEYS
+
+
+async def test_a_topology_after_the_first_fleet_updates_the_index(
+    http, discovery, mirrored
+) -> None:
+    fleet, topology = mirrored.followers(http)
+    async with running(fleet) as tg:
         assert mirrored.view is not None
         assert mirrored.view.topology is None
         await tg.start(topology.run)
         assert mirrored.view.topology == discovery.topology
         assert mirrored.view.fleet is mirrored.fleet.value
-        tg.cancel_scope.cancel()
 
 
-async def test_a_published_change_arrives_without_waiting_out_the_poll(http, discovery) -> None:
-    mirrored = mirror()
-    fleet, _ = mirrored.followers(http)
-    async with anyio.create_task_group() as tg:
-        await tg.start(fleet.run)
+async def test_a_published_change_arrives_without_waiting_out_the_poll(
+    http, discovery, mirrored
+) -> None:
+    async with running(mirrored.followers(http)[0]):
         discovery.publish_fleet(kit.fleet(servers=(kit.server(name="new-server"),), revision=5))
-        await until(lambda: mirrored.view and "new-server" in mirrored.view.names())
-        assert mirrored.view is not None
-        assert mirrored.fleet.latest.value is mirrored.view.fleet
-        tg.cancel_scope.cancel()
+        await eventually(lambda: mirrored.view and "new-server" in mirrored.view.names())
+    assert mirrored.view is not None
+    assert mirrored.fleet.latest.value is mirrored.view.fleet
 
 
-async def test_every_fleet_taken_is_told_with_the_index_before_and_after(http, discovery) -> None:
+async def test_every_fleet_taken_is_told_with_the_index_before_and_after(
+    http, discovery, mirrored
+) -> None:
     told: list[tuple[Index | None, Index]] = []
-    mirrored = mirror()
     mirrored.on_fleet(lambda old, new: told.append((old, new)))
-    fleet, _ = mirrored.followers(http)
-    async with anyio.create_task_group() as tg:
-        await tg.start(fleet.run)
+    async with running(mirrored.followers(http)[0]):
         discovery.publish_fleet(kit.fleet(servers=(kit.server(name="new-server"),), revision=5))
-        await until(lambda: len(told) == 2)
-        tg.cancel_scope.cancel()
+        await eventually(lambda: len(told) == 2)
     (none, first), (old, new) = told
     assert (none, old, new.built) == (None, first, 2)
     assert new is mirrored.view
 
 
-async def test_an_outage_at_start_leaves_no_fleet_then_recovers(http, discovery) -> None:
+async def test_an_outage_at_start_leaves_no_fleet_then_recovers(http, discovery, mirrored) -> None:
     discovery.available = False
     policy = FollowPolicy(backoff_initial_seconds=0.01, backoff_cap_seconds=0.05)
-    mirrored = mirror()
     fleet, _ = mirrored.followers(http, policy=policy)
-    async with anyio.create_task_group() as tg:
+    async with running() as tg:
         tg.start_soon(fleet.run)
-        await until(lambda: fleet.status.failures >= 2)
+        await eventually(lambda: fleet.status.failures >= 2)
         assert mirrored.view is None
         assert "not listed yet" in fleet.status.last_error
         assert mirrored.error is not None
         assert "not listed yet" in mirrored.error
         discovery.available = True
-        await until(lambda: mirrored.view is not None)
+        await eventually(lambda: mirrored.view is not None)
         assert mirrored.error is None
-        tg.cancel_scope.cancel()
 
 
-async def test_an_unchanged_revision_is_not_republished(http, discovery) -> None:
-    mirrored = mirror()
-    fleet, _ = mirrored.followers(http)
-    async with anyio.create_task_group() as tg:
-        await tg.start(fleet.run)
+async def test_an_unchanged_revision_is_not_republished(http, discovery, mirrored) -> None:
+    async with running(mirrored.followers(http)[0]):
         revision = mirrored.fleet.latest.revision
         discovery.fleets.publish(discovery.fleets.value)
-        await until(lambda: discovery.polls >= 3)
+        await eventually(lambda: discovery.polls >= 3)
         assert mirrored.fleet.latest.revision == revision
-        tg.cancel_scope.cancel()
 
 
-async def test_asked_once_returns_after_a_failed_first_call_too(http, discovery) -> None:
+async def test_asked_once_returns_after_a_failed_first_call_too(http, discovery, mirrored) -> None:
     discovery.available = False
-    mirrored = mirror()
-    async with anyio.create_task_group() as tg:
+    async with running() as tg:
         for follower in mirrored.followers(http):
             tg.start_soon(follower.run)
         with anyio.fail_after(2):
             await mirrored.asked_once()
         assert mirrored.view is None
         assert mirrored.topology.value is None
-        tg.cancel_scope.cancel()
 
 
 @asynccontextmanager
 async def followers_over(
-    handler: Handler, clock: Callable[[], float] | None = None
+    handler: Handler,
 ) -> AsyncIterator[tuple[Follower[Fleet], Follower[Topology]]]:
     transport = httpx.MockTransport(handler)
     async with http_client(base_url="http://discovery", timeout=1, transport=transport) as http:
-        yield mirror(clock).followers(http)
+        yield DiscoveryMirror(Index.build, topology_keys=KEYS).followers(http)
 
 
-def reply(status: int, body: object) -> Handler:
-    return lambda request: httpx.Response(status, content=orjson.dumps(body))
+def answering(step: tuple[int, object] | Exception) -> Handler:
+    """Every call answered ``(status, body)``, or failing with the exception."""
 
-
-def raising(exc: Exception) -> Handler:
     def handler(request: httpx.Request) -> httpx.Response:
-        raise exc
+        if isinstance(step, Exception):
+            raise step
+        return httpx.Response(step[0], content=orjson.dumps(step[1]))
 
     return handler
 
@@ -218,13 +207,14 @@ async def test_discovery_polls_carry_since_and_wait() -> None:
 
 
 async def test_discovery_failures_are_typed() -> None:
-    async with followers_over(reply(503, {"code": "u", "message": "not listed"})) as (_, topology):
+    not_listed = (503, {"code": "u", "message": "not listed"})
+    async with followers_over(answering(not_listed)) as (_, topology):
         with pytest.raises(Unavailable, match="not listed"):
             await topology.poll_once()
-    async with followers_over(reply(200, {"revision": "x"})) as (fleet, _):
+    async with followers_over(answering((200, {"revision": "x"}))) as (fleet, _):
         with pytest.raises(UpstreamError, match="revision"):
             await fleet.poll_once()
-    async with followers_over(raising(httpx.ConnectError("refused"))) as (fleet, _):
+    async with followers_over(answering(httpx.ConnectError("refused"))) as (fleet, _):
         with pytest.raises(Unavailable, match="refused"):
             await fleet.poll_once()
 
@@ -242,7 +232,7 @@ async def test_fleet_age_is_zero_while_polled_and_counts_from_the_last_answer_af
         await failing.wait()
         return httpx.Response(503, content=orjson.dumps({"code": "u", "message": "down"}))
 
-    mirrored = mirror(lambda: now[0])
+    mirrored = DiscoveryMirror(Index.build, topology_keys=KEYS, clock=lambda: now[0])
     transport = httpx.MockTransport(handler)
     async with (
         http_client(base_url="http://discovery", timeout=1, transport=transport) as http,
@@ -254,7 +244,7 @@ async def test_fleet_age_is_zero_while_polled_and_counts_from_the_last_answer_af
         now[0] = 130.0
         assert mirrored.fleet_age() == 0.0
         failing.set()
-        await until(lambda: follower.status.failures >= 1)
+        await eventually(lambda: follower.status.failures >= 1)
         now[0] = 133.0
         assert mirrored.fleet_age() == 33.0
         tg.cancel_scope.cancel()
@@ -262,7 +252,7 @@ async def test_fleet_age_is_zero_while_polled_and_counts_from_the_last_answer_af
 
 async def test_each_streams_age_is_infinite_until_discovery_answers_it(http) -> None:
     now = [50.0]
-    mirrored = mirror(lambda: now[0])
+    mirrored = DiscoveryMirror(Index.build, topology_keys=KEYS, clock=lambda: now[0])
     fleet, _ = mirrored.followers(http)
     assert mirrored.age("fleet") == mirrored.age("topology") == float("inf")
     await fleet.poll_once()
