@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from rgpu_runtime import DeltaLayout, Entry, Feed, Poll, Published
+from rgpu_runtime import Changes, DeltaLayout, Entry, Feed, Poll, Published
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,15 @@ def test_an_update_body_is_built_once_per_since() -> None:
     assert second.update(1) == (
         b'{"kind":"delta","revision":2,"since":1,"things":[{"a":2}],"removed":[]}'
     )
+
+
+def test_changes_the_publisher_names_are_the_delta_without_comparing_entries() -> None:
+    first = after(1, None, a=1, b=1)
+    entries = {"a": Entry.of("a", {"a": 2}, dict), "b": Entry.of("b", {"b": 1}, dict)}
+    told = Changes(changed=frozenset({"a"}))
+    second = Published(THINGS, revision=2, entries=entries, previous=first, changes=told)
+    assert second.changelog.since(1) == told
+    assert len(second) == 2
 
 
 def test_a_grouped_delta_names_every_group_changed_or_gone_and_joins_those_left() -> None:

@@ -74,8 +74,9 @@ class Published(Generic[V]):
     ``listed`` is false until the publisher first has the value (discovery's first Node
     list), so readers can tell "nothing" from "not known yet". Sorting and the joined JSON are
     computed on first use and then reused (the content never changes, so the memo is safe).
-    ``previous`` (the snapshot this one replaces) is compared entry by entry once, for the
-    changelog, and not kept.
+    ``previous`` (the snapshot this one replaces) starts the changelog and is not kept: what
+    changed since it is ``changes`` when the publisher knows (the allocator's Lease watch
+    names the one server), else found by comparing the entries once.
     """
 
     __slots__ = (
@@ -86,7 +87,6 @@ class Published(Generic[V]):
         "_full",
         "_full_gzipped",
         "_gzipped",
-        "_items",
         "_updates",
         "_values",
         "changelog",
@@ -101,26 +101,28 @@ class Published(Generic[V]):
         revision: int,
         listed: bool = True,
         fields: Mapping[str, object] | None = None,
-        entries: Iterable[Entry[V]],
+        entries: Mapping[str, Entry[V]] | Iterable[Entry[V]],
         previous: Published[V] | None = None,
+        changes: Changes | None = None,
     ) -> None:
         self.revision = revision
         self.listed = listed
         self._feed = feed
         self._fields = {"revision": revision, **(fields or {})}
-        self._items = tuple(entries)
-        self._by_name = {item.name: item for item in self._items}
+        self._by_name: dict[str, Entry[V]] = (
+            dict(entries) if isinstance(entries, Mapping) else {item.name: item for item in entries}
+        )
         self._values: tuple[V, ...] | None = None
         self._body: bytes | None = None
         self._gzipped: bytes | None = None
         self._full: bytes | None = None
         self._full_gzipped: bytes | None = None
         self._updates: dict[int, bytes] = {}
-        self.changelog = _changelog(self, previous)
+        self.changelog = _changelog(self, previous, changes)
         """Which entries each recent revision changed, up to this one."""
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._by_name)
 
     @property
     def fields(self) -> Mapping[str, object]:
@@ -208,7 +210,7 @@ class Published(Generic[V]):
         return b'%s,"%s":[%s],"removed":%s}' % (head, key, entries, removed)
 
     def _sorted(self) -> list[Entry[V]]:
-        return sorted(self._items, key=_name)
+        return sorted(self._by_name.values(), key=_name)
 
 
 def gzip_body(body: bytes) -> bytes:
@@ -220,11 +222,16 @@ def _name(item: Entry[V]) -> str:
     return item.name
 
 
-def _changelog(snapshot: Published[V], previous: Published[V] | None) -> Changelog:
-    """``previous``'s changelog followed by what ``snapshot`` changed; a fresh one (nothing
-    to tell) without a predecessor, or when revisions did not move forward."""
+def _changelog(
+    snapshot: Published[V], previous: Published[V] | None, changes: Changes | None
+) -> Changelog:
+    """``previous``'s changelog followed by what ``snapshot`` changed (``changes``, or what
+    comparing the entries finds); a fresh one (nothing to tell) without a predecessor, or when
+    revisions did not move forward."""
     if previous is None or snapshot.revision <= previous.revision:
         return Changelog(snapshot.revision)
+    if changes is not None:
+        return previous.changelog.then(snapshot.revision, changes.changed, changes.removed)
     before, after = previous._by_name, snapshot._by_name
     changed = [name for name, item in after.items() if _differs(before.get(name), item)]
     removed = [name for name in before if name not in after]

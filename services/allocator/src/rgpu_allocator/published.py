@@ -25,7 +25,7 @@ from typing import Final
 import orjson
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_runtime import CLAIMS_FEED, Entry, ObjectChange, Published, Versioned
+from rgpu_runtime import CLAIMS_FEED, Changes, Entry, ObjectChange, Published, Versioned
 
 from .claims import LeaseRecord
 
@@ -62,7 +62,7 @@ class PublishedClaims:
     __slots__ = ("_servers", "versioned")
 
     def __init__(self) -> None:
-        self._servers: dict[ServerName, Entry[tuple[Claim, ...]]] = {}
+        self._servers: dict[str, Entry[tuple[Claim, ...]]] = {}
         empty = ClaimsSnapshot(CLAIMS_FEED, revision=0, entries=())
         self.versioned: Versioned[ClaimsSnapshot] = Versioned(empty, revision=0)
 
@@ -73,7 +73,7 @@ class PublishedClaims:
             return
         claims = () if change.after is None else change.after.claims
         if self._store(record.server, claims):
-            self._publish(change.resource_version)
+            self._publish(change.resource_version, Changes(changed=frozenset((record.server,))))
 
     def relisted(self, fresh: Mapping[str, LeaseRecord], resource_version: str) -> None:
         """The Leases were listed afresh at ``resource_version``."""
@@ -83,7 +83,9 @@ class PublishedClaims:
             del self._servers[name]
         changed = [name for name, claims in listed.items() if self._store(name, claims)]
         if gone or changed or self.versioned.revision == 0:
-            self._publish(resource_version)
+            self._publish(
+                resource_version, Changes(changed=frozenset(changed), removed=frozenset(gone))
+            )
 
     def _store(self, server: ServerName, claims: tuple[Claim, ...]) -> bool:
         held = self._servers.get(server)
@@ -97,7 +99,7 @@ class PublishedClaims:
             del self._servers[server]
         return True
 
-    def _publish(self, resource_version: str) -> None:
+    def _publish(self, resource_version: str, changes: Changes) -> None:
         current = self.versioned.value
         revision = revision_of(resource_version)
         if revision is None or revision <= current.revision:
@@ -112,7 +114,8 @@ class PublishedClaims:
         snapshot = ClaimsSnapshot(
             CLAIMS_FEED,
             revision=revision,
-            entries=self._servers.values(),
+            entries=self._servers,
             previous=None if current.revision == 0 else current,
+            changes=changes,
         )
         self.versioned.publish(snapshot, revision=revision)
