@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 from rgpu_placement import FleetView
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
     DiscoveryMirror,
     EventRecorder,
     Listener,
@@ -87,7 +88,9 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
+            allocator_http.auth = (
+                bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
+            )
             discovery = DiscoveryMirror(
                 FleetView.build, topology_keys=settings.scheduling.topology_keys
             )
@@ -180,11 +183,17 @@ def listeners(settings: Settings) -> Sequence[Listener]:
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
         return [scheduler]
+    # The apiserver's client certificate is checked per path (health stays open to the
+    # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        face=webhook_surface(),
+        client_ca_file=http.webhook_client_ca_file,
+        client_cert="optional",
+        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        name="webhook",
+        limits=http.limits,
     )
     return [scheduler, webhook]
 
@@ -193,7 +202,7 @@ def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
     face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen, face=face)
+        return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
@@ -201,6 +210,8 @@ def _scheduler_listener(settings: Settings) -> Listener:
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
         face=face,
+        name="scheduler",
+        limits=http.limits,
     )
 
 
