@@ -151,7 +151,7 @@ class Admitter:
     def queue(self) -> AdmissionQueue:
         """Every gated pod in admission order with what a pass decides for it now (a dry
         pass: any replica can answer it), and each namespace's share."""
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
         entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
         return admission_queue(entries, held=self._held(), queues=self._queues)
@@ -179,7 +179,7 @@ class Admitter:
 
     def _ready(self) -> bool:
         judge = self.judge
-        return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
+        return judge.discovery.view is not None and judge.pods.synced and judge.ledger.synced
 
     def _held(self) -> dict[str, int]:
         """Cards per namespace held or being booked (quotas count both)."""
@@ -200,7 +200,7 @@ class Admitter:
         )
 
     def _pass(self, tg: TaskGroup) -> None:
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         room = self._room()
         if view is None or room <= 0 or not self._queue:
             return

@@ -33,11 +33,11 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_contracts import Claim, PodUID, Server, ServerName
-from rgpu_runtime import Backoff, KubeError, Settings
+from rgpu_placement import FleetView
+from rgpu_runtime import Backoff, DiscoveryMirror, KubeError, Settings
 
 from .clients import pod_event
 from .errors import EvictionRefused
-from .inputs import Inputs
 from .ledger import Ledger
 from .pods import PodIndex, PodInfo
 from .readiness import GateApi
@@ -117,7 +117,7 @@ class LostServers:
         api: GateApi,
         ledger: Ledger,
         pods: PodIndex,
-        inputs: Inputs,
+        discovery: DiscoveryMirror[FleetView],
         policy: LostPolicy,
         registry: CollectorRegistry,
         leading: Callable[[], bool],
@@ -126,7 +126,7 @@ class LostServers:
         self._api = api
         self._ledger = ledger
         self._pods = pods
-        self._inputs = inputs
+        self._discovery = discovery
         self._policy = policy
         self._leading = leading
         self._clock = clock
@@ -180,7 +180,7 @@ class LostServers:
 
     def _moved(self) -> bool:
         view, revision = self._seen
-        if self._inputs.view is not view or self._ledger.revision != revision:
+        if self._discovery.view is not view or self._ledger.revision != revision:
             return True
         return min(self._deadlines(), default=math.inf) <= self._clock()
 
@@ -195,7 +195,7 @@ class LostServers:
         if not self._leading():
             self._stand_down()
             return
-        view = self._inputs.view
+        view = self._discovery.view
         if view is None or not (self._ledger.synced and self._pods.synced):
             return
         self._seen = (view, self._ledger.revision)
