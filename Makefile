@@ -8,7 +8,8 @@ export UV_PYTHON_PREFERENCE := only-system
 UV := python3 -m uv
 RUN := $(UV) run --no-sync
 
-.PHONY: test test-fast members lint setup tools sync demo soak bench bench-system format fuzz
+.PHONY: test test-fast members lint setup tools sync demo soak bench bench-system format fuzz \
+	dev-certs images push-images
 
 setup: tools sync
 
@@ -25,11 +26,14 @@ tools:
 sync:
 	$(UV) sync --locked --all-packages
 
+# import-linter judges only the modules its contracts name: .ci/check-layers fails on a module of
+# a service or of rgpu_placement that is in no layer of its package's contract.
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs/*/src services/*/src cli/src
+	$(RUN) mypy libs/*/src services/*/src cli/src bench
 	$(RUN) lint-imports
+	.ci/check-layers
 
 # Each member synced alone into its own environment and imported whole: an import its
 # pyproject.toml does not declare fails here, not in the image built for that service.
@@ -75,3 +79,28 @@ bench-system: setup
 format: setup
 	$(RUN) ruff check --fix .
 	$(RUN) ruff format .
+
+# The dev overlay's webhook certificate (k8s/README.md); kustomize names this directory in its
+# error until it exists.
+dev-certs: setup
+	$(RUN) python -m rgpu_kubesim certs --out k8s/overlays/dev/generated-by-make-dev-certs \
+		--dns rgpu-extender.rgpu-system.svc
+
+# One image per service from docker/Dockerfile, tagged $(REGISTRY)/rgpu-<service>:$(TAG);
+# push-images pushes them. Needs a Docker (BuildKit) engine; pin the tag in your overlay's
+# images: list afterwards (k8s/README.md).
+REGISTRY ?= ghcr.io/rgpu
+TAG ?= dev
+SERVICES := discovery allocator extender metrics
+
+images:
+	@for svc in $(SERVICES); do \
+		echo "docker build -f docker/Dockerfile --build-arg SERVICE=$$svc -t $(REGISTRY)/rgpu-$$svc:$(TAG) ."; \
+		docker build -f docker/Dockerfile --build-arg SERVICE=$$svc -t $(REGISTRY)/rgpu-$$svc:$(TAG) . || exit 1; \
+	done
+
+push-images: images
+	@for svc in $(SERVICES); do \
+		echo "docker push $(REGISTRY)/rgpu-$$svc:$(TAG)"; \
+		docker push $(REGISTRY)/rgpu-$$svc:$(TAG) || exit 1; \
+	done

@@ -60,9 +60,9 @@ def freed_to_bound(stack: Stack, uids: Sequence[str], freed: Mapping[str, float]
     """For each freed server (a holder deleted while pods waited): the time until a waiting pod
     was bound to it, or the first of them in card granularity: how long freed room sat idle.
 
-    The room is free when the holder's containers have stopped (the kubelet's end of its
-    graceful deletion, 10 % of its 30 s grace here), not when the deletion was asked: until
-    then the holder still runs on the server and keeps it (DESIGN §10)."""
+    The room is free when the holder's containers have stopped (the kubelet's end of its graceful
+    deletion, 10 % of its 30 s grace here), not when the deletion was asked: until then the holder
+    still runs on the server and keeps it (docs/design.md#terminating-pods-keep-their-server)."""
     runs, records = stack.kubelet.records, stack.scheduler.records
     binds: dict[str, list[float]] = {}
     for uid in uids:

@@ -56,8 +56,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_allocator import create_app
-from rgpu_allocator.claims import LeaseRecord, Ledger, encode_lease
-from rgpu_allocator.judging import Occupancy, Settled
+from rgpu_allocator.claims import LeaseRecord, encode_lease
+from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.occupancy import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.watching import PodHooks, pod_changed
 from rgpu_contracts import (
@@ -399,10 +400,8 @@ def seed_claims(sim: Any, fleet: Fleet, made: list[dict[str, Any]], count: int) 
         per_server.setdefault(server.name, []).append(
             claim_on(server, pod, (server.cards[slot],), at=now)
         )
-    for server, claims in per_server.items():
-        body = encode_lease(
-            server=server, namespace=NAMESPACE, claims=claims, resource_version=None
-        )
+    for name, claims in per_server.items():
+        body = encode_lease(server=name, namespace=NAMESPACE, claims=claims, resource_version=None)
         sim.store.create("leases", body, namespace=NAMESPACE)
 
 

@@ -2,10 +2,10 @@
 
 Run: ``python3 -m uv run --no-sync python bench/bench_extender.py [--rounds 2000]``
 
-kube-scheduler calls ``/filter`` once per pod, serially, so the filter's latency caps the
-cluster's scheduling rate (DESIGN §9). Every figure is a median (p99 beside it) over sequential
-calls from an aiohttp-backed httpx client (runtime's ``http_client``) to the extender served by
-runtime's ``running`` (uvicorn, httptools, uvloop):
+kube-scheduler calls ``/filter`` once per pod, serially, so the filter's latency caps the cluster's
+scheduling rate (docs/design.md §9). Every figure is a median (p99 beside it) over sequential calls
+from an aiohttp-backed httpx client (runtime's ``http_client``) to the extender served by runtime's
+``running`` (uvicorn, httptools, uvloop):
 
 * filter, loopback       - scheduler -> extender -> fake allocator (its own uvicorn on loopback),
   a pod asking for one card, 100 candidate names, fleet of 500 servers
@@ -55,9 +55,9 @@ TARGETS_MS = {
     "bind, loopback": 15.0,
     "mutate, TLS loopback": 3.0,
 }
-"""Loopback figures allow about 1 ms per hop (DESIGN §9 measured 0.7 ms with this transport)
-plus the extender's own work; the in-process figure is that work plus two in-process httpx
-hops (scheduler -> extender, extender -> allocator), which cost about 0.15 ms each."""
+"""Loopback figures allow about 1 ms per hop (the hop target of ``bench_runtime.py``, docs/design.md
+§9) plus the extender's own work; the in-process figure is that work plus two in-process httpx hops
+(scheduler -> extender, extender -> allocator), which cost about 0.15 ms each."""
 
 SERVERS = 500
 CANDIDATES = 100
@@ -67,7 +67,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
 
 def fleet() -> dict[str, Any]:
-    servers = [
+    servers: list[dict[str, Any]] = [
         {
             "name": f"lupine-{s:04d}",
             "endpoint": f"10.1.{s // 250}.{s % 250}:14833",
@@ -197,6 +197,8 @@ def settings(sim_url: str, peers: str, certs: tuple[Path, Path]) -> Settings:
             "RGPU_WEBHOOK_LISTEN": "127.0.0.1:0",
             "RGPU_TLS_CERT_FILE": str(certs[0]),
             "RGPU_TLS_KEY_FILE": str(certs[1]),
+            # The peers here are stand-ins that check no token; the extender sends none.
+            "RGPU_AUTH": "none",
         },
         service="extender",
     )
@@ -286,7 +288,8 @@ async def mutate_figure(tls: str, ca: trustme.CA, rounds: int) -> tuple[float, f
 async def in_process_figure(rounds: int) -> tuple[float, float]:
     app_peers = peers_app()
     transport = httpx.ASGITransport(app=app_peers)
-    settings_ = Settings.from_env({"RGPU_KUBE_URL": "http://127.0.0.1:9"}, service="extender")
+    env = {"RGPU_KUBE_URL": "http://127.0.0.1:9", "RGPU_AUTH": "none"}
+    settings_ = Settings.from_env(env, service="extender")
     app = create_app(
         settings_,
         allocator_transport=transport,

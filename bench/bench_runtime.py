@@ -50,8 +50,8 @@ from rgpu_runtime import (
 from rgpu_runtime._watch import decode_event
 
 HOP_TARGET_MS = 1.0
-"""DESIGN §9 measured 0.7 ms for httpx-aiohttp to a bare starlette app; ours adds the latency
-histogram, body limit and tracing transport, which must keep a hop under 1 ms."""
+"""One hop between two services (docs/design.md §9): httpx over httpx-aiohttp to a starlette app,
+plus what ours add (the latency histogram, body limit and tracing transport), under 1 ms."""
 DECODE_100K_TARGET_S = 3.0
 """A restarted allocator relists and rewatches every pod; 100k pods must decode in seconds,
 not the better part of a minute."""

@@ -2,7 +2,8 @@
 
 Run: ``python3 -m uv run --no-sync python bench/bench_stops.py [--servers 20]``
 
-Figures (target: every figure under 5 s, DESIGN: a terminating pod must not sit out its grace):
+Figures (target: every figure under 5 s, so a service's terminating pod never sits out its grace
+period):
 
 * service <name>  - the whole system running on the embedded cluster (long-polls between the
   services held open, discovery probing every lupine server each second): SIGTERM to one
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ import anyio
 
 from rgpu_cli.processes import wait_ready
 from rgpu_cli.stack import SERVICES, StackOptions, run_stack
+from rgpu_cli.up import free_offset
 
 TARGET_SECONDS = 5.0
 
@@ -74,8 +77,12 @@ def _alive(pid: int) -> bool:
 
 
 def _up_stop(servers: int) -> tuple[float, float]:
+    # Ports and a work directory of its own: another stack may run on this machine.
+    offset = free_offset(random.randrange(100, 50_000, 100))
+    work = tempfile.mkdtemp(prefix="bench-stops-")
+    args = ["up", "--sim", "--servers", str(servers), "--port-offset", str(offset)]
     cli = subprocess.Popen(
-        [sys.executable, "-m", "rgpu_cli", "up", "--sim", "--servers", str(servers)],
+        [sys.executable, "-m", "rgpu_cli", *args, "--work-dir", work],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

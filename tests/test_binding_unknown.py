@@ -1,5 +1,6 @@
-"""Unknown is not failure (DESIGN §10): a Binding whose outcome ``/bind`` cannot know keeps the
-pod's claim, and the allocator's own rules settle it; only a definite refusal releases at once.
+"""Unknown is not failure (docs/design.md#unknown-is-not-failure): a Binding whose outcome ``/bind``
+cannot know keeps the pod's claim, and the allocator's own rules settle it; only a definite refusal
+releases at once.
 
 The real discovery, allocator and extender apps run in process against kubesim over HTTP. The
 extender reaches kubesim through ``Relay``, a TCP relay that loses a Binding the way a network
@@ -212,7 +213,7 @@ async def _serving(
         "RGPU_LOG_FORMAT": "text",
         "RGPU_BOOKING_TTL_SECONDS": f"{TTL:g}",
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+        "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
     }
     for account in ("rgpu-allocator", "rgpu-extender"):
         meta = {"name": account, "namespace": "rgpu-system"}

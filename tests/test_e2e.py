@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rgpu_cli.checks import check_endpoints, check_no_sharing
@@ -19,7 +18,7 @@ from rgpu_cli.main import app as cli
 from rgpu_cli.span_receiver import receiving
 from rgpu_cli.spans import read_spans
 from rgpu_cli.stack import Stack, StackOptions, run_stack
-from rgpu_cli.status import fetch_snapshot, status_table
+from rgpu_cli.status import card_rows, fetch_snapshot, render_servers
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
 from rgpu_runtime import Settings
@@ -94,10 +93,60 @@ def _record(stack: Stack, key: str) -> Any:
     return next((r for r in stack.kubelet.records.values() if r.key == key), None)
 
 
-@pytest.mark.parametrize("how", ["finishes", "is deleted"])
-async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str) -> None:
-    holder, parked = _pods(2, seed=8, run=(4.0, 4.0))
+def _parked(stack: Stack, key: str, admission: str) -> bool:
+    """The second pod waits: refused by the scheduler (filter path), or still gated with the
+    reason announced (gate path: it never reaches the scheduler while no server is free)."""
+    if admission == "filter":
+        return any(r.key == key and r.refusals for r in stack.scheduler.records.values())
+    namespace, name = key.split("/")
+    pod = stack.sim.store.get("pods", name, namespace=namespace)
+    gates = [g["name"] for g in pod["spec"].get("schedulingGates", ())]
+    events = stack.sim.store.list("events", namespace=namespace)
+    waiting = any(
+        e.get("reason") == "RemoteGPUWaiting" and e["involvedObject"]["name"] == name
+        for e in events
+    )
+    return "rgpu.io/admission" in gates and waiting
+
+
+async def test_a_lookalike_resource_is_warned_about_in_the_creations_answer() -> None:
     async with run_stack(_options(servers=1)) as stack:
+        manifest = _pods(1, seed=9, run=(1.0, 1.0))[0].manifest()
+        resources = manifest["spec"]["containers"][0]["resources"]
+        for amounts in resources.values():
+            amounts.pop("nvidia.com/remote-gpu-memory", None)
+            amounts["nvidia.com/remote-gpus"] = amounts.pop("nvidia.com/remote-gpu")
+        created = await stack.create_pod(manifest)
+        assert created.status_code == 201, created.text
+        # kubectl prints each Warning header as "Warning: ..." on stderr.
+        [warning] = created.headers.get_list("Warning")
+        assert "nvidia.com/remote-gpus" in warning and "nvidia.com/remote-gpu?" in warning
+
+
+async def test_one_lupine_per_gpu_gives_each_pod_one_instance_of_its_own() -> None:
+    plans = _pods(4, seed=6, run=(60.0, 60.0))
+    async with run_stack(_options(servers=2, cards=2, per_gpu=True)) as stack:
+        await _submit(stack, plans)
+        await eventually(
+            lambda: list(_phases(stack).values()).count("Running") == 4,
+            timeout=60,
+            what="four pods running on four instances",
+        )
+        snapshot = await fetch_snapshot(stack.url("discovery"), stack.url("allocator"))
+        held = sorted(str(c.server) for c in snapshot.claims.claims)
+        assert len(set(held)) == 4 and all("@" in server for server in held), held
+        assert all(len(c.cards) == 1 for c in snapshot.claims.claims)
+        _assert_clean_run(stack)
+
+
+@pytest.mark.parametrize("admission", ["gate", "filter"])
+@pytest.mark.parametrize("how", ["finishes", "is deleted"])
+async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(
+    how: str, admission: str
+) -> None:
+    holder, parked = _pods(2, seed=8, run=(4.0, 4.0))
+    env = {s: {"RGPU_ADMISSION": admission} for s in ("allocator", "extender")}
+    async with run_stack(_options(servers=1, extra_env=env)) as stack:
         await _submit(stack, (holder,))
         await eventually(
             lambda: (
@@ -110,31 +159,20 @@ async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(how: str)
         await _submit(stack, (parked,))
         parked_key = f"{parked.namespace}/{parked.name}"
         await eventually(
-            lambda: any(
-                r.key == parked_key and r.refusals for r in stack.scheduler.records.values()
-            ),
-            timeout=10,
-            what="parked pod refused",
+            lambda: _parked(stack, parked_key, admission), timeout=10, what="parked pod waiting"
         )
         holder_key = f"{holder.namespace}/{holder.name}"
         if how == "is deleted":
             await stack.apiserver.delete(
                 f"/api/v1/namespaces/{holder.namespace}/pods/{holder.name}"
             )
-            # A graceful deletion frees the server once the kubelet has stopped the holder.
-            await eventually(
-                lambda: _record(stack, holder_key).finished_at is not None,
-                timeout=20,
-                what="holder stopped",
-            )
-            freed = _record(stack, holder_key).finished_at
-        else:
-            await eventually(
-                lambda: _record(stack, holder_key).finished_at is not None,
-                timeout=20,
-                what="holder finished",
-            )
-            freed = _record(stack, holder_key).finished_at
+        # A graceful deletion frees the server once the kubelet has stopped the holder.
+        await eventually(
+            lambda: _record(stack, holder_key).finished_at is not None,
+            timeout=20,
+            what="holder stopped",
+        )
+        freed = _record(stack, holder_key).finished_at
         await eventually(
             lambda: any(
                 r.key == parked_key and r.bound_at for r in stack.scheduler.records.values()
@@ -168,16 +206,19 @@ async def test_the_stack_keeps_each_pods_story_and_rgpu_trace_draws_it(tmp_path:
         explanation = await explain(Settings.from_env(env, service="extender"), *key.split("/"))
     result = drawn()
     assert result is not None
-    rows = result.output.splitlines()
-    steps = ["extender.mutate", "extender.filter", "allocate", "extender.bind", "commit"]
+    rows = result.output.splitlines()[2:]  # below the header, which names the slowest step
+    steps = ["extender.mutate", "allocator.admit", "extender.filter", "extender.bind", "commit"]
     found = [next(i for i, row in enumerate(rows) if f" {step} " in row) for step in steps]
     assert found == sorted(found), result.output
     assert f"trace {explanation.trace_id}" in result.output
     by_trace: dict[str, set[str]] = {}
     for span in read_spans(spans_file):
         by_trace.setdefault(span.trace_id, set()).add(span.service)
+    # Admitted behind the gate: the booking is the allocator's own trace, the filter a read.
+    admits = {s.trace_id for s in read_spans(spans_file) if s.name == "allocator.admit"}
+    assert admits and all(by_trace[t] == {"rgpu-allocator"} for t in admits)
     filters = {s.trace_id for s in read_spans(spans_file) if s.name == "extender.filter"}
-    assert any({"rgpu-extender", "rgpu-allocator"} <= by_trace[t] for t in filters)
+    assert filters and all(by_trace[t] == {"rgpu-extender"} for t in filters)
 
 
 async def test_an_otlp_endpoint_receives_the_spans_instead_of_the_span_file(
@@ -237,13 +278,14 @@ async def test_status_and_explain_show_the_holder_and_why_the_other_pod_waits() 
 
         snapshot = await fetch_snapshot(stack.url("discovery"), stack.url("allocator"))
         assert [c.pod.key for c in snapshot.claims.claims] == [holder_key]
-        rendered = Console(width=200, record=True)
-        rendered.print(status_table(snapshot))
-        assert "bound" in rendered.export_text()
+        assert "2 bound" in render_servers(card_rows(snapshot))
+        assert holder_key in render_servers(card_rows(snapshot))
 
         env = {"RGPU_KUBE_URL": stack.sim.url, "RGPU_ALLOCATOR_URL": stack.url("allocator")}
+        env["RGPU_DISCOVERY_URL"] = stack.url("discovery")
         settings = Settings.from_env(env, service="extender")
         explanation = await explain(settings, waiting.namespace, waiting.name)
+        assert explanation.never is None  # it waits for the holder, not for a bigger server
         assert explanation.nofit is not None
         assert "ExclusiveDeviceAllocateConflict" in explanation.nofit.message
         assert [v.server for v in explanation.nofit.servers] == list(stack.fleet.endpoints())

@@ -50,7 +50,7 @@ Load = Callable[[str], Any]
 
 AUTH = {
     "RGPU_AUTH": "tokenreview",
-    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+    "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
 }
 """Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
 
@@ -59,7 +59,7 @@ async def extender_token(sim_url: str) -> str:
     """The extender's rgpu token, minted by TokenRequest (what its kubelet would project)."""
     path = "/api/v1/namespaces/rgpu-system/serviceaccounts/rgpu-extender/token"
     async with httpx.AsyncClient(base_url=sim_url, timeout=10) as api:
-        answer = await api.post(path, json={"spec": {"audiences": ["rgpu"]}})
+        answer = await api.post(path, json={"spec": {"audiences": ["rgpu-allocator"]}})
     token: str = answer.json()["status"]["token"]
     return token
 
@@ -191,7 +191,10 @@ async def filter_pod(stack: Stack, args: Mapping[str, Any], pod: Mapping[str, An
 
 
 async def drive_traffic(stack: Stack, load: Load) -> None:
-    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx."""
+    """Everything the dashboard shows: a holder, a refusal, the webhook, a 5xx, a quota."""
+    queues = {"queues.yaml": "default: {cards: 64}"}
+    body = {"metadata": {"name": "rgpu-queues"}, "data": queues}
+    stack.sim.store.create("configmaps", body, namespace="rgpu-system")
     args = load("k8s/extender-filter-args.json")
     first, second = fixture_pod(stack, args, "trainer-0"), fixture_pod(stack, args, "trainer-1")
     assert (await filter_pod(stack, args, first))["NodeNames"]
@@ -284,6 +287,7 @@ def dashboard_expressions() -> dict[str, str]:
             found[f"variable {variable['name']}"] = f"group by ({match[2]}) ({match[1]})"
     return {
         title: expr.replace("$__rate_interval", "2m")
+        .replace("$__range", "2m")
         .replace('=~"$server"', '=~".*"')
         .replace('=~"$span"', '=~".*"')
         for title, expr in found.items()
@@ -463,6 +467,15 @@ async def test_card_series_keep_their_own_labels_behind_the_operator(
         assert not any(key.startswith("exported_") for key in relabeled)
     holders = [labels for name, labels, _ in cards if name == "rgpu_card_holder_info"]
     assert {(h["namespace"], h["pod"]) for h in holders} == {("ml-team", "trainer-0")}
+    # Without honorLabels (the ServiceMonitor's comment says so): the Holders panel would name
+    # the metrics pod as every card's holder, and HAMi's endpoint would be the port's name.
+    dishonored = [relabel(h, target, honor=False) for h in holders]
+    assert {(h["namespace"], h["pod"]) for h in dishonored} == {("rgpu-system", target["pod"])}
+    assert {h["exported_pod"] for h in dishonored} == {"trainer-0"}
+    hami = [
+        relabel(labels, target, honor=False) for name, labels, _ in cards if "endpoint" in labels
+    ]
+    assert hami and all(h["endpoint"] == "http" and h["exported_endpoint"] for h in hami)
 
 
 async def test_every_series_the_alerts_select_is_exported_by_a_service(

@@ -87,3 +87,14 @@ def test_every_alert_links_its_runbook_section_and_says_how_bad_it_is() -> None:
         assert url.removeprefix(RUNBOOK_URL) in anchors, f"no '## {rule['alert']}' in {RUNBOOK}"
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_the_webhook_alerts_name_the_webhook_the_apiserver_calls() -> None:
+    """The apiserver labels its admission metrics with the webhook's name: a rename of the
+    webhook would silence both alerts without this."""
+    webhook = yaml.safe_load((ROOT / "k8s" / "base" / "extender" / "webhook.yaml").read_text())
+    rules = yaml.safe_load(RULE.read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]}
+    names = "|".join(hook["name"] for hook in webhook["webhooks"])
+    for name in ("RgpuWebhookErrors", "RgpuWebhookSlow"):
+        assert f'name=~"{names}"' in alerts[name], name

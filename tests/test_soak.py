@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,15 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 CHECK_LINE = re.compile(r"^(PASS|FAIL) ", re.MULTILINE)
-CHECKS = {"gate": 19, "filter": 13}
-"""Nine of correctness and four of scaling (soak_scaling) on both paths; on the gate path three
-of admission (soak_admission) and three of the queue workload (soak_queues)."""
+CHECKS = {"gate": 20, "filter": 14}
+"""Ten of correctness (a lost server's holders told among them) and four of scaling
+(soak_scaling) on both paths; on the gate path three of admission (soak_admission) and three
+of the queue workload (soak_queues)."""
+WAKE_UPS = re.compile(
+    r"wake-up \(capacity freed → bound\) +│ (?:p50 \d+\.\d\ds, p99 \d+\.\d\ds \((\d+) (.+?)\)"
+    r"|none: no pod waited for capacity to free \(0 (.+?)\))"
+)
+"""The summary's wake-up row: figures where pods waited for capacity, else that none did."""
 
 
 @pytest.mark.parametrize(
@@ -57,15 +64,45 @@ def test_a_short_soak_with_faults_passes_every_check(
         "--queues",
         "standard" if admission == "gate" else "none",
     ]
+    began = time.monotonic()
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=840, env={**os.environ, "COLUMNS": "200"}
     )
+    elapsed = time.monotonic() - began
     lines = [m.group(0) + line for m, line in _check_lines(done.stdout)]
     assert len(lines) == CHECKS[admission], done.stdout + done.stderr[-3000:]
     assert all(line.startswith("PASS") for line in lines), done.stdout
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert re.search(r"wake-up .* p50 \d+\.\d\ds, p99 \d+\.\d\ds", done.stdout), done.stdout
+    assert_wake_ups_are_the_paths(done.stdout, admission)
     assert_trace_tells_each_pods_history(trace, done.stdout, gated=admission == "gate")
+    assert_wall_time_is_the_runs(done.stdout, elapsed)
+
+
+def assert_wake_ups_are_the_paths(stdout: str, admission: str) -> None:
+    """The wake-up row names whose waits it measures on this path, with figures only when
+    some pod waited for capacity."""
+    found = WAKE_UPS.search(stdout)
+    assert found is not None, stdout
+    count, woken, none_of = found.groups()
+    what = "gated pods admitted and bound" if admission == "gate" else "parked pods bound"
+    assert (woken or none_of) == what, stdout
+    assert count is None or int(count) > 0
+
+
+def assert_wall_time_is_the_runs(stdout: str, elapsed: float) -> None:
+    """The summary's wall time is the run's, start-up and drain included, cut into its phases;
+    only the interpreter's start and the final stop are outside it. Each long wait was said."""
+    found = re.search(
+        r"wall time +│ ([\d.]+)s \(start-up ([\d.]+)s, workload ([\d.]+)s, "
+        r"drain and checks ([\d.]+)s\)",
+        stdout,
+    )
+    assert found is not None, stdout
+    wall, *phases = (float(group) for group in found.groups())
+    assert abs(wall - sum(phases)) < 0.5
+    assert 0.6 * elapsed < wall < elapsed
+    for step in ("waiting for allocator-1 to be ready", "draining: deleting", "judging"):
+        assert step in stdout, stdout
 
 
 def assert_trace_tells_each_pods_history(trace: Path, stdout: str, *, gated: bool) -> None:

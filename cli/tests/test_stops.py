@@ -9,6 +9,7 @@ start. ``test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm`` runs the rea
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import httpx
 import pytest
 
 from rgpu_cli.processes import ServiceProcess, free_port, wait_ready
+from rgpu_cli.up import free_offset
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet
 
@@ -241,13 +243,29 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+SERVICES = ("allocator", "discovery", "extender", "metrics")
+
+
+def _service_of(pid: int) -> str | None:
+    """The service ``pid`` runs (``python -m rgpu_<service>``), or ``None``."""
+    args = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    modules = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m"]
+    return next(
+        (m.removeprefix("rgpu_") for m in modules if m.removeprefix("rgpu_") in SERVICES), None
+    )
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
-def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm() -> None:
+def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm(tmp_path: Path) -> None:
     uv = shutil.which("uv")
     if uv is None:
         pytest.fail("uv is not on PATH: make setup installs it (python3 -m pip install uv)")
+    # Other stacks run on this machine: ports of their own, and a work directory of its own.
+    offset = free_offset(random.randrange(100, 50_000, 100))
+    assert offset is not None
     args = [uv, "run", "--no-sync", "rgpu", "up", "--sim", "--servers", "1", "--clients", "1"]
+    args += ["--port-offset", str(offset), "--work-dir", str(tmp_path)]
     env = {**os.environ, "COLUMNS": "300"}
     process = subprocess.Popen(
         args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -259,7 +277,7 @@ def test_rgpu_up_through_uv_run_leaves_no_service_on_sigterm() -> None:
             if "stops everything" in line:
                 break
         pids = _descendants(process.pid)
-        assert sum("rgpu_" in Path(f"/proc/{pid}/cmdline").read_text() for pid in pids) == 4
+        assert sorted(filter(None, map(_service_of, pids))) == sorted(SERVICES)
         process.send_signal(signal.SIGTERM)
         assert _wait_gone(pids) == []
     finally:

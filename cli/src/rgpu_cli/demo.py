@@ -19,6 +19,8 @@ from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .stack import Stack, StackOptions, run_stack
+from .steps import PIPED_EVERY, Steps
+from .timeline import Hold, Panel
 from .utilisation import Held, utilisation, utilisation_table
 
 __all__ = ["DemoOptions", "DemoReport", "run_demo"]
@@ -50,6 +52,10 @@ class DemoReport:
     refusals: dict[str, int]
     checks: tuple[CheckResult, ...]
     wall_seconds: float
+    """From the first pod's submission until the last finished (the stack's start and stop
+    are not in it)."""
+    timeline: Panel | None = None
+    """Who held which server when, as the kubelet saw it (for ``--timeline``)."""
     slowest: str = ""
     """``namespace/name`` of the pod that waited longest to bind (the one worth tracing)."""
 
@@ -85,7 +91,14 @@ def _finished(stack: Stack) -> int:
     return sum(1 for r in stack.kubelet.records.values() if r.phase in ("Succeeded", "Failed"))
 
 
+def _bound(stack: Stack) -> int:
+    return sum(1 for r in stack.scheduler.records.values() if r.bound_at)
+
+
 async def _watch_progress(stack: Stack, total: int, console: Console, timeout: float) -> None:
+    if not console.is_terminal:  # no live bars in a log: a line every so often instead
+        await _print_progress(stack, total, console, timeout)
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -96,15 +109,25 @@ async def _watch_progress(stack: Stack, total: int, console: Console, timeout: f
         done = progress.add_task("finished", total=total)
         with anyio.move_on_after(timeout):
             while _finished(stack) < total:
-                progress.update(
-                    bound, completed=sum(1 for r in stack.scheduler.records.values() if r.bound_at)
-                )
+                progress.update(bound, completed=_bound(stack))
                 progress.update(done, completed=_finished(stack))
                 await anyio.sleep(0.2)
-        progress.update(
-            bound, completed=sum(1 for r in stack.scheduler.records.values() if r.bound_at)
-        )
+        progress.update(bound, completed=_bound(stack))
         progress.update(done, completed=_finished(stack))
+
+
+async def _print_progress(stack: Stack, total: int, console: Console, timeout: float) -> None:
+    started = last = time.monotonic()
+    with anyio.move_on_after(timeout):
+        while _finished(stack) < total:
+            await anyio.sleep(0.2)
+            if time.monotonic() - last >= PIPED_EVERY:
+                last = time.monotonic()
+                console.print(
+                    f"workload: {_bound(stack)}/{total} bound, {_finished(stack)}/{total} "
+                    f"finished ({last - started:.0f}s)"
+                )
+    console.print(f"workload: {_bound(stack)}/{total} bound, {_finished(stack)}/{total} finished")
 
 
 def _utilisation(stack: Stack, started: float, now: float) -> dict[str, float]:
@@ -116,6 +139,28 @@ def _utilisation(stack: Stack, started: float, now: float) -> dict[str, float]:
         if record.gpus and record.endpoint in names
     )
     return utilisation(holds, endpoints, started, now)
+
+
+def _timeline(stack: Stack, started: float, now: float) -> Panel:
+    """The kubelet's record of each pod's run, as holds of cards from the workload's start."""
+    names = {server.endpoint: server.name for server in stack.fleet.lupine}
+    indices = {gpu.uuid: gpu.index for server in stack.fleet.lupine for gpu in server.gpus}
+    holds = tuple(
+        Hold(
+            server=names[record.endpoint],
+            pod=record.key,
+            start=record.started_at - started,
+            end=(record.finished_at or now) - started,
+            first=min(indices.get(uuid, 0) for uuid in record.gpus),
+            cards=len(record.gpus),
+        )
+        for record in stack.kubelet.records.values()
+        if record.gpus and record.endpoint in names
+    )
+    servers = tuple((server.name, len(server.gpus)) for server in stack.fleet.lupine)
+    s = stack.options
+    title = f"granularity {s.granularity}: {s.servers} servers x {s.cards} cards, seed {s.seed}"
+    return Panel(title=title, servers=servers, holds=holds, span=now - started)
 
 
 def _refusals(stack: Stack) -> dict[str, int]:
@@ -163,6 +208,7 @@ def _report(
         refusals=_refusals(stack),
         checks=checks,
         wall_seconds=now - started,
+        timeline=_timeline(stack, started, now),
     )
 
 
@@ -174,18 +220,30 @@ async def run_demo(options: DemoOptions, console: Console) -> DemoReport:
         f"[bold]rgpu demo[/]: {s.servers} servers x {s.cards} cards, {s.clients} client nodes, "
         f"{len(plans)} pods, granularity [cyan]{s.granularity}[/], seed {s.seed}"
     )
-    async with run_stack(options.stack) as stack:
-        console.print(
-            f"stack ready: apiserver {stack.sim.url}; services "
-            + ", ".join(f"{name} {proc.url}" for name, proc in stack.services.items())
-        )
-        errors: list[str] = []
-        started = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_submit, stack, plans, errors)
-            await _watch_progress(stack, len(plans), console, options.timeout_seconds)
-            tg.cancel_scope.cancel()
-        return _report(stack, plans, errors, started)
+    with Steps(console) as steps:
+        async with run_stack(options.stack, progress=steps) as stack:
+            steps.pause()  # the workload's own progress bars take the terminal
+            report = await _run_workload(stack, plans, options, console)
+            steps("stopping every process")
+    return report
+
+
+async def _run_workload(
+    stack: Stack, plans: tuple[PodPlan, ...], options: DemoOptions, console: Console
+) -> DemoReport:
+    console.print(
+        f"stack ready: apiserver {stack.sim.url}; services "
+        + ", ".join(f"{name} {proc.url}" for name, proc in stack.services.items()),
+        soft_wrap=True,
+        highlight=False,
+    )
+    errors: list[str] = []
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_submit, stack, plans, errors)
+        await _watch_progress(stack, len(plans), console, options.timeout_seconds)
+        tg.cancel_scope.cancel()
+    return _report(stack, plans, errors, started)
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:
@@ -208,7 +266,7 @@ def print_report(report: DemoReport, console: Console) -> None:
         "wait (creation → bound)",
         f"p50 {_percentile(report.waits, 50):.2f}s, p95 {_percentile(report.waits, 95):.2f}s",
     )
-    summary.add_row("wall time", f"{report.wall_seconds:.1f}s")
+    summary.add_row("workload (first pod → last finished)", f"{report.wall_seconds:.1f}s")
     summary.add_row(
         "refusals by reason", ", ".join(f"{k} {v}" for k, v in report.refusals.items()) or "none"
     )

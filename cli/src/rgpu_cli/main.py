@@ -9,16 +9,12 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import anyio
 import httpx
 import typer
-import yaml
 from rich.console import Console
-from rich.table import Table
 
 from rgpu_contracts import ContractError
 from rgpu_placement import PlacementError
@@ -26,15 +22,19 @@ from rgpu_runtime import RgpuError, Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation
+from .pool import cordon_command, drain_command, uncordon_command, usage_command
 from .processes import die_with_parent, run_until_stopped
-from .simulate import SimResult, SpecError, load_spec, simulate
+from .queue import fetch_queue, queue_json, render_queue
+from .simulate_command import simulate_command
 from .soak import SoakOptions, SoakReport, plan_for, print_soak_report, run_soak
 from .soak_plan import SoakPlan
 from .soak_sizing import LOAD
 from .soak_workload import WorkloadShape
-from .stack import StackOptions, run_stack
-from .status import fetch_snapshot, status_table
+from .stack import StackOptions, loop_options
+from .status_command import status
+from .timeline import timeline_svg
 from .trace import SPANS_VARIABLE, trace_pod
+from .up_command import down, env, up
 
 __all__ = ["app", "main"]
 
@@ -49,6 +49,15 @@ def _granularity(value: str) -> str:
     return value
 
 
+def _new_file(value: Path | None) -> Path | None:
+    # Checked before the run: a demo or soak takes minutes, and writes this file at the end.
+    if value is not None and not value.parent.is_dir():
+        raise typer.BadParameter(
+            f"{value.parent} is not a directory: create it, or name a file in one that exists"
+        )
+    return value
+
+
 @app.command()
 def demo(
     servers: int = typer.Option(6, min=1, help="lupine servers to simulate"),
@@ -58,6 +67,11 @@ def demo(
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
     seed: int = typer.Option(1, help="seed for the fleet and the workload"),
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
+    timeline: Path | None = typer.Option(
+        None,
+        callback=_new_file,
+        help="also draw who held which server when, as an SVG image, to this file",
+    ),
     otlp_endpoint: str | None = typer.Option(
         None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
     ),
@@ -76,12 +90,18 @@ def demo(
         otlp_endpoint=otlp_endpoint,
     )
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
+    report = anyio.run(
+        _demo, DemoOptions(stack=stack, pods=pods), console, backend_options=loop_options()
+    )
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
     print_report(report, console)
     _print_traces(console, spans, otlp_endpoint, report.slowest)
+    if timeline is not None and report.timeline is not None:
+        title = f"rgpu demo: {pods} pods, as the kubelet ran them"
+        timeline.write_text(timeline_svg([report.timeline], title=title))
+        console.print(f"timeline: {timeline}", soft_wrap=True, highlight=False)
     raise typer.Exit(code=0 if report.ok else 1)
 
 
@@ -103,12 +123,9 @@ def _print_traces(console: Console, spans: Path | None, endpoint: str | None, po
     console.print(command, soft_wrap=True, highlight=False)
 
 
-def _trace_file(value: Path | None) -> Path | None:
-    # Checked before the run: a soak takes minutes, and its trace is written at the end.
-    if value is not None and not value.parent.is_dir():
-        raise typer.BadParameter(
-            f"{value.parent} is not a directory: create it, or name a file in one that exists"
-        )
+def _lost_policy(value: str) -> str:
+    if value not in ("keep", "evict"):
+        raise typer.BadParameter("must be 'keep' or 'evict'")
     return value
 
 
@@ -156,8 +173,11 @@ def soak(
     work_dir: Path | None = typer.Option(None, help="keep service logs here"),
     trace: Path | None = typer.Option(
         None,
-        callback=_trace_file,
+        callback=_new_file,
         help="write every pod's scheduling history here, one JSON line per pod",
+    ),
+    on_server_lost: str = typer.Option(
+        "keep", callback=_lost_policy, help="keep | evict: the allocators' RGPU_ON_SERVER_LOST"
     ),
 ) -> None:
     """Run the replicated system under a long workload and injected faults; PASS/FAIL lines.
@@ -194,6 +214,7 @@ def soak(
         queues=queues == "standard",
         load=load,
         timeout_seconds=timeout_seconds,
+        on_server_lost=on_server_lost,
     )
     plan = plan_for(options)
     if plan.problems:
@@ -206,7 +227,7 @@ def soak(
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_soak, options, console, plan)
+    report = anyio.run(_soak, options, console, plan, backend_options=loop_options())
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
@@ -218,97 +239,47 @@ async def _soak(options: SoakOptions, console: Console, plan: SoakPlan) -> SoakR
     return await run_until_stopped(lambda: run_soak(options, console, plan))
 
 
-async def _up(options: StackOptions, console: Console) -> None:
-    async with run_stack(options) as stack:
-        console.print(f"[bold]apiserver[/]  {stack.sim.url}")
-        for name, process in stack.services.items():
-            console.print(f"[bold]{name:<10}[/] {process.url}   (log: {process.log_path})")
-        console.print(f"[bold]webhook[/]    {stack.webhook_url}")
-        traces = options.otlp_endpoint or options.spans_file
-        console.print(f"[bold]traces[/]     {traces}\n", soft_wrap=True)
-        lines = (
-            f"kubectl --server {stack.sim.url} get nodes,pods -A",
-            f"kubectl --server {stack.sim.url} get leases -n rgpu-system",
-            f"RGPU_DISCOVERY_URL={stack.url('discovery')} "
-            f"RGPU_ALLOCATOR_URL={stack.url('allocator')} rgpu status",
-            f"RGPU_KUBE_URL={stack.sim.url} RGPU_ALLOCATOR_URL={stack.url('allocator')} "
-            "rgpu explain NAMESPACE/POD",
-            *_trace_line(options),
-        )
-        for line in lines:
-            # Ready to paste: never wrapped by the console width.
-            console.print(line, soft_wrap=True, highlight=False)
-        console.print("\nCtrl-C (or SIGTERM, SIGHUP) stops everything.")
-        await anyio.sleep_forever()
-
-
-def _trace_line(options: StackOptions) -> tuple[str, ...]:
-    if options.spans_file is None or options.otlp_endpoint:
-        return ()
-    return (f"{SPANS_VARIABLE}={options.spans_file} rgpu trace NAMESPACE/POD",)
-
-
 async def _demo(options: DemoOptions, console: Console) -> DemoReport | None:
     return await run_until_stopped(lambda: run_demo(options, console))
 
 
-@app.command()
-def up(
-    sim: bool = typer.Option(False, "--sim", help="run on the embedded simulated cluster"),
-    servers: int = typer.Option(6, min=1),
-    cards: int = typer.Option(4, min=1),
-    clients: int = typer.Option(12, min=1),
-    granularity: str = typer.Option("server", callback=_granularity),
-    seed: int = typer.Option(1),
-    apiserver_port: int = typer.Option(0, help="fixed port for the simulated apiserver (0 = any)"),
-    otlp_endpoint: str | None = typer.Option(
-        None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
-    ),
-) -> None:
-    """Bring the stack up and leave it running (Ctrl-C stops it)."""
-    if not sim:
-        raise typer.BadParameter(
-            "only --sim is supported here; deploy to a cluster with k8s/ (see README)"
-        )
-    options = StackOptions(
-        servers=servers,
-        cards=cards,
-        clients=clients,
-        seed=seed,
-        granularity=granularity,
-        apiserver_port=apiserver_port,
-        spans_file=None if otlp_endpoint else _spans_file(None, "up"),
-        otlp_endpoint=otlp_endpoint,
-    )
-    # Stopping whatever started this command (``uv run``, a shell) stops it, and so the stack.
-    die_with_parent(signal.SIGTERM)
-    try:
-        anyio.run(run_until_stopped, partial(_up, options, Console()))
-    except KeyboardInterrupt:  # Ctrl-C before the signal receiver was listening
-        pass
+app.command()(up)
+app.command()(env)
+app.command()(down)
+
+
+app.command()(status)
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-@app.command()
-def status(
-    discovery_url: str = typer.Option(
-        lambda: _env("RGPU_DISCOVERY_URL", "http://127.0.0.1:8081"), help="discovery base URL"
-    ),
+@app.command("queue")
+def queue_command(
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only this namespace"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
     allocator_url: str = typer.Option(
-        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"), help="allocator base URL"
+        lambda: _env("RGPU_ALLOCATOR_URL", "http://127.0.0.1:8082"),
+        help="allocator base URL (RGPU_ALLOCATOR_URL)",
     ),
 ) -> None:
-    """Servers, cards, states and holders (from discovery and the allocator)."""
+    """Pods waiting for a remote GPU in admission order, and each namespace's share."""
+    if output not in ("table", "json"):
+        raise typer.BadParameter("expected table or json", param_hint="--output")
     console = Console()
     try:
-        snapshot = anyio.run(fetch_snapshot, discovery_url, allocator_url)
+        found = anyio.run(fetch_queue, allocator_url)
     except (httpx.HTTPError, ContractError) as exc:
-        console.print(f"[red]cannot read the fleet and claims:[/] {exc}")
+        console.print(
+            f"[red]cannot read the queue from {allocator_url}/v1/queue[/] ({exc}); "
+            "set RGPU_ALLOCATOR_URL or --allocator-url to the allocator's address"
+        )
         raise typer.Exit(code=2) from None
-    console.print(status_table(snapshot))
+    if output == "json":
+        print(queue_json(found, namespace=namespace))
+    else:
+        console.print(render_queue(found, namespace=namespace))
 
 
 @app.command("explain")
@@ -333,6 +304,9 @@ def explain_command(
     console.print(render_explanation(explanation))
 
 
+app.command("simulate")(simulate_command)
+
+
 @app.command("trace")
 def trace_command(
     pod: str = typer.Argument(..., help="NAMESPACE/NAME of the pod"),
@@ -350,54 +324,17 @@ def trace_command(
     raise typer.Exit(code=status)
 
 
-@app.command("simulate")
-def simulate_command(
-    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="SPEC.yaml"),
-) -> None:
-    """What-if: replay a described fleet and workload in both granularities, side by side."""
-    console = Console()
-    try:
-        parsed = load_spec(yaml.safe_load(spec.read_text()))
-    except (yaml.YAMLError, SpecError) as exc:
-        console.print(f"[red]{spec}:[/] {exc}")
-        raise typer.Exit(code=2) from None
-    results = [simulate(parsed, "server"), simulate(parsed, "card")]
-    table = Table(title=f"{parsed.pods} pods on {parsed.servers} servers x {parsed.cards} cards")
-    table.add_column("")
-    for result in results:
-        table.add_column(f"granularity {result.granularity}", justify="right")
-    rows: dict[str, Callable[[SimResult], str]] = {
-        "cards held (share of fleet-time)": lambda r: f"{r.held_share():.0%}",
-        "cards asked for (share of fleet-time)": lambda r: f"{r.used_share():.0%}",
-        "wait p50": lambda r: f"{r.wait(50):.0f}s",
-        "wait p95": lambda r: f"{r.wait(95):.0f}s",
-        "makespan": lambda r: f"{r.makespan:.0f}s",
-        "pods never placed": lambda r: str(r.never_placed),
-        "pods refused at least once, by reason": lambda r: (
-            ", ".join(f"{k} {v}" for k, v in r.refusals.most_common()) or "none"
-        ),
-    }
-    for label, cell in rows.items():
-        table.add_row(label, *(cell(r) for r in results))
-    if len(parsed.namespaces) > 1 or parsed.queues.namespaces or parsed.queues.default.cards:
-        for namespace, _ in parsed.namespaces:
-            quota = parsed.queues.quota(namespace)
-            limit = "no quota" if quota.cards is None else f"quota {quota.cards}"
-            table.add_row(
-                f"{namespace} ({limit}, weight {quota.weight}): wait p50 / p95, most cards held",
-                *(_namespace_cell(r, namespace) for r in results),
-            )
-    console.print(table)
-
-
-def _namespace_cell(result: SimResult, namespace: str) -> str:
-    return (
-        f"{result.wait(50, namespace):.0f}s / {result.wait(95, namespace):.0f}s, "
-        f"{result.most_held.get(namespace, 0)}"
-    )
+# Running the pool (``pool``): maintenance and usage.
+app.command("cordon")(cordon_command)
+app.command("uncordon")(uncordon_command)
+app.command("drain")(drain_command)
+app.command("usage")(usage_command)
 
 
 def main() -> None:
     """Entry point of the ``rgpu`` console script."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # The commands report the apiserver's problems themselves, in one line each; the client
+    # library's own warnings ("Config not found: ~/.kube/config") would only add noise.
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.ERROR)
     app()

@@ -1,11 +1,12 @@
-""" "should we run `server` or `card` granularity?" is a capacity
+""" "should we run `server` or `card` granularity — or one lupine per GPU?" is a capacity
 question operators answer before changing a setting. ``rgpu simulate`` replays a described fleet
 and workload through the allocator's own decision code (``rgpu_placement.choose``, which the
-service runs) in simulated time, once per granularity, and compares utilisation, waits and
-refusals. With ``queues`` (``queues.yaml`` of ConfigMap ``rgpu-queues``, checked by
-``rgpu_placement.QueueConfig``) and a workload spread over namespaces, with gangs, each pass
-walks the waiting pods as admission does (``simulate_queues``): quotas, fair share by weight,
-gangs whole or not at all.
+service runs) in simulated time, once per layout — server granularity, card granularity, and
+per-GPU lupine instances (each card a server of its own, booked whole: card-size isolation) —
+and compares utilisation, waits and refusals. With ``queues`` (``queues.yaml`` of ConfigMap
+``rgpu-queues``, checked by ``rgpu_placement.QueueConfig``) and a workload spread over
+namespaces, with gangs, each pass walks the waiting pods as admission does
+(``simulate_queues``): quotas, fair share by weight, gangs whole or not at all.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from rgpu_contracts import (
     Card,
+    CardId,
     Claim,
     ContainerKind,
     ContainerRequest,
@@ -28,12 +30,24 @@ from rgpu_contracts import (
     Server,
     ServerName,
     card_id,
+    instance_server_name,
+    node_of_server,
 )
-from rgpu_placement import NO_QUEUES, FleetView, Granularity, QueueConfig, QueueConfigError
+from rgpu_placement import (
+    NO_QUEUES,
+    FleetView,
+    Granularity,
+    NeverFits,
+    QueueConfig,
+    QueueConfigError,
+    demand_of,
+    never_fits,
+)
 
 from .simulate_queues import Held, SimPod, admission_pass
+from .timeline import Hold
 
-__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "simulate"]
+__all__ = ["SimResult", "SimSpec", "SpecError", "load_spec", "never_fitting", "simulate"]
 
 
 class SpecError(ValueError):
@@ -156,45 +170,58 @@ def load_spec(raw: object) -> SimSpec:
     )
 
 
-def _fleet(spec: SimSpec) -> Fleet:
+def _card(server: ServerName, node: int, index: int, memory_mib: int) -> Card:
+    uuid = GpuUuid(f"GPU-{node:03d}-{index}")
+    return Card(
+        id=card_id(server, uuid),
+        server=server,
+        uuid=uuid,
+        index=index,
+        memory_mib=memory_mib,
+        cores=100,
+        model="sim",
+        numa=0,
+        healthy=True,
+    )
+
+
+def _server(name: ServerName, node: int, port: int, cards: tuple[Card, ...]) -> Server:
+    return Server(
+        name=name,
+        endpoint=f"10.0.{node // 250}.{node % 250 + 1}:{port}",
+        port=port,
+        ready=True,
+        reachable=True,
+        usage_reported=True,
+        busy=frozenset(),
+        topology=(),
+        cards=cards,
+    )
+
+
+def _fleet(spec: SimSpec, *, per_gpu: bool = False) -> Fleet:
+    """``spec``'s servers; with ``per_gpu`` each card is a lupine instance of its own."""
     servers = []
     for i in range(spec.servers):
-        name = ServerName(f"gpu-{i + 1:03d}")
-        cards = tuple(
-            Card(
-                id=card_id(name, f"GPU-{i:03d}-{j}"),
-                server=name,
-                uuid=GpuUuid(f"GPU-{i:03d}-{j}"),
-                index=j,
-                memory_mib=spec.memory_mib,
-                cores=100,
-                model="sim",
-                numa=0,
-                healthy=True,
-            )
-            for j in range(spec.cards)
-        )
-        servers.append(
-            Server(
-                name=name,
-                endpoint=f"10.0.0.{i + 1}:14833",
-                port=14833,
-                ready=True,
-                reachable=True,
-                usage_reported=True,
-                busy=frozenset(),
-                topology=(),
-                cards=cards,
-            )
-        )
+        node = f"gpu-{i + 1:03d}"
+        if per_gpu:
+            for j in range(spec.cards):
+                name = instance_server_name(node, 14834 + j)
+                card = _card(name, i, j, spec.memory_mib)
+                servers.append(_server(name, i, 14834 + j, (card,)))
+            continue
+        name = ServerName(node)
+        cards = tuple(_card(name, i, j, spec.memory_mib) for j in range(spec.cards))
+        servers.append(_server(name, i, 14833, cards))
     return Fleet(revision=1, observed_at=0.0, servers=tuple(servers))
 
 
 @dataclass(slots=True, kw_only=True)
 class SimResult:
-    """What one granularity achieved on the spec."""
+    """What one layout achieved on the spec."""
 
     granularity: str
+    per_gpu: bool = False
     waits: list[float] = field(default_factory=list)
     held_card_seconds: float = 0.0
     used_card_seconds: float = 0.0
@@ -202,9 +229,20 @@ class SimResult:
     refusals: Counter[str] = field(default_factory=Counter)
     never_placed: int = 0
     total_cards: int = 0
+    holds: list[Hold] = field(default_factory=list)
+    """Every pod's time on its server, for the timeline."""
     namespace_waits: dict[str, list[float]] = field(default_factory=dict)
     most_held: dict[str, int] = field(default_factory=dict)
     """The most cards each namespace held at once."""
+
+    def refusal_counts(self) -> list[tuple[str, int]]:
+        """Refusals by reason, most first, ties by name (the same order every run)."""
+        return sorted(self.refusals.items(), key=lambda item: (-item[1], item[0]))
+
+    @property
+    def label(self) -> str:
+        """How the layout is named in a table."""
+        return "per-GPU instances" if self.per_gpu else f"granularity {self.granularity}"
 
     def held_share(self) -> float:
         return self.held_card_seconds / (self.total_cards * self.makespan) if self.makespan else 0.0
@@ -219,6 +257,13 @@ class SimResult:
         return statistics.quantiles(waits, n=100, method="inclusive")[q - 1]
 
 
+def _requests(shape: PodShape) -> tuple[ContainerRequest, ...]:
+    return tuple(
+        ContainerRequest(name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib)
+        for j, n in enumerate(shape.cards)
+    )
+
+
 def _pods(spec: SimSpec) -> list[SimPod]:
     rng = random.Random(f"rgpu-simulate:{spec.seed}")
     # Namespaces are drawn from a stream of their own: one namespace draws nothing, so a spec
@@ -229,12 +274,7 @@ def _pods(spec: SimSpec) -> list[SimPod]:
     while len(pods) < spec.pods:
         clock += rng.expovariate(spec.arrival_rate)
         shape = rng.choices(spec.shapes, weights=[s.weight for s in spec.shapes])[0]
-        requests = tuple(
-            ContainerRequest(
-                name=f"c{j}", kind=ContainerKind.APP, count=n, memory_mib=shape.memory_mib
-            )
-            for j, n in enumerate(shape.cards)
-        )
+        requests = _requests(shape)
         namespace = names[0] if len(names) == 1 else spread.choices(names, weights=shares)[0]
         gang = f"gang-{len(pods):05d}" if shape.gang else None
         for _ in range(shape.gang or 1):
@@ -252,15 +292,46 @@ def _pods(spec: SimSpec) -> list[SimPod]:
     return pods
 
 
-def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
-    """Replay the workload in simulated time.
+def _hold(pod: SimPod, claim: Claim, index: Mapping[CardId, int], now: float) -> Hold:
+    """The pod's time on the node: a per-GPU instance's card drawn in its node's lane."""
+    return Hold(
+        server=node_of_server(claim.server),
+        pod=pod.uid,
+        start=now,
+        end=now + pod.run,
+        first=min(index[card] for card in claim.cards),
+        cards=len(claim.cards),
+    )
+
+
+def never_fitting(
+    spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False
+) -> list[tuple[PodShape, NeverFits]]:
+    """The shapes of the workload no server of the layout's fleet could ever take."""
+    fleet = _fleet(spec, per_gpu=per_gpu)
+    found = []
+    for shape in spec.shapes:
+        never = never_fits(fleet, demand_of(_requests(shape)), granularity)
+        if never is not None:
+            found.append((shape, never))
+    return found
+
+
+def simulate(spec: SimSpec, granularity: Granularity, *, per_gpu: bool = False) -> SimResult:
+    """Replay the workload in simulated time; ``per_gpu`` runs one lupine per card (each a
+    server of one card, in ``granularity``: ``server`` is how such a fleet is run).
 
     At every arrival and completion the waiting pods are walked as admission walks them
     (``simulate_queues``); a pod or gang that cannot be placed does not block the ones
     behind it. ``refusals`` counts pods refused at least once, by reason.
     """
-    view = FleetView.build(_fleet(spec), None, ())
-    held, result = Held(), SimResult(granularity=granularity, total_cards=spec.servers * spec.cards)
+    fleet = _fleet(spec, per_gpu=per_gpu)
+    view = FleetView.build(fleet, None, ())
+    index = {card.id: card.index for server in fleet.servers for card in server.cards}
+    held, result = (
+        Held(),
+        SimResult(granularity=granularity, per_gpu=per_gpu, total_cards=spec.servers * spec.cards),
+    )
     events: list[tuple[float, int, str, SimPod | None]] = []
     for n, planned in enumerate(_pods(spec)):
         heapq.heappush(events, (planned.arrival, n, "arrive", planned))
@@ -289,6 +360,7 @@ def simulate(spec: SimSpec, granularity: Granularity) -> SimResult:
             result.namespace_waits.setdefault(candidate.namespace, []).append(
                 now - candidate.arrival
             )
+            result.holds.append(_hold(candidate, claim, index, now))
             result.held_card_seconds += len(claim.cards) * candidate.run
             result.used_card_seconds += candidate.cards * candidate.run
             seq += 1

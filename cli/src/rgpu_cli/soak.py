@@ -17,8 +17,21 @@ from rich.console import Console
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .soak_driver import Driver, stream
 from .soak_evidence import Evidence, record_evidence
-from .soak_faults import FaultLog, apply_standing_faults, run_faults
+from .soak_faults import (
+    LOST_DEADLINE_SECONDS,
+    LOST_GRACE_SECONDS,
+    FaultLog,
+    apply_standing_faults,
+    run_faults,
+)
 from .soak_judging import Judged, judge
+from .soak_lost import (
+    REPLACEMENT_SUFFIX,
+    lost_at,
+    replace_evicted,
+    replacements,
+    with_lost_policy,
+)
 from .soak_plan import SoakPlan, plan_soak
 from .soak_priority import (
     Eviction,
@@ -49,10 +62,13 @@ from .soak_workload import (
     priority_class_manifests,
 )
 from .stack import SERVICES, SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
+from .steps import Steps
 from .verdict import (
     WAKE_LIMIT_SECONDS,
+    LostRule,
     check_commits_held,
     check_completion,
+    check_lost_holders,
     check_no_5xx,
     check_no_leftover_claims,
     check_restarts,
@@ -110,11 +126,18 @@ class SoakOptions:
     """The queue workload: namespaces with quotas and weights, and gangs (gate path only)."""
     load: float = LOAD
     """The share of the fleet the stream may ask for; its rate follows (``soak_sizing``)."""
+    on_server_lost: str = "keep"
+    """The allocator's ``RGPU_ON_SERVER_LOST``; with ``evict`` the workload's owner creates an
+    evicted pod again, as its controller would, and the verdict checks it ran elsewhere."""
 
 
 def _settled(evidence: Evidence, driver: Driver, total: int) -> bool:
     ended = {life.key for life in evidence.pods.values() if life.end_rv is not None}
-    return len(driver.created | driver.refused) >= total and driver.created <= ended
+    # Replacements of evicted pods must end too, but do not stand for planned pods.
+    planned = {
+        key for key in driver.created | driver.refused if not key.endswith(REPLACEMENT_SUFFIX)
+    }
+    return len(planned) >= total and driver.created <= ended
 
 
 async def _heal(stack: Stack) -> None:
@@ -193,8 +216,7 @@ def _verdict(
     alive = {name for name, p in stack.services.items() if p.alive()}
     starts = {name: p.starts for name, p in stack.services.items()}
     limit = options.wake_limit_seconds
-    what = "gated pods admitted and bound" if options.admission == "gate" else "parked pods bound"
-    timing = () if limit is None else (check_wakeups(judged.waits, limit, what=what),)
+    timing = () if limit is None else (check_wakeups(judged.waits, limit, what=_woken(options)),)
     return (
         CheckResult(
             name="every pod was created (the webhook admitted it)",
@@ -209,6 +231,17 @@ def _verdict(
             (p.key for p in plans), driver.deleted | evicted, outcomes, log.windows, servers
         ),
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
+        check_lost_holders(
+            log.windows,
+            evidence.pods.values(),
+            evidence.events,
+            LostRule(
+                grace=LOST_GRACE_SECONDS,
+                deadline=LOST_DEADLINE_SECONDS,
+                evict=options.on_server_lost == "evict",
+            ),
+            replacements(evidence),
+        ),
         *timing,
         check_restarts(kills, starts, alive),
         *(_priority_checks(evidence, driver, log, per_card, judged) if _mixed(options) else ()),
@@ -221,12 +254,22 @@ def _verdict(
     )
 
 
+def _woken(options: SoakOptions) -> str:
+    """Whose wake-ups the soak measures on its admission path."""
+    return "gated pods admitted and bound" if options.admission == "gate" else "parked pods bound"
+
+
 def _mixed(options: SoakOptions) -> bool:
     return options.workload.priority_share > 0
 
 
-def _evictions(evidence: Evidence, driver: Driver) -> list[Eviction]:
-    return evictions(evidence.leases, evidence.pods.values(), driver.asked)
+def _evictions(evidence: Evidence, driver: Driver, log: FaultLog | None = None) -> list[Eviction]:
+    """Evictions by preemption; with ``log``, those of holders of a lost server are left out
+    (``check_lost_holders`` judges them)."""
+    found = evictions(evidence.leases, evidence.pods.values(), driver.asked)
+    if log is None:
+        return found
+    return [e for e in found if not lost_at(log.windows, e.victim)]
 
 
 def _preemption_waits(
@@ -241,7 +284,7 @@ def _preemption_waits(
 def _priority_checks(
     evidence: Evidence, driver: Driver, log: FaultLog, per_card: bool, judged: Judged
 ) -> tuple[CheckResult, ...]:
-    found = _evictions(evidence, driver)
+    found = _evictions(evidence, driver, log)
     return (
         check_preemption_latency(_preemption_waits(evidence, driver, log, judged)),
         check_budgets(found, evidence.pods.values(), BUDGETS),
@@ -310,7 +353,8 @@ def _header(options: SoakOptions, plan: SoakPlan) -> str:
         f"{len(plan.pods)} pods, {s.replicas} replicas, granularity [cyan]{s.granularity}[/], "
         f"admission {options.admission}, {queues}, "
         f"faults {'standard' if options.faults else 'none'}, ttl {s.booking_ttl_seconds:g}s, "
-        f"priority mix {options.workload.priority_share:g}, seed {s.seed}\n"
+        f"priority mix {options.workload.priority_share:g}, "
+        f"lost servers {options.on_server_lost}, seed {s.seed}\n"
         f"  {plan.sizing.describe()}"
     )
 
@@ -327,67 +371,113 @@ async def run_soak(
     console.print(_header(options, plan), soft_wrap=True, highlight=False)
     evidence, log = Evidence(), FaultLog()
     scaling = ScalingEvidence(replicas=s.replicas)
-    async with run_stack(_stack_options(options)) as stack:
-        driver = Driver(stack)
-        for namespace in plan.shape.namespaces:
-            if namespace != "default":
-                stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
-        if _mixed(options):
-            _create_mix(stack, plan.shape.namespaces)
-        if plan.queues is not None:
-            _configure_queues(stack, plan.queues)
-        started = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
-            await tg.start(
-                sample_replicas,
-                stack.apiserver,
-                replica_urls(stack, "discovery"),
-                replica_urls(stack, "metrics"),
-                scaling,
+    clock = _Phases()
+    with Steps(console) as steps:
+        stack_options = with_lost_policy(_stack_options(options), options.on_server_lost)
+        async with run_stack(stack_options, progress=steps) as stack:
+            clock.end("start-up")
+            driver = Driver(stack)
+            _prepare(stack, options, plan)
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                await tg.start(record_evidence, stack.sim, evidence, SYSTEM_NAMESPACE)
+                await tg.start(
+                    sample_replicas,
+                    stack.apiserver,
+                    replica_urls(stack, "discovery"),
+                    replica_urls(stack, "metrics"),
+                    scaling,
+                )
+                async with anyio.create_task_group() as work:
+                    if options.faults:
+                        apply_standing_faults(stack, log)
+                        work.start_soon(run_faults, stack, log, s.seed)
+                    if options.on_server_lost == "evict":
+                        work.start_soon(
+                            replace_evicted, driver.run_pod, driver.asked, evidence, plans, log
+                        )
+                    work.start_soon(stream, driver, plans)
+                    deadline = plan.sizing.deadline_seconds
+                    await _progress(evidence, driver, len(plans), steps, deadline)
+                    work.cancel_scope.cancel()
+                steps("healing the injected faults")
+                await _heal(stack)
+                clock.end("workload")
+                steps(f"draining: deleting {len(driver.created)} pods, waiting for their claims")
+                waited = await _drain(stack, driver, evidence)
+                steps("judging the evidence")
+                judged = _judged(options, stack, plan, driver, evidence, log)
+                checks = _verdict(options, stack, plan, driver, evidence, log, waited, judged)
+                # After the verdict: the write window plants stale claims the checks above must
+                # not see.
+                steps("measuring probes and background writes after the drain")
+                await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
+                checks = (*checks, *scaling_checks(scaling))
+                clock.end("drain and checks")
+                tg.cancel_scope.cancel()
+            steps.pause()
+            if options.trace is not None:
+                save_trace(options.trace, stack.scheduler.records.values(), started, console)
+            lives = evidence.pods.values()
+            report = SoakReport(
+                pods=len(plans),
+                wall_seconds=clock.total(),
+                phases=clock.phases(),
+                bound=sum(1 for life in lives if life.bound_rv is not None),
+                succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
+                deleted=len(driver.deleted),
+                waits=tuple(w.seconds for w in judged.waits),
+                woken=_woken(options),
+                faults=dict(Counter(w.kind for w in log.windows)),
+                checks=checks,
+                preemption=preemption_summary(
+                    _evictions(evidence, driver),
+                    _preemption_waits(evidence, driver, log, judged),
+                    evidence.leases,
+                    evidence.pods,
+                )
+                if _mixed(options)
+                else "",
+                scheduler=_scheduler_waits(stack),
+                cycles=judged.cycles.describe(),
+                queues=judged.queues,
             )
-            async with anyio.create_task_group() as work:
-                if options.faults:
-                    apply_standing_faults(stack, log)
-                    work.start_soon(run_faults, stack, log, s.seed)
-                work.start_soon(stream, driver, plans)
-                deadline = plan.sizing.deadline_seconds
-                await _progress(evidence, driver, len(plans), console, deadline)
-                work.cancel_scope.cancel()
-            await _heal(stack)
-            wall = time.monotonic() - started
-            waited = await _drain(stack, driver, evidence)
-            judged = _judged(options, stack, plan, driver, evidence, log)
-            checks = _verdict(options, stack, plan, driver, evidence, log, waited, judged)
-            # After the verdict: the write window plants stale claims the checks above must
-            # not see.
-            await measure_after_drain(stack, scaling, SYSTEM_NAMESPACE)
-            checks = (*checks, *scaling_checks(scaling))
-            tg.cancel_scope.cancel()
-        if options.trace is not None:
-            save_trace(options.trace, stack.scheduler.records.values(), started, console)
-        lives = evidence.pods.values()
-        return SoakReport(
-            pods=len(plans),
-            wall_seconds=wall,
-            bound=sum(1 for life in lives if life.bound_rv is not None),
-            succeeded=sum(1 for r in stack.kubelet.records.values() if r.phase == "Succeeded"),
-            deleted=len(driver.deleted),
-            waits=tuple(w.seconds for w in judged.waits),
-            faults=dict(Counter(w.kind for w in log.windows)),
-            checks=checks,
-            preemption=preemption_summary(
-                _evictions(evidence, driver),
-                _preemption_waits(evidence, driver, log, judged),
-                evidence.leases,
-                evidence.pods,
-            )
-            if _mixed(options)
-            else "",
-            scheduler=_scheduler_waits(stack),
-            cycles=judged.cycles.describe(),
-            queues=judged.queues,
-        )
+            steps("stopping every process")
+    return report
+
+
+def _prepare(stack: Stack, options: SoakOptions, plan: SoakPlan) -> None:
+    """The namespaces, the priority mix's classes and budgets, and the queues' ConfigMap."""
+    for namespace in plan.shape.namespaces:
+        if namespace != "default":
+            stack.sim.store.create("namespaces", {"metadata": {"name": namespace}})
+    if _mixed(options):
+        _create_mix(stack, plan.shape.namespaces)
+    if plan.queues is not None:
+        _configure_queues(stack, plan.queues)
+
+
+_PROGRESS_SECONDS = 2.0
+"""How often the workload's progress is refreshed: no wait longer than this goes unsaid."""
+
+
+class _Phases:
+    """Wall time from the soak's start, cut into named phases as each ends."""
+
+    def __init__(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._phases: list[tuple[str, float]] = []
+
+    def end(self, name: str) -> None:
+        now = time.monotonic()
+        self._phases.append((name, now - self._last))
+        self._last = now
+
+    def total(self) -> float:
+        return self._last - self._start
+
+    def phases(self) -> tuple[tuple[str, float], ...]:
+        return tuple(self._phases)
 
 
 def _scheduler_waits(stack: Stack) -> str:
@@ -400,13 +490,15 @@ def _scheduler_waits(stack: Stack) -> str:
 
 
 async def _progress(
-    evidence: Evidence, driver: Driver, total: int, console: Console, timeout: float
+    evidence: Evidence, driver: Driver, total: int, steps: Steps, timeout: float
 ) -> None:
-    last = time.monotonic()
+    started = time.monotonic()
+    steps(f"workload: {total} pods")
     with anyio.move_on_after(timeout):
         while not _settled(evidence, driver, total):
-            await anyio.sleep(0.5)
-            if time.monotonic() - last >= 15:
-                last = time.monotonic()
-                ended = sum(1 for life in evidence.pods.values() if life.end_rv is not None)
-                console.print(f"  {len(driver.created)}/{total} created, {ended} ended")
+            await anyio.sleep(_PROGRESS_SECONDS)
+            ended = sum(1 for life in evidence.pods.values() if life.end_rv is not None)
+            took = time.monotonic() - started
+            steps.update(
+                f"workload: {len(driver.created)}/{total} created, {ended} ended ({took:.0f}s)"
+            )

@@ -141,6 +141,13 @@ class Evidence:
     pods: dict[str, PodLife] = field(default_factory=dict)
     gaps: list[str] = field(default_factory=list)
     """Where the record may miss changes (a watch that could not resume)."""
+    events: dict[str, set[str]] = field(default_factory=dict)
+    """Reasons of the Events written about each pod, by pod uid."""
+
+    def on_event(self, kind: str, event: Mapping[str, Any]) -> None:
+        regarding = event.get("involvedObject") or {}
+        if kind != "DELETED" and regarding.get("kind") == "Pod" and regarding.get("uid"):
+            self.events.setdefault(str(regarding["uid"]), set()).add(str(event.get("reason")))
 
     def on_lease(self, kind: str, lease: Mapping[str, Any]) -> None:
         meta = lease.get("metadata") or {}
@@ -262,10 +269,11 @@ async def record_evidence(
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Record Leases in ``namespace`` and all pods until cancelled."""
+    """Record Leases in ``namespace``, all pods and the Events about them until cancelled."""
     async with anyio.create_task_group() as tg:
         await tg.start(_follow, sim, "leases", namespace, evidence.on_lease, evidence)
         await tg.start(_follow, sim, "pods", None, evidence.on_pod, evidence)
+        await tg.start(_follow, sim, "events", None, evidence.on_event, evidence)
         task_status.started()
 
 
@@ -282,7 +290,7 @@ async def _follow(
     while True:
         try:
             async with sim.store.watch(
-                resource, namespace=namespace, resource_version=version
+                resource, namespace=namespace, resource_version=version, audit=True
             ) as events:
                 if not started:
                     started = True

@@ -1,9 +1,10 @@
 """What the soak does to the system while it works: the faults a real
 cluster throws at rgpu — a flaky, slow apiserver that cuts watches and compacts history, GPU
-servers that go away, get busy with clients rgpu did not place or run old h2-only lupine builds,
-Nodes turning NotReady, Bindings failing, and service replicas killed outright and restarted as
-a Deployment would. Every fault is drawn from the seed and written to a log with its window, so
-the verdict can tell an injected failure from a real one."""
+servers that go away (one of them, now and then, for long enough that its holders are told:
+"server lost under its holder"), get busy with clients rgpu did not place or run old h2-only
+lupine builds, Nodes turning NotReady, Bindings failing, and service replicas killed outright
+and restarted as a Deployment would. Every fault is drawn from the seed and written to a log
+with its window, so the verdict can tell an injected failure from a real one."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ import anyio
 
 from .stack import REPLICATED, Stack
 
-__all__ = ["FaultLog", "FaultWindow", "apply_standing_faults", "run_faults"]
+__all__ = [
+    "LOST_DEADLINE_SECONDS",
+    "LOST_GRACE_SECONDS",
+    "FaultLog",
+    "FaultWindow",
+    "apply_standing_faults",
+    "held_servers",
+    "run_faults",
+]
 
 API_ERROR_RATE = 0.05
 """Share of apiserver requests answered 429 with ``Retry-After``."""
@@ -25,6 +34,16 @@ API_LATENCY_SECONDS = 0.003
 KILL_EVERY_SECONDS = 20.0
 BINDING_ERROR_RATE = 0.3
 COMPACTION_LAG_SECONDS = 2.0
+LOST_GRACE_SECONDS = 2.0
+"""The soak's ``RGPU_SERVER_LOST_GRACE_SECONDS``: short, so a lost server's holders are told
+within the window."""
+LOST_DEADLINE_SECONDS = LOST_GRACE_SECONDS + 6.0
+"""By when, after a held server went down, its holders must have been told: two failed probes
+(1 s apart, 1 s timeout), the fleet reaching the allocator, its next look, then the grace, with
+room for a loaded machine."""
+LOST_HOLD_SECONDS = LOST_DEADLINE_SECONDS + 2.0
+"""How long the lost server stays down."""
+CLAIM_LEASES = "app.kubernetes.io/managed-by=rgpu"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +101,7 @@ async def run_faults(stack: Stack, log: FaultLog, seed: int) -> None:
         (12.0, lambda: _foreign_client(stack, log, rng.choice(servers), rng)),
         (15.0, lambda: _not_ready(stack, log, rng.choice(servers), rng)),
         (20.0, lambda: _binding_failures(stack, log, rng)),
+        (30.0, lambda: _lost_under_holder(stack, log, rng)),
     ]
     if stack.options.replicas > 1:
         names = [n for n in stack.services if stack.services[n].service in REPLICATED]
@@ -113,6 +133,32 @@ async def _lupine_down(stack: Stack, log: FaultLog, server: str, rng: random.Ran
     index = log.begin("lupine-down", server)
     await lupine.set_fault("down")
     await anyio.sleep(rng.uniform(2.0, 5.0))
+    await lupine.set_fault(None)
+    log.end(index)
+
+
+def held_servers(stack: Stack) -> list[str]:
+    """Servers some claim holds now, as their Leases in the store say."""
+    leases = stack.sim.store.list("leases", label_selector=CLAIM_LEASES)
+    held = []
+    for lease in leases:
+        annotations = lease["metadata"].get("annotations") or {}
+        if annotations.get("rgpu.io/claims", "[]") not in ("", "[]"):
+            held.append(str(annotations.get("rgpu.io/server", "")))
+    return sorted(name for name in held if name)
+
+
+async def _lost_under_holder(stack: Stack, log: FaultLog, rng: random.Random) -> None:
+    """A held server goes down past the grace: every holder must be told (and, with
+    ``evict``, moved)."""
+    quiet = [s for s in held_servers(stack) if stack.fleet.lupine.by_name(s).fault is None]
+    if not quiet or any(w.kind == "server-lost" and w.end is None for w in log.windows):
+        return
+    server = rng.choice(quiet)
+    lupine = stack.fleet.lupine.by_name(server)
+    index = log.begin("server-lost", server)
+    await lupine.set_fault("down")
+    await anyio.sleep(LOST_HOLD_SECONDS)
     await lupine.set_fault(None)
     log.end(index)
 

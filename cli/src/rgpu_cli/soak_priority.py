@@ -1,8 +1,8 @@
-"""The priority mix's PASS/FAIL lines. Preemption is rgpu's own (DESIGN §11), so its promises
-are judged from what the apiserver stored, never from the allocator's books: pods' priorities,
-labels, health and deletions, every Lease version with its claims and its nomination, and what
-the workload itself deleted. An eviction is a deletion the workload did not ask for (only the
-allocator evicts); its preemptor is the pod the last nomination naming the victim promised the
+"""The priority mix's PASS/FAIL lines. Preemption is rgpu's own (docs/design.md §11), so its
+promises are judged from what the apiserver stored, never from the allocator's books: pods'
+priorities, labels, health and deletions, every Lease version with its claims and its nomination,
+and what the workload itself deleted. An eviction is a deletion the workload did not ask for (only
+the allocator evicts); its preemptor is the pod the last nomination naming the victim promised the
 server to. Each check fails on what it exists to catch (``cli/tests/test_soak_priority.py``)."""
 
 from __future__ import annotations

@@ -19,12 +19,18 @@ class SoakReport:
 
     pods: int
     wall_seconds: float
+    """From the command's start to the verdict: start-up, workload, drain and checks."""
     bound: int
     succeeded: int
     deleted: int
     waits: tuple[float, ...]
     faults: dict[str, int]
     checks: tuple[CheckResult, ...]
+    phases: tuple[tuple[str, float], ...] = ()
+    """Where ``wall_seconds`` went, phase by phase."""
+    woken: str = "parked pods bound"
+    """Whose waits ``waits`` holds: on the gate path gated pods admitted and bound once
+    capacity freed, on the filter path pods the scheduler refused and bound later."""
     preemption: str = ""
     """The priority mix's figures (empty without it)."""
     scheduler: str = ""
@@ -48,12 +54,9 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
         f"{report.pods} planned, {report.bound} bound, {report.succeeded} succeeded, "
         f"{report.deleted} deleted by the workload",
     )
-    table.add_row("wall time", f"{report.wall_seconds:.1f}s")
-    table.add_row(
-        "wake-up (capacity freed → bound)",
-        f"p50 {percentile(report.waits, 50):.2f}s, p99 {percentile(report.waits, 99):.2f}s "
-        f"({len(report.waits)} parked pods)",
-    )
+    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report.phases)
+    table.add_row("wall time", f"{report.wall_seconds:.1f}s" + (f" ({phases})" if phases else ""))
+    table.add_row("wake-up (capacity freed → bound)", _wake_ups(report))
     if report.preemption:
         table.add_row("preemption", report.preemption)
     if report.scheduler:
@@ -70,3 +73,14 @@ def print_soak_report(report: SoakReport, console: Console) -> None:
         mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
         detail = f" — {check.detail}" if check.detail and not check.passed else ""
         console.print(f"{mark} {check.name}{detail}", soft_wrap=True, highlight=False)
+
+
+def _wake_ups(report: SoakReport) -> str:
+    """The wake-up figures, or that there were none to take (a stream the fleet kept up
+    with leaves no pod waiting for capacity: no figure is better than a NaN)."""
+    if not report.waits:
+        return f"none: no pod waited for capacity to free (0 {report.woken})"
+    return (
+        f"p50 {percentile(report.waits, 50):.2f}s, p99 {percentile(report.waits, 99):.2f}s "
+        f"({len(report.waits)} {report.woken})"
+    )

@@ -1,9 +1,9 @@
-"""Replicas must divide the work, not repeat it (DESIGN §12). These checks judge that from what
-rgpu does not report about itself: connections counted at the fake lupine servers (each server
+"""Replicas must divide the work, not repeat it (docs/design.md §12). These checks judge that from
+what rgpu does not report about itself: connections counted at the fake lupine servers (each server
 probed once per interval, whatever the number of discovery replicas), every discovery replica's
-``/v1/fleet`` sampled side by side (one fleet, one revision sequence), every metrics replica
-scraped side by side (each card series once in total), and the simulated apiserver's request
-meter by client (the allocator's background writes, flat in its replica count).
+``/v1/fleet`` sampled side by side (one fleet, one revision sequence), every metrics replica scraped
+side by side (each card series once in total), and the simulated apiserver's request meter by client
+(the allocator's background writes, flat in its replica count).
 
 Sampling runs while the soak runs; the probe and write windows run once the workload is
 drained, when nothing but background work is left. Each check is a pure function of its

@@ -33,9 +33,10 @@ def save_trace(path: Path, records: Iterable[PodRecord], started: float, console
     try:
         path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     except OSError as exc:
-        console.print(f"[red]trace not written[/] to {path}: {exc}")
+        # Never wrapped: a path broken across lines cannot be pasted.
+        console.print(f"[red]trace not written[/] to {path}: {exc}", soft_wrap=True)
         return
-    console.print(f"trace: {len(lines)} pods' scheduling histories in {path}")
+    console.print(f"trace: {len(lines)} pods' scheduling histories in {path}", soft_wrap=True)
 
 
 def _line(record: PodRecord, started: float) -> dict[str, object]:

@@ -17,9 +17,11 @@ from .soak_faults import FaultWindow
 
 __all__ = [
     "WAKE_LIMIT_SECONDS",
+    "LostRule",
     "WakeUp",
     "check_commits_held",
     "check_completion",
+    "check_lost_holders",
     "check_no_5xx",
     "check_no_leftover_claims",
     "check_restarts",
@@ -29,7 +31,10 @@ __all__ = [
 ]
 
 WAKE_LIMIT_SECONDS = 2.0
-SERVER_FAULTS = ("lupine-down", "lupine-busy", "node-not-ready")
+SERVER_FAULTS = ("lupine-down", "lupine-busy", "node-not-ready", "server-lost")
+DOWN_FAULTS = ("lupine-down", "server-lost")
+"""Faults during which a pod may fail to start on the server: nothing answers there."""
+REASON_LOST = "RemoteGPUServerLost"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -120,7 +125,8 @@ def check_completion(
         if phase == "Succeeded":
             continue
         server = servers.get(endpoint, "")
-        if phase == "Failed" and _faulted(windows, server, "lupine-down", started):
+        down = any(_faulted(windows, server, kind, started) for kind in DOWN_FAULTS)
+        if phase == "Failed" and down:
             excused += 1
         elif phase == "never started":
             missing.append(key)
@@ -238,13 +244,19 @@ def check_wakeups(
 ) -> CheckResult:
     """Parked pods were bound within ``limit`` seconds of capacity freeing (p99); a failure
     names the slowest. ``what`` names the pods and what happened to them in the line."""
+    if not waits:
+        return CheckResult(
+            name=f"{what} within {limit:g}s of capacity freeing: none to judge, no pod waited "
+            "for capacity to free",
+            passed=True,
+        )
     seconds = sorted(w.seconds for w in waits)
     p50, p99 = percentile(seconds, 50), percentile(seconds, 99)
     late = sorted((w for w in waits if w.seconds > limit), key=lambda w: -w.seconds)
     return CheckResult(
         name=f"{what} within {limit:g}s of capacity freeing: "
         f"{len(waits)} wake-ups, p50 {p50:.2f}s, p99 {p99:.2f}s, {len(late)} over",
-        passed=not waits or p99 <= limit,
+        passed=p99 <= limit,
         detail="; ".join([f"p99 {p99:.2f}s", *(w.describe() for w in late[:5])]),
     )
 
@@ -260,4 +272,88 @@ def check_restarts(kills: Counter[str], starts: Mapping[str, int], alive: set[st
         name=f"every killed replica came back (restarts: {summary})",
         passed=not unplanned,
         detail="not running or restarted unplanned: " + ", ".join(sorted(unplanned)),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LostRule:
+    """When the soak's holders of a lost server must have been told, and what else."""
+
+    grace: float
+    deadline: float
+    """Seconds after the server went down by which every holder was told."""
+    evict: bool = False
+
+
+def _alive_at(life: PodLife, moment: float) -> bool:
+    """Bound before ``moment`` and neither ended nor being deleted by then."""
+    gone = [t for t in (life.end_at, life.deleting_at) if t is not None]
+    return (
+        life.bound_at is not None
+        and life.bound_at <= moment
+        and min(gone, default=moment + 1) > moment
+    )
+
+
+def _lost_problem(
+    life: PodLife,
+    window: FaultWindow,
+    rule: LostRule,
+    events: Mapping[str, set[str]],
+    replacements: Mapping[str, PodLife],
+) -> str | None:
+    """Why holder ``life`` of the server lost in ``window`` was not handled, if it was not."""
+    told = REASON_LOST in events.get(life.uid, set())
+    if not rule.evict:
+        if _alive_at(life, window.start + rule.deadline) and not told:
+            return (
+                f"{life.key} held {window.target} past the deadline without a {REASON_LOST} Event"
+            )
+        return None
+    if not _alive_at(life, window.start + rule.grace):
+        return None
+    evicted = life.deleting_at is not None and (
+        life.end_at is None or life.deleting_at <= life.end_at
+    )
+    if not evicted:
+        if _alive_at(life, window.start + rule.deadline):
+            return f"{life.key} held lost {window.target} and was not evicted"
+        return None
+    if not told:
+        return f"{life.key} was evicted from {window.target} without a {REASON_LOST} Event"
+    again = replacements.get(life.key)
+    if again is None or again.bound_at is None:
+        return f"{life.key} was evicted from {window.target} and never ran again"
+    if again.server == window.target:
+        return f"{life.key}'s replacement was placed on lost {window.target} again"
+    return None
+
+
+def check_lost_holders(
+    windows: Iterable[FaultWindow],
+    pods: Iterable[PodLife],
+    events: Mapping[str, set[str]],
+    rule: LostRule,
+    replacements: Mapping[str, PodLife] | None = None,
+) -> CheckResult:
+    """Every holder of a server lost under it (the ``server-lost`` fault) got a Warning Event
+    within the deadline; with ``evict``, every holder was evicted and its replacement (pod key
+    → the pod that replaced it) ran on another server."""
+    lives = [life for life in pods if life.server is not None]
+    lost = [w for w in windows if w.kind == "server-lost"]
+    problems, holders = [], 0
+    for window in lost:
+        for life in lives:
+            if life.server != window.target or not _alive_at(life, window.start):
+                continue
+            holders += 1
+            why = _lost_problem(life, window, rule, events, replacements or {})
+            if why:
+                problems.append(why)
+    action = "told and moved elsewhere" if rule.evict else "told"
+    return CheckResult(
+        name=f"every holder of a lost server was {action} ({len(lost)} servers lost, "
+        f"{holders} holders)",
+        passed=not problems,
+        detail="; ".join(problems[:5]),
     )

@@ -76,3 +76,9 @@ def test_malformed_reviews_name_the_field(raw: object, path: str) -> None:
     with pytest.raises(ContractError) as info:
         AdmissionRequest.from_review(raw)
     assert info.value.path == path
+
+
+def test_allow_carries_warnings_only_when_there_are_some() -> None:
+    response = admission_allow("u", (), ("look out",))["response"]
+    assert response == {"uid": "u", "allowed": True, "warnings": ["look out"]}
+    assert "warnings" not in admission_allow("u")["response"]

@@ -21,3 +21,11 @@ def test_a_cut_never_ends_the_readable_part_with_a_dot_or_dash() -> None:
     name = prefixed_name("rgpu-", "a" * 47 + "." + "b" * 40)
     readable = name.rsplit("-", 1)[0]
     assert not readable.endswith((".", "-"))
+
+
+def test_an_instance_server_name_becomes_a_valid_distinct_object_name() -> None:
+    name = prefixed_name("rgpu-", "gpu-a@14834")
+    assert len(name) <= 63 and "@" not in name
+    assert name.startswith("rgpu-gpu-a-14834-")
+    # A Node literally named like the readable part keeps its own, unhashed Lease name.
+    assert name != prefixed_name("rgpu-", "gpu-a-14834")

@@ -73,6 +73,7 @@ def cards(draw: st.DrawFn, server: str) -> Card:
         model=draw(st.sampled_from(["", "NVIDIA-A100-SXM4-80GB", "H100"])),
         numa=draw(st.integers(0, 3)),
         healthy=draw(st.booleans()),
+        cordoned=draw(st.booleans()),
     )
 
 
@@ -90,6 +91,9 @@ def servers(draw: st.DrawFn) -> Server:
         topology=tuple(sorted(draw(st.dictionaries(names, names, max_size=3)).items())),
         cards=tuple(draw(st.lists(cards(name), max_size=3))),
         error=draw(st.none() | st.text(max_size=20)),
+        node=draw(st.none() | names.map(NodeName)),
+        cordoned=draw(st.booleans()),
+        cuda_version=draw(st.none() | st.sampled_from(["12.4", "11.8", "13.0.1", ""])),
     )
 
 
@@ -232,15 +236,26 @@ def test_claim_set_roundtrips(items: list[Claim], revision: int) -> None:
     assert ClaimSet.from_dict(_through_json(claim_set)) == claim_set
 
 
-@given(pods, st.lists(requests, min_size=1, max_size=4), st.lists(names, max_size=3), st.booleans())
+@given(
+    pods,
+    st.lists(requests, min_size=1, max_size=4),
+    st.lists(names, max_size=3),
+    st.booleans(),
+    st.none() | st.integers(0, 999),
+)
 def test_allocation_request_roundtrips(
-    pod: PodRef, containers: list[ContainerRequest], nodes: list[str], dry_run: bool
+    pod: PodRef,
+    containers: list[ContainerRequest],
+    nodes: list[str],
+    dry_run: bool,
+    cuda_major: int | None,
 ) -> None:
     request = AllocationRequest(
         pod=pod,
         containers=tuple(containers),
         candidate_nodes=tuple(NodeName(n) for n in nodes),
         dry_run=dry_run,
+        cuda_major=cuda_major,
     )
     assert AllocationRequest.from_dict(_through_json(request)) == request
 

@@ -168,3 +168,23 @@ async def test_http_control_rejects_bad_bodies_with_the_field(
 ) -> None:
     response = await client.post("/_sim/faults", json=body)
     assert response.status_code == 400 and fragment in response.json()["message"]
+
+
+async def test_an_audit_watch_sees_every_change_through_cuts_expiry_and_a_full_buffer() -> None:
+    async with run_apiserver(options=ApiOptions(watch_buffer=2)) as sim:
+        body = {"metadata": {"name": "cm-0"}, "data": {}}
+        sim.store.create("configmaps", body, namespace="default")
+        version = str(sim.store.resource_version)
+        async with (
+            sim.store.watch("configmaps", resource_version=version, audit=True) as audited,
+            sim.store.watch("configmaps", resource_version=version) as plain,
+        ):
+            for i in range(1, 6):
+                sim.store.create(
+                    "configmaps", {"metadata": {"name": f"cm-{i}"}}, namespace="default"
+                )
+            sim.faults.expire_before()
+            sim.faults.cut_watches()
+            seen = [(await anext(audited))["object"]["metadata"]["name"] for _ in range(5)]
+            assert [e async for e in plain] == []
+    assert seen == [f"cm-{i}" for i in range(1, 6)]

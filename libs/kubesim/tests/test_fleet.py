@@ -60,11 +60,15 @@ def free_on(address: str, port: int) -> bool:
 
 @pytest.fixture
 def occupied_default_port() -> Iterator[str]:
-    """Hold 14833 on the address that seed 7's first server gets."""
+    """Hold 14833 on the address that seed 7's first server gets (another simulated fleet of
+    seed 7 on this machine may hold it already: taken either way)."""
     address = plan_fleet(FleetSpec(servers=1, clients=0, seed=7)).servers[0].address
     with socket.socket() as holder:
-        holder.bind((address, 14833))
-        holder.listen()
+        try:
+            holder.bind((address, 14833))
+            holder.listen()
+        except OSError:
+            assert not free_on(address, 14833)
         yield address
 
 
@@ -251,3 +255,20 @@ async def test_seeding_the_same_plan_twice_is_refused_by_the_store() -> None:
             async with seed_fleet(sim.store, plan):
                 pass
     assert caught.value.code == 409
+
+
+async def test_a_per_gpu_fleet_runs_one_lupine_per_card_declared_on_its_node() -> None:
+    from rgpu_contracts.instances import ANNOTATION_INSTANCES, decode_instances
+
+    plan = plan_fleet(FleetSpec(servers=2, cards=3, clients=1, seed=26, per_gpu=True))
+    async with seed_fleet(ListStore(), plan, now=NOW) as seeded:
+        node = seeded.nodes[0]
+        server = plan.servers[0]
+        instances = decode_instances(node["metadata"]["annotations"][ANNOTATION_INSTANCES])
+        assert [i.gpus for i in instances] == [(c.uuid,) for c in server.cards]
+        for instance in instances:
+            fake = seeded.lupine.by_name(f"{server.name}@{instance.port}")
+            assert (fake.node, fake.port) == (server.name, instance.port)
+            assert [g.uuid for g in fake.gpus] == list(instance.gpus)
+        assert len(seeded.endpoints()) == 6
+        assert label(node, LABEL_SERVER) is not None

@@ -166,6 +166,7 @@ async def test_metrics_without_clients_report_no_busy_gpu(lupine: FakeLupine) ->
 async def test_removed_client_no_longer_marks_its_gpus_busy(lupine: FakeLupine) -> None:
     lupine.add_client("c1", [GPUS[0]])
     lupine.add_client("c2", [GPUS[1]])
+    assert busy_uuids(lupine.metrics_text()) == {GPUS[0], GPUS[1]}
     assert lupine.remove_client("c1") is True
     assert lupine.remove_client("c1") is False
     assert busy_uuids(lupine.metrics_text()) == {GPUS[1]}
@@ -289,7 +290,7 @@ async def test_h2only_mode_greets_http1_with_settings_then_hangs_up(
 
 
 @pytest.mark.parametrize(("method", "path"), [("HEAD", "/"), ("GET", "/metrics"), ("POST", "/x")])
-async def test_released_build_answers_any_h2_request_with_a_bare_200_then_resets(
+async def test_released_build_answers_any_h2_request_with_200_and_its_cuda_version_then_resets(
     old_lupine: FakeLupine, method: str, path: str
 ) -> None:
     conn, request = h2_request(method, path)
@@ -297,7 +298,8 @@ async def test_released_build_answers_any_h2_request_with_a_bare_200_then_resets
         await stream.send(request)
         data, how = await read_until_reset(stream)
     responses = [e for e in h2_events(conn, data) if isinstance(e, h2.events.ResponseReceived)]
-    assert [dict(r.headers) for r in responses] == [{b":status": b"200"}]
+    version = b"x-lupine-cuda-version"
+    assert [dict(r.headers) for r in responses] == [{b":status": b"200", version: b"12.4"}]
     assert how == "reset"
 
 

@@ -269,3 +269,25 @@ async def test_request_variable_and_review_carry_a_bearer_accounts_user_info(
     assert user["username"] == "system:serviceaccount:default:robot"
     assert "system:serviceaccounts:default" in user["groups"]
     assert user["uid"]
+
+
+async def test_the_deployed_conditions_skip_the_allocators_own_updates_only(
+    client: httpx.AsyncClient, hook: tuple[Counter, dict[str, str]], pod: Manifest
+) -> None:
+    deployed = yaml.safe_load(K8S_WEBHOOK.read_text())
+    # The pods webhook; the other one is for pods/status and pods/ephemeralcontainers.
+    webhook = deployed["webhooks"][0]
+    deployed["webhooks"] = [webhook]
+    webhook["clientConfig"] = hook[1]
+    webhook.pop("namespaceSelector", None)
+    assert (await client.post(CONFIGS, json=deployed)).status_code == 201
+    assert called(await client.post(PODS, json=gpu_pod(pod, "p")))
+    allocator = {"X-Sim-User": "system:serviceaccount:rgpu-system:rgpu-allocator"}
+    patch = {"metadata": {"annotations": {"rgpu.io/booking": "{}"}}}
+    merge = {"Content-Type": "application/merge-patch+json"}
+    by_allocator = await client.patch(f"{PODS}/p", json=patch, headers=allocator | merge)
+    assert by_allocator.status_code == 200, by_allocator.text
+    assert hook[0].calls == 1
+    by_alice = await client.patch(f"{PODS}/p", json=patch, headers={"X-Sim-User": "alice"} | merge)
+    assert by_alice.status_code == 200, by_alice.text
+    assert hook[0].calls == 2

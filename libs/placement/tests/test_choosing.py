@@ -1,4 +1,5 @@
-"""The choice rules of DESIGN §4 in both granularities, as pure functions over a fleet."""
+"""The choice rules of docs/design.md#choosing-a-server in both granularities, as pure functions
+over a fleet."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The one locality rule (DESIGN §4): nested domains, used for choosing and for scoring."""
+"""The one locality rule (docs/design.md#choosing-a-server): nested domains, used for choosing and
+for scoring."""
 
 from __future__ import annotations
 

@@ -121,3 +121,20 @@ def test_memory_without_count_is_refused_not_ignored(build) -> None:
 def test_invalid_quantity_in_an_init_container_is_refused(build) -> None:
     with pytest.raises(InvalidQuantity, match='container "setup"'):
         demand_of(build.pod(build.container(), init=[build.container("setup", count="0.5")]))
+
+
+def test_the_cuda_major_label_is_read_with_the_demand(build) -> None:
+    pod = build.pod()
+    pod["metadata"]["labels"] = {"rgpu.io/cuda-major": "12"}
+    demand = read_demand(pod, count_resource=COUNT, memory_resource=MEMORY)
+    assert demand.cuda_major == 12
+    assert read_demand(build.pod(), count_resource=COUNT, memory_resource=MEMORY).cuda_major is None
+
+
+@pytest.mark.parametrize("value", ["twelve", "12.4", "-1", "1000", "", ["12"]])
+def test_an_unreadable_cuda_major_label_is_refused_naming_the_label(build, value) -> None:
+    pod = build.pod()
+    pod["metadata"]["labels"] = {"rgpu.io/cuda-major": value}
+    with pytest.raises(InvalidQuantity, match=r"rgpu\.io/cuda-major") as caught:
+        read_demand(pod, count_resource=COUNT, memory_resource=MEMORY)
+    assert caught.value.resource == "rgpu.io/cuda-major"

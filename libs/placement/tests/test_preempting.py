@@ -1,4 +1,5 @@
-"""The choice of the cheapest server to free for an urgent pod (DESIGN §11), both granularities."""
+"""The choice of the cheapest server to free for an urgent pod (docs/design.md §11), both
+granularities."""
 
 from __future__ import annotations
 

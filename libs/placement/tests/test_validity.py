@@ -1,4 +1,4 @@
-"""The claim validity rule of DESIGN §4."""
+"""The claim validity rule of docs/design.md#validity."""
 
 from __future__ import annotations
 

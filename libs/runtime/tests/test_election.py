@@ -16,10 +16,12 @@ from rgpu_runtime import (
     ElectionTiming,
     KubeClient,
     KubeUnavailable,
+    Readiness,
     Settings,
     SettingsError,
     kube_client,
 )
+from rgpu_testkit import eventually
 
 kubesim = pytest.importorskip("rgpu_kubesim")
 
@@ -187,3 +189,22 @@ async def test_run_leads_before_it_reports_started_and_releases_when_cancelled(s
 def test_a_timing_that_would_let_two_lead_at_once_is_refused() -> None:
     with pytest.raises(SettingsError, match="renew deadline"):
         ElectionTiming(lease_seconds=10, renew_deadline_seconds=12, retry_seconds=2)
+
+
+async def test_an_election_that_cannot_be_held_blocks_readiness_until_it_can() -> None:
+    """Run alone against an apiserver without the system namespace: every try is a 404, and
+    the replica must not report ready meanwhile (it leads nothing, sweeps nothing)."""
+    readiness = Readiness()
+    fast = ElectionTiming(lease_seconds=0.5, renew_deadline_seconds=0.3, retry_seconds=0.05)
+    async with kubesim.run_apiserver() as bare, clients(bare.url, 1) as (kube,):
+        election = Election(kube, name=LEASE, namespace=NAMESPACE, timing=fast, readiness=readiness)
+        async with anyio.create_task_group() as tg:
+            await tg.start(election.run)
+            readiness.set_ready()  # the lifespan, once everything started
+            assert not readiness.ready
+            assert f"election of Lease {NAMESPACE}/{LEASE}" in readiness.reason
+            assert f"does the namespace {NAMESPACE} exist?" in readiness.reason
+            bare.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+            await eventually(lambda: readiness.ready, timeout=10, what="ready once it leads")
+            assert election.is_leader
+            tg.cancel_scope.cancel()

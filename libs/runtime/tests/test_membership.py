@@ -16,6 +16,7 @@ from rgpu_runtime import (
     KubeClient,
     Membership,
     MembershipTiming,
+    Readiness,
     Settings,
     kube_client,
     member_lease_name,
@@ -177,3 +178,47 @@ def lease_updates(sim: SimApiServer) -> int:
 def lease_names(sim: SimApiServer) -> list[str]:
     leases = sim.store.list("leases", namespace=NAMESPACE)
     return [lease["metadata"]["name"] for lease in leases]
+
+
+async def test_a_member_that_cannot_write_its_lease_blocks_readiness_until_it_can() -> None:
+    readiness = Readiness()
+    readiness.set_ready()
+    async with run_apiserver() as bare:  # no system namespace: every write is a 404
+        settings = Settings.from_env({"RGPU_KUBE_URL": bare.url}, service="discovery")
+        async with kube_client(settings) as kube, anyio.create_task_group() as tg:
+            membership = Membership(
+                kube=kube,
+                namespace=NAMESPACE,
+                group="discovery",
+                identity="a",
+                timing=FAST,
+                readiness=readiness,
+            )
+            tg.start_soon(membership.run)
+            await eventually(lambda: not readiness.ready, timeout=5, what="blocked")
+            assert "not a member of discovery" in readiness.reason
+            assert f"does the namespace {NAMESPACE} exist?" in readiness.reason
+            bare.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+            await eventually(lambda: readiness.ready, timeout=10, what="ready once a member")
+            tg.cancel_scope.cancel()
+
+
+async def test_renewals_failing_longer_than_the_lease_block_readiness() -> None:
+    readiness = Readiness()
+    readiness.set_ready()
+    async with cluster() as (sim, kube), anyio.create_task_group() as tg:
+        membership = Membership(
+            kube=kube,
+            namespace=NAMESPACE,
+            group="discovery",
+            identity="a",
+            timing=FAST,
+            readiness=readiness,
+        )
+        await tg.start(membership.run)
+        assert readiness.ready
+        sim.faults.set_error(resource="leases", rate=1.0, code=503)
+        await eventually(lambda: not readiness.ready, timeout=10, what="blocked")
+        sim.faults.clear()
+        await eventually(lambda: readiness.ready, timeout=10, what="ready again")
+        tg.cancel_scope.cancel()

@@ -103,6 +103,10 @@ async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluste
         assert claim["pod"]["name"] == "trainer"
         assert claim["state"] == "booked"
         assert claim["admissionTtlSeconds"] == 60
+        # The gate's update carries the booking, which kube-scheduler hands the extender.
+        note = orjson.loads(cluster.annotations(pod)["rgpu.io/booking"])
+        assert note["server"] == "gpu-a"
+        assert note["expiresAt"] == pytest.approx(claim["bookedAt"] + 60)
 
         async def counted() -> bool:
             return await metric(client, "rgpu_admissions_total", outcome="admitted") == 1
@@ -110,6 +114,50 @@ async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluste
         # The gate is lifted in the store before the patch's answer reaches the counter.
         await kit.wait_for(counted, what="the admission counted")
         assert await metric(client, "rgpu_admission_wait_seconds_count") == 1
+
+
+async def test_admission_runs_no_further_ahead_of_the_scheduler_than_its_window(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(*(build.server(f"gpu-{i}") for i in range(8))))
+    async with kit.running_allocator(sim.url, discovery, RGPU_ADMISSION_AHEAD="3") as client:
+        pods = [gated_pod(cluster, f"burst-{i}") for i in range(8)]
+
+        def admitted() -> list[PodRef]:
+            return [p for p in pods if not gates(cluster, p)]
+
+        await kit.wait_for(lambda: len(admitted()) == 3, what="a window's worth admitted")
+        await anyio.sleep(0.5)
+        assert len(admitted()) == 3  # the scheduler has bound none of them
+        first = admitted()[0]
+        commit = await client.post(f"/v1/allocations/{first.uid}/commit", json={"node": "c-1"})
+        assert commit.status_code == 200, commit.text
+        cluster.bind(first, "c-1")
+        await kit.wait_for(lambda: len(admitted()) == 4, what="one more once one is bound")
+        await anyio.sleep(0.5)
+        assert len(admitted()) == 4
+
+
+async def test_an_admission_the_apiserver_fails_is_retried_with_backoff_not_at_once(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+
+    def lease_creates() -> int:
+        counts = sim.meter.snapshot().items()
+        return sum(c.requests for k, c in counts if k.verb == "create" and k.resource == "leases")
+
+    async with kit.running_allocator(sim.url, discovery):
+        sim.faults.set_error(verb="create", resource="leases", rate=1.0, code=503)
+        pod = gated_pod(cluster, "trainer")
+        await anyio.sleep(3.0)
+        # Backoff 0.5, 1, 2 s (jittered): a handful of tries in 3 s, not one per pass.
+        tried = lease_creates()
+        assert 1 <= tried <= 5, tried
+        assert gates(cluster, pod) == ["rgpu.io/admission"]
+        sim.faults.set_error(verb="create", resource="leases", rate=0.0)
+        await kit.wait_for(lambda: not gates(cluster, pod), what="admitted once it answers")
+        assert holders(cluster) == {"gpu-a": ["trainer"]}
 
 
 async def test_another_systems_gate_keeps_the_pod_out_until_it_is_lifted(build, kit, sim, cluster):
@@ -149,6 +197,35 @@ async def test_a_short_pool_goes_to_priority_then_to_the_first_created(build, ki
 
         await kit.wait_for(only_second_waits, what="the queue holds the second pod only")
         assert not gates(cluster, first) and not gates(cluster, urgent)
+
+
+async def test_a_pod_that_fits_only_what_a_higher_priority_pod_waits_for_waits_behind_it(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=4)))
+    settings = {"RGPU_GRANULARITY": "card", "RGPU_PREEMPTION": "off"}
+    async with kit.running_allocator(sim.url, discovery, **settings) as client:
+        holder = gated_pod(cluster, "holder", cards=2)
+        await kit.wait_for(lambda: not gates(cluster, holder), what="the holder admitted")
+        urgent = gated_pod(cluster, "urgent", cards=4, priority=1000)
+        small = gated_pod(cluster, "small", cards=1, priority=10)
+
+        async def queued() -> list[tuple[str, str]]:
+            queue = (await client.get("/v1/queue")).json()["pods"]
+            return sorted((p["pod"]["name"], p["reason"]) for p in queue)
+
+        async def both_wait() -> bool:
+            return await queued() == [("small", "BehindPriority"), ("urgent", "NoFit")]
+
+        # The two free cards would take the small pod, but the urgent one waits for the server.
+        await kit.wait_for(both_wait, what="the small pod behind the urgent one")
+        await kit.wait_for(lambda: events(cluster, small), what="the waiting Event")
+        [event] = events(cluster, small)
+        assert "BehindPriority" in event["message"]
+        assert "server gpu-a would fit but is kept for a waiting pod" in event["message"]
+        assert "claims unreadable" not in event["message"]
+        assert holders(cluster) == {"gpu-a": ["holder"]}
+        assert gates(cluster, urgent) == gates(cluster, small) == ["rgpu.io/admission"]
 
 
 async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_why(

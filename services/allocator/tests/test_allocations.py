@@ -35,7 +35,7 @@ async def test_allocation_books_a_server_in_a_lease(build, kit, sim, cluster):
     assert body["expiresAt"] == pytest.approx(body["bookedAt"] + 30)
     lease = cluster.lease("gpu-a")
     assert lease["metadata"]["labels"][MANAGED_BY_LABEL] == "rgpu"
-    assert lease["spec"]["holderIdentity"] == pod.uid
+    assert lease["spec"]["holderIdentity"] == pod.key
     assert [c["pod"]["uid"] for c in cluster.claims("gpu-a")] == [pod.uid]
 
 
@@ -194,7 +194,7 @@ async def test_card_mode_shares_a_server_with_disjoint_visible_devices(build, ki
     )
     visible = commit.json()["annotations"][ANNOTATION_VISIBLE_DEVICES]
     assert visible == ",".join(c.split("/")[1] for c in a["cards"])
-    assert cluster.lease("gpu-a")["spec"].get("holderIdentity") is None
+    assert cluster.lease("gpu-a")["spec"].get("holderIdentity") == "2 pods"
 
 
 async def test_commit_of_an_unknown_uid_is_404_and_a_missing_node_is_400(build, kit, sim, cluster):

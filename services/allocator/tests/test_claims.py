@@ -74,14 +74,13 @@ def test_encode_then_decode_round_trips_claims(build):
     )
 
 
-def test_holder_identity_names_the_sole_holder_only(build):
-    assert holder_of([claim(build, "a")]) == "uid-a"
-    assert holder_of([claim(build, "a"), claim(build, "b", cards=(1,))]) is None
+def test_holder_identity_names_the_holder_for_people(build):
+    one = claim(build, "a")
+    assert holder_of([one]) == one.pod.key
+    assert holder_of([one, claim(build, "b", cards=(1,))]) == "2 pods"
     assert holder_of([]) is None
-    body = encode_lease(
-        server="gpu-a", namespace="n", claims=[claim(build, "a")], resource_version=None
-    )
-    assert body["spec"] == {"holderIdentity": "uid-a"}
+    body = encode_lease(server="gpu-a", namespace="n", claims=[one], resource_version=None)
+    assert body["spec"] == {"holderIdentity": one.pod.key}
 
 
 def test_unreadable_claims_are_reported_not_dropped():

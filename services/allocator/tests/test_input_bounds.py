@@ -1,4 +1,4 @@
-"""Input the allocator's routes refuse before parsing or looking anything up (DESIGN §10):
+"""Input the allocator's routes refuse before parsing or looking anything up (docs/design.md §10):
 oversized bodies (413 while they stream), uids and names past Kubernetes' own limits (400
 naming the field), revisions of thousands of digits (400). Never a 5xx; still ready after."""
 

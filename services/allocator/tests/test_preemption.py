@@ -1,5 +1,6 @@
-"""Preemption for remote GPUs (DESIGN §11) at the service boundary: the real app on kubesim's
-apiserver over HTTP, evicting through kubesim's Eviction API (PodDisruptionBudgets included)."""
+"""Preemption for remote GPUs (docs/design.md §11) at the service boundary: the real app on
+kubesim's apiserver over HTTP, evicting through kubesim's Eviction API (PodDisruptionBudgets
+included)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from prometheus_client import CollectorRegistry
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
-from rgpu_allocator.wakeup import COOL_DOWN
+from rgpu_allocator.nudging import COOL_DOWN
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 from rgpu_placement import ANNOTATION_NOMINATION

@@ -9,7 +9,7 @@ import pytest
 import rgpu_testkit as testkit
 from rgpu_allocator.claims import lease_name
 from rgpu_allocator.pods import pod_info
-from rgpu_allocator.repair import Untrusted, vet
+from rgpu_allocator.vetting import Untrusted, vet
 from rgpu_contracts import ANNOTATION_ALLOCATED, Claim, PodRef, PodUID
 from rgpu_placement import FleetView
 from rgpu_runtime import ResourceSettings

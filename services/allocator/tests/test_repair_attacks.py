@@ -1,4 +1,4 @@
-"""Forged annotations against repair (DESIGN §10, "nothing a user wrote is trusted").
+"""Forged annotations against repair (docs/design.md#nothing-a-user-wrote-is-trusted).
 
 The attacker creates pods through the apiserver over HTTP, as ``kubectl`` would: a preset
 ``spec.nodeName`` (so no scheduler ever looks at the pod), rgpu's ``schedulerName``, and a

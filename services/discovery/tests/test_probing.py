@@ -9,6 +9,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from rgpu_discovery.fleet import UNREACHABLE_AFTER
 from rgpu_kubesim.lupine import LupineSpec, open_lupine_fleet, run_lupine
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -127,13 +128,25 @@ async def test_thousands_of_probes_of_released_builds_never_fail_a_healthy_serve
         failures = sum(discovery.sample("rgpu_discovery_probes_total", result=r) for r in FAILURES)
         probes = discovery.total("rgpu_discovery_probes_total")
         opened = discovery.total("rgpu_discovery_probe_connections_total")
+        asked = discovery.total("rgpu_discovery_version_queries_total")
         accepted = sum(lupine.connections for lupine in fleet)
     assert failures == 0
     assert all(s.reachable for s in fleet_now.servers)
     assert len(fleet_now.servers) == SOAK_SERVERS
-    assert opened == probes
-    # Probes still in flight have connected but are not counted yet: at most one per server.
-    assert probes <= accepted <= probes + SOAK_SERVERS
+    # The CUDA version is asked once per server (then every five minutes), on a connection
+    # of its own.
+    assert asked == SOAK_SERVERS
+    assert opened == probes + asked
+    # Probes still in flight have connected but are not counted yet: at most two per server.
+    assert probes + asked <= accepted <= probes + asked + 2 * SOAK_SERVERS
+
+
+def _version_known(discovery):
+    async def known() -> bool:
+        servers = (await discovery.fleet()).servers
+        return bool(servers) and servers[0].cuda_version == "12.4"
+
+    return known
 
 
 async def test_stopped_released_build_is_unreachable_after_the_failures_and_back_at_once(
@@ -145,6 +158,8 @@ async def test_stopped_released_build_is_unreachable_after_the_failures_and_back
     ):
         sim.store.create("nodes", server_node(build, "gpu-a", lupine))
         await discovery.counted("rgpu_discovery_probes_total", 1, result="h2_alive")
+        # The first probe has landed once the fleet shows the version it asked for.
+        await eventually(_version_known(discovery), what="the CUDA version in the fleet")
         await lupine.set_fault("down")
         for failures in range(1, UNREACHABLE_AFTER + 1):
             assert (await discovery.fleet()).servers[0].reachable
@@ -155,7 +170,9 @@ async def test_stopped_released_build_is_unreachable_after_the_failures_and_back
         assert (await discovery.reprobe("gpu-a")).status_code == 200
         assert (await discovery.fleet()).servers[0].reachable
         opened = discovery.sample("rgpu_discovery_probe_connections_total", server="gpu-a")
-    assert opened == lupine.connections == 2
+    # Each answered probe asked the CUDA version too: the first one, and the one that found
+    # the server back (a restart is when lupine is upgraded).
+    assert opened == lupine.connections == 4
 
 
 async def test_404_metrics_means_reachable_without_usage(sim, start, build) -> None:

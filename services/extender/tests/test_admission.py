@@ -110,7 +110,11 @@ def test_pod_not_asking_for_the_resource_is_allowed_unchanged(build) -> None:
 def test_custom_resource_name_is_honoured(build) -> None:
     the_pod = build.pod(build.container("main", count="1", wired=False))
     decision = decide_with(build, build.review(the_pod), RGPU_RESOURCE_COUNT="example.com/gpu")
-    assert decision.review["response"] == {"uid": UID, "allowed": True}
+    response = decision.review["response"]
+    assert (response["allowed"], "patch" in response) == (True, False)
+    # The default name is now only a look-alike of the configured one: worth a warning.
+    (warning,) = response["warnings"]
+    assert "did you mean example.com/gpu?" in warning
 
 
 def updated(old: dict[str, Any], changes: dict[str, str | None]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from rgpu_extender.admission import AdmissionPolicy, decide
-from rgpu_extender.wiring import CACHE_FILE, LIB_FILE, LIB_SOURCE, LIB_VOLUME
+from rgpu_extender.container_env import CACHE_FILE, LIB_FILE, LIB_SOURCE, LIB_VOLUME
 
 SCHEDULER = "rgpu-scheduler"
 ENDPOINT_PATH = "metadata.annotations['hami.io/lupine-endpoint']"

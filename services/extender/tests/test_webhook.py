@@ -136,3 +136,21 @@ async def test_apiserver_admission_mutates_a_created_pod_and_guards_updates(
         denied = await kube.post("/api/v1/namespaces/ml-team/pods", json=denied_pod)
         assert denied.status_code == 403, denied.text
         assert "spec.nodeName" in denied.json()["message"]
+
+
+async def test_a_lookalike_resource_is_allowed_with_a_warning_naming_the_resource_meant(
+    extender, build
+) -> None:
+    typo = build.container(resources={"limits": {"nvidia.com/remote-gpus": "1"}})
+    response = await extender.client.post("/mutate", json=build.review(build.pod(typo)))
+    answer = response.json()["response"]
+    assert answer["allowed"] is True
+    (warning,) = answer["warnings"]
+    assert "pod ml-team/trainer-0" in warning
+    assert "nvidia.com/remote-gpus" in warning
+    assert "did you mean nvidia.com/remote-gpu?" in warning
+
+
+async def test_a_pod_asking_for_the_served_names_gets_no_warning(extender, build) -> None:
+    response = await extender.client.post("/mutate", json=build.review(build.pod()))
+    assert "warnings" not in response.json()["response"]

@@ -81,3 +81,29 @@ def test_memory_is_exported_in_bytes_and_the_limit_label_in_mib(make):
 def test_block_size_counts_sample_bytes(make):
     block = assemble([render_server(make.server("gpu-a"), [])])
     assert block.size == sum(len(s) for s in block.samples) > 0
+
+
+def test_cordoned_servers_and_cards_are_exported(make):
+    plain = make.server("gpu-a", cards=2)
+    cards = (replace(plain.cards[0], cordoned=True), plain.cards[1])
+    lines = [
+        render_server(replace(plain, cards=cards), []),
+        render_server(replace(make.server("gpu-b", cards=1), cordoned=True), []),
+    ]
+    families = {f.name: f for f in text_string_to_metric_families(text_of(lines))}
+    card = {s.labels["card"]: s.value for s in families["rgpu_card_cordoned"].samples}
+    server = {s.labels["server"]: s.value for s in families["rgpu_server_cordoned"].samples}
+    assert card == {"gpu-a/GPU-gpu-a-0": 1, "gpu-a/GPU-gpu-a-1": 0, "gpu-b/GPU-gpu-b-0": 1}
+    assert server == {"gpu-a": 0, "gpu-b": 1}
+
+
+def test_card_states_carry_the_server_s_cuda_version(make):
+    lines = [
+        render_server(replace(make.server("gpu-a", cards=1), cuda_version="12.4"), []),
+        render_server(make.server("gpu-b", cards=1), []),
+    ]
+    families = {f.name: f for f in text_string_to_metric_families(text_of(lines))}
+    versions = {
+        (s.labels["server"], s.labels["cuda_version"]) for s in families["rgpu_card_state"].samples
+    }
+    assert versions == {("gpu-a", "12.4"), ("gpu-b", "")}

@@ -4,12 +4,14 @@ stay ready; when the exporter stops, another takes over."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
+from prometheus_client.parser import text_string_to_metric_families
 
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_metrics import FollowPolicy, create_app
@@ -115,3 +117,39 @@ async def test_three_replicas_together_serve_each_card_series_exactly_once(sim, 
             seen.extend(card_series(await scrape(http)))
     assert seen
     assert len(seen) == len(set(seen))
+
+
+def _card_seconds(text: str) -> dict[str, float]:
+    return {
+        s.labels["namespace"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "rgpu_namespace_card_seconds_total"
+    }
+
+
+async def test_only_the_exporting_replica_counts_and_its_successor_starts_at_zero(
+    sim, peers, policy, make
+) -> None:
+    peers.allocator.publish(make.claims(make.claim("gpu-a", [0, 1], namespace="ml"), revision=2))
+    async with AsyncExitStack() as stack:
+        first_stack = AsyncExitStack()
+        first = await first_stack.enter_async_context(replica(sim, peers, policy))
+        second = await stack.enter_async_context(replica(sim, peers, policy))
+
+        async def counted() -> bool:
+            return _card_seconds(await scrape(first)).get("ml", 0.0) > 0
+
+        await eventually(counted, what="the exporter counts the claims")
+        assert _card_seconds(await scrape(second)) == {}
+        await first_stack.aclose()
+        handed = time.monotonic()
+
+        async def took_over() -> bool:
+            return "ml" in _card_seconds(await scrape(second))
+
+        await eventually(took_over, what="the second replica counts")
+        counted_after = _card_seconds(await scrape(second))["ml"]
+        bound = 2 * (time.monotonic() - handed)
+    # Two cards since the handover at most: nothing of the first replica's share is carried.
+    assert 0 < counted_after <= bound

@@ -37,7 +37,8 @@ def test_openmetrics_ends_with_a_single_eof_after_the_card_families(make):
     exposition = expose(*setup(make), accept)
     body = exposition.body.decode()
     assert exposition.content_type.startswith("application/openmetrics-text; version=1.0.0")
-    assert body.endswith('rgpu_server_cards{server="gpu-a"} 2\n# EOF\n')
+    last = 'rgpu_server_cordoned{server="gpu-a",endpoint="10.0.0.1:14833"} 0'
+    assert body.endswith(f"{last}\n# EOF\n")
     assert body.count("# EOF") == 1
     names = {f.name for f in openmetrics_families(body)}
     assert {"own_gauge", "hami_remote_gpu_overview", "rgpu_card_holder"} <= names

@@ -116,13 +116,18 @@ def _review(response: dict[str, object]) -> dict[str, object]:
     return {"kind": "AdmissionReview", "apiVersion": ADMISSION_API_VERSION, "response": response}
 
 
-def admission_allow(uid: str, patch: Sequence[Mapping[str, object]] = ()) -> dict[str, object]:
-    """Allow, with an optional JSONPatch (base64 of the JSON array, ``patchType: JSONPatch``)."""
+def admission_allow(
+    uid: str, patch: Sequence[Mapping[str, object]] = (), warnings: Sequence[str] = ()
+) -> dict[str, object]:
+    """Allow, with an optional JSONPatch (base64 of the JSON array, ``patchType: JSONPatch``)
+    and warnings, which the apiserver returns to the client (kubectl prints each one)."""
     response: dict[str, object] = {"uid": uid, "allowed": True}
     if patch:
         encoded = json.dumps(list(patch), separators=(",", ":")).encode()
         response["patch"] = base64.b64encode(encoded).decode("ascii")
         response["patchType"] = "JSONPatch"
+    if warnings:
+        response["warnings"] = list(warnings)
     return _review(response)
 
 

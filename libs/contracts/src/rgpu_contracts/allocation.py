@@ -17,6 +17,9 @@ from .ids import CardId, NodeName, PodUID, ServerName
 from .reasons import Reason, ReasonCount, ReasonCountDict, render_reasons
 
 __all__ = [
+    "LABEL_CUDA_MAJOR",
+    "MAX_CUDA_MAJOR",
+    "READINESS_GATE",
     "Allocation",
     "AllocationDict",
     "AllocationRequest",
@@ -136,16 +139,31 @@ class AllocationRequestDict(TypedDict):
     containers: list[ContainerRequestDict]
     candidateNodes: list[str]
     dryRun: bool
+    cudaMajor: int | None
+
+
+MAX_CUDA_MAJOR = 999
+"""CUDA majors are two digits today; three leave room without admitting nonsense."""
+LABEL_CUDA_MAJOR = "rgpu.io/cuda-major"
+"""The pod label naming the CUDA major version its client shim was built for, e.g. ``"12"``."""
+READINESS_GATE = "rgpu.io/remote-gpu-ready"
+"""The readiness gate (``spec.readinessGates[].conditionType``) a pod declares to be marked not
+Ready while its remote GPU server is lost; the allocator sets the condition."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocationRequest:
-    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``."""
+    """Choose (and, unless ``dry_run``, book) a server for ``pod`` near ``candidate_nodes``.
+
+    ``cuda_major``: the CUDA major version the pod's client shim was built for (its
+    ``rgpu.io/cuda-major`` label); only servers whose lupine reports that major are chosen.
+    """
 
     pod: PodRef
     containers: tuple[ContainerRequest, ...]
     candidate_nodes: tuple[NodeName, ...] = ()
     dry_run: bool = False
+    cuda_major: int | None = None
 
     def to_dict(self) -> AllocationRequestDict:
         return {
@@ -153,6 +171,7 @@ class AllocationRequest:
             "containers": [c.to_dict() for c in self.containers],
             "candidateNodes": list(self.candidate_nodes),
             "dryRun": self.dry_run,
+            "cudaMajor": self.cuda_major,
         }
 
     @classmethod
@@ -166,7 +185,14 @@ class AllocationRequest:
             containers=containers,
             candidate_nodes=tuple(NodeName(n) for n in v.strings(m, "candidateNodes", path, ())),
             dry_run=v.boolean(m, "dryRun", path, False),
+            cuda_major=_cuda_major(m, path),
         )
+
+
+def _cuda_major(m: Mapping[str, object], path: str) -> int | None:
+    if m.get("cudaMajor") is None:
+        return None
+    return v.integer(m, "cudaMajor", path, minimum=0, maximum=MAX_CUDA_MAJOR)
 
 
 class ContainerAssignmentDict(TypedDict):

@@ -3,15 +3,20 @@
 A ``Fleet`` is a frozen snapshot: servers with their cards, busy sets and probe results, plus a
 ``revision`` that changes exactly when something allocation-relevant changes, so long-poll
 clients can wait for "newer than R".
+
+A server is one lupine listener. Usually that is a whole Node (the server is named after it);
+a Node that runs one lupine per GPU declares its instances, and each is a server of its own,
+named ``<node>@<port>``, with ``node`` naming the Node it runs on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
 from . import _validate as v
-from .ids import CardId, GpuUuid, ServerName
+from .ids import CardId, GpuUuid, NodeName, ServerName
 
 __all__ = ["Card", "CardDict", "Fleet", "FleetDict", "Server", "ServerDict"]
 
@@ -26,6 +31,7 @@ class CardDict(TypedDict):
     model: str
     numa: int
     healthy: bool
+    cordoned: bool
 
 
 class ServerDict(TypedDict):
@@ -39,6 +45,9 @@ class ServerDict(TypedDict):
     topology: dict[str, str]
     cards: list[CardDict]
     error: str | None
+    node: str | None
+    cordoned: bool
+    cudaVersion: str | None
 
 
 class FleetDict(TypedDict):
@@ -49,7 +58,11 @@ class FleetDict(TypedDict):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Card:
-    """One GPU of a server, as registered by HAMi's device plugin."""
+    """One GPU of a server, as registered by HAMi's device plugin.
+
+    ``cordoned``: the GPU is listed in its Node's ``hami.io/device-cordon`` annotation, so no
+    new pod is booked on it (holders stay).
+    """
 
     id: CardId
     server: ServerName
@@ -60,6 +73,7 @@ class Card:
     model: str
     numa: int
     healthy: bool
+    cordoned: bool = False
 
     def to_dict(self) -> CardDict:
         return {
@@ -72,6 +86,7 @@ class Card:
             "model": self.model,
             "numa": self.numa,
             "healthy": self.healthy,
+            "cordoned": self.cordoned,
         }
 
     @classmethod
@@ -87,6 +102,7 @@ class Card:
             model=v.string(m, "model", path, ""),
             numa=v.integer(m, "numa", path, 0),
             healthy=v.boolean(m, "healthy", path),
+            cordoned=v.boolean(m, "cordoned", path, False),
         )
 
 
@@ -97,6 +113,9 @@ class Server:
     ``reachable`` stays true until two probes in a row failed (and before the first probe);
     ``usage_reported`` is false when lupine has no ``/metrics`` (busy set unknown, not empty);
     ``error`` explains why a listed server has no cards or no endpoint.
+    ``node`` names the Node a lupine instance runs on (``None``: the server is its Node);
+    ``cordoned`` is the Node's ``spec.unschedulable`` (no new bookings, holders stay);
+    ``cuda_version`` is what lupine answered in ``x-lupine-cuda-version`` (``None`` until known).
     """
 
     name: ServerName
@@ -109,6 +128,26 @@ class Server:
     topology: tuple[tuple[str, str], ...]
     cards: tuple[Card, ...]
     error: str | None = None
+    node: NodeName | None = None
+    cordoned: bool = False
+    cuda_version: str | None = None
+
+    @property
+    def node_name(self) -> NodeName:
+        """The Node this server runs on."""
+        return self.node if self.node is not None else NodeName(self.name)
+
+    @property
+    def cuda_major(self) -> int | None:
+        """The major number of ``cuda_version`` (``12`` for ``12.4``); ``None`` when unknown
+        or unreadable."""
+        head = (self.cuda_version or "").split(".", 1)[0].strip()
+        return int(head) if head.isascii() and head.isdigit() and len(head) < 6 else None
+
+    @property
+    def cordoned_cards(self) -> frozenset[GpuUuid]:
+        """GPUs of this server listed in its Node's device cordon."""
+        return frozenset(card.uuid for card in self.cards if card.cordoned)
 
     @property
     def healthy_cards(self) -> tuple[Card, ...]:
@@ -130,6 +169,9 @@ class Server:
             "topology": dict(self.topology),
             "cards": [card.to_dict() for card in self.cards],
             "error": self.error,
+            "node": self.node,
+            "cordoned": self.cordoned,
+            "cudaVersion": self.cuda_version,
         }
 
     @classmethod
@@ -146,7 +188,19 @@ class Server:
             topology=v.string_map(m, "topology", path, {}),
             cards=v.items(m, "cards", path, Card.from_dict, ()),
             error=v.opt_string(m, "error", path),
+            node=_node(m, path),
+            cordoned=v.boolean(m, "cordoned", path, False),
+            cuda_version=v.opt_limited(m, "cudaVersion", path, _MAX_VERSION_CHARS),
         )
+
+
+_MAX_VERSION_CHARS = 64
+"""A CUDA version is a few characters ("12.4"); anything longer is not one."""
+
+
+def _node(m: Mapping[str, object], path: str) -> NodeName | None:
+    value = v.opt_string(m, "node", path)
+    return None if value is None else NodeName(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

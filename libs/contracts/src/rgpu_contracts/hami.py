@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from . import _validate as v
@@ -17,6 +17,7 @@ from .ids import CardId, GpuUuid, ServerName
 
 __all__ = [
     "ANNOTATION_ALLOCATED",
+    "ANNOTATION_DEVICE_CORDON",
     "ANNOTATION_ENDPOINT",
     "ANNOTATION_REGISTER",
     "ANNOTATION_TO_ALLOCATE",
@@ -27,8 +28,10 @@ __all__ = [
     "PortRule",
     "RegisteredCard",
     "card_id",
+    "decode_device_cordon",
     "decode_devices",
     "decode_register",
+    "encode_device_cordon",
     "encode_devices",
     "join_endpoint",
     "port_from_label",
@@ -41,6 +44,7 @@ ANNOTATION_REGISTER = "hami.io/node-nvidia-register"
 ANNOTATION_TO_ALLOCATE = "hami.io/remote-gpu-devices-to-allocate"
 ANNOTATION_ALLOCATED = "hami.io/remote-gpu-devices-allocated"
 ANNOTATION_ENDPOINT = "hami.io/lupine-endpoint"
+ANNOTATION_DEVICE_CORDON = "hami.io/device-cordon"
 DEVICE_TYPE = "RemoteGPU"
 DEFAULT_LUPINE_PORT = 14833
 
@@ -95,6 +99,21 @@ def _register_entry(raw: object, path: str) -> RegisteredCard | None:
         numa=v.integer(m, "numa", path, 0),
         healthy=v.boolean(m, "health", path, False),
     )
+
+
+def decode_device_cordon(text: str | None) -> frozenset[GpuUuid]:
+    """The GPUs listed in ``hami.io/device-cordon`` (``"GPU-x,GPU-y"``).
+
+    Blanks around an entry and empty entries (a trailing comma) are ignored, as an operator
+    typing the value by hand would expect; nothing in it can be unreadable.
+    """
+    entries = (entry.strip() for entry in (text or "").split(","))
+    return frozenset(GpuUuid(entry) for entry in entries if entry)
+
+
+def encode_device_cordon(uuids: Iterable[str]) -> str:
+    """``hami.io/device-cordon`` for ``uuids``: sorted, comma-joined, each once."""
+    return ",".join(sorted({uuid.strip() for uuid in uuids if uuid.strip()}))
 
 
 def _is_uint(text: str) -> bool:

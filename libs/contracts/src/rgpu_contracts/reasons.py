@@ -25,6 +25,9 @@ class Reason(enum.StrEnum):
     SERVER_UNREACHABLE = "ServerUnreachable"
     CARD_BUSY_ON_SERVER = "CardBusyOnServer"
     NO_SERVERS = "NoServers"
+    SERVER_CORDONED = "ServerCordoned"
+    CARD_CORDONED = "CardCordoned"
+    CUDA_VERSION_MISMATCH = "CudaVersionMismatch"
 
 
 class ReasonCountDict(TypedDict):

@@ -3,7 +3,7 @@
 ``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding, +eviction),
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
-tokenreviews and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations with
+tokenreviews and admissionregistration.k8s.io/v1 mutating- and validatingwebhookconfigurations with
 kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
 and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
 clients (kubectl, kubernetes_asyncio) work against it.

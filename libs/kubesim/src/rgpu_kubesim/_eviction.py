@@ -1,9 +1,9 @@
 """The ``pods/eviction`` subresource: a deletion that asks the pod's disruption budget first.
 
-rgpu's allocator preempts through it (DESIGN §11), and must see exactly what kube answers: 201
-and a graceful deletion when no budget forbids it, 429 with the DisruptionBudget cause when
-one does, 500 when several budgets cover the pod. Pods that are pending, finished or already
-terminating are deleted without asking, as kube's eviction REST handler does.
+rgpu's allocator preempts through it (docs/design.md §11), and must see exactly what kube answers:
+201 and a graceful deletion when no budget forbids it, 429 with the DisruptionBudget cause when one
+does, 500 when several budgets cover the pod. Pods that are pending, finished or already terminating
+are deleted without asking, as kube's eviction REST handler does.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ hundreds of fake servers costs no tasks, and a fault set by a test takes effect 
 next byte.
 
 The released HTTP/2-only build greets every connection with its SETTINGS frame, answers any
-request (any method, any path) with a bare 200, and resets the connection about 0.2 ms later
+request (any method, any path) with a 200 whose only header is ``x-lupine-cuda-version`` (the
+CUDA version it serves; no ``server`` header), and resets the connection about 0.2 ms later
 (``SO_LINGER{1,0}``); a client that is not HTTP/2 gets the SETTINGS frame, then the reset.
 Clients that reuse the connection, or acknowledge SETTINGS after the reply, fail exactly as
 they do against the real server. ``hangup="close"`` keeps the older, clean behaviour.
@@ -36,6 +37,7 @@ __all__ = ["PREFACE", "LupineProtocol"]
 logger = logging.getLogger(__name__)
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+VERSION_HEADER: Final = "x-lupine-cuda-version"
 RESET_DELAY: Final = 0.0002
 """Seconds between the released build's reply and its reset, as measured on loopback."""
 _LINGER_RESET: Final = struct.pack("ii", 1, 0)
@@ -157,9 +159,10 @@ def _route_http1(state: LupineState, request: Request) -> tuple[HTTPStatus, str,
 
 
 class _Http2Side:
-    """Answers HTTP/2 prior knowledge: as the released build (any request 200, then a reset)
-    in ``h2only`` mode with ``hangup="reset"``; otherwise ``HEAD /`` with the CUDA version
-    header and 404 for anything else, keeping the connection."""
+    """Answers HTTP/2 prior knowledge: as the released build (any request 200 with the CUDA
+    version header, then a reset) in ``h2only`` mode with ``hangup="reset"``; otherwise
+    ``HEAD /`` with the CUDA version header and 404 for anything else, keeping the
+    connection."""
 
     def __init__(self, state: LupineState, transport: asyncio.Transport) -> None:
         self._state = state
@@ -191,7 +194,8 @@ class _Http2Side:
 
     def _respond(self, stream_id: int, headers: dict[str, str]) -> None:
         if self._released:
-            self._conn.send_headers(stream_id, [(":status", "200")], end_stream=True)
+            reply = [(":status", "200"), (VERSION_HEADER, self._state.cuda_version)]
+            self._conn.send_headers(stream_id, reply, end_stream=True)
             self._flush()
             loop = asyncio.get_running_loop()
             loop.call_later(RESET_DELAY, _reset, self._transport)
@@ -199,7 +203,7 @@ class _Http2Side:
         found = headers.get(":method") == "HEAD" and headers.get(":path") == "/"
         reply = [(":status", "200" if found else "404"), ("server", "lupine")]
         if found:
-            reply.append(("x-lupine-cuda-version", self._state.cuda_version))
+            reply.append((VERSION_HEADER, self._state.cuda_version))
         self._conn.send_headers(stream_id, reply, end_stream=True)
 
     def _flush(self) -> None:

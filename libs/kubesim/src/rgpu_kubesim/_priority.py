@@ -1,7 +1,7 @@
 """PriorityClasses and the Priority admission plugin, as kube-apiserver has them.
 
-Preemption (DESIGN §11) compares ``spec.priority`` values, and a pod only carries one once the
-apiserver has resolved its ``priorityClassName`` at admission. The rules and messages follow
+Preemption (docs/design.md §11) compares ``spec.priority`` values, and a pod only carries one once
+the apiserver has resolved its ``priorityClassName`` at admission. The rules and messages follow
 kube's priority plugin and PriorityClass validation, so code that reads or refuses priorities
 behaves here as on a real cluster.
 """

@@ -169,15 +169,19 @@ class Store:
         label_selector: str = "",
         field_selector: str = "",
         resource_version: str = "",
+        audit: bool = False,
     ) -> AsyncIterator[AsyncIterator[JsonObj]]:
         """Watch in process: yields ``{"type": ..., "object": {...}}`` dicts until cut.
 
         With ``resource_version`` "" (or "0") the current objects come first as ADDED; with a
-        version, the retained changes after it (410 ApiError when it is too old).
+        version, the retained changes after it (410 ApiError when it is too old). An ``audit``
+        watch (a verdict's evidence) is never cut, by a fault or by a reader falling behind.
         """
         kind = _resource(resource)
         wanted = parse_filter(kind, namespace, label_selector, field_selector)
-        start = self._storage.open_watch(kind, wanted, resource_version=resource_version)
+        start = self._storage.open_watch(
+            kind, wanted, resource_version=resource_version, audit=audit
+        )
         try:
             yield _events(start.initial, start.watcher)
         finally:

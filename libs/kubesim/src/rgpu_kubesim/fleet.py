@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from rgpu_contracts.hami import ANNOTATION_REGISTER, DEFAULT_LUPINE_PORT, LABEL_SERVER
+from rgpu_contracts.ids import GpuUuid
+from rgpu_contracts.instances import ANNOTATION_INSTANCES, LupineInstance, encode_instances
 
 from ._lupine_errors import AddressUnavailable, SimOptionError
 from ._lupine_nodes import Placement, client_node, server_node
@@ -105,6 +107,9 @@ class FleetSpec:
     """Servers running an old lupine build that speaks only HTTP/2."""
     unhealthy_share: float = 0.0
     """Cards registered with ``health: false``."""
+    per_gpu: bool = False
+    """Every server Node runs one lupine per GPU (``rgpu.io/lupine-instances``), each on a
+    port of its own: a server of one card each."""
     models: tuple[GpuModel, ...] = DEFAULT_MODELS
     server_prefix: str = "gpu-"
     client_prefix: str = "node-"
@@ -174,33 +179,44 @@ class ServerPlan:
     cards: tuple[CardPlan, ...]
     default_port: bool
     mode: Mode
+    per_gpu: bool = False
+    """One lupine per card, each its own server ``<name>@<port>``."""
 
     def register_annotation(self) -> str:
         """``hami.io/node-nvidia-register`` as compact JSON, the way Go's encoder writes it."""
         entries = [card.register_entry(self.model) for card in self.cards]
         return json.dumps(entries, separators=(",", ":"))
 
-    def lupine_spec(self, port: int) -> LupineSpec:
-        """What to start so the Node's endpoint answers."""
+    def lupine_spec(self, port: int, cards: tuple[CardPlan, ...] | None = None) -> LupineSpec:
+        """What to start so the Node's endpoint answers (``cards``: one instance's)."""
         return LupineSpec(
             name=self.name,
+            instance=cards is not None,
             host=self.address,
             port=port,
             mode=self.mode,
-            gpus=tuple(card.uuid for card in self.cards),
+            gpus=tuple(card.uuid for card in (self.cards if cards is None else cards)),
             device_type=self.model.nvml_name,
             gpu_memory_bytes=self.model.memory_mib << 20,
         )
 
-    def node(self, *, port: int, now: datetime) -> Manifest:
-        """The Node manifest; the label is empty only when the planned default port was won."""
+    def node(self, *, port: int, now: datetime, instances: tuple[int, ...] = ()) -> Manifest:
+        """The Node manifest; the label is empty only when the planned default port was won.
+        ``instances``: the ports of its lupine instances, one per card in card order."""
         label = "" if self.default_port and port == DEFAULT_LUPINE_PORT else str(port)
+        annotations = {ANNOTATION_REGISTER: self.register_annotation()}
+        if instances:
+            laid = [
+                LupineInstance(port=p, gpus=(GpuUuid(card.uuid),))
+                for p, card in zip(instances, self.cards, strict=True)
+            ]
+            annotations[ANNOTATION_INSTANCES] = encode_instances(laid)
         return server_node(
             name=self.name,
             address=self.address,
             placement=self.placement,
             labels={LABEL_SERVER: label},
-            annotations={ANNOTATION_REGISTER: self.register_annotation()},
+            annotations=annotations,
             now=now,
         )
 
@@ -301,6 +317,7 @@ def _plan_server(spec: FleetSpec, i: int, address: str, placement: Placement) ->
         cards=cards,
         default_port=default_port,
         mode=mode,
+        per_gpu=spec.per_gpu,
     )
 
 
@@ -329,10 +346,12 @@ class SeededFleet:
 async def seed_fleet(
     store: NodeStore, plan: FleetPlan, *, now: datetime | None = None
 ) -> AsyncIterator[SeededFleet]:
-    """Start a fake lupine per planned server, then create every Node in ``store``.
+    """Start a fake lupine per planned server (per card of a ``per_gpu`` server), then create
+    every Node in ``store``.
 
     Servers planned on the default port get it when it is free on their address, else a free
-    port written into the label. The lupine servers stop when the block exits; the Nodes stay.
+    port written into the label; the instances of a ``per_gpu`` server take free ports. The
+    lupine servers stop when the block exits; the Nodes stay.
     Raises ``AddressUnavailable`` when an address cannot be bound at all, and whatever the
     store raises for a Node it refuses (the simulated apiserver's ``ApiError``).
     """
@@ -340,6 +359,11 @@ async def seed_fleet(
     async with open_lupine_fleet() as lupine:
         manifests: list[Manifest] = []
         for server in plan.servers:
+            if server.per_gpu:
+                fakes = [await lupine.start(server.lupine_spec(0, (c,))) for c in server.cards]
+                ports = tuple(fake.port for fake in fakes)
+                manifests.append(server.node(port=DEFAULT_LUPINE_PORT, now=stamp, instances=ports))
+                continue
             fake = await _start_server(lupine, server)
             manifests.append(server.node(port=fake.port, now=stamp))
         manifests.extend(client.node(now=stamp) for client in plan.clients)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from rgpu_contracts.hami import join_endpoint
+from rgpu_contracts.instances import instance_server_name
 
 from ._lupine_errors import AddressUnavailable, LupineNotFound, SimOptionError
 from ._lupine_metrics import render_metrics
@@ -61,9 +62,12 @@ class LupineSpec:
     ``host`` must be an IP literal (a name could resolve to several sockets on different ports).
     ``port`` 0 picks a free port; the started server reports the real one. ``hangup`` says how
     an ``h2only`` server ends connections: ``reset`` (the released build) or ``close``.
+    ``instance`` makes it one of several lupine instances of Node ``name`` (one per GPU): the
+    server it stands for is then ``<name>@<port>``.
     """
 
     name: str = ""
+    instance: bool = False
     host: str = "127.0.0.1"
     port: int = 0
     mode: Mode = "sniff"
@@ -113,7 +117,15 @@ class FakeLupine:
 
     @property
     def name(self) -> str:
-        """The server (Node) name this fake stands for; may be empty for a lone server."""
+        """The server this fake stands for: its Node's name, or ``<node>@<port>`` for a lupine
+        instance; may be empty for a lone server."""
+        if self._spec.instance and self._spec.name:
+            return instance_server_name(self._spec.name, self._port)
+        return self._spec.name
+
+    @property
+    def node(self) -> str:
+        """The Node this fake runs on (``name`` without the port of an instance)."""
         return self._spec.name
 
     @property
@@ -327,14 +339,17 @@ class LupineFleet:
         return iter(tuple(self._by_endpoint.values()))
 
     async def start(self, spec: LupineSpec) -> FakeLupine:
-        """Start one more server; raises ``SimOptionError`` for a duplicate name."""
-        if spec.name and spec.name in self._by_name:
+        """Start one more server; raises ``SimOptionError`` for a duplicate name (an instance's
+        name is known once it listens)."""
+        if spec.name and not spec.instance and spec.name in self._by_name:
             raise SimOptionError("name", f"a fake lupine named {spec.name!r} already runs")
         lupine = await start_lupine(spec)
         self._stack.push_async_callback(lupine.aclose)
+        if lupine.name in self._by_name:
+            raise SimOptionError("name", f"a fake lupine named {lupine.name!r} already runs")
         self._by_endpoint[lupine.endpoint] = lupine
-        if spec.name:
-            self._by_name[spec.name] = lupine
+        if lupine.name:
+            self._by_name[lupine.name] = lupine
         return lupine
 
     def by_name(self, name: str) -> FakeLupine:

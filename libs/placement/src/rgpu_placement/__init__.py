@@ -12,6 +12,11 @@ from __future__ import annotations
 from ._assigning import (
     assign,
 )
+from ._capacity import (
+    NeverFits,
+    capable_servers,
+    never_fits,
+)
 from ._cards import (
     CardState,
     CardView,
@@ -57,6 +62,10 @@ from ._locality import (
     shared_level,
     tiers,
 )
+from ._lookalikes import (
+    Lookalike,
+    lookalikes,
+)
 from ._podreading import (
     MAX_QUANTITY,
     ContainerDemand,
@@ -64,6 +73,7 @@ from ._podreading import (
     PodDemand,
     Section,
     container_slots,
+    read_cuda_major,
     read_demand,
 )
 from ._precedence import (
@@ -127,6 +137,8 @@ __all__ = [
     "Granularity",
     "Holdings",
     "InvalidQuantity",
+    "Lookalike",
+    "NeverFits",
     "Nomination",
     "PlacementError",
     "PodDemand",
@@ -142,6 +154,7 @@ __all__ = [
     "Unclaimed",
     "Validity",
     "assign",
+    "capable_servers",
     "choose",
     "claim_stamp",
     "claim_ttl",
@@ -155,8 +168,11 @@ __all__ = [
     "holding_claims",
     "judge",
     "lasting",
+    "lookalikes",
+    "never_fits",
     "precedence",
     "preemptions",
+    "read_cuda_major",
     "read_demand",
     "scheduling_gates",
     "server_facts",

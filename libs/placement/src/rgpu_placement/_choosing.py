@@ -1,12 +1,12 @@
 """The choice of a server must be deterministic (same state, same
 answer, on every replica) and fast, and when nothing fits it must say why in HAMi's words.
 
-Order (DESIGN §4): locality tier first (finest topology domain shared with a candidate node),
-then best fit (fewest cards that still satisfy the request), then server name. Server
-granularity's best-fit key (healthy cards, name) does not depend on claims, so servers are
+Order (docs/design.md#choosing-a-server): locality tier first (finest topology domain shared with a
+candidate node), then best fit (fewest cards that still satisfy the request), then server name.
+Server granularity's best-fit key (healthy cards, name) does not depend on claims, so servers are
 tried in a precomputed order and the first fit wins; card granularity's key is (free cards that
-satisfy, healthy cards, name), found by scanning the tier in that same order and stopping at
-the first server with exactly the cards needed, which nothing can beat.
+satisfy, healthy cards, name), found by scanning the tier in that same order and stopping at the
+first server with exactly the cards needed, which nothing can beat.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def choose(
 
     A pod ``nominated`` on a server (freed for it by preemption) gets that server or nothing,
     even when another frees first: its victims were evicted for this pod, and booking
-    elsewhere would waste their eviction (DESIGN §11). A server gone from the fleet holds
+    elsewhere would waste their eviction (docs/design.md §11). A server gone from the fleet holds
     nobody.
     """
     if nominated is not None and nominated in view.facts:

@@ -36,6 +36,8 @@ class Demand:
     """Cards the pod needs at once (card granularity)."""
     max_memory_mib: int
     """The largest per-card memory any container asks for (card granularity)."""
+    cuda_major: int | None = None
+    """The CUDA major the pod's client shim was built for; ``None`` takes any server."""
 
 
 def _effective_count(containers: Sequence[ContainerRequest]) -> int:
@@ -44,8 +46,9 @@ def _effective_count(containers: Sequence[ContainerRequest]) -> int:
     return max(init, running)
 
 
-def demand_of(containers: Sequence[ContainerRequest]) -> Demand:
-    """Read a pod's containers (pod order) into a ``Demand``."""
+def demand_of(containers: Sequence[ContainerRequest], *, cuda_major: int | None = None) -> Demand:
+    """Read a pod's containers (pod order) into a ``Demand``; ``cuda_major`` is the CUDA
+    major version it asks for (``None``: any)."""
     asking = [c for c in containers if c.count > 0]
     asks = {Ask(count=c.count, memory_mib=c.memory_mib) for c in asking}
     return Demand(
@@ -53,4 +56,5 @@ def demand_of(containers: Sequence[ContainerRequest]) -> Demand:
         asks=tuple(sorted(asks, key=lambda a: (-a.memory_mib, -a.count))),
         effective_count=_effective_count(containers),
         max_memory_mib=max((c.memory_mib for c in asking), default=0),
+        cuda_major=cuda_major,
     )

@@ -4,7 +4,8 @@ the rules and translate these at its own edge.
 Hierarchy::
 
     PlacementError (ValueError)
-     └── InvalidQuantity   a remote-GPU quantity in a pod spec is not a whole number in range
+     └── InvalidQuantity   a remote-GPU quantity in a pod spec is not a whole number in range,
+                           or the pod's CUDA major label is not one
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ class PlacementError(ValueError):
 
 
 class InvalidQuantity(PlacementError):
-    """Raised when a container's remote-GPU quantity is not an integer in 0..2^31-1.
+    """Raised when a container's remote-GPU quantity is not an integer in 0..2^31-1, or the
+    pod's ``rgpu.io/cuda-major`` label is not a whole number up to 999.
 
-    ``container`` and ``resource`` name where the value sits and ``value`` is the text found,
-    so the message can point the user at the exact line of the manifest.
+    ``container`` and ``resource`` name where the value sits (``container`` is empty and
+    ``resource`` the label's key for the label) and ``value`` is the text found, so the
+    message can point the user at the exact line of the manifest.
     """
 
     def __init__(self, message: str, *, container: str, resource: str, value: str) -> None:

@@ -1,5 +1,5 @@
-""" "can this server take this pod?" has two answers in two
-granularities (DESIGN §4), and when the answer is no, HAMi-compatible reasons per card.
+""" "can this server take this pod?" has two answers in two granularities
+(docs/design.md#choosing-a-server), and when the answer is no, HAMi-compatible reasons per card.
 
 The fast checks (``fit``) run for every server tried and must stay cheap; the verdicts
 (``verdict``) run only when nothing fits, to explain why, card by card.
@@ -27,7 +27,10 @@ class Holdings(Protocol):
 
     def blocking(self, server: str) -> tuple[Claim, ...]: ...
 
-    def problem(self, server: str) -> str | None: ...
+    def problem(self, server: str) -> str | None:
+        """Why the whole server counts as held whatever its claims say (a full sentence:
+        unreadable claims, or kept for another pod), or ``None``."""
+        ...
 
     def taken(self, server: str) -> frozenset[CardId]: ...
 
@@ -90,8 +93,16 @@ class Fit:
     """Cards that satisfy the request on this server; fewer is a tighter (better) fit."""
 
 
+def _wrong_cuda(f: ServerFacts, demand: Demand) -> bool:
+    """The pod asks for a CUDA major this server's lupine does not report (or not yet)."""
+    return demand.cuda_major is not None and f.cuda_major != demand.cuda_major
+
+
 def _fit_server(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
     if f.problem or not f.healthy or held.problem(f.name) or held.blocking(f.name):
+        return None
+    # A pod given the whole server sees every card of it, a cordoned one too.
+    if f.cordoned or _wrong_cuda(f, demand):
         return None
     if held.busy(f):
         return None
@@ -104,11 +115,16 @@ def _free_capable(f: ServerFacts, demand: Demand, held: Holdings) -> list[Card]:
     start = len(f.memories) - f.capable(demand.max_memory_mib)
     taken = held.taken(f.name)
     busy = held.busy(f)
-    return [c for c in f.healthy[start:] if c.id not in taken and c.uuid not in busy]
+    cordoned = f.cordoned
+    return [
+        c
+        for c in f.healthy[start:]
+        if c.id not in taken and c.uuid not in busy and c.uuid not in cordoned
+    ]
 
 
 def _fit_card(f: ServerFacts, demand: Demand, held: Holdings) -> Fit | None:
-    if f.problem or held.problem(f.name):
+    if f.problem or held.problem(f.name) or _wrong_cuda(f, demand):
         return None
     free = _free_capable(f, demand, held)
     if len(free) < demand.effective_count:
@@ -131,7 +147,7 @@ def _blocked(f: ServerFacts, held: Holdings) -> tuple[Reason, str] | None:
     """Server granularity: why the whole server is taken, if it is."""
     problem = held.problem(f.name)
     if problem:
-        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"claims unreadable: {problem}"
+        return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, problem
     blockers = held.blocking(f.name)
     if blockers:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, f"held by {_holders(blockers)}"
@@ -172,6 +188,8 @@ def _card_reason(
 ) -> Reason | None:
     if not card.healthy:
         return Reason.CARD_NOT_HEALTH
+    if card.cordoned:
+        return Reason.CARD_CORDONED
     if card.id in taken:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if card.uuid in busy:
@@ -185,7 +203,7 @@ def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Count
     problem = held.problem(f.name)
     if problem:
         counts = Counter({Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: len(f.server.cards)})
-        return counts, f"claims unreadable: {problem}"
+        return counts, problem
     taken = held.taken(f.name)
     busy = held.busy(f)
     found = (_card_reason(c, busy, demand.max_memory_mib, taken) for c in f.server.cards)
@@ -197,6 +215,12 @@ def _card_verdict(f: ServerFacts, demand: Demand, held: Holdings) -> tuple[Count
     return counts, f"{usable} usable card(s), {demand.effective_count} needed{holders}"
 
 
+def _cuda_detail(f: ServerFacts, demand: Demand) -> str:
+    reported = f.server.cuda_version
+    said = f"lupine reports CUDA {reported}" if reported else "lupine's CUDA version is not known"
+    return f"{said}; the pod asks for CUDA {demand.cuda_major}"
+
+
 def verdict(
     f: ServerFacts, demand: Demand, held: Holdings, granularity: Granularity
 ) -> ServerVerdict:
@@ -204,6 +228,13 @@ def verdict(
     if f.problem is not None:
         counts: Counter[Reason] = Counter({f.problem: len(f.server.cards)})
         detail = f.detail
+    elif _wrong_cuda(f, demand):
+        counts = Counter({Reason.CUDA_VERSION_MISMATCH: len(f.server.cards)})
+        detail = _cuda_detail(f, demand)
+    elif granularity == "server" and f.cordoned:
+        counts = Counter({Reason.SERVER_CORDONED: len(f.server.cards)})
+        cards = ", ".join(sorted(f.cordoned))
+        detail = f"card(s) {cards} cordoned; the whole server would be booked"
     elif granularity == "server":
         counts, detail = _server_verdict(f, demand, held)
     else:

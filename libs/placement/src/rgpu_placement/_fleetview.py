@@ -15,6 +15,7 @@ from rgpu_contracts import (
     Card,
     CardId,
     Fleet,
+    GpuUuid,
     Reason,
     Server,
     ServerName,
@@ -43,6 +44,10 @@ class ServerFacts:
     """GPU UUIDs lupine reports a client on."""
     labels: Mapping[str, str]
     """The server's topology labels, for the locality rule."""
+    cordoned: frozenset[GpuUuid] = frozenset()
+    """GPUs of the server under a device cordon: never booked (holders stay)."""
+    cuda_major: int | None = None
+    """The CUDA major lupine reported, for pods that ask for one (``None``: not known)."""
 
     def capable(self, memory_mib: int) -> int:
         """How many healthy cards have at least ``memory_mib``."""
@@ -50,6 +55,9 @@ class ServerFacts:
 
 
 def _problem(server: Server) -> tuple[Reason | None, str]:
+    # A cordon comes first: it is the operator's word, and it outlasts whatever else is wrong.
+    if server.cordoned:
+        return Reason.SERVER_CORDONED, f"node {server.node_name} is cordoned (unschedulable)"
     if not server.ready:
         return Reason.SERVER_NOT_READY, "node is not Ready"
     if not server.endpoint:
@@ -73,6 +81,8 @@ def server_facts(server: Server) -> ServerFacts:
         memories=tuple(c.memory_mib for c in healthy),
         busy=frozenset(busy),
         labels=dict(server.topology),
+        cordoned=server.cordoned_cards,
+        cuda_major=server.cuda_major,
     )
 
 
@@ -122,6 +132,9 @@ class FleetView:
     """Per topology key (finest first), the servers by that label and their coarser labels:
     the locality rule compares distinct label sets, not every server."""
     cards: Mapping[CardId, Card]
+    server_nodes: frozenset[str]
+    """The Nodes the servers run on (a Node running one lupine per GPU hosts several servers,
+    none named after it): a scheduler's candidate among them is no client."""
     node_labels: Mapping[str, Mapping[str, str]]
     node_paths: Mapping[str, Path]
     """Each client node's topology path: candidates are compared by distinct paths."""
@@ -185,6 +198,8 @@ class FleetView:
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
             domains=domains,
             cards={c.id: c for s in fleet.servers for c in s.cards},
+            # ``node_name`` inlined: a property call per server is most of this line's cost.
+            server_nodes=frozenset(s.name if s.node is None else s.node for s in fleet.servers),
             node_labels=node_labels,
             node_paths=node_paths,
             total_cards=sum(len(s.cards) for s in fleet.servers),
@@ -234,6 +249,7 @@ class FleetView:
             order=self.order,
             domains=self.domains,
             cards=self.cards,
+            server_nodes=self.server_nodes,
             node_labels=labels,
             node_paths=_paths(labels, self.topology_keys),
             total_cards=self.total_cards,

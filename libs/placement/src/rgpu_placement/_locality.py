@@ -1,6 +1,6 @@
 """A closer GPU is a faster GPU: servers are tried by how fine a topology domain (rack, then
 zone, then region by default) they share with a client node, and the extender scores client
-nodes by the same measure, so the rule (DESIGN §4) lives here once for both.
+nodes by the same measure, so the rule (docs/design.md#choosing-a-server) lives here once for both.
 
 Domains are nested. A finer domain counts as shared only when every coarser domain known on
 both sides is equal too: rack names are often reused across zones, and rack ``r1`` in zone

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rgpu_contracts import ContainerKind, ContainerRequest
+from rgpu_contracts import LABEL_CUDA_MAJOR, MAX_CUDA_MAJOR, ContainerKind, ContainerRequest
 
 from ._errors import InvalidQuantity
 
@@ -25,6 +25,7 @@ __all__ = [
     "PodDemand",
     "Section",
     "container_slots",
+    "read_cuda_major",
     "read_demand",
 ]
 
@@ -88,9 +89,11 @@ class ContainerDemand:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodDemand:
-    """Every container of a pod (init first, in pod order) with its remote-GPU ask."""
+    """Every container of a pod (init first, in pod order) with its remote-GPU ask, and the
+    CUDA major version it asks for (its ``rgpu.io/cuda-major`` label; ``None``: any)."""
 
     containers: tuple[ContainerDemand, ...]
+    cuda_major: int | None = None
 
     @property
     def asks(self) -> bool:
@@ -108,11 +111,40 @@ class PodDemand:
 
 
 def read_demand(pod: Mapping[str, Any], *, count_resource: str, memory_resource: str) -> PodDemand:
-    """Read each container's count and memory; raises ``InvalidQuantity`` naming the culprit."""
+    """Read each container's count and memory and the pod's CUDA major; raises
+    ``InvalidQuantity`` naming the culprit."""
     return PodDemand(
         containers=tuple(
             _container(slot, count_resource, memory_resource) for slot in container_slots(pod)
-        )
+        ),
+        cuda_major=read_cuda_major(pod),
+    )
+
+
+def read_cuda_major(pod: Mapping[str, Any]) -> int | None:
+    """The pod's ``rgpu.io/cuda-major`` label as a number, ``None`` when absent.
+
+    Raises ``InvalidQuantity`` when the label is not a whole number up to 999: a pod that asks
+    for a version it cannot spell must be told, not placed on any server.
+    """
+    labels = _object(_object(pod.get("metadata")).get("labels"))
+    if LABEL_CUDA_MAJOR not in labels:
+        return None
+    text = _text(labels[LABEL_CUDA_MAJOR])
+    digits = text.lstrip("0")
+    if (
+        text.isascii()
+        and text.isdigit()
+        and len(digits) <= 3
+        and int(digits or "0") <= MAX_CUDA_MAJOR
+    ):
+        return int(digits or "0")
+    raise InvalidQuantity(
+        f"pod label {LABEL_CUDA_MAJOR}={_shown(text)} is not a CUDA major version; write the "
+        f'major version the client shim was built for, e.g. "12"',
+        container="",
+        resource=LABEL_CUDA_MAJOR,
+        value=_shown(text, quoted=False),
     )
 
 

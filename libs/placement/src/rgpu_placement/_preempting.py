@@ -1,6 +1,6 @@
-"""When nothing fits because servers are held, an urgent pod may take a server from less
-important work (DESIGN §11); which server, and which holders must go, has to be the same answer
-on every replica, so the choice is a pure function here, next to choosing.
+"""When nothing fits because servers are held, an urgent pod may take a server from less important
+work (docs/design.md §11); which server, and which holders must go, has to be the same answer on
+every replica, so the choice is a pure function here, next to choosing.
 
 A server is a candidate when every holder that has to go has a lower priority than the pod,
 and with them gone the pod fits. Candidates are ranked by the cost of freeing them: fewest

@@ -1,5 +1,5 @@
-""" "is this claim still holding its cards?" decides double-booking on
-one side and leaked servers on the other, so the rule (DESIGN §4) lives in exactly one place.
+""" "is this claim still holding its cards?" decides double-booking on one side and leaked servers
+on the other, so the rule (docs/design.md#validity) lives in exactly one place.
 
 A claim is valid while its pod exists, has not finished, and is either bound or was booked /
 committed less than the booking TTL ago (a booking made by admission: less than its own

@@ -19,6 +19,11 @@ do (client-go's ``leaderelection``):
 
 ``Election.step`` is one try, driven by the injected clock, so tests move time by hand;
 ``Election.run`` repeats it in the lifespan's task group and releases on the way out.
+
+A replica that cannot even ask (every try fails: no system namespace, no RBAC, no apiserver)
+blocks the service's readiness while it fails — at once before its first success, after the
+renew deadline later — so ``/readyz`` says why instead of reporting ready while the work it
+would lead goes undone.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ._kube import KubeClient
+from ._readiness import Readiness, Standing
 from .errors import KubeConflict, KubeError, KubeNotFound, SettingsError
 
 __all__ = ["Election", "ElectionTiming", "LeaseRecord", "replica_identity"]
@@ -142,6 +148,8 @@ class Election:
         "_observed",
         "_observed_at",
         "_renewed_at",
+        "_standing",
+        "_succeeded",
         "identity",
         "name",
         "namespace",
@@ -158,13 +166,16 @@ class Election:
         timing: ElectionTiming | None = None,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self._kube = kube
+        self._succeeded = False
         self.name = name
         self.namespace = namespace
         self.identity = identity or replica_identity()
         self.timing = timing or ElectionTiming()
         self._clock = clock
+        self._standing = Standing(readiness, f"election {namespace}/{name}", clock)
         self._instruments = _Instruments(registry, name)
         self._leading = False
         self._observed: LeaseRecord | None = None
@@ -254,6 +265,20 @@ class Election:
             await self.step()
         except KubeError as exc:
             logger.warning("election for the %s lease: %s", self.name, exc)
+            self._failed(exc)
+        else:
+            self._succeeded = True
+            self._standing.succeeded()
+
+    def _failed(self, exc: KubeError) -> None:
+        missing = isinstance(exc, KubeNotFound)
+        hint = f" (does the namespace {self.namespace} exist?)" if missing else ""
+        # Before its first success a replica has not taken part at all: no patience then.
+        patience = self.timing.renew_deadline_seconds if self._succeeded else 0.0
+        self._standing.failed(
+            f"cannot take part in the election of Lease {self.namespace}/{self.name}: {exc}{hint}",
+            patience=patience,
+        )
 
     async def _try(self, now: float) -> bool:
         try:

@@ -2,7 +2,7 @@
 
 ``http_client`` builds an ``httpx.AsyncClient`` with explicit timeouts, keep-alive, no
 proxy-from-environment surprises, and by default the ``httpx_aiohttp`` transport (about twice
-as fast per loopback hop as httpx's own, DESIGN §9). The transport is wrapped in
+as fast per loopback hop as httpx's own, docs/design.md §9). The transport is wrapped in
 OpenTelemetry's ``AsyncOpenTelemetryTransport``, which opens a client span and injects W3C
 ``traceparent``: ``HTTPXClientInstrumentor`` patches only ``httpx.AsyncHTTPTransport`` and so
 never sees the aiohttp transport.

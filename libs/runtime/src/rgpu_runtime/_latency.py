@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ._exemplar import trace_exemplar
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-"""Seconds; sub-millisecond at the low end because one loopback hop costs ~1 ms (DESIGN §9),
+"""Seconds; sub-millisecond at the low end because one loopback hop costs ~1 ms (docs/design.md §9),
 up to a minute because long-polls hold requests open on purpose."""
 
 UNMATCHED = "<unmatched>"

@@ -17,6 +17,10 @@ and a member joining or leaving moves only about ``1/members`` of the keys. Leas
 dead for a long time (a Deployment's pods get new names on every rollout) are deleted by the
 first live member in name order, with a resourceVersion precondition so a Lease renewed
 meanwhile survives.
+
+A member that cannot write its Lease (no system namespace, no RBAC) does not take part: it
+blocks the service's readiness while joining fails, and while renewals fail for longer than
+the lease (by then the others count it dead, and its ring is no longer theirs).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from anyio.abc import TaskStatus
 from rgpu_contracts import prefixed_name
 
 from ._kube import KubeClient, Listing
+from ._readiness import Readiness, Standing
 from ._reflector import ObjectChange, Reflector, ReflectorTiming, kube_pages
 from ._versioned import Versioned
 from ._watch import WatchEvent
@@ -123,6 +128,10 @@ class _Member:
     """``clock()`` when this version was first seen (its age estimated on a list)."""
 
 
+def _missing(exc: KubeError) -> bool:
+    return isinstance(exc, KubeNotFound)
+
+
 def _micro_time(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -154,6 +163,7 @@ class Membership:
         timing: MembershipTiming | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        readiness: Readiness | None = None,
     ) -> None:
         self._kube = kube
         self._namespace = namespace
@@ -163,6 +173,7 @@ class Membership:
         self._timing = timing or MembershipTiming()
         self._clock = clock
         self._wall = wall_clock
+        self._standing = Standing(readiness, f"membership {namespace}/{self.lease}", clock)
         self._members: dict[str, _Member] = {}
         self._own_version = ""
         # When our own renewals came back through the watch: the clock others are judged by.
@@ -226,9 +237,11 @@ class Membership:
         while True:
             try:
                 await self._renew()
+                self._written()
                 return
             except KubeError as exc:
                 logger.warning("joining %s: Lease %s not written: %s", self._group, self.lease, exc)
+                self._unwritten(exc, patience=0.0)
                 await anyio.sleep(self._timing.renew_seconds)
 
     async def _renewing(self) -> None:
@@ -236,9 +249,22 @@ class Membership:
             await anyio.sleep(self._timing.renew_seconds)
             try:
                 await self._renew()
+                self._written()
             except KubeError as exc:
                 # The others will count us dead if this lasts; nothing else to do but retry.
                 logger.warning("renewing membership Lease %s failed: %s", self.lease, exc)
+                self._unwritten(exc, patience=self._timing.lease_seconds)
+
+    def _written(self) -> None:
+        self._standing.succeeded()
+
+    def _unwritten(self, exc: KubeError, *, patience: float) -> None:
+        hint = f" (does the namespace {self._namespace} exist?)" if _missing(exc) else ""
+        self._standing.failed(
+            f"not a member of {self._group}: its Lease {self._namespace}/{self.lease} cannot be "
+            f"written: {exc}{hint}",
+            patience=patience,
+        )
 
     async def _judging(self) -> None:
         while True:

@@ -6,7 +6,7 @@ ends or drops resumes from the last resourceVersion seen, bookmarks included. ``
 means the history is gone: relist, and reconcile the fresh list against the cache, so a
 consumer sees the adds, updates and deletes it missed instead of a reset. Other failures back
 off (capped, jittered). A watch that stays silent (not even a bookmark) for longer than
-``stall_seconds`` is presumed dead and reopened (DESIGN §10, "stale caches are noticed"), and
+``stall_seconds`` is presumed dead and reopened (docs/design.md#stale-caches-are-noticed), and
 ``age()`` tells callers how old the cache's news is, so they can refuse to judge on it.
 
 Values are what ``transform`` makes of each object: a consumer that keeps slim records (the

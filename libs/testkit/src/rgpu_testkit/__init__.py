@@ -3,7 +3,8 @@
 ``eventually`` waits for state a test cannot await; ``FakeDiscovery`` is discovery's HTTP
 API (long-poll included) over values the test publishes; the builders make contract values
 (``card``, ``server``, ``fleet``, ...) and raw Kubernetes objects (``pod_manifest``, ...)
-with defaults, so a test states only what it is about. Tests import it; production code
+with defaults, so a test states only what it is about; ``flat`` reads a command's output
+whatever width the terminal wrapped it at. Tests import it; production code
 never does (an import-linter contract says so).
 """
 
@@ -32,6 +33,7 @@ from ._manifests import (
     register_annotation,
     register_card,
 )
+from ._text import flat
 
 __all__ = [
     "AUTO_ENDPOINT",
@@ -44,6 +46,7 @@ __all__ = [
     "container_manifest",
     "container_request",
     "eventually",
+    "flat",
     "fleet",
     "gpu_uuid",
     "node_manifest",

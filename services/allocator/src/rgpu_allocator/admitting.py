@@ -22,31 +22,33 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, Claim, PodUID
-from rgpu_placement import FleetView
-from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span
+from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
+from rgpu_placement import FleetView, expires_at
+from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span, trace_exemplar
 
 from .booker import Booker
 from .clients import KubeApi, pod_event
 from .gates import Lifted, lift_gate
 from .instruments import Instruments
-from .judging import Judge, Remover
+from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
 from .preempting import Preemptor, may_preempt
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
-from .verdicts import WARNINGS, Verdict, Wait
+from .removal import Remover
+from .retries import Retries
+from .verdicts import Verdict, Wait
+from .waits import Waits, busy_in, gauges
 
 __all__ = ["PERIOD", "Admitter"]
 
@@ -58,8 +60,6 @@ PERIOD = 2.0
 lapsing, a nomination expiring) is looked at this often."""
 PREEMPTIONS_AT_ONCE = 4
 """Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
-WAITING = "RemoteGPUWaiting"
-"""The Event reason saying why a gated pod waits."""
 LAPSED = "RemoteGPUAdmissionLapsed"
 """The Event reason saying an admitted pod's booking lapsed before it was bound."""
 
@@ -78,10 +78,12 @@ class Admitter:
         api: KubeApi,
         instruments: Instruments,
         concurrency: int,
+        ahead: int,
         leading: Callable[[], bool],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._planner, self._booker, self._remover = planner, booker, remover
+        self._ahead = ahead
         self._preemptor, self._queues = preemptor, queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
@@ -93,7 +95,8 @@ class Admitter:
         # pass must not lift it again.
         self._lifted: set[str] = set()
         self._preempting: set[str] = set()
-        self._said: dict[PodUID, Wait] = {}
+        self._retries = Retries(clock)
+        self._waits = Waits(api)
         self._due = True
         self._wake: anyio.Event | None = None
 
@@ -121,10 +124,14 @@ class Admitter:
                 self._queue[after.uid] = after
                 self.notify()
             return
+        if after is not None and after.bound and before is not None and not before.bound:
+            # A pod left kube-scheduler's queue: admission may be a pod further ahead again.
+            self.notify()
         gone = after or before
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
-            self._said.pop(gone.uid, None)
+            self._waits.forget(gone.uid)
             self._lifted.discard(gone.uid)
+            self._retries.forget(gone.uid)
             self._arrival.pop(gone.uid, None)
 
     def lapsed(self, claim: Claim) -> None:
@@ -144,44 +151,18 @@ class Admitter:
     def queue(self) -> AdmissionQueue:
         """Every gated pod in admission order with what a pass decides for it now (a dry
         pass: any replica can answer it), and each namespace's share."""
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
         entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
         return admission_queue(entries, held=self._held(), queues=self._queues)
 
     def collect(self) -> Iterator[Metric]:
-        """The queue's gauges, from the leader only (one series set whatever the replicas)."""
-        by_reason = GaugeMetricFamily(
-            "rgpu_admission_queue_pods",
-            "Gated pods waiting for admission, by why they wait (Admitting: in flight).",
-            labels=["reason"],
-        )
-        by_namespace = GaugeMetricFamily(
-            "rgpu_queue_pods",
-            "Gated pods waiting for admission, by namespace and why they wait.",
-            labels=["namespace", "reason"],
-        )
+        """The queue's gauges and the namespaces' shares, from the leader only (one series
+        set whatever the replicas)."""
         leading = self._leading()
-        if leading:
-            counts = self._reasons()
-            for reason in Wait:
-                by_reason.add_metric(
-                    [reason.value], sum(n for (_, r), n in counts.items() if r is reason)
-                )
-            for (namespace, reason), count in sorted(counts.items()):
-                by_namespace.add_metric([namespace, reason.value], count)
-        yield by_reason
-        yield by_namespace
+        busy = busy_in(self._flight, self._lifted)
+        yield from gauges(self._waits.counts(self._queue, busy) if leading else None)
         yield from self._queues.quotas(self._held(), leading)
-
-    def _reasons(self) -> Counter[tuple[str, Wait]]:
-        counts: Counter[tuple[str, Wait]] = Counter()
-        for uid, pod in self._queue.items():
-            busy = uid in self._flight or uid in self._lifted
-            reason = Wait.ADMITTING if busy else self._said.get(uid)
-            if reason is not None:
-                counts[(pod.namespace, reason)] += 1
-        return counts
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Pass after pass, forever; the task group holds the admissions in flight."""
@@ -198,7 +179,7 @@ class Admitter:
 
     def _ready(self) -> bool:
         judge = self.judge
-        return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
+        return judge.discovery.view is not None and judge.pods.synced and judge.ledger.synced
 
     def _held(self) -> dict[str, int]:
         """Cards per namespace held or being booked (quotas count both)."""
@@ -218,12 +199,12 @@ class Admitter:
             # A pod whose preemption is under way books nothing meanwhile: the preemption
             # nominates a server only after rehearsing its evictions, and a booking made in
             # between would leave its victims evicted for nothing.
-            busy=self._flight | self._lifted | self._preempting,
+            busy=self._flight | self._lifted | self._preempting | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
-        view = self.judge.inputs.view
-        room = self._concurrency - len(self._flight)
+        view = self.judge.discovery.view
+        room = self._room()
         if view is None or room <= 0 or not self._queue:
             return
         with tracer.start_as_current_span("admission.pass") as span:
@@ -238,6 +219,13 @@ class Admitter:
                     self._wait(verdict, view, tg)
             for unit in admit.values():
                 self._start(unit, tg)
+
+    def _room(self) -> int:
+        """Admissions this pass may start: within the concurrency, and no further ahead of
+        kube-scheduler than ``ahead`` admitted pods it has not bound."""
+        flying = len(self._flight)
+        unbound = self.judge.ledger.admitted_unbound()
+        return min(self._concurrency - flying, self._ahead - unbound - flying)
 
     def _start(self, unit: list[Verdict], tg: TaskGroup) -> None:
         for verdict in unit:
@@ -262,6 +250,7 @@ class Admitter:
                 if claims is not None:
                     await self._lift(unit, claims)
         except RgpuError as exc:
+            self._retries.failed(v.pod.uid for v in unit)
             logger.warning("could not admit %s: %s", _names(unit), exc)
         finally:
             for verdict in unit:
@@ -293,35 +282,28 @@ class Admitter:
 
     async def _lift(self, unit: list[Verdict], claims: list[Claim]) -> None:
         for verdict, claim in zip(unit, claims, strict=True):
-            lifted = await lift_gate(self._api, verdict.pod)
+            lapses = expires_at(claim, None, self.judge.ttl) or self._clock()
+            note = BookingNote(server=claim.server, expires_at=lapses)
+            lifted = await lift_gate(self._api, verdict.pod, note)
+            self._retries.forget(verdict.pod.uid)
             if lifted is Lifted.LIFTED:
                 self._lifted.add(verdict.pod.uid)
                 self._admitted(verdict.pod, claim.server)
 
     def _admitted(self, pod: PodInfo, server: str) -> None:
-        self._said.pop(pod.uid, None)
+        self._waits.forget(pod.uid)
         self._instruments.admissions.labels("admitted").inc()
         created = pod.gated.created_at if pod.gated is not None else 0.0
         if created:
-            self._instruments.admission_wait_seconds.observe(max(0.0, self._clock() - created))
+            waited = max(0.0, self._clock() - created)
+            self._instruments.admission_wait_seconds.observe(waited, trace_exemplar())
         logger.info("admitted %s with server %s", pod.ref.key, server)
 
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
-        self._announce(verdict)
+        self._waits.announce(verdict)
         if self._should_preempt(verdict):
             self._preempting.add(verdict.pod.uid)
             tg.start_soon(self._preempt, verdict, view)
-
-    def _announce(self, verdict: Verdict) -> None:
-        uid, wait = verdict.pod.uid, verdict.wait
-        if wait is None or self._said.get(uid) is wait:
-            return
-        self._said[uid] = wait
-        message = f"waiting for a remote GPU ({wait.value}): {verdict.message}"
-        warning = wait in WARNINGS
-        self._api.record_event(
-            pod_event(verdict.pod.ref, reason=WAITING, message=message, warning=warning)
-        )
 
     def _should_preempt(self, verdict: Verdict) -> bool:
         refusal = verdict.refusal

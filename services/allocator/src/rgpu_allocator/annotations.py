@@ -1,4 +1,4 @@
-"""The Binding must carry exactly HAMi's annotations (DESIGN §3), and
+"""The Binding must carry exactly HAMi's annotations (docs/design.md §3), and
 the allocator is the one that knows the cards, so it renders them from the claim at commit.
 
 Per container in pod order (init first): ``<card id>,RemoteGPU,<card memory MiB>,<cores>:``

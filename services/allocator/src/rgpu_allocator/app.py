@@ -21,7 +21,9 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    DISCOVERY_AUDIENCE,
     ElectionTiming,
+    KubeClient,
     Readiness,
     Settings,
     bearer_auth,
@@ -59,24 +61,10 @@ def create_app(
     timing (tests)."""
     memory = Memory.create(settings, CollectorRegistry() if registry is None else registry)
     readiness = Readiness()
-    url = settings.peers.discovery_url
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
-        async with (
-            kube_client(settings) as kube,
-            http_client(
-                base_url=url, timeout=DISCOVERY_TIMEOUT, transport=discovery_transport
-            ) as http,
-            http_client(
-                base_url=url, timeout=DISCOVERY_TIMEOUT, transport=discovery_transport
-            ) as probe_http,
-        ):
-            # Discovery's probe answers only confirmed callers, so probes carry this service's
-            # token; the fleet and topology long-polls are open reads and never wait for one.
-            token = bearer_auth(settings, kube)
-            if token is not None:
-                probe_http.auth = token
+        async with _clients(settings, discovery_transport) as (kube, http, probe_http):
             parts = assemble(
                 settings,
                 memory,
@@ -85,12 +73,14 @@ def create_app(
                 clock=clock,
                 leader_lease=LEADER_LEASE,
                 election=LEADER_TIMING if election is None else election,
+                readiness=readiness,
             )
             parts.signals.connect(reactions(parts))
             async with anyio.create_task_group() as tg:
                 await start(tg, parts, kube=kube, http=http)
                 readiness.set_ready()
-                yield {"deps": deps(parts), "caller_auth": caller_auth(settings, kube)}
+                auth = caller_auth(settings, kube, routes=("allocation",))
+                yield {"deps": deps(parts), "caller_auth": auth}
                 tg.cancel_scope.cancel()
 
     return create_service_app(
@@ -101,3 +91,22 @@ def create_app(
         registry=memory.registry,
         max_body_bytes=settings.http.max_body_bytes,
     )
+
+
+@asynccontextmanager
+async def _clients(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None
+) -> AsyncIterator[tuple[KubeClient, httpx.AsyncClient, httpx.AsyncClient]]:
+    """The apiserver client, and two discovery clients: long-polls, and probes."""
+    url = settings.peers.discovery_url
+    async with (
+        kube_client(settings) as kube,
+        http_client(base_url=url, timeout=DISCOVERY_TIMEOUT, transport=transport) as http,
+        http_client(base_url=url, timeout=DISCOVERY_TIMEOUT, transport=transport) as probe_http,
+    ):
+        # Discovery's probe answers only confirmed callers, so probes carry this service's
+        # token; the fleet and topology long-polls are open reads and never wait for one.
+        token = bearer_auth(settings, kube, audience=DISCOVERY_AUDIENCE)
+        if token is not None:
+            probe_http.auth = token
+        yield kube, http, probe_http

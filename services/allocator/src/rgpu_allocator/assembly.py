@@ -15,35 +15,47 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
+    DiscoveryMirror,
     Election,
     ElectionTiming,
     EventRecorder,
     KubeClient,
+    Readiness,
     Reflector,
     Settings,
 )
 
 from .admitting import Admitter
+from .answers import Answers
 from .booker import Booker
 from .booking import Booking
-from .claims import MANAGED_BY_SELECTOR, LeaseRecord, Ledger
+from .claims import MANAGED_BY_SELECTOR, LeaseRecord
 from .clients import COMPONENT, DiscoveryClient, KubeApi
-from .inputs import Inputs, follow_fleet, follow_topology
+from .committing import Committer
+from .deciding import Decider
+from .growth import wake_on_growth
 from .instruments import Instruments
-from .judging import Judge, Policy, Remover
+from .judging import Judge
 from .leases import Finder, LeaseWriter
+from .ledger import Ledger
+from .lost import LostPolicy, LostServers
+from .nudging import Nudger, Refused, Waiting
 from .planning import Planner
 from .pods import PodIndex, PodInfo
+from .policy import Policy
 from .preempting import Preemptor
 from .published import PublishedClaims
 from .queues import Queues, Version, queues_reflector
 from .reactions import Signal, Signals
-from .rechecking import Reprober, Revalidator
+from .readiness import KubeGates
+from .refusing import Checks, Refusals
+from .removal import Remover
 from .repair import Repairer
+from .revalidation import Reprober, Revalidator
 from .routes import Deps
 from .sweeping import Reconciler, Sweeper
-from .wakeup import Nudger, Refused, Waiting
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = [
@@ -64,20 +76,23 @@ class Memory:
     ledger: Ledger
     pods: PodIndex
     published: PublishedClaims
-    inputs: Inputs
+    discovery: DiscoveryMirror[FleetView]
     instruments: Instruments
     registry: CollectorRegistry
 
     @classmethod
     def create(cls, settings: Settings, registry: CollectorRegistry) -> Memory:
-        ledger, pods, inputs = Ledger(), PodIndex(), Inputs(settings.scheduling.topology_keys)
+        ledger, pods = Ledger(), PodIndex()
+        discovery = DiscoveryMirror(
+            FleetView.build, topology_keys=settings.scheduling.topology_keys
+        )
         return cls(
             policy=Policy.from_settings(settings),
             ledger=ledger,
             pods=pods,
             published=PublishedClaims(),
-            inputs=inputs,
-            instruments=Instruments(registry, ledger=ledger, pods=pods, inputs=inputs),
+            discovery=discovery,
+            instruments=Instruments(registry, ledger=ledger, pods=pods, discovery=discovery),
             registry=registry,
         )
 
@@ -96,7 +111,9 @@ class Parts:
     reconciler: Reconciler
     sweeper: Sweeper
     admitter: Admitter
+    committer: Committer
     queues: Reflector[Version]
+    lost: LostServers
     booking: Booking
     lease_watch: Reflector[LeaseRecord]
     pod_watch: Reflector[PodInfo]
@@ -120,9 +137,15 @@ def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
             p.reconciler.pod_changed,
             p.nudger.pod_changed,
             p.admitter.pod_changed,
+            p.lost.pod_changed,
         ),
         Signal.CLAIMS_TOUCHED: (p.reconciler.enqueue,),
-        Signal.LEADERSHIP: (p.reconciler.leadership, p.nudger.leadership, p.admitter.leadership),
+        Signal.LEADERSHIP: (
+            p.reconciler.leadership,
+            p.nudger.leadership,
+            p.admitter.leadership,
+            p.lost.leadership,
+        ),
         Signal.ADMISSION_LAPSED: (p.admitter.lapsed,),
     }
 
@@ -136,11 +159,14 @@ def assemble(
     clock: Callable[[], float],
     leader_lease: str,
     election: ElectionTiming,
+    readiness: Readiness | None = None,
 ) -> Parts:
     """Build every part; nothing runs until ``start``. ``leader_lease`` names the Lease the
-    replicas elect the one doing background work with, ``election`` its timing."""
+    replicas elect the one doing background work with, ``election`` its timing; the election
+    holds ``readiness`` back while it keeps failing (no namespace, no rights)."""
     m, policy = memory, memory.policy
     signals, events = Signals(), EventRecorder(component=COMPONENT)
+    m.discovery.on_fleet(wake_on_growth(signals.capacity_freed))
     api = KubeApi(
         kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events
     )
@@ -150,6 +176,7 @@ def assemble(
         namespace=policy.namespace,
         timing=election,
         registry=m.registry,
+        readiness=readiness,
     )
     leader.subscribe(signals.leadership)
 
@@ -164,7 +191,7 @@ def assemble(
     judge = Judge(
         ledger=m.ledger,
         pods=m.pods,
-        inputs=m.inputs,
+        discovery=m.discovery,
         ttl=policy.ttl,
         clock=clock,
         pods_trusted=lambda: pod_watch.fresh(trust),
@@ -208,10 +235,12 @@ def assemble(
         nudge=signals.capacity_freed,
         enabled=settings.scheduling.preemption,
     )
+    decider = Decider(policy=policy, instruments=m.instruments)
     planner = Planner(
         judge=judge,
         policy=policy,
         booker=booker,
+        decider=decider,
         nominated_on=preemptor.nominated_on,
         admission_ttl=settings.admission.ttl_seconds,
     )
@@ -230,22 +259,31 @@ def assemble(
         api=api,
         instruments=m.instruments,
         concurrency=settings.admission.concurrency,
+        ahead=settings.admission.ahead,
         leading=leading,
     )
     m.registry.register(_Collect(admitter.collect))
+    answers = Answers(policy=policy, judge=judge)
     booking = Booking(
+        judge=judge,
+        decider=decider,
+        booker=booker,
+        remover=remover,
+        refusals=Refusals(preemptor=preemptor, refused=refused, instruments=m.instruments),
+        checks=Checks(
+            revalidator=Revalidator(judge, api, writer, remover),
+            reprober=Reprober(DiscoveryClient(probe_http), m.instruments),
+        ),
+        answers=answers,
+        api=api,
+    )
+    committer = Committer(
         policy=policy,
         judge=judge,
         writer=writer,
-        booker=booker,
-        remover=remover,
         finder=Finder(api, m.ledger),
-        revalidator=Revalidator(judge, api, writer, remover),
-        reprober=Reprober(DiscoveryClient(probe_http), m.instruments),
-        refused=refused,
-        instruments=m.instruments,
-        preemptor=preemptor,
-        api=api,
+        remover=remover,
+        answers=answers,
     )
     return Parts(
         memory=m,
@@ -259,7 +297,19 @@ def assemble(
         sweeper=sweeper,
         admitter=admitter,
         queues=queues_reflector(api, queues),
+        # Lost servers: the elected replica tells (and with evict, evicts) the holders of a
+        # server unreachable or NotReady past the grace.
+        lost=LostServers(
+            api=KubeGates(kube, api),
+            ledger=m.ledger,
+            pods=m.pods,
+            discovery=m.discovery,
+            policy=LostPolicy.from_settings(settings),
+            registry=m.registry,
+            leading=leading,
+        ),
         booking=booking,
+        committer=committer,
         lease_watch=lease_watch,
         pod_watch=pod_watch,
     )
@@ -270,10 +320,11 @@ def deps(p: Parts) -> Deps:
     m = p.memory
     return Deps(
         booking=p.booking,
+        committer=p.committer,
         policy=m.policy,
         ledger=m.ledger,
         pods=m.pods,
-        inputs=m.inputs,
+        discovery=m.discovery,
         refused=p.refused,
         claims=m.published,
         admitter=p.admitter,
@@ -282,17 +333,17 @@ def deps(p: Parts) -> Deps:
 
 async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncClient) -> None:
     """Start every background task, in the order readiness depends on."""
-    inputs = p.memory.inputs
     await tg.start(p.events.run, kube)
     await tg.start(p.nudger.run)
     await tg.start(p.reconciler.run)
+    await tg.start(p.lost.run)
     await tg.start(p.admitter.run)
     # Elected before the watches list, so a lone replica reconciles what they deliver; the
     # sweeper starts after them, so a leader's first sweep sees it all.
     await tg.start(p.leader.run)
     # Decisions wait for the first fleet themselves; starting must not.
-    tg.start_soon(follow_fleet(http, inputs, p.signals.capacity_freed).run)
-    tg.start_soon(follow_topology(http, inputs).run)
+    for follower in p.memory.discovery.followers(http):
+        tg.start_soon(follower.run)
     await tg.start(p.lease_watch.run)
     # The queues are in before the pods: the first admission pass (it waits for the pods)
     # never runs on "no quota" by accident.

@@ -17,8 +17,9 @@ from rgpu_contracts import Claim, ClaimState, ContainerRequest, PodRef
 from rgpu_placement import Choice, Demand, assign, fit
 
 from .claims import LeaseRecord
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import KEEP, Edited, LeaseWriter
+from .policy import Policy
 
 __all__ = ["Booked", "Booker"]
 

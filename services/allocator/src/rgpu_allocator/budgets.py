@@ -1,11 +1,11 @@
-"""The Eviction API judges one eviction at a time, against what a PodDisruptionBudget allows at
-that moment; each real eviction then spends one of the budget's disruptions. A server's
-victims under one budget are evicted one after another, so every dry run can be allowed while
-the set as a whole is not: the first victims would go, a later one would be refused, and the
-first would have been evicted for nothing (DESIGN §11: no pod is evicted for a preemptor that
-then does not get the server). So a set of victims is judged whole before anyone is evicted:
-per budget, the victims that would spend a disruption must not outnumber the disruptions it
-allows now (``status.disruptionsAllowed``).
+"""The Eviction API judges one eviction at a time, against what a PodDisruptionBudget allows at that
+moment; each real eviction then spends one of the budget's disruptions. A server's victims under one
+budget are evicted one after another, so every dry run can be allowed while the set as a whole is
+not: the first victims would go, a later one would be refused, and the first would have been evicted
+for nothing (docs/design.md §11: no pod is evicted for a preemptor that then does not get the
+server). So a set of victims is judged whole before anyone is evicted: per budget, the victims that
+would spend a disruption must not outnumber the disruptions it allows now
+(``status.disruptionsAllowed``).
 
 A victim spends a disruption only while it is healthy (Ready and not already terminating);
 the Eviction API lets an unhealthy one go without spending any, or refuses it outright, and

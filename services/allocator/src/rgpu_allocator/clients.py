@@ -11,7 +11,7 @@ never holds the whole cluster in memory.
 
 Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
 pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
-(The fleet and the topology are followed by long-poll, see ``inputs``.)
+(The fleet and the topology are followed by long-poll: ``rgpu_runtime.DiscoveryMirror``.)
 """
 
 from __future__ import annotations
@@ -188,15 +188,21 @@ class KubeApi:
         await self._kube.call_raw(fn, name, namespace, body, request_timeout=CALL_TIMEOUT)
 
     async def lift_gate(
-        self, namespace: str, name: str, *, resource_version: str, gates: list[dict[str, str]]
+        self,
+        namespace: str,
+        name: str,
+        *,
+        resource_version: str,
+        gates: list[dict[str, str]],
+        annotations: Mapping[str, str],
     ) -> None:
-        """Set the pod's scheduling gates to ``gates`` (rgpu's removed) if the pod is still at
-        ``resource_version``; a JSON merge patch, because a strategic merge patch merges gate
-        lists by name and could never remove one. Raises ``KubeConflict`` when the pod changed
-        since, ``KubeNotFound`` when it is gone."""
+        """Set the pod's scheduling gates to ``gates`` (rgpu's removed) and add
+        ``annotations``, if the pod is still at ``resource_version``; a JSON merge patch,
+        because a strategic merge patch merges gate lists by name and could never remove one.
+        Raises ``KubeConflict`` when the pod changed since, ``KubeNotFound`` when it is gone."""
         fn = self._kube.core.patch_namespaced_pod
         body = {
-            "metadata": {"resourceVersion": resource_version},
+            "metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)},
             "spec": {"schedulingGates": gates},
         }
         await self._kube.call_raw(

@@ -62,6 +62,8 @@ class Gated:
     """Why the pod's ask is unreadable (the webhook refuses such pods; a pod created while it
     was down may still carry one)."""
     placement: Placement
+    cuda_major: int | None = None
+    """The CUDA major version the pod asks for (``rgpu.io/cuda-major``; ``None``: any)."""
     gang: Gang | None = None
     """The gang the pod belongs to (``rgpu.io/gang`` and ``rgpu.io/gang-size`` labels)."""
     trace: str | None = None
@@ -120,14 +122,14 @@ def _placement(spec: Mapping[str, Any]) -> Placement:
 
 def _ask(
     raw: Mapping[str, Any], resources: ResourceSettings
-) -> tuple[tuple[ContainerRequest, ...], str | None]:
+) -> tuple[tuple[ContainerRequest, ...], int | None, str | None]:
     try:
         demand = read_demand(raw, count_resource=resources.count, memory_resource=resources.memory)
     except InvalidQuantity as exc:
-        return (), str(exc)
+        return (), None, str(exc)
     if not demand.asks:
-        return (), f"no container asks for {resources.count}"
-    return demand.requests(), None
+        return (), None, f"no container asks for {resources.count}"
+    return demand.requests(), demand.cuda_major, None
 
 
 def read_gated(raw: Mapping[str, Any], resources: ResourceSettings) -> Gated | None:
@@ -136,7 +138,7 @@ def read_gated(raw: Mapping[str, Any], resources: ResourceSettings) -> Gated | N
     if ADMISSION_GATE not in gates:
         return None
     meta, spec = _mapping(raw.get("metadata")), _mapping(raw.get("spec"))
-    containers, problem = _ask(raw, resources)
+    containers, cuda_major, problem = _ask(raw, resources)
     version = meta.get("resourceVersion")
     return Gated(
         gates=gates,
@@ -145,6 +147,7 @@ def read_gated(raw: Mapping[str, Any], resources: ResourceSettings) -> Gated | N
         containers=containers,
         problem=problem,
         placement=_placement(spec),
+        cuda_major=cuda_major,
         gang=gang_of(str(meta.get("namespace") or ""), _labels(meta)),
         trace=_trace(meta),
     )

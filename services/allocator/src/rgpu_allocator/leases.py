@@ -40,10 +40,11 @@ from rgpu_contracts import Claim, PodUID, ServerName
 from rgpu_placement import Nomination
 from rgpu_runtime import KubeConflict, KubeNotFound
 
-from .claims import LeaseRecord, Ledger, decode_lease, encode_lease, lease_name
+from .claims import LeaseRecord, decode_lease, encode_lease, lease_name
 from .clients import KubeApi
 from .errors import ClaimNotFound, Contended, LeaseUnreadable, NamespaceMissing
 from .instruments import Instruments
+from .ledger import Ledger
 
 __all__ = [
     "ATTEMPTS",

@@ -25,7 +25,7 @@ Rules of the walk:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rgpu_contracts import CardId, Claim, ContainerRequest, NodeName, ServerName
 from rgpu_placement import (
@@ -38,18 +38,20 @@ from rgpu_placement import (
     QueueConfig,
     Refusal,
     ServerFacts,
-    choose,
     demand_of,
     winner,
 )
 
 from .booker import Booked, Booker
 from .candidates import Candidates
-from .judging import Judge, Policy
+from .capacity import Capacity
+from .deciding import Decider, Seen
+from .judging import Judge
 from .leases import Layered, Pending
 from .pods import PodInfo
+from .policy import Policy
 from .units import Unit, units_of
-from .verdicts import Verdict, Wait, capable_servers, never_fits, no_fit_message
+from .verdicts import Verdict, Wait, no_fit_message
 
 __all__ = ["MAX_DEMANDS", "Planner"]
 
@@ -77,6 +79,10 @@ class _Reserved:
     def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
         self._held, self._reserved, self._priority = held, reserved, priority
 
+    @property
+    def unreserved(self) -> Holdings:
+        return self._held
+
     def blocking(self, server: str) -> tuple[Claim, ...]:
         return self._held.blocking(server)
 
@@ -102,11 +108,15 @@ class Planner:
     judge: Judge
     policy: Policy
     booker: Booker
+    decider: Decider
     nominated_on: Callable[[str], ServerName | None]
     """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
-    demands: dict[tuple[ContainerRequest, ...], Demand] = field(default_factory=dict)
+    capacity: Capacity = field(default_factory=lambda: Capacity())
+    demands: dict[tuple[tuple[ContainerRequest, ...], int | None], Demand] = field(
+        default_factory=dict
+    )
     """Asks read so far: a pass reads every waiting pod's, and a long queue holds few distinct
     ones (a profile of passes over 3,000 gated pods put 14 % of them in ``demand_of``)."""
 
@@ -149,14 +159,19 @@ class Planner:
             return self._booked_whole(unit) or [
                 Verdict(pod=p, wait=unit.problem[0], message=unit.problem[1]) for p in unit.pods
             ]
-        short = self._short_of_quota(unit, walk, config)
-        if short is not None:
-            return [self._waits(Verdict(pod=p), short, unit) for p in unit.pods]
+        # A namespace at its quota waits for that, whatever the pool: freed servers would not
+        # go to it either, and a pod its quota holds back neither preempts nor keeps a server
+        # from others (preemption never evicts for a pod over its quota).
+        least = sum(self._least_cards(p) for p in unit.pods)
+        at_quota = self._over_quota(unit, least, walk, config, least=True)
+        if at_quota is not None:
+            return [self._waits(Verdict(pod=p), at_quota, unit) for p in unit.pods]
         verdicts = [self._one(p, view, walk) for p in unit.pods]
         taken = [v.booked for v in verdicts if v.booked is not None]
         stop = next((v for v in verdicts if v.wait is not None), None)
         if stop is None:
-            stop = self._over_quota(unit, taken, walk, config)
+            cards = sum(len(b.choice.fit.cards) for b in taken)
+            stop = self._over_quota(unit, cards, walk, config)
         if stop is not None:
             for booked in taken:
                 walk.pending.discard(self._claim(booked))
@@ -189,53 +204,39 @@ class Planner:
             return []
         return [Verdict(pod=p, held=c) for p, c in zip(unit.pods, claims, strict=True)]
 
-    def _short_of_quota(self, unit: Unit, walk: _Pass, config: QueueConfig) -> Verdict | None:
-        """The unit's wait when its namespace cannot afford even the fewest cards it could be
-        given: decided before placing it, so a pod its quota holds back neither preempts nor
-        keeps a server from others (preemption never evicts for a pod over its quota)."""
-        quota = config.quota(unit.namespace).cards
-        if quota is None:
-            return None
-        least = sum(self._least_cards(p) for p in unit.pods)
-        holds = walk.fair.held(unit.namespace)
-        if holds + least <= quota:
-            return None
-        message = (
-            f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
-            f"this needs at least {least} more (ConfigMap rgpu-queues)"
-        )
-        return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
-
     def _least_cards(self, pod: PodInfo) -> int:
         """The fewest cards ``pod`` could count against its quota (0 once it holds a claim:
         its cards are counted as held already)."""
         gated = pod.gated
         if gated is None or gated.problem is not None or winner(self.judge.live(pod.uid)):
             return 0
-        demand = self._demand(gated.containers)
+        demand = self._demand(gated.containers, gated.cuda_major)
         if self.policy.granularity == "card":
             return demand.effective_count
         return max((a.count for a in demand.asks), default=0)
 
-    def _demand(self, containers: tuple[ContainerRequest, ...]) -> Demand:
-        found = self.demands.get(containers)
+    def _demand(self, containers: tuple[ContainerRequest, ...], cuda_major: int | None) -> Demand:
+        found = self.demands.get((containers, cuda_major))
         if found is None:
             if len(self.demands) >= MAX_DEMANDS:
                 self.demands.clear()
-            found = self.demands[containers] = demand_of(containers)
+            found = demand_of(containers, cuda_major=cuda_major)
+            self.demands[containers, cuda_major] = found
         return found
 
     def _over_quota(
-        self, unit: Unit, taken: list[Booked], walk: _Pass, config: QueueConfig
+        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig, *, least: bool = False
     ) -> Verdict | None:
+        """Why ``unit`` would take its namespace over quota with ``cards`` more (``least``:
+        at least that many, before a server is chosen), if it would."""
         quota = config.quota(unit.namespace).cards
-        cards = sum(len(b.choice.fit.cards) for b in taken)
         holds = walk.fair.held(unit.namespace)
         if quota is None or holds + cards <= quota:
             return None
+        more = f"at least {cards}" if least else str(cards)
         message = (
             f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
-            f"this would take {cards} more (ConfigMap rgpu-queues)"
+            f"this would take {more} more (ConfigMap rgpu-queues)"
         )
         return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
 
@@ -251,7 +252,8 @@ class Planner:
         if candidates == ():
             message = "no client node matches the pod's nodeSelector or required node affinity"
             return Verdict(pod=pod, wait=Wait.NO_CLIENT_NODE, message=message)
-        return self._decide(pod, view, walk, self._demand(gated.containers), candidates or ())
+        demand = self._demand(gated.containers, gated.cuda_major)
+        return self._decide(pod, view, walk, demand, candidates or ())
 
     def _decide(
         self,
@@ -263,28 +265,45 @@ class Planner:
     ) -> Verdict:
         nominated = self.nominated_on(pod.uid)
         shape = (demand, candidates, nominated, pod.priority if walk.reserved else 0)
-        seen = walk.refused.get(shape)
-        if seen is not None:
-            return Verdict(pod=pod, wait=seen.wait, message=seen.message, demand=demand)
+        before = walk.refused.get(shape)
+        if before is not None:
+            return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
         held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
         if walk.reserved:
             held = _Reserved(held, walk.reserved, pod.priority)
-        outcome = choose(
-            view,
-            demand,
-            held,
-            candidates=candidates,
-            granularity=self.policy.granularity,
+        seen = Seen(
+            pod=pod.ref,
+            demand=demand,
+            view=view,
+            held=held,
             nominated=nominated,
+            candidates=candidates,
         )
+        outcome = self.decider.decide(seen)
         if isinstance(outcome, Choice):
             return self._admit(pod, demand, outcome, walk)
-        verdict = self._refused(pod, view, demand, outcome, nominated)
+        verdict = self._behind(pod, seen, demand) or self._refused(
+            pod, view, demand, outcome, nominated
+        )
         walk.refused[shape] = verdict
         if outcome.blocked_by_claims:
             best = outcome.blocked_by_claims[0]
             walk.reserved[best] = max(walk.reserved.get(best, pod.priority), pod.priority)
         return verdict
+
+    def _behind(self, pod: PodInfo, seen: Seen, demand: Demand) -> Verdict | None:
+        """``pod`` waits behind priority when a server kept for a higher-priority pod would
+        have fitted it."""
+        if not isinstance(seen.held, _Reserved):
+            return None
+        fits = self.decider.decide(replace(seen, held=seen.held.unreserved))
+        if not isinstance(fits, Choice):
+            return None
+        message = (
+            f"server {fits.fit.facts.name} would fit but is kept for a waiting pod of higher "
+            f"priority than {pod.priority}"
+        )
+        return Verdict(pod=pod, wait=Wait.BEHIND_PRIORITY, message=message, demand=demand)
 
     def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
         gated = pod.gated
@@ -322,18 +341,11 @@ class Planner:
         return Verdict(pod=pod, wait=Wait.NO_FIT, message=message, refusal=refusal, demand=demand)
 
     def _never(self, pod: PodInfo, view: FleetView, demand: Demand) -> str | None:
-        granularity = self.policy.granularity
-        never = never_fits(view, demand, granularity)
+        """Why ``pod`` can never be admitted on this fleet (too large a request, or a gang of
+        more members than servers that could take one), remembered per fleet and shape."""
         gang = pod.gated.gang if pod.gated is not None else None
-        if never is not None or gang is None or gang.size is None or granularity == "card":
-            return never
-        capable = capable_servers(view, demand, granularity)
-        if gang.size <= capable:
-            return None
-        return (
-            f"gang {gang.name} has {gang.size} members and only {capable} server(s) of the "
-            "fleet could ever take one (each member holds a whole server)"
-        )
+        size = gang.size if gang is not None and gang.size is not None else 1
+        return self.capacity.never(view.fleet, demand, self.policy.granularity, size)
 
 
 def _in_gang(verdict: Verdict, gang: Gang) -> Verdict:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rgpu_contracts import ANNOTATION_ALLOCATED, PodRef, PodUID
+from rgpu_contracts import ANNOTATION_ALLOCATED, READINESS_GATE, PodRef, PodUID
 from rgpu_runtime import ResourceSettings
 
 from .gated import Gated, read_gated
@@ -58,6 +58,10 @@ class PodInfo:
     grace period (its claim holds until then)."""
     gated: Gated | None = None
     """What admission needs, for a pod carrying rgpu's scheduling gate; ``None`` otherwise."""
+    ready_gate: bool = False
+    """The pod declares the readiness gate ``rgpu.io/remote-gpu-ready``."""
+    ready_gate_status: str | None = None
+    """That condition's ``status`` as last written (``None`` when absent)."""
 
     @property
     def ref(self) -> PodRef:
@@ -131,7 +135,26 @@ def pod_info(
         grace_seconds=_number(spec, "terminationGracePeriodSeconds", DEFAULT_GRACE),
         deleting=bool(_text(meta, "deletionTimestamp")),
         gated=read_gated(raw, resources),
+        ready_gate=_declares_gate(spec),
+        ready_gate_status=_gate_status(status),
     )
+
+
+def _declares_gate(spec: Mapping[str, object]) -> bool:
+    gates = spec.get("readinessGates")
+    return isinstance(gates, list) and any(
+        _mapping(gate).get("conditionType") == READINESS_GATE for gate in gates
+    )
+
+
+def _gate_status(status: Mapping[str, object]) -> str | None:
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        entry = _mapping(condition)
+        if entry.get("type") == READINESS_GATE:
+            value = entry.get("status")
+            return sys.intern(value) if isinstance(value, str) else None
+    return None
 
 
 class PodIndex:

@@ -1,6 +1,6 @@
 """kube-scheduler cannot preempt for a remote GPU: its victims must run on the candidate node,
 and a remote GPU's holder runs on another. So when a pod of priority is refused because servers
-are held, the allocator frees one itself (DESIGN §11):
+are held, the allocator frees one itself (docs/design.md §11):
 
 1. choose the cheapest server to free (``rgpu_placement.preemptions``: every victim of lower
    priority; fewest victims, lowest priority, least run time lost, name);
@@ -52,9 +52,10 @@ from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
+from .policy import Policy
 
 __all__ = ["MAX_CANDIDATES", "Outcome", "Preemptor", "may_preempt"]
 

@@ -4,7 +4,9 @@ place: the order in which gated pods are considered for admission.
 Priority first (a pod of higher priority is always considered before one of lower), then
 creation time (first come, first served); ``creationTimestamp`` counts whole seconds, so pods
 created in the same second go in the order the pod watch delivered them, then by uid (a
-total order).
+total order). The planner's walk (``rgpu_placement.FairWalk``) keeps priority first and
+this order within a namespace; between namespaces of equal priority it offers the one with
+the fewest cards held per unit of weight first.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ out again. A bound, running pod of our scheduler carries the truth in its
 
 But the annotation is text on a pod, and not every pod passes the webhook that guards it: a pod
 that asks for no GPU, or sets ``spec.nodeName`` itself, is never sent there. So nothing in it
-is taken on trust (DESIGN §10): a claim is rebuilt only for a pod in a namespace the webhook
+is taken on trust (docs/design.md §10): a claim is rebuilt only for a pod in a namespace the webhook
 sees (not ``kube-system``, not labelled ``rgpu.io/webhook=ignore``: there anyone may write the
 annotation), that asks for the count resource, runs ``RGPU_SCHEDULER_NAME``, and whose
 annotation names cards of one server of the fleet exactly as rgpu would have given them for
@@ -20,51 +20,32 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry import trace
 
 from rgpu_contracts import (
     ANNOTATION_ALLOCATED,
-    Card,
-    CardId,
     Claim,
-    ClaimState,
-    ContainerAssignment,
-    ContractError,
-    NodeName,
     PodUID,
-    decode_devices,
-    split_card_id,
-)
-from rgpu_placement import (
-    Demand,
-    FleetView,
-    Granularity,
-    InvalidQuantity,
-    ServerFacts,
-    assign,
-    demand_of,
-    read_demand,
 )
 from rgpu_runtime import ResourceSettings, pod_attributes
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .instruments import Instruments
-from .judging import Judge, Policy
+from .judging import Judge
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
+from .policy import Policy
+from .vetting import Untrusted, vet
 
 __all__ = [
     "REFUSED_REASON",
     "WEBHOOK_EXEMPT_NAMESPACES",
     "WEBHOOK_IGNORE_LABEL",
     "Repairer",
-    "Untrusted",
-    "vet",
 ]
 
 logger = logging.getLogger(__name__)
@@ -91,150 +72,6 @@ class _Outcome:
 
     wrote: bool = False
     holders: tuple[Claim, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Untrusted:
-    """Why a pod's annotation cannot be turned into a claim (a sentence, pod-facing)."""
-
-    why: str
-
-
-def _parts(raw: Mapping[str, Any]) -> tuple[tuple[CardId, ...], ...] | Untrusted:
-    annotations = (raw.get("metadata") or {}).get("annotations") or {}
-    try:
-        decoded = decode_devices(str(annotations.get(ANNOTATION_ALLOCATED, "")))
-    except (ContractError, ValueError) as exc:
-        # ValueError: a memory or cores field past Python's int-parsing digit limit.
-        return Untrusted(why=f"it cannot be read ({exc})")
-    return tuple(tuple(entry.card for entry in part) for part in decoded)
-
-
-def _demand(raw: Mapping[str, Any], resources: ResourceSettings) -> Demand | Untrusted:
-    try:
-        pod = read_demand(raw, count_resource=resources.count, memory_resource=resources.memory)
-    except InvalidQuantity as exc:
-        return Untrusted(why=f"the pod's own request cannot be read ({exc})")
-    if not pod.asks:
-        return Untrusted(why=f"the pod does not ask for {resources.count}")
-    return demand_of(pod.requests())
-
-
-def _server(cards: Sequence[CardId], view: FleetView) -> ServerFacts | Untrusted:
-    servers = sorted({split_card_id(card)[0] for card in cards})
-    if len(servers) != 1:
-        return Untrusted(why=f"it names {len(servers)} servers ({', '.join(servers)}), not 1")
-    facts = view.facts.get(servers[0])
-    if facts is None:
-        return Untrusted(why=f"server {servers[0]} is not in the fleet")
-    unknown = [c for c in cards if c not in view.cards]
-    if unknown:
-        return Untrusted(why=f"server {facts.name} has no card {unknown[0]}")
-    return facts
-
-
-def _server_fit(cards: Sequence[Card], demand: Demand, facts: ServerFacts) -> str | None:
-    missing = {c.id for c in facts.healthy} - {c.id for c in cards}
-    if missing:
-        return (
-            f"it names {len(cards)} cards of {facts.name}, not every healthy card "
-            f"({len(facts.healthy)}) as server granularity gives"
-        )
-    for ask in demand.asks:
-        enough = sum(1 for c in cards if c.memory_mib >= ask.memory_mib)
-        if enough < ask.count:
-            return (
-                f"a container asks for {ask.count} card(s) of {ask.memory_mib} MiB, and only "
-                f"{enough} of the named cards have that much"
-            )
-    return None
-
-
-def _card_fit(cards: Sequence[Card], demand: Demand) -> str | None:
-    if len(cards) != demand.effective_count:
-        return f"it names {len(cards)} cards and the pod needs {demand.effective_count}"
-    small = [c for c in cards if c.memory_mib < demand.max_memory_mib]
-    if small:
-        return (
-            f"card {small[0].id} has {small[0].memory_mib} MiB, less than the "
-            f"{demand.max_memory_mib} MiB the pod asks for"
-        )
-    return None
-
-
-def _fit(
-    cards: tuple[Card, ...], demand: Demand, facts: ServerFacts, granularity: Granularity
-) -> tuple[ContainerAssignment, ...] | Untrusted:
-    if granularity == "server":
-        problem = _server_fit(cards, demand, facts)
-    else:
-        problem = _card_fit(cards, demand)
-    if problem is not None:
-        return Untrusted(why=problem)
-    return assign(demand.containers, cards, granularity)
-
-
-def _same(given: Sequence[Sequence[CardId]], expected: Sequence[ContainerAssignment]) -> bool:
-    return [frozenset(p) for p in given] == [frozenset(a.cards) for a in expected]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Placement:
-    """What a trusted annotation says: the server, the pod's cards, each container's share."""
-
-    facts: ServerFacts
-    cards: tuple[CardId, ...]
-    containers: tuple[ContainerAssignment, ...]
-
-
-def _placement(
-    parts: Sequence[Sequence[CardId]], demand: Demand, view: FleetView, granularity: Granularity
-) -> _Placement | Untrusted:
-    ids = tuple(dict.fromkeys(card for part in parts for card in part))
-    facts = _server(ids, view) if ids else Untrusted(why="it names no card")
-    if isinstance(facts, Untrusted):
-        return facts
-    containers = _fit(tuple(view.cards[c] for c in ids), demand, facts, granularity)
-    if isinstance(containers, Untrusted):
-        return containers
-    if not _same(parts, containers):
-        return Untrusted(why="its cards per container differ from what rgpu assigns")
-    return _Placement(facts=facts, cards=ids, containers=containers)
-
-
-def vet(
-    raw: Mapping[str, Any],
-    pod: PodInfo,
-    *,
-    view: FleetView,
-    resources: ResourceSettings,
-    granularity: Granularity,
-    now: float,
-) -> Claim | Untrusted:
-    """The claim ``raw``'s annotation describes, if rgpu could have given it for the pod's
-    own demand on the current fleet; otherwise why not. (The scheduler is checked before.)"""
-    demand = _demand(raw, resources)
-    if isinstance(demand, Untrusted):
-        return demand
-    parts = _parts(raw)
-    if isinstance(parts, Untrusted):
-        return parts
-    if len(parts) != len(demand.containers):
-        counts = f"{len(parts)} container parts and the pod {len(demand.containers)} containers"
-        return Untrusted(why=f"it has {counts}")
-    placed = _placement(parts, demand, view, granularity)
-    if isinstance(placed, Untrusted):
-        return placed
-    return Claim(
-        pod=pod.ref,
-        server=placed.facts.name,
-        cards=placed.cards,
-        containers=placed.containers,
-        state=ClaimState.BOUND,
-        booked_at=now,
-        committed_at=now,
-        node=NodeName(pod.node_name or ""),
-    )
 
 
 class Repairer:
@@ -290,7 +127,7 @@ class Repairer:
         if uid not in self._refused:
             return False
         refused_on = self._refused[uid]
-        view = self._judge.inputs.view
+        view = self._judge.discovery.view
         return refused_on is None or (view is not None and view.fleet.revision == refused_on)
 
     async def repair(self, pod: PodInfo) -> bool:
@@ -301,7 +138,7 @@ class Repairer:
             why = f"it runs {pod.scheduler_name}, not rgpu's {self._policy.scheduler_name}"
             await self._refuse(pod, Untrusted(why=why), revision=None)
             return False
-        view = self._judge.inputs.view
+        view = self._judge.discovery.view
         if view is None:
             return False  # judged against the fleet, so not before discovery sent one
         unwatched = await self._unwatched(pod.namespace)

@@ -1,7 +1,7 @@
 """What admission decides about a gated pod, and why it waits, is read by the admitter (which
 acts on it), ``GET /v1/queue`` and ``rgpu explain`` (which show it) and the metrics (which
 count it); the vocabulary lives here once, with the two rules that explain a wait in terms
-of the fleet (a request no server could ever take, HAMi's reasons otherwise).
+of the fleet (HAMi's reasons, said as a wait).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rgpu_contracts import Card, Claim, Reason
-from rgpu_placement import Demand, FleetView, Gang, Refusal
+from rgpu_contracts import Claim, Reason
+from rgpu_placement import Demand, Gang, Refusal
 
 from .booker import Booked
 from .pods import PodInfo
 
-__all__ = ["Verdict", "Wait", "never_fits", "no_fit_message"]
+__all__ = ["Verdict", "Wait", "no_fit_message"]
 
 
 class Wait(enum.StrEnum):
@@ -63,37 +63,6 @@ class Verdict:
     demand: Demand | None = None
     gang: Gang | None = None
     """Set on the members of a gang admitted together: all are written, then all lifted."""
-
-
-def _takes(cards: tuple[Card, ...], demand: Demand, granularity: str) -> bool:
-    if granularity == "card":
-        return sum(c.memory_mib >= demand.max_memory_mib for c in cards) >= demand.effective_count
-    return all(sum(c.memory_mib >= a.memory_mib for c in cards) >= a.count for a in demand.asks)
-
-
-def capable_servers(view: FleetView, demand: Demand, granularity: str) -> int:
-    """How many servers of the fleet could take ``demand`` were they free (any health)."""
-    return sum(1 for s in view.fleet.servers if _takes(s.cards, demand, granularity))
-
-
-def never_fits(view: FleetView, demand: Demand, granularity: str) -> str | None:
-    """Why no server of the fleet could take ``demand`` even if all were free; ``None`` when
-    one could."""
-    servers = view.fleet.servers
-    if capable_servers(view, demand, granularity):
-        return None
-    if not servers:
-        return "no remote GPU server is known yet"
-    largest = max(servers, key=lambda s: (len(s.cards), s.name))
-    memory = max((c.memory_mib for c in largest.cards), default=0)
-    asked = max((a.count for a in demand.asks), default=0)
-    if granularity == "card":
-        asked = demand.effective_count
-    return (
-        f"no remote GPU server can ever take this pod: it asks for {asked} card(s) of at least "
-        f"{demand.max_memory_mib} MiB on one server; the largest server, {largest.name}, has "
-        f"{len(largest.cards)} card(s) of up to {memory} MiB"
-    )
 
 
 def no_fit_message(refusal: Refusal) -> str:

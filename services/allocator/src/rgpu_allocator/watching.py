@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, ResourceSettings, WatchTrouble
 
-from .claims import LeaseRecord, Ledger, decode_lease
+from .claims import LeaseRecord, decode_lease
 from .clients import KubeApi
 from .instruments import Instruments
+from .ledger import Ledger
 from .pods import DEFAULT_RESOURCES, PodIndex, PodInfo, pod_info
 from .published import PublishedClaims
 
@@ -42,7 +43,7 @@ class LeaseHooks:
 
 
 def watch_timing(ttl: float) -> ReflectorTiming:
-    """Watches silent for half the booking TTL are reopened (DESIGN §10), so no claim is
+    """Watches silent for half the booking TTL are reopened (docs/design.md §10), so no claim is
     judged on a cache that missed a whole TTL of news."""
     return ReflectorTiming(stall_seconds=max(ttl / 2, 1.0))
 
@@ -50,7 +51,7 @@ def watch_timing(ttl: float) -> ReflectorTiming:
 def cache_trust(ttl: float) -> float:
     """Seconds a cache may go without news from the apiserver and still be judged on: past
     the stall limit plus one watchdog look, its watch is known dead and claims are not
-    dropped on it (DESIGN §10); decisions then read fresh or wait."""
+    dropped on it (docs/design.md §10); decisions then read fresh or wait."""
     timing = watch_timing(ttl)
     return timing.stall_seconds + timing.stall_check_seconds
 

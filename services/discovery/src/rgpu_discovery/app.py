@@ -31,6 +31,7 @@ from .clients import StateLeaseApi, event_recorder, node_event
 from .fleet import FleetState
 from .instruments import Instruments
 from .lupine import Dialer, LupineProber, dial_tcp
+from .lupine_version import VersionAnswer, ask_cuda_version
 from .nodes import NodeNotices
 from .probe_states import COMPONENT_SELECTOR
 from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
@@ -39,6 +40,7 @@ from .sharding import GROUP, Shard
 from .state_watch import StateWatch
 from .state_writer import HEARTBEAT_SECONDS, StateWriter, WriterPolicy
 from .topology import TopologyState
+from .versions import Versions
 from .watching import Catalog, NodeWatch
 
 __all__ = ["WATCH_BACKOFF", "create_app"]
@@ -113,6 +115,7 @@ def create_app(
                     group=GROUP,
                     identity=name,
                     timing=membership,
+                    readiness=readiness,
                 ),
                 fleet=fleet,
                 instruments=instruments,
@@ -128,7 +131,16 @@ def create_app(
                 policy=policy,
                 owns=shard.owns,
             )
-            flights = ProbeFlights(record=writer.record, prober=prober, instruments=instruments)
+
+            async def ask(endpoint: str) -> VersionAnswer:
+                return await ask_cuda_version(endpoint, dialer=probe_dialer, timeout=timeout)
+
+            versions = Versions(
+                fleet=fleet, ask=ask, count=lambda r: instruments.version_queries.labels(r).inc()
+            )
+            flights = ProbeFlights(
+                record=writer.record, prober=prober, instruments=instruments, versions=versions
+            )
             probes = ProbeLoop(
                 fleet=fleet,
                 flights=flights,
@@ -151,7 +163,7 @@ def create_app(
             await tg.start(probes.run)
             yield {
                 "deps": Deps(fleet=fleet, topology=topology, reprober=reprober),
-                "caller_auth": caller_auth(settings, kube),
+                "caller_auth": caller_auth(settings, kube, routes=("probe",)),
             }
             tg.cancel_scope.cancel()
 

@@ -2,9 +2,11 @@
 probes); its revision must move exactly when something allocation-relevant changed, and never
 on a no-op.
 
-A ``Server`` is its Node's facts, its decoded register annotation (both from ``nodes``) and
-what probing knows, put together by ``build_server`` under HAMi's compatibility contract
-(DESIGN §3): port from the label, endpoint from the first InternalIP. Each server is rebuilt
+A ``Server`` is one lupine listener of a server Node — the Node itself, or one of the lupine
+instances it declares (``listeners``) — with its Node's facts, its decoded register annotation
+(both from ``nodes``) and what probing knows, put together by ``build_server`` under HAMi's
+compatibility contract: port from the label (or the instance), endpoint from the first
+InternalIP. Each server is rebuilt
 alone when its Node or its probe result changes, and compared with the previous ``Server``
 value: the contract holds only allocation-relevant facts, so "equal" means "no change". Only
 then is a new snapshot published, with the revision bumped by one; the other 4,999 servers
@@ -30,17 +32,17 @@ from dataclasses import dataclass
 
 from rgpu_contracts.fleet import Fleet, Server
 from rgpu_contracts.hami import join_endpoint
-from rgpu_contracts.hami import port_from_label as _port_rule
-from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Versioned
+from rgpu_contracts.ids import NodeName, ServerName
+from rgpu_runtime import FLEET_FEED, Entry, Published, Versioned
 
+from .listeners import Layout, Listener, listeners, read_layout
 from .lupine import ProbeOutcome
 from .nodes import NodeView, Register, decode_cards
 from .probe_states import UNREACHABLE_AFTER, ProbeState, StampedState
-from .published import Item, Published
 
 __all__ = [
     "UNREACHABLE_AFTER",
+    "Decoded",
     "FleetSnapshot",
     "FleetState",
     "ProbeReport",
@@ -54,31 +56,48 @@ FleetSnapshot = Published[Server]
 
 
 def build_server(
-    view: NodeView, register: Register, probe: ProbeState, default_port: int
+    view: NodeView,
+    register: Register,
+    probe: ProbeState,
+    default_port: int,
+    listener: Listener | None = None,
 ) -> Server:
-    """The fleet's view of server node ``view``."""
-    port = _port_rule(view.server_label, default_port).port
-    endpoint = _endpoint(view, default_port)
-    problems = [register.error] if register.error else []
+    """The fleet's view of ``listener`` on server node ``view`` (default: its first, the Node
+    itself unless it declares lupine instances)."""
+    if listener is None:
+        listener = listeners(view, register, read_layout(view.instances), default_port)[0]
+    endpoint = _endpoint(view, listener)
+    problems = [p for p in (register.error, listener.problem) if p]
     if endpoint is None:
         problems.insert(0, "node has no InternalIP address, so lupine cannot be reached")
     return Server(
-        name=ServerName(view.name),
+        name=listener.name,
         endpoint=endpoint,
-        port=port,
+        port=listener.port,
         ready=view.ready,
         reachable=probe.reachable,
         usage_reported=probe.usage_reported,
         busy=probe.busy,
         topology=view.topology,
-        cards=register.cards if endpoint is not None else (),
+        cards=listener.cards if endpoint is not None else (),
         error="; ".join(problems) or None,
+        node=listener.node,
+        cordoned=view.unschedulable,
+        cuda_version=probe.cuda_version,
     )
 
 
-def _endpoint(view: NodeView, default_port: int) -> str | None:
-    port = _port_rule(view.server_label, default_port).port
-    return None if view.internal_ip is None else join_endpoint(view.internal_ip, port)
+def _endpoint(view: NodeView, listener: Listener) -> str | None:
+    return None if view.internal_ip is None else join_endpoint(view.internal_ip, listener.port)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decoded:
+    """A server Node's annotations as decoded (once per text), and the servers it runs."""
+
+    register: Register
+    layout: Layout
+    servers: tuple[ServerName, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,8 +113,9 @@ class ProbeReport:
 class _Entry:
     view: NodeView
     register: Register
+    listener: Listener
     probe: ProbeState
-    item: Item[Server]
+    item: Entry[Server]
     version: int
     """The newest resourceVersion behind this entry: its Node's, or its probe state's."""
 
@@ -111,9 +131,10 @@ class FleetState:
         self._default_port = default_port
         self._clock = clock
         self._entries: dict[ServerName, _Entry] = {}
+        self._nodes: dict[NodeName, Decoded] = {}
         self._states: dict[ServerName, StampedState] = {}
         empty = Published[Server](
-            revision=0, listed=False, key="servers", fields={"observedAt": clock()}, items=()
+            FLEET_FEED, revision=0, listed=False, fields={"observedAt": clock()}, entries=()
         )
         self.published: Versioned[FleetSnapshot] = Versioned(empty, revision=0)
         self.targets_changed: Versioned[int] = Versioned(0)
@@ -128,7 +149,7 @@ class FleetState:
         snap = self.published.value
         return Fleet(revision=snap.revision, observed_at=_observed(snap), servers=snap.values)
 
-    def item(self, name: ServerName) -> Item[Server] | None:
+    def item(self, name: ServerName) -> Entry[Server] | None:
         """Server ``name`` as last published (value and JSON), or ``None`` when not listed."""
         entry = self._entries.get(name)
         return None if entry is None else entry.item
@@ -151,36 +172,51 @@ class FleetState:
         """Every server with an endpoint, to probe."""
         return {name: e.server.endpoint for name, e in self._entries.items() if e.server.endpoint}
 
-    def apply(self, view: NodeView, version: int = 0) -> Register:
-        """Add or update server ``view`` (Node resourceVersion ``version``); publishes when
-        the server changed."""
-        entry = self._build(view, version)
-        if self._store(entry):
-            self._publish(entry.version)
-        return entry.register
+    def apply(self, view: NodeView, version: int = 0) -> Decoded:
+        """Add or update server node ``view`` (Node resourceVersion ``version``) and the
+        servers it runs; publishes when one changed."""
+        entries, decoded = self._build(view, version)
+        gone = self._forget(view.name, keep=decoded.servers)
+        changed = [self._store(entry) for entry in entries]
+        self._nodes[view.name] = decoded
+        if gone or any(changed):
+            self._publish(max((e.version for e in entries), default=version))
+        return decoded
 
-    def remove(self, name: ServerName, version: int = 0) -> bool:
-        """Forget a server (deleted at ``version``, or no longer labelled); publishes when
-        it was known."""
-        if self._entries.pop(name, None) is None:
+    def remove(self, name: NodeName | ServerName, version: int = 0) -> bool:
+        """Forget server node ``name`` and its servers (deleted at ``version``, or no longer
+        labelled); publishes when it was known."""
+        if not self._forget(NodeName(name)):
             return False
         self._publish(version)
         return True
 
+    def _forget(self, node: NodeName, keep: tuple[ServerName, ...] = ()) -> bool:
+        """Drop the servers node ``node`` ran that are not in ``keep``; whether any was."""
+        known = self._nodes.pop(node, None)
+        names = known.servers if known is not None else (ServerName(node),)
+        gone = [self._entries.pop(n, None) for n in names if n not in keep]
+        return any(entry is not None for entry in gone)
+
     def replace_all(
         self, views: Iterable[NodeView], versions: Mapping[str, int] | None = None
-    ) -> Mapping[ServerName, Register]:
+    ) -> Mapping[NodeName, Decoded]:
         """Make the fleet exactly ``views`` (after a list; ``versions``: resourceVersions by
         Node name); publishes once if anything changed."""
         versions = versions or {}
-        built = {e.view.name: e for e in (self._build(v, versions.get(v.name, 0)) for v in views)}
+        nodes: dict[NodeName, Decoded] = {}
+        built: dict[ServerName, _Entry] = {}
+        for view in views:
+            entries, nodes[view.name] = self._build(view, versions.get(view.name, 0))
+            built.update((entry.server.name, entry) for entry in entries)
         gone = self._entries.keys() - built.keys()
         for name in gone:
             del self._entries[name]
+        self._nodes = nodes
         changed = [self._store(entry) for entry in built.values()]
         if gone or any(changed) or not self.published.value.listed:
             self._publish(max((e.version for e in built.values()), default=0))
-        return {ServerName(name): entry.register for name, entry in built.items()}
+        return nodes
 
     def apply_states(
         self, states: Iterable[StampedState], gone: Iterable[ServerName] = (), version: int = 0
@@ -204,33 +240,47 @@ class FleetState:
         entry = self._entries.get(name)
         if entry is None:
             return False
-        rebuilt = self._rebuilt(entry.view, entry.register, entry.version)
+        rebuilt = self._rebuilt(entry.view, entry.register, entry.listener, entry.version)
         _log_transition(entry, rebuilt.probe, before, self._states.get(name))
         return self._store(rebuilt)
 
-    def _build(self, view: NodeView, version: int) -> _Entry:
-        old = self._entries.get(ServerName(view.name))
+    def _build(self, view: NodeView, version: int) -> tuple[list[_Entry], Decoded]:
+        old = self._nodes.get(view.name)
         if old is not None and old.register.text == view.register:
             register = old.register
         else:
             register = decode_cards(ServerName(view.name), view.register)
-        return self._rebuilt(view, register, version)
+        if old is not None and old.layout.text == view.instances:
+            layout = old.layout
+        else:
+            layout = read_layout(view.instances)
+        laid = listeners(view, register, layout, self._default_port)
+        entries = [self._rebuilt(view, register, listener, version) for listener in laid]
+        names = tuple(listener.name for listener in laid)
+        return entries, Decoded(register=register, layout=layout, servers=names)
 
-    def _rebuilt(self, view: NodeView, register: Register, version: int) -> _Entry:
-        name = ServerName(view.name)
-        endpoint = _endpoint(view, self._default_port)
+    def _rebuilt(
+        self, view: NodeView, register: Register, listener: Listener, version: int
+    ) -> _Entry:
+        name = listener.name
+        endpoint = _endpoint(view, listener)
         state = self._states.get(name)
         probe, stamp = ProbeState(), 0
         if state is not None and endpoint is not None and state.endpoint == endpoint:
             probe, stamp = state.probe, state.since
-        server = build_server(view, register, probe, self._default_port)
+        server = build_server(view, register, probe, self._default_port, listener)
         old = self._entries.get(name)
         if old is not None and old.server == server:
             item = old.item
         else:
-            item = Item.of(server.name, server, Server.to_dict)
+            item = Entry.of(server.name, server, Server.to_dict)
         return _Entry(
-            view=view, register=register, probe=probe, item=item, version=max(version, stamp)
+            view=view,
+            register=register,
+            listener=listener,
+            probe=probe,
+            item=item,
+            version=max(version, stamp),
         )
 
     def _store(self, entry: _Entry) -> bool:
@@ -246,11 +296,10 @@ class FleetState:
     def _publish(self, version: int) -> None:
         revision = max(self.published.revision + 1, version)
         snapshot = Published[Server](
+            FLEET_FEED,
             revision=revision,
-            listed=True,
-            key="servers",
             fields={"observedAt": self._clock()},
-            items=(e.item for e in self._entries.values()),
+            entries=(e.item for e in self._entries.values()),
             previous=self.published.value,
         )
         self.published.publish(snapshot, revision=revision)

@@ -25,7 +25,14 @@ from .fleet import FleetState
 from .lupine import ProbeOutcome, ProbeResult
 from .topology import TopologyState
 
-__all__ = ["RESTART_CAUSES", "WRITE_OUTCOMES", "WRITE_REASONS", "Instruments", "OnDemandOutcome"]
+__all__ = [
+    "RESTART_CAUSES",
+    "VERSION_RESULTS",
+    "WRITE_OUTCOMES",
+    "WRITE_REASONS",
+    "Instruments",
+    "OnDemandOutcome",
+]
 
 RESTART_CAUSES = ("expired", "error")
 """Why the Node watch started over: ``expired`` (410, relist) or ``error`` (backoff)."""
@@ -40,6 +47,8 @@ WRITE_OUTCOMES = ("written", "conflict", "error", "deferred")
 """``written``; ``conflict`` (409: someone wrote first, re-read and decided again);
 ``error`` (the apiserver failed: the state stays pending and is retried); ``deferred`` (the
 write budget was spent: a change waits, a heartbeat waits for the next probe)."""
+VERSION_RESULTS = ("answered", "unanswered")
+"""Whether a CUDA version question got a usable version back."""
 _PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
 """Seconds; a healthy lupine answers within milliseconds, a hung one at the probe timeout."""
 
@@ -56,6 +65,7 @@ class Instruments:
     apiserver_errors: Counter
     events: Counter
     state_writes: Counter
+    version_queries: Counter
     members: Gauge
     owned: Gauge
     stale: Gauge
@@ -110,6 +120,13 @@ class Instruments:
                 "reason",
                 "outcome",
             ),
+            version_queries=_counter(
+                registry,
+                "version_queries_total",
+                "HTTP/2 HEAD / questions for lupine's CUDA version, by whether a version came "
+                "back (each costs the GPU host a connection, counted with the probes').",
+                "result",
+            ),
             members=Gauge(
                 "rgpu_discovery_members",
                 "Live discovery replicas dividing the servers, as this replica sees them.",
@@ -159,6 +176,8 @@ class Instruments:
         for reason in WRITE_REASONS:
             for outcome in WRITE_OUTCOMES:
                 self.state_writes.labels(reason, outcome)
+        for result in VERSION_RESULTS:
+            self.version_queries.labels(result)
 
 
 class _StateCollector(Collector):

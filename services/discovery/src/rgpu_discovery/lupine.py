@@ -100,7 +100,8 @@ class ProbeOutcome:
     """What one probe learned; ``busy`` is meaningful only for ``usage``.
 
     ``connections`` is how many connections the probe opened on the server (0 when the
-    connection was refused, else 1): each one costs the GPU host a process.
+    connection was refused, else 1, 2 when the CUDA version was asked too): each one costs
+    the GPU host a process. ``cuda_version`` is set only when it was asked and answered.
     """
 
     result: ProbeResult
@@ -108,6 +109,7 @@ class ProbeOutcome:
     detail: str = ""
     seconds: float = 0.0
     connections: int = 0
+    cuda_version: str | None = None
 
     @property
     def answered(self) -> bool:

@@ -6,7 +6,7 @@ A node is a **server** when it carries the ``hami.io/lupine-server`` label (any 
 empty); every other node is a **client** node, of which only the topology labels matter.
 
 A server's cards come from its register annotation, read by HAMi's compatibility contract
-(DESIGN §3), which must be exact: only ``mode == "remote"`` cards, absent health meaning
+(docs/design.md §3), which must be exact: only ``mode == "remote"`` cards, absent health meaning
 unhealthy. A server whose cards cannot be read is still listed, with ``error`` saying why, so
 its holders stay accounted for and an operator sees the problem in the fleet instead of a
 missing node.
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from rgpu_contracts import ContractError
 from rgpu_contracts.fleet import Card
 from rgpu_contracts.hami import (
+    ANNOTATION_DEVICE_CORDON,
     ANNOTATION_REGISTER,
     LABEL_SERVER,
     RegisteredCard,
@@ -34,11 +35,13 @@ from rgpu_contracts.hami import (
 )
 from rgpu_contracts.hami import port_from_label as _port_rule
 from rgpu_contracts.ids import NodeName, ServerName
+from rgpu_contracts.instances import ANNOTATION_INSTANCES
 
 from .clients import NodeEvent
 from .errors import MalformedNode
 
 __all__ = [
+    "REASON_BAD_INSTANCES",
     "REASON_BAD_REGISTER",
     "NodeNotices",
     "NodeView",
@@ -52,6 +55,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 REASON_BAD_REGISTER = "RemoteGPURegisterInvalid"
+REASON_BAD_INSTANCES = "LupineInstancesInvalid"
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -63,7 +67,9 @@ class NodeView:
     ``server_label`` is the ``hami.io/lupine-server`` value (``None`` on a client node),
     ``register`` the raw register annotation, ``internal_ip`` the first ``InternalIP``,
     ``ready`` whether the ``Ready`` condition is ``True``, and ``topology`` the configured
-    topology labels present on the node, in the configured order.
+    topology labels present on the node, in the configured order. ``unschedulable`` is
+    ``spec.unschedulable`` (``kubectl cordon``); ``device_cordon`` and ``instances`` are the
+    raw ``hami.io/device-cordon`` and ``rgpu.io/lupine-instances`` annotations.
     """
 
     name: NodeName
@@ -73,6 +79,9 @@ class NodeView:
     internal_ip: str | None
     ready: bool
     topology: Labels
+    unschedulable: bool = False
+    device_cordon: str | None = None
+    instances: str | None = None
 
     @property
     def is_server(self) -> bool:
@@ -94,6 +103,9 @@ def node_view(raw: Mapping[str, object], topology_keys: Sequence[str]) -> NodeVi
         internal_ip=_first_internal_ip(status.get("addresses")),
         ready=_is_ready(status.get("conditions")),
         topology=_topology(labels, topology_keys),
+        unschedulable=_mapping(raw.get("spec")).get("unschedulable") is True,
+        device_cordon=_text(annotations.get(ANNOTATION_DEVICE_CORDON)),
+        instances=_text(annotations.get(ANNOTATION_INSTANCES)),
     )
 
 
@@ -196,11 +208,15 @@ class NodeNotices:
         self._ports: dict[str, set[str | None]] = {}
         self._errors: dict[str, set[tuple[str, str]]] = {}
 
-    def server(self, view: NodeView, register: Register) -> None:
-        """Report what is wrong with server ``view`` that was not reported before."""
-        self._port(view)
+    def server(self, view: NodeView, register: Register, instances: str | None = None) -> None:
+        """Report what is wrong with server ``view`` that was not reported before;
+        ``instances`` says why its lupine instances annotation is unusable."""
+        if view.instances is None:
+            self._port(view)
         if register.undecodable and register.error:
             self._register(view, register.error)
+        if instances is not None:
+            self._report(view, REASON_BAD_INSTANCES, instances)
 
     def retain(self, names: Iterable[str]) -> None:
         """Forget every node not in ``names`` (after a relist)."""
@@ -224,16 +240,20 @@ class NodeNotices:
             logger.log(level, "lupine port label: %s", problem, extra={"node": view.name})
 
     def _register(self, view: NodeView, error: str) -> None:
+        self._report(view, REASON_BAD_REGISTER, error)
+
+    def _report(self, view: NodeView, reason: str, error: str) -> None:
         seen = self._errors.setdefault(view.name, set())
         if (view.uid, error) in seen:
             return
         seen.add((view.uid, error))
         logger.warning("%s", error, extra={"node": view.name})
+        what = "cards" if reason == REASON_BAD_REGISTER else "lupine instances"
         self._emit(
             NodeEvent(
                 node=view.name,
                 uid=view.uid,
-                reason=REASON_BAD_REGISTER,
-                message=f"rgpu-discovery cannot use this server's cards: {error}",
+                reason=reason,
+                message=f"rgpu-discovery cannot use this server's {what}: {error}",
             )
         )

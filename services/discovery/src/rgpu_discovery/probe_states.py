@@ -16,14 +16,15 @@ A state is rewritten when it changes, and otherwise at least every heartbeat, so
 nobody refreshes stands out (its prober stopped). A heartbeat must not look like a change to
 the fleet's revision, which is derived from resourceVersions: the annotation carries
 ``since``, the resourceVersion of the Lease version where the content the fleet shows (busy
-set, reachability, usage reported) first appeared, and a replica that lists the Leases
-later computes the same revision as one that watched every write.
+set, reachability, usage reported, CUDA version) first appeared, and a replica that lists the
+Leases later computes the same revision as one that watched every write.
 
 The rule folding probe outcomes into a state (``ProbeState``): a server is unreachable only
 after two probes in a row got no answer; a reply that carried a readable usage report
 replaces the busy set (even with an empty one); a ``404`` means the build reports no usage
 (busy unknown, not busy-free); every other outcome keeps the last busy set, because
-forgetting a busy GPU on a hiccup would double-book it.
+forgetting a busy GPU on a hiccup would double-book it. The CUDA version is replaced only by
+an answer that carried one, and kept otherwise.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ COMPONENT_VALUE: Final = "lupine-state"
 COMPONENT_SELECTOR: Final = f"{COMPONENT_LABEL}={COMPONENT_VALUE}"
 _MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "rgpu-discovery"}
 _PREFIX: Final = "lupine-"
+_MAX_VERSION_CHARS: Final = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,14 +74,16 @@ class ProbeState:
     busy: frozenset[GpuUuid] = frozenset()
     failures: int = 0
     probed: bool = False
+    cuda_version: str | None = None
 
     def same_for_fleet(self, other: ProbeState) -> bool:
         """Whether ``other`` would publish the same fleet (failures below the threshold
         and whether a probe ever happened are not part of it)."""
-        return (self.reachable, self.usage_reported, self.busy) == (
+        return (self.reachable, self.usage_reported, self.busy, self.cuda_version) == (
             other.reachable,
             other.usage_reported,
             other.busy,
+            other.cuda_version,
         )
 
     def after(self, outcome: ProbeOutcome) -> ProbeState:
@@ -91,6 +95,8 @@ class ProbeState:
                 self, failures=failures, reachable=failures < UNREACHABLE_AFTER, probed=True
             )
         alive = replace(self, failures=0, reachable=True, probed=True)
+        if outcome.cuda_version is not None:
+            alive = replace(alive, cuda_version=outcome.cuda_version)
         if outcome.result == "usage":
             return replace(alive, usage_reported=True, busy=outcome.busy)
         if outcome.result == "no_usage":
@@ -140,6 +146,8 @@ def encode_state(
         "failures": probe.failures,
         "probed": probe.probed,
     }
+    if probe.cuda_version is not None:
+        content["cudaVersion"] = probe.cuda_version
     if since is not None:
         content["since"] = since
     return {
@@ -199,7 +207,15 @@ def _probe(content: Mapping[str, Any]) -> ProbeState:
         busy=frozenset(GpuUuid(b) for b in busy),
         failures=int(content["failures"]),
         probed=bool(content["probed"]),
+        cuda_version=_version(content.get("cudaVersion")),
     )
+
+
+def _version(value: object) -> str | None:
+    # Written by discovery from a checked answer; anything else is a hand edit, ignored.
+    if isinstance(value, str) and 0 < len(value) <= _MAX_VERSION_CHARS:
+        return value
+    return None
 
 
 def _timestamp(text: object) -> float:

@@ -5,8 +5,8 @@ later, so a new server's busy set is known before anyone is placed on it (``Prob
 
 Busy sets learned once per interval (15 s by default) go stale: when a holder pod finishes
 and its lupine client disconnects, discovery keeps reporting its cards busy until the next
-round, and the allocator would refuse the next pod for up to an interval. DESIGN §4's "no
-stale refusals" rule asks for a fresh read before refusing: the allocator asks discovery to
+round, and the allocator would refuse the next pod for up to an interval. No refusal may be
+stale (docs/design.md#no-stale-refusals), so before refusing the allocator asks discovery to
 probe that one server now (``Reprober``). An on-demand probe is the periodic probe (same
 code, same rules), so its result moves the fleet's revision exactly as a periodic one would,
 and long-poll waiters see it at once. A burst of refusals must not hammer a lupine server: a
@@ -42,12 +42,13 @@ from opentelemetry import trace
 
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
+from rgpu_runtime import Entry
 
 from .errors import NoEndpoint, NotListedYet, UnknownServer
 from .fleet import FleetState, ProbeReport
 from .instruments import Instruments, OnDemandOutcome
 from .lupine import LupineProber, ProbeOutcome
-from .published import Item
+from .versions import Versions
 
 __all__ = ["REPROBE_MIN_INTERVAL", "ProbeFlights", "ProbeLoop", "Reprobed", "Reprober"]
 
@@ -100,7 +101,8 @@ class ProbeFlights:
     """Probes servers for every caller, one probe per server at a time; ``run`` must be running.
 
     ``record`` takes each result; ``clock`` (seconds, monotonic) dates each recorded result,
-    for ``reprobe``'s rate limit.
+    for ``reprobe``'s rate limit; ``versions``, when given, adds the CUDA version to the
+    probes it is due for.
     """
 
     def __init__(
@@ -110,11 +112,13 @@ class ProbeFlights:
         prober: LupineProber,
         instruments: Instruments,
         clock: Callable[[], float] = anyio.current_time,
+        versions: Versions | None = None,
     ) -> None:
         self._record = record
         self._prober = prober
         self._instruments = instruments
         self._clock = clock
+        self._versions = versions
         # The latest probe of each server, in flight or landed: whom to join, when last probed.
         self._flights: dict[ServerName, _Flight] = {}
         # Every probe not yet applied, including any whose server moved or left since.
@@ -165,6 +169,8 @@ class ProbeFlights:
         for name in gone:
             del self._flights[name]
         self._instruments.forget(gone)
+        if self._versions is not None:
+            self._versions.retain(self._flights)
 
     async def probe_here(self, server: ServerName, endpoint: str) -> OnDemandOutcome:
         """Like ``probe``, but a probe this call starts runs in the caller's task.
@@ -220,6 +226,8 @@ class ProbeFlights:
             span.set_attribute("rgpu.server", server)
             span.set_attribute("rgpu.endpoint", flight.endpoint)
             outcome = await self._prober.probe(flight.endpoint)
+            if self._versions is not None:
+                outcome = await self._versions.after_probe(server, flight.endpoint, outcome)
             span.set_attribute("rgpu.probe.result", outcome.result)
             span.set_attribute("rgpu.probe.connections", outcome.connections)
             self._instruments.probed(server, outcome)
@@ -336,7 +344,7 @@ class Reprobed:
     outcome: OnDemandOutcome
     revision: int
     """The fleet's revision right after the probe's result was applied."""
-    server: Item[Server]
+    server: Entry[Server]
     """The server as published in that revision, with its JSON."""
 
 

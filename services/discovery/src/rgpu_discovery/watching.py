@@ -26,7 +26,6 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from rgpu_contracts.ids import ServerName
 from rgpu_runtime import (
     Backoff,
     KubeClient,
@@ -39,7 +38,7 @@ from rgpu_runtime import (
 
 from .clients import NodeApi
 from .errors import MalformedNode
-from .fleet import FleetState
+from .fleet import Decoded, FleetState
 from .instruments import Instruments
 from .nodes import NodeNotices, NodeView, node_name, node_view
 from .topology import TopologyState
@@ -75,11 +74,11 @@ class Catalog:
         versions = {str(view.name): _version(obj) for view, obj in pairs}
         views = [view for view, _ in pairs]
         servers = [view for view in views if view.is_server]
-        registers = self.fleet.replace_all(servers, versions)
+        decoded = self.fleet.replace_all(servers, versions)
         self.topology.replace_all(view for view in views if not view.is_server)
         self._notices.retain(view.name for view in servers)
         for view in servers:
-            self._notices.server(view, registers[ServerName(view.name)])
+            self._notice(view, decoded[view.name])
 
     def observe(self, kind: str, obj: Mapping[str, object]) -> None:
         """Apply one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``)."""
@@ -91,11 +90,14 @@ class Catalog:
             return
         if view.is_server:
             self.topology.remove(view.name)
-            self._notices.server(view, self.fleet.apply(view, _version(obj)))
+            self._notice(view, self.fleet.apply(view, _version(obj)))
         else:
             self._notices.forget(view.name)
-            self.fleet.remove(ServerName(view.name), _version(obj))
+            self.fleet.remove(view.name, _version(obj))
             self.topology.apply(view)
+
+    def _notice(self, view: NodeView, decoded: Decoded) -> None:
+        self._notices.server(view, decoded.register, decoded.layout.error)
 
     def _delete(self, obj: Mapping[str, object]) -> None:
         try:
@@ -104,7 +106,7 @@ class Catalog:
             logger.warning("%s", exc)
             return
         self._notices.forget(name)
-        self.fleet.remove(ServerName(name), _version(obj))
+        self.fleet.remove(name, _version(obj))
         self.topology.remove(name)
 
     def _view(self, obj: Mapping[str, object]) -> NodeView | None:

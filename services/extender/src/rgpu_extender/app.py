@@ -19,7 +19,10 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
+    DiscoveryMirror,
     EventRecorder,
     Listener,
     PodCreations,
@@ -34,12 +37,10 @@ from rgpu_runtime import (
 
 from .admission import AdmissionPolicy
 from .binding import Binding
-from .booked import Booked
 from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
-from .inventory import Inventory
 from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
@@ -86,33 +87,28 @@ def create_app(
                     transport=discovery_transport,
                 )
             )
-            claims_http = await stack.enter_async_context(
-                http_client(
-                    base_url=settings.peers.allocator_url,
-                    timeout=budget,
-                    transport=allocator_transport,
-                )
-            )
             kube = await stack.enter_async_context(kube_client(settings))
-            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
-            inventory = Inventory()
-            booked = Booked(ttl=settings.scheduling.booking_ttl_seconds)
-            metrics.follow_ages(inventory.age)
+            allocator_http.auth = (
+                bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
+            )
+            discovery = DiscoveryMirror(
+                FleetView.build, topology_keys=settings.scheduling.topology_keys
+            )
+            metrics.follow_ages(discovery.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
-            for follower in inventory.followers(discovery_http):
+            for follower in discovery.followers(discovery_http):
                 tg.start_soon(follower.run)
-            # Without the claims, filter asks the allocator, as before: starting never waits.
-            tg.start_soon(booked.follower(claims_http).run)
-            await inventory.asked_once()
+            # Serve from the first request either way: with a fleet when discovery answered,
+            # with filter's ``Error`` (kube-scheduler retries) when it did not.
+            await discovery.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
             deps = _deps(
                 settings,
                 allocator=AllocatorClient(allocator_http),
                 apiserver=Apiserver(kube),
-                inventory=inventory,
-                booked=booked,
+                discovery=discovery,
                 events=events,
                 metrics=metrics,
             )
@@ -137,8 +133,7 @@ def _deps(
     *,
     allocator: AllocatorClient,
     apiserver: Apiserver,
-    inventory: Inventory,
-    booked: Booked,
+    discovery: DiscoveryMirror[FleetView],
     events: EventRecorder,
     metrics: ExtenderMetrics,
 ) -> Deps:
@@ -149,17 +144,16 @@ def _deps(
     return Deps(
         filtering=Filtering(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             events=events,
             metrics=metrics,
             resources=resources,
             budget=budget,
             recent=recent,
-            booked=booked,
         ),
         scoring=Scoring(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             metrics=metrics,
             topology_keys=settings.scheduling.topology_keys,
             budget=budget,
@@ -190,11 +184,17 @@ def listeners(settings: Settings) -> Sequence[Listener]:
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
         return [scheduler]
+    # The apiserver's client certificate is checked per path (health stays open to the
+    # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        face=webhook_surface(),
+        client_ca_file=http.webhook_client_ca_file,
+        client_cert="optional",
+        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        name="webhook",
+        limits=http.limits,
     )
     return [scheduler, webhook]
 
@@ -203,7 +203,7 @@ def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
     face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen, face=face)
+        return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
@@ -211,6 +211,8 @@ def _scheduler_listener(settings: Settings) -> Listener:
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
         face=face,
+        name="scheduler",
+        limits=http.limits,
     )
 
 

@@ -26,19 +26,19 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
     PodRef,
+    ServerName,
 )
-from rgpu_placement import PodDemand, read_demand
-from rgpu_runtime import EventRecorder, ResourceSettings
+from rgpu_placement import FleetView, PodDemand, read_demand
+from rgpu_runtime import DiscoveryMirror, EventRecorder, ResourceSettings
 
-from .booked import Booked
+from .booked import booked_server
 from .clients import AllocatorClient
+from .container_env import check_wired
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
 from .instruments import ExtenderMetrics, observed
-from .inventory import FleetView, Inventory
 from .objects import node_name, pod_label, pod_ref
 from .recent import RecentBookings
-from .wiring import check_wired
 
 __all__ = ["SERVER_NODE_REASON", "FilterOutcome", "Filtering"]
 
@@ -63,7 +63,7 @@ class Filtering:
     """The ``/filter`` verb with what it decides with; built once by the lifespan."""
 
     allocator: AllocatorClient
-    inventory: Inventory
+    discovery: DiscoveryMirror[FleetView]
     events: EventRecorder
     metrics: ExtenderMetrics
     resources: ResourceSettings
@@ -71,8 +71,6 @@ class Filtering:
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
     recent: RecentBookings
     """Where each booking is noted for the ``/prioritize`` that follows."""
-    booked: Booked
-    """The allocator's claims: an admitted pod's booking is read here, not asked for."""
 
     async def filter_pod(self, raw: object) -> FilterOutcome:
         """Decide ``/filter`` for the ExtenderArgs ``raw``; never raises for bad input."""
@@ -109,7 +107,7 @@ class Filtering:
         return demand
 
     async def _place(self, args: ExtenderArgs, demand: PodDemand, label: str) -> FilterOutcome:
-        fleet = self.inventory.fleet
+        fleet = self.discovery.view
         if fleet is None:
             message = "remote GPU inventory not synced yet (no fleet from discovery); retrying"
             return _error("not_synced", message, label)
@@ -120,12 +118,17 @@ class Filtering:
         servers, clients = _split(args.candidate_names(), fleet)
         if not clients:
             return _outcome(args, (), (), servers, "no_client_nodes", label)
-        claim = self.booked.claim_of(ref.uid)
-        if claim is not None and claim.server in fleet.servers:
-            # Admitted (or filtered before): the booking stands, kube-scheduler only places.
-            self.recent.remember(ref.uid, claim.server)
+        booked = booked_server(args.pod, time.time())
+        if booked is not None and ServerName(booked) in fleet.facts:
+            # Admitted: the booking written on the pod stands, kube-scheduler only places it.
+            self.recent.remember(ref.uid, booked)
             return _outcome(args, clients, (), servers, "booked", label)
-        request = AllocationRequest(pod=ref, containers=demand.requests(), candidate_nodes=clients)
+        request = AllocationRequest(
+            pod=ref,
+            containers=demand.requests(),
+            candidate_nodes=clients,
+            cuda_major=demand.cuda_major,
+        )
         try:
             with anyio.fail_after(self.budget):
                 answer = await self.allocator.allocate(request)
@@ -155,8 +158,8 @@ def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
 def _split(
     candidates: Iterable[str], fleet: FleetView
 ) -> tuple[tuple[str, ...], tuple[NodeName, ...]]:
-    servers = tuple(node for node in candidates if node in fleet.servers)
-    clients = tuple(NodeName(node) for node in candidates if node not in fleet.servers)
+    servers = tuple(node for node in candidates if node in fleet.server_nodes)
+    clients = tuple(NodeName(node) for node in candidates if node not in fleet.server_nodes)
     return servers, clients
 
 

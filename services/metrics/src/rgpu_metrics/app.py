@@ -46,6 +46,7 @@ from .board import Board
 from .clients import POLICY, follow_claims, follow_fleet
 from .instruments import SourceCollector, register_process
 from .routes import ROUTES, Deps
+from .usage import Usage, UsageCollector
 
 __all__ = ["State", "create_app", "main"]
 
@@ -79,7 +80,8 @@ def create_app(
     registry = CollectorRegistry() if registry is None else registry
     policy = POLICY if policy is None else policy
     readiness = Readiness()
-    board = Board()
+    usage = Usage()
+    board = Board(on_claims=usage.claims_changed)
     register_process(registry)
     timeout = policy.wait_seconds + policy.margin_seconds
 
@@ -99,12 +101,15 @@ def create_app(
             AsyncExitStack() as stack,
             anyio.create_task_group() as tg,
         ):
-            exports_cards = await _elect(settings, stack, tg, registry, election)
+            exports_cards = await _elect(settings, stack, tg, registry, election, readiness)
+            usage.count_while(exports_cards)
             fleet = follow_fleet(discovery, board, policy)
             claims = follow_claims(allocator, board, policy)
             statuses = (fleet.status, claims.status)
             collector = SourceCollector(board, statuses)
+            counter = UsageCollector(usage)
             registry.register(collector)
+            registry.register(counter)
             try:
                 # Started means "answered once"; the exporter must serve (not ready) before.
                 tg.start_soon(fleet.run)
@@ -113,6 +118,7 @@ def create_app(
                 yield {"deps": Deps(board=board, registry=registry, exports_cards=exports_cards)}
             finally:
                 registry.unregister(collector)
+                registry.unregister(counter)
                 tg.cancel_scope.cancel()
 
     app = create_service_app(
@@ -130,6 +136,7 @@ async def _elect(
     tg: TaskGroup,
     registry: CollectorRegistry,
     timing: ElectionTiming | None,
+    readiness: Readiness,
 ) -> Callable[[], bool]:
     """Join the election in a cluster (or pointed at an apiserver by ``RGPU_KUBE_URL``);
     returns "do I export the cards"."""
@@ -144,6 +151,7 @@ async def _elect(
         namespace=settings.scheduling.namespace,
         timing=LEADER_TIMING if timing is None else timing,
         registry=registry,
+        readiness=readiness,
     )
     await tg.start(leader.run)
     return lambda: leader.is_leader

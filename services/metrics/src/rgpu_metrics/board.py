@@ -12,6 +12,7 @@ A server missing from the newest fleet has no lines in the next block: its serie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rgpu_contracts import Claim, ClaimSet, Fleet, Server, ServerName
@@ -35,9 +36,11 @@ class _Rendered:
 class Board:
     """The last fleet and claims, and their card families, rebuilt on demand."""
 
-    __slots__ = ("_block", "_by_server", "_claims", "_fleet", "_rendered")
+    __slots__ = ("_block", "_by_server", "_claims", "_fleet", "_on_claims", "_rendered")
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_claims: Callable[[ClaimSet], None] | None = None) -> None:
+        """``on_claims`` hears of every new claim set (usage counting)."""
+        self._on_claims = on_claims
         self._fleet: Fleet | None = None
         self._claims: ClaimSet | None = None
         self._by_server: dict[ServerName, tuple[Claim, ...]] = {}
@@ -64,6 +67,8 @@ class Board:
         self._claims = claims
         self._by_server = claims_by_server(claims)
         self._block = None
+        if self._on_claims is not None:
+            self._on_claims(claims)
 
     def block(self) -> CardBlock:
         """The card families for the current fleet and claims (cached until either changes)."""

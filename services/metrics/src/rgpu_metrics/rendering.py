@@ -7,7 +7,7 @@ OpenMetrics (every family is a gauge, values are integers, label names are legac
 only the holder family's ``# TYPE`` differs (``info`` in OpenMetrics, where the family is
 named without its ``_info`` suffix), so a block keeps headers apart from samples.
 
-HAMi's families keep HAMi's names and labels exactly (DESIGN §3); ``device_cores`` and
+HAMi's families keep HAMi's names and labels exactly (docs/design.md §3); ``device_cores`` and
 ``device_memory_limit`` (MiB, as HAMi's own overview reports it) are properties of the card,
 never of its load, so no label value churns with scheduling except ``state`` and the holder.
 """
@@ -68,7 +68,8 @@ FAMILIES = (
     Family(
         name="rgpu_card_state",
         help="1 for the card's state, 0 for the others; precedence unavailable > unhealthy > "
-        "bound > committed > booked > busy > free.",
+        "bound > committed > booked > busy > free. cuda_version: what the card's lupine "
+        "reports (empty until known).",
     ),
     Family(
         name="rgpu_card_holder_info",
@@ -81,10 +82,29 @@ FAMILIES = (
         help="1 when the server's Node is Ready and its lupine port answers, else 0.",
     ),
     Family(name="rgpu_server_cards", help="Remote GPU cards the server registers."),
+    Family(
+        name="rgpu_card_cordoned",
+        help="1 when no new pod is booked on the card: its Node is cordoned or the card is in "
+        "the Node's hami.io/device-cordon annotation (holders stay), else 0.",
+    ),
+    Family(
+        name="rgpu_server_cordoned",
+        help="1 when the server's Node is cordoned (spec.unschedulable), else 0.",
+    ),
 )
 """Every family the board renders, in exposition order."""
 
-_MEMORY, _ALLOCATED, _OVERVIEW, _STATE, _HOLDER, _UP, _CARDS = range(len(FAMILIES))
+(
+    _MEMORY,
+    _ALLOCATED,
+    _OVERVIEW,
+    _STATE,
+    _HOLDER,
+    _UP,
+    _CARDS,
+    _CARD_CORDONED,
+    _SERVER_CORDONED,
+) = range(len(FAMILIES))
 
 ServerLines = tuple[str, ...]
 """One server's sample lines, one string per family of ``FAMILIES`` (possibly empty)."""
@@ -124,15 +144,23 @@ def render_server(server: Server, claims: Iterable[Claim]) -> ServerLines:
     server_label = f'server="{_escape(server.name)}"'
     hami_prefix = f'{server_label},endpoint="{_escape(server.endpoint or "")}",'
     per_family: list[list[str]] = [[] for _ in FAMILIES]
+    version = f'cuda_version="{_escape(server.cuda_version or "")}"'
     for view in views:
-        for family, line in _card_lines(server_label, hami_prefix, view):
+        for family, line in _card_lines(server_label, hami_prefix, view, version):
             per_family[family].append(line)
+        cordoned = int(server.cordoned or view.card.cordoned)
+        card = f'{server_label},card="{_escape(view.card.id)}"'
+        per_family[_CARD_CORDONED].append(f"rgpu_card_cordoned{{{card}}} {cordoned}\n")
     per_family[_UP].append(_server_up(hami_prefix, server))
     per_family[_CARDS].append(f"rgpu_server_cards{{{server_label}}} {len(views)}\n")
+    cordon = f"rgpu_server_cordoned{{{hami_prefix.rstrip(',')}}} {int(server.cordoned)}\n"
+    per_family[_SERVER_CORDONED].append(cordon)
     return tuple("".join(lines) for lines in per_family)
 
 
-def _card_lines(server_label: str, hami_prefix: str, view: CardView) -> Iterable[tuple[int, str]]:
+def _card_lines(
+    server_label: str, hami_prefix: str, view: CardView, version: str
+) -> Iterable[tuple[int, str]]:
     card = view.card
     hami = f'{hami_prefix}device_uuid="{_escape(card.id)}",device_index="{card.index}",'
     hami += f'device_type="{DEVICE_TYPE}"'
@@ -143,7 +171,7 @@ def _card_lines(server_label: str, hami_prefix: str, view: CardView) -> Iterable
     overview = f'{hami},device_cores="{card.cores}",device_memory_limit="{card.memory_mib}"'
     yield _OVERVIEW, f"hami_remote_gpu_overview{{{overview}}} {memory * allocated}\n"
     rgpu = f'{server_label},card="{_escape(card.id)}"'
-    yield _STATE, _state_lines(rgpu, view.state)
+    yield _STATE, _state_lines(f"{rgpu},{version}", view.state)
     if view.holder is not None:
         pod = view.holder.pod
         holder = f'{rgpu},namespace="{_escape(pod.namespace)}",pod="{_escape(pod.name)}"'
