@@ -277,3 +277,24 @@ async def test_a_pod_its_quota_holds_back_does_not_preempt(build, kit, sim, clus
         assert {"trainer", "filler"} <= {p["metadata"]["name"] for p in pods}
         assert not any(p["metadata"].get("deletionTimestamp") for p in pods)
         assert "QuotaExceeded" in events(cluster, serve)[0]["message"]
+
+
+async def test_a_pod_at_its_quota_whose_gate_lift_failed_is_lifted_on_its_own_booking(
+    build, kit, sim, cluster
+):
+    # The booking is written, the lift fails: the pod's namespace now holds its one card with
+    # that very booking, which must not count against the pod a second time on the retry.
+    configure(cluster, "namespaces: {ml: {cards: 1}}")
+    discovery = kit.FakeDiscovery(
+        build.fleet(build.server("gpu-a", cards=1), build.server("gpu-b", cards=1))
+    )
+    async with kit.running_allocator(sim.url, discovery):
+        sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=500)
+        trainer = team_pod(cluster, "trainer", "ml")
+        await kit.wait_for(lambda: holders(cluster), what="the booking written")
+        await anyio.sleep(1.0)
+        assert gates(cluster, trainer)
+        booked = holders(cluster)
+        sim.faults.clear()
+        await kit.wait_for(lambda: not gates(cluster, trainer), what="the gate lifted", timeout=5)
+        assert holders(cluster) == booked
