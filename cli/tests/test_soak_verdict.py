@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from rich.console import Console
+
 from rgpu_cli.checks import check_no_sharing
 from rgpu_cli.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
 from rgpu_cli.soak_faults import FaultWindow
+from rgpu_cli.soak_report import SoakReport, print_soak_report
 from rgpu_cli.verdict import (
     WakeUp,
     check_commits_held,
@@ -143,6 +146,32 @@ def _wake(seconds: float, key: str = "default/p") -> WakeUp:
 def test_slow_wake_ups_fail_at_the_99th_percentile() -> None:
     assert check_wakeups([_wake(0.3)] * 99).passed
     assert not check_wakeups([_wake(0.3)] * 90 + [_wake(5.0)] * 10).passed
+
+
+def test_no_wake_ups_are_said_as_such_not_as_nan_figures() -> None:
+    result = check_wakeups([], what="gated pods admitted and bound")
+    assert result.passed
+    assert "none to judge, no pod waited for capacity to free" in result.name
+    assert "nan" not in result.name
+
+
+def test_the_summary_gives_wake_up_figures_only_where_pods_waited(capsys) -> None:
+    report = SoakReport(
+        pods=1,
+        wall_seconds=1.0,
+        bound=1,
+        succeeded=1,
+        deleted=0,
+        waits=(),
+        faults={},
+        checks=(),
+        woken="gated pods admitted and bound",
+    )
+    print_soak_report(report, Console(width=200))
+    printed = capsys.readouterr().out
+    assert "none: no pod waited for capacity to free (0 gated pods admitted and bound)" in printed
+    print_soak_report(replace(report, waits=(0.25, 0.5)), Console(width=200))
+    assert "p50 0.38s, p99 0.50s (2 gated pods admitted and bound)" in capsys.readouterr().out
 
 
 def test_a_failed_wake_up_check_names_the_slowest_and_the_nominee_holding_the_server() -> None:
