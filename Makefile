@@ -57,7 +57,8 @@ demo: setup
 	$(RUN) rgpu demo
 
 # The proving ground at length: 5,000 pods under the standard faults, two replicas of each
-# service; about 20 minutes on 2 cores. `rgpu soak --help` for a shorter or different run.
+# service; at least 28 minutes (its stream arrives over 1,653 s, paced to the fleet; the header
+# prints the arithmetic). `rgpu soak --help` for a shorter or different run.
 soak: setup
 	$(RUN) rgpu soak --pods 5000
 
