@@ -10,7 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
-from rgpu_contracts import ANNOTATION_ALLOCATED, ANNOTATION_ENDPOINT, ANNOTATION_TO_ALLOCATE
+from rgpu_contracts import (
+    ANNOTATION_ALLOCATED,
+    ANNOTATION_BOOKING,
+    ANNOTATION_ENDPOINT,
+    ANNOTATION_TO_ALLOCATE,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -118,21 +123,43 @@ async def test_apiserver_refusal_releases_the_claim_at_once_in_hamis_flow(
     assert not stored(sim)["spec"].get("nodeName")
 
 
+@pytest.fixture
+def admitted(sim, build, allocator) -> dict[str, Any]:
+    """A pending pod rgpu's admission booked (it carries the booking it lifted the gate with)."""
+    booking = '{"server":"gpu-01","expiresAt":4102444800}'
+    created = build.seed_pod(sim, build.pod(annotations={ANNOTATION_BOOKING: booking}))
+    allocator.hold(created["metadata"]["uid"])
+    return created
+
+
 @pytest.mark.parametrize("code", [400, 429])
 async def test_apiserver_refusal_keeps_the_booking_admission_made_for_the_retry(
-    extender, sim, seeded, allocator, code: int
+    extender, sim, admitted, allocator, code: int
 ) -> None:
     # Admitted behind the gate, in its queue's order and within its quota and gang: a
     # refused Binding must not send the retry round admission through the filter path.
     sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
-    error = await post_bind(extender, bind_args(seeded))
+    error = await post_bind(extender, bind_args(admitted))
     assert f"{code}" in error
     assert "claim is kept (the retry binds on the booking admission made)" in error
     assert allocator.released == []
     assert not stored(sim)["spec"].get("nodeName")
     sim.faults.clear()
-    assert await post_bind(extender, bind_args(seeded)) == ""
+    assert await post_bind(extender, bind_args(admitted)) == ""
     assert stored(sim)["spec"]["nodeName"] == NODE
+
+
+@pytest.mark.parametrize("code", [400, 429])
+async def test_apiserver_refusal_releases_a_booking_the_filter_made_on_the_gate_path(
+    extender, sim, seeded, allocator, code: int
+) -> None:
+    # No booking from admission on the pod: its claim came from kube-scheduler's filter, and
+    # keeping it would only hold the server from others until it lapses.
+    sim.faults.set_error(verb="create", resource="pods/binding", rate=1.0, code=code)
+    error = await post_bind(extender, bind_args(seeded))
+    assert f"{code}" in error
+    assert "claim is kept" not in error
+    assert allocator.released == [seeded["metadata"]["uid"]]
 
 
 @pytest.mark.parametrize("code", [500, 503, 504])

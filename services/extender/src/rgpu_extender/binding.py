@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from rgpu_contracts import (
+    ANNOTATION_BOOKING,
     ANNOTATION_ENDPOINT,
     Allocation,
     ContractError,
@@ -80,10 +81,11 @@ class Binding:
     """Seconds the whole bind may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
     keep_refused: bool = False
     """Keep the booking of a pod whose Binding was refused and that is still unbound
-    (``RGPU_ADMISSION=gate``): it was booked at admission, in its queue's order and within
-    its namespace's quota and its gang, and the retry binds on it. Releasing it would send
-    the retry through kube-scheduler's filter, which books past quotas, gangs and fair
-    share. HAMi's flow releases it at once, so another pod may take the server."""
+    (``RGPU_ADMISSION=gate``) when admission made it (the pod carries ``rgpu.io/booking``): it
+    was booked in its queue's order and within its namespace's quota and its gang, and the
+    retry binds on it. Releasing it would send the retry through kube-scheduler's filter,
+    which books past quotas, gangs and fair share. A booking the filter made, and every one
+    in HAMi's flow, is released at once, so another pod may take the server."""
 
     @property
     def cleanup_seconds(self) -> float:
@@ -200,7 +202,7 @@ class Binding:
         if seen is not None and seen.frees_claim:
             return await self._release_after(args, failed)
         if seen is not None and refused and not seen.node:
-            if self.keep_refused:
+            if self.keep_refused and seen.admitted:
                 return self._kept(args, failed, why="the retry binds on the booking admission made")
             return await self._release_after(args, failed)
         return self._kept(args, failed)
@@ -269,6 +271,10 @@ class _Seen:
     ours: bool = False
     """It carries rgpu's endpoint annotation, which only a Binding after a commit sets (the
     webhook refuses it from anyone else): an earlier attempt of this pod bound it."""
+    admitted: bool = False
+    """It carries the booking rgpu's admission made when it lifted the gate (only rgpu may set
+    the annotation): a booking that kube-scheduler's filter made instead is released on a
+    refusal, as in HAMi's flow."""
 
     @classmethod
     def of(cls, pod: dict[str, Any], uid: str) -> _Seen:
@@ -277,6 +283,7 @@ class _Seen:
             node=str(spec.get("nodeName") or ""),
             gone=str(meta.get("uid") or "") != uid,
             ours=ANNOTATION_ENDPOINT in mapping(meta.get("annotations")),
+            admitted=ANNOTATION_BOOKING in mapping(meta.get("annotations")),
         )
 
     @property
