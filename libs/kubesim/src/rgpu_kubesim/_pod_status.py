@@ -113,6 +113,19 @@ def _init_statuses(pod: Mapping[str, Any], where: Placement) -> JsonObj:
     return {"initContainerStatuses": [_container(pod, c, state) for c in init]}
 
 
+def starting(pod: Mapping[str, Any], where: Placement) -> JsonObj:
+    """The status once the sandbox has its address and the containers are being created."""
+    state = {"waiting": {"reason": "ContainerCreating"}}
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    return {
+        "phase": "Pending",
+        "conditions": _conditions(pod, where.started_at, False, "ContainersNotReady"),
+        **_addresses(where),
+        **_init_statuses(pod, where),
+        "containerStatuses": [_container(pod, c, state) for c in containers],
+    }
+
+
 def running(pod: Mapping[str, Any], where: Placement) -> JsonObj:
     """The status once every container has started."""
     state = {"running": {"startedAt": where.started_at}}
