@@ -8,7 +8,8 @@ NetworkPolicies) like a CNI agent follows the apiserver, and answers ``admits`` 
 connection arriving at a node's port: the pod that declares that ``hostPort`` on that node is
 the destination (its container port is what the policies' ports name); a port no pod
 declares, or a host-network pod's, is not governed by any policy. The rule itself is
-``_ingress``. Put it in front of fake lupine servers with ``LupineFleet.guard(network.guard)``.
+``_ingress``. Put it in front of fake lupine servers with ``LupineFleet.guard(network.guard)``;
+``place_lupine_pods`` writes the pods that stand for them, as a lupine DaemonSet would run.
 """
 
 from __future__ import annotations
@@ -23,10 +24,19 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ._ingress import Arrival, ContainerPort, PodView, ingress_allowed, pod_view
+from ._lupine_pods import LUPINE_LABELS, LUPINE_NAMESPACE, lupine_pod, place_lupine_pods
 from ._store import Store
 from .lupine import FakeLupine
 
-__all__ = ["PodNetwork", "Refusal"]
+__all__ = [
+    "LUPINE_LABELS",
+    "LUPINE_NAMESPACE",
+    "PodNetwork",
+    "PodView",
+    "Refusal",
+    "lupine_pod",
+    "place_lupine_pods",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +147,10 @@ class PodNetwork:
             del self._node_ports[key]
 
     # -- answers ----------------------------------------------------------------------------
+
+    def policy_names(self, namespace: str) -> tuple[str, ...]:
+        """The NetworkPolicies of ``namespace`` as this network knows them (sorted)."""
+        return tuple(sorted(self._policies.get(namespace, {})))
 
     def owner(self, address: str) -> PodView | None:
         """The running pod whose address ``address`` is (host-network pods own none)."""
