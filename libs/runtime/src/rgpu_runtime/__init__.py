@@ -83,6 +83,7 @@ from ._settings import (
     PeerSettings,
     ResourceSettings,
     SchedulingSettings,
+    ServerPolicySettings,
     Settings,
 )
 from ._telemetry import instrument_app, setup_telemetry, tracer
@@ -189,6 +190,7 @@ __all__ = [
     "ResourceSettings",
     "RgpuError",
     "SchedulingSettings",
+    "ServerPolicySettings",
     "ServiceLifespan",
     "Settings",
     "SettingsError",

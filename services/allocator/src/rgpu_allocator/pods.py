@@ -62,6 +62,9 @@ class PodInfo:
     """The pod declares the readiness gate ``rgpu.io/remote-gpu-ready``."""
     ready_gate_status: str | None = None
     """That condition's ``status`` as last written (``None`` when absent)."""
+    ips: tuple[str, ...] = ()
+    """``status.podIPs`` (``podIP`` when that is all there is): where the pod's connections
+    come from, once the kubelet reported them. Server policies admit holders by them."""
 
     @property
     def ref(self) -> PodRef:
@@ -137,7 +140,18 @@ def pod_info(
         gated=read_gated(raw, resources),
         ready_gate=_declares_gate(spec),
         ready_gate_status=_gate_status(status),
+        ips=_addresses(status),
     )
+
+
+def _addresses(status: Mapping[str, object]) -> tuple[str, ...]:
+    listed = status.get("podIPs")
+    found = tuple(
+        ip
+        for entry in (listed if isinstance(listed, list) else ())
+        if isinstance(ip := _mapping(entry).get("ip"), str) and ip
+    )
+    return found or ((single,) if (single := _text(status, "podIP")) else ())
 
 
 def _declares_gate(spec: Mapping[str, object]) -> bool:
