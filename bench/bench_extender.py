@@ -67,7 +67,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
 
 def fleet() -> dict[str, Any]:
-    servers = [
+    servers: list[dict[str, Any]] = [
         {
             "name": f"lupine-{s:04d}",
             "endpoint": f"10.1.{s // 250}.{s % 250}:14833",

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .processes import die_with_parent, run_until_stopped
-from .stack import StackOptions
+from .stack import StackOptions, loop_options
 from .stack_dir import StackDir, StackDirError, default_work_dir
 from .up import SPANS_FILE, PortError, UpOptions, plan_ports, refuse_busy, run_up
 
@@ -105,7 +105,11 @@ def up(
         # Stopping whatever started this command (``uv run``, a shell) stops it, and the stack.
         die_with_parent(signal.SIGTERM)
     try:
-        anyio.run(run_until_stopped, partial(run_up, options, console))
+        anyio.run(
+            run_until_stopped,
+            partial(run_up, options, console),
+            backend_options=loop_options(),
+        )
     except KeyboardInterrupt:  # Ctrl-C before the signal receiver was listening
         pass
     except OSError as exc:  # a port taken between the check and the bind

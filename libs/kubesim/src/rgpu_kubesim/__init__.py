@@ -4,7 +4,8 @@
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
 tokenreviews, networking.k8s.io/v1 networkpolicies (enforced in front of fake lupine servers
-by ``PodNetwork``) and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations with
+by ``PodNetwork``) and admissionregistration.k8s.io/v1 mutating- and
+validatingwebhookconfigurations with
 kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
 and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
 clients (kubectl, kubernetes_asyncio) work against it.

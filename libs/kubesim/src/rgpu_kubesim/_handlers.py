@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -34,6 +34,7 @@ from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._objects import Entry, full_object
 from rgpu_kubesim._paging import ListPage
+from rgpu_kubesim._patching import JSON_PATCH
 from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
 from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
 from rgpu_kubesim._routing import Target, parse_target, verb_for
@@ -84,7 +85,7 @@ class ResourceHandlers:
         }
 
     async def handle(self, request: Request) -> Response:
-        target = parse_target(request.url.path)
+        target = parse_target(request.scope["path"])
         verb = verb_for(request.method, target, _requests.flag(request.query_params, "watch"))
         decision = self.deps.faults.decide(verb, target.fault_key)
         if decision.latency:
@@ -177,14 +178,17 @@ class ResourceHandlers:
         warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         entry = storage.update(
             target.resource,
             namespace,
             target.name,
-            obj,
+            admitted,
             subresource=target.subresource,
             dry_run=options.dry_run,
+            normalized=admitted is obj,
         )
         return object_response(target.resource, entry, warnings=warnings)
 
@@ -210,18 +214,23 @@ class ResourceHandlers:
         storage, namespace = self.deps.storage, target.namespace or ""
         current = storage.get(target.resource, namespace, target.name)
         obj = storage.patched(target.resource, current, patch, content_type)
-        warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
+        warnings: tuple[str, ...] = ()
+        if content_type == JSON_PATCH or _fields.may_add_unknown(target.resource.plural, patch):
+            warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         try:
             entry = storage.update(
                 target.resource,
                 namespace,
                 target.name,
-                obj,
+                admitted,
                 subresource=target.subresource,
                 dry_run=options.dry_run,
+                normalized=admitted is obj,
             )
         except ApiError as exc:
             # A write that slipped in while webhooks ran is not the client's conflict: re-patch.
@@ -312,7 +321,7 @@ class ResourceHandlers:
         dry_run: bool = False,
     ) -> JsonObj | None:
         admission = self.deps.admission
-        if not admission.needed():
+        if not admission.needed(operation, target.resource, target.subresource):
             return obj
         resource, namespace = target.resource, target.namespace or ""
         kind = SUBRESOURCE_KINDS.get(target.subresource) or resource.kind
@@ -331,7 +340,11 @@ class ResourceHandlers:
             user_info=_requests.user_info_of(request),
             dry_run=dry_run,
         )
-        return await admission.admit(attrs)
+        admitted = await admission.admit(attrs)
+        await admission.validate(attrs if admitted is attrs.obj else replace(attrs, obj=admitted))
+        # The very object sent in comes back when no webhook patched it: the caller's own
+        # (already normalized) copy is then still the object to store.
+        return obj if admitted is attrs.obj else admitted
 
     async def _admitted(
         self,

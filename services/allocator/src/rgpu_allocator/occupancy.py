@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rgpu_contracts import CardId, Claim, PodUID, card_id, split_card_id
-from rgpu_placement import ServerFacts, Validity, judge, lasting
+from rgpu_placement import ServerFacts, Unclaimed, Validity, judge, lasting
 
 from .claims import LeaseRecord, placed
 from .pods import PodIndex, PodInfo
@@ -250,25 +250,14 @@ class Occupancy:
         return nomination.as_claim(record.server)
 
 
-class ClaimsGone:
-    """``Occupancy`` with its claims removed: which servers only claims keep from a pod."""
+class ClaimsGone(Unclaimed):
+    """``Occupancy`` with its claims removed: which servers only claims keep from a pod (the
+    busy reports of claimed cards no longer count either)."""
 
     __slots__ = ("_held",)
 
     def __init__(self, held: Occupancy) -> None:
         self._held = held
 
-    def blocking(self, server: str) -> tuple[Claim, ...]:
-        return ()
-
-    def problem(self, server: str) -> str | None:
-        return None
-
-    def taken(self, server: str) -> frozenset[CardId]:
-        return frozenset()
-
     def busy(self, facts: ServerFacts) -> frozenset[str]:
         return self._held.busy(facts, claims_gone=True)
-
-    def without_claims(self) -> ClaimsGone:
-        return self
