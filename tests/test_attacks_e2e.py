@@ -11,7 +11,13 @@ import httpx
 import pytest
 
 from rgpu_cli.stack import Stack, StackOptions, run_stack
-from rgpu_kubesim.kubelet import KubeletConfig
+from rgpu_kubesim.kubelet import (
+    DIAL_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+    Dialed,
+    KubeletConfig,
+    RunRecord,
+)
 from rgpu_testkit import allocation_request, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -83,3 +89,51 @@ async def test_every_attack_of_the_security_issue_fails_against_the_running_stac
         )
         for service in ("discovery", "allocator", "extender", "metrics"):
             assert (await out.get(stack.url(service) + "/readyz")).status_code == 200, service
+
+
+async def test_a_pod_going_to_a_servers_lupine_it_does_not_hold_is_refused_by_the_network() -> None:
+    """lupine has no access control: without server policies any pod that learns a server's
+    endpoint uses it. With them (on a cluster that enforces NetworkPolicy), only the holder's
+    address gets through, and discovery keeps probing."""
+    options = StackOptions(
+        servers=2,
+        cards=2,
+        clients=2,
+        seed=5,
+        kubelet=KubeletConfig(start_delay_seconds=0.1),
+        server_policies=True,
+    )
+    async with run_stack(options) as stack, httpx.AsyncClient(timeout=10) as out:
+        holder = _pod("holder", gpus=1)
+        holder["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: "600"}
+        assert (await stack.create_pod(holder)).status_code == 201
+
+        def running(key: str) -> RunRecord | None:
+            found = [r for r in stack.kubelet.records.values() if r.key == key]
+            return found[0] if found and found[0].gpus else None
+
+        await eventually(lambda: running("default/holder"), timeout=60, what="the holder ran")
+        record = running("default/holder")
+        assert record is not None and record.phase == "Running", record
+        lupine = stack.fleet.lupine.by_endpoint(record.endpoint)
+        assert lupine.clients[record.uid].address == record.address
+        # A pod that asked for nothing copies the holder's endpoint: the network resets it.
+        copycat = _pod("copycat", nodeName=stack.fleet.plan.clients[0].name)
+        copycat["metadata"]["annotations"] = {DIAL_ANNOTATION: record.endpoint}
+        assert (await stack.create_pod(copycat)).status_code == 201
+        await eventually(
+            lambda: any(
+                r.key == "default/copycat" and r.dials for r in stack.kubelet.records.values()
+            ),
+            timeout=60,
+            what="the copycat dialled",
+        )
+        (copied,) = [r for r in stack.kubelet.records.values() if r.key == "default/copycat"]
+        assert copied.dials == {record.endpoint: "reset"}
+        assert await stack.kubelet.dial(copied.uid, record.endpoint) is Dialed.RESET
+        assert await stack.kubelet.dial(record.uid, record.endpoint) is Dialed.CONNECTED
+        assert stack.network is not None
+        assert any(r.source_pod == "default/copycat" for r in stack.network.refusals)
+        # Discovery still probes every server: none is reported unreachable.
+        fleet = (await out.get(stack.url("discovery") + "/v1/fleet")).json()
+        assert all(s["reachable"] for s in fleet["servers"]), fleet

@@ -19,7 +19,7 @@ import anyio
 import httpx
 import trustme
 
-from rgpu_kubesim import ApiOptions, SimApiServer, Store, run_apiserver
+from rgpu_kubesim import ApiOptions, PodNetwork, SimApiServer, Store, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -33,6 +33,7 @@ from .processes import (
 from .service_proxy import ServiceProxy
 from .span_receiver import receiving
 from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of
+from .stack_network import SERVER_POLICIES_ENV, enforce, fence_servers
 
 __all__ = [
     "REPLICATED",
@@ -97,6 +98,10 @@ class StackOptions:
     otlp_endpoint: str | None = None
     """Send the services' spans to this OTLP/HTTP base URL (a collector or trace store)
     instead; it wins over ``spans_file``."""
+    server_policies: bool = False
+    """Run the server-policies mode on a cluster that enforces NetworkPolicy: lupine as pods,
+    the standing policy, ``RGPU_SERVER_POLICIES=on`` and the simulated network in front of
+    every fake lupine server (``rgpu_cli.stack_network``)."""
 
 
 def loop_options() -> dict[str, bool]:
@@ -126,6 +131,8 @@ class Stack:
     work_dir: Path
     webhook_url: str
     apiserver: httpx.AsyncClient
+    network: PodNetwork | None = None
+    """The simulated network enforcing NetworkPolicy (``StackOptions.server_policies``)."""
 
     def url(self, service: str) -> str:
         """Where clients reach ``service``: its Service with replicas, else its process."""
@@ -258,6 +265,7 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
         "RGPU_ALLOWED_CALLERS": ALLOWED_CALLERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
+        **(SERVER_POLICIES_ENV if options.server_policies else {}),
     }
 
 
@@ -355,6 +363,8 @@ async def run_stack(
         )
         progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
+        if options.server_policies:
+            fence_servers(sim, fleet, SYSTEM_NAMESPACE)
         if options.prepare is not None:
             options.prepare(sim.store)
         cert, key, ca_pem = _write_certs(work_dir)
@@ -408,6 +418,7 @@ async def run_stack(
         stack.callback(tg.cancel_scope.cancel)
         await tg.start(scheduler.run)
         await tg.start(kubelet.run)
+        network = await enforce(tg, sim, fleet) if options.server_policies else None
         yield Stack(
             options=options,
             sim=sim,
@@ -419,4 +430,5 @@ async def run_stack(
             work_dir=work_dir,
             webhook_url=webhook_url,
             apiserver=apiserver,
+            network=network,
         )
