@@ -9,6 +9,9 @@ that would double-book, must reach ``kubectl describe pod``). Everything works o
 gigabytes. Pods are listed page by page and handed over one page at a time so a full relist
 never holds the whole cluster in memory.
 
+With server policies on, ``LupineApi`` also lists and watches the lupine pods and labels each
+with its node, and writes rgpu's NetworkPolicies, all in the lupine servers' namespace only.
+
 Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
 pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
 (The fleet and the topology are followed by long-poll, see ``inputs``.)
