@@ -279,3 +279,22 @@ async def test_with_the_mode_off_no_policy_is_written(sim: SimApiServer, kit: An
         # Exclusivity is advisory without the mode: the copycat gets through.
         assert world.kubelet.records[uid].dials == {world.endpoint(server): "connected"}
     assert sim.store.list("networkpolicies", namespace=LUPINE_NAMESPACE) == []
+
+
+async def test_a_missing_lupine_namespace_delays_the_policies_not_the_allocator(
+    sim: SimApiServer, kit: Any
+) -> None:
+    registry = CollectorRegistry()
+    discovery = testkit.FakeDiscovery(testkit.fleet(servers=[testkit.server(name="gpu-1")]))
+    async with kit.running_allocator(sim.url, discovery, registry, **MODE) as client:
+        # It decides (the fence is background work) while every write is refused.
+        dry = await client.post("/v1/allocations", json=kit.ask(gpu_pod(sim, "p"), dry_run=True))
+        assert dry.status_code == 200, dry.text
+        pending = "rgpu_allocator_server_policies_pending"
+        await kit.wait_for(lambda: (registry.get_sample_value(pending) or 0) >= 1)
+        sim.store.create("namespaces", {"metadata": {"name": LUPINE_NAMESPACE}})
+        await kit.wait_for(
+            lambda: sim.store.list("networkpolicies", namespace=LUPINE_NAMESPACE), timeout=15
+        )
+        await kit.wait_for(lambda: registry.get_sample_value(pending) == 0)
+        assert writes(registry, "create") == 1

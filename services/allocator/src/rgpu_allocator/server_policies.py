@@ -26,9 +26,9 @@ edited by hand is put back by the next pass (its watch event wakes one).
 from __future__ import annotations
 
 import ipaddress
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -36,15 +36,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_contracts import Server
-from rgpu_runtime import (
-    KubeClient,
-    KubeConflict,
-    KubeError,
-    KubeNotFound,
-    ObjectChange,
-    Reflector,
-    ServerPolicySettings,
-)
+from rgpu_runtime import KubeClient, ObjectChange, Reflector, ServerPolicySettings
 
 from .claims import MANAGED_BY_SELECTOR, newer_or_equal
 from .clients import LupineApi
@@ -60,10 +52,9 @@ from .policy_objects import (
     policy_body,
     read_policy,
 )
+from .policy_writes import ACTIONS, PolicyWriter, Write
 
 __all__ = ["RECONCILE_SECONDS", "LupinePod", "ServerPolicies", "lupine_api"]
-
-logger = logging.getLogger(__name__)
 
 RECONCILE_SECONDS: Final = 30.0
 """A pass at least this often, whatever was heard: a write lost with its watch event is put
@@ -74,10 +65,6 @@ RETRY_SECONDS: Final = 1.0
 """After a failed write, the next pass comes this soon."""
 WRITERS: Final = 8
 """Writes in flight at once (a first pass over thousands of servers)."""
-ACTIONS: Final = ("create", "update", "delete", "label")
-
-Write = Callable[[], Awaitable[tuple[str, bool]]]
-"""One write of a pass; says what it was (an ``ACTIONS`` entry) and whether it went through."""
 
 
 def lupine_api(kube: KubeClient, settings: ServerPolicySettings) -> LupineApi:
@@ -132,8 +119,10 @@ class ServerPolicies:
         self._leading = leading
         self._period = period
         self._known: dict[str, PolicyRecord] = {}
+        self._made: dict[str, tuple[Fence, dict[str, Any]]] = {}
         self._wake = anyio.Event()
         self._retry = False
+        self._writer = PolicyWriter(api, written=self._remember, deleted=self._forget)
         self.policies = Reflector[PolicyRecord](
             name="networkpolicies",
             list_pages=api.policy_pages,
@@ -201,6 +190,9 @@ class ServerPolicies:
                 del self._known[change.before.name]
         self.notify()
 
+    def _forget(self, name: str) -> None:
+        self._known.pop(name, None)
+
     def _remember(self, record: PolicyRecord) -> None:
         known = self._known.get(record.name)
         if known is None or newer_or_equal(record.resource_version, known.resource_version):
@@ -211,8 +203,10 @@ class ServerPolicies:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Follow our policies and the lupine pods, and keep them in line until cancelled."""
         async with anyio.create_task_group() as tg:
-            await tg.start(self.policies.run)
-            await tg.start(self.lupine_pods.run)
+            # Not awaited: decisions never wait for the fence. A namespace or a grant missing
+            # shows as the reflectors' warnings, and passes wait until both lists are in.
+            tg.start_soon(self.policies.run)
+            tg.start_soon(self.lupine_pods.run)
             tg.start_soon(self._follow_claims)
             task_status.started()
             while True:
@@ -257,15 +251,15 @@ class ServerPolicies:
         for name, body in desired.items():
             known = self._known.get(name)
             if known is None or not known.says(body):
-                yield name, self._writer(name, body, known)
+                yield name, partial(self._writer.put, name, body, known)
         held = set(self._ledger_servers())
         for name, known in tuple(self._known.items()):
             if name not in desired and known.server not in held:
-                yield name, self._deleter(name)
+                yield name, partial(self._writer.delete, name)
         for pod in self.lupine_pods.values.values():
             wanted = node_label(pod.node)
             if pod.label != wanted:
-                yield pod.name, self._labeller(pod.name, wanted)
+                yield pod.name, partial(self._writer.label, pod.name, wanted)
 
     def _ledger_servers(self) -> Iterable[str]:
         return (r.server for r in self._ledger.leases() if r.claims)
@@ -285,66 +279,30 @@ class ServerPolicies:
             if not outcome:
                 failures.append(name)
 
-    def _writer(self, name: str, body: dict[str, Any], known: PolicyRecord | None) -> Write:
-        async def write() -> tuple[str, bool]:
-            action = "create" if known is None else "update"
-            try:
-                if known is None:
-                    reply = await self._api.create_policy(body)
-                else:
-                    meta = {**body["metadata"], "resourceVersion": known.resource_version}
-                    reply = await self._api.replace_policy(name, {**body, "metadata": meta})
-            except (KubeConflict, KubeNotFound):
-                # Someone wrote (or deleted) it since we last heard: its watch event is on
-                # its way and wakes the next pass, which decides on what is there now.
-                return action, False
-            except KubeError as exc:
-                logger.warning("server policy %s: %s failed: %s", name, action, exc)
-                return action, False
-            record = read_policy(reply)
-            if record is not None:
-                self._remember(record)
-            return action, True
-
-        return write
-
-    def _deleter(self, name: str) -> Write:
-        async def delete() -> tuple[str, bool]:
-            try:
-                await self._api.delete_policy(name)
-            except KubeError as exc:
-                logger.warning("server policy %s: delete failed: %s", name, exc)
-                return "delete", False
-            self._known.pop(name, None)
-            return "delete", True
-
-        return delete
-
-    def _labeller(self, pod: str, value: str) -> Write:
-        async def label() -> tuple[str, bool]:
-            try:
-                await self._api.label_pod(pod, {NODE_LABEL: value})
-            except KubeNotFound:
-                return "label", True  # gone: nothing to fence
-            except KubeError as exc:
-                logger.warning("lupine pod %s: labelling failed: %s", pod, exc)
-                return "label", False
-            return "label", True
-
-        return label
-
     # -- what the policies say --------------------------------------------------------------
 
-    def _bodies(self) -> Iterable[dict[str, Any]]:
+    def _bodies(self) -> list[dict[str, Any]]:
+        """Every server's policy; one whose fence did not change since the last pass is the
+        same object again (a burst of bindings wakes many passes over thousands of servers)."""
         view = self._inputs.view
-        servers = view.fleet.servers if view is not None else ()
-        for server in servers:
-            yield policy_body(
-                self._fence(server),
-                namespace=self._settings.lupine_namespace,
-                lupine_labels=self._settings.lupine_labels,
-                system_namespace=self._system_namespace,
+        made: dict[str, tuple[Fence, dict[str, Any]]] = {}
+        for server in view.fleet.servers if view is not None else ():
+            fence = self._fence(server)
+            before = self._made.get(fence.server)
+            made[fence.server] = (
+                fence,
+                before[1] if before and before[0] == fence else self._body(fence),
             )
+        self._made = made
+        return [body for _, body in made.values()]
+
+    def _body(self, fence: Fence) -> dict[str, Any]:
+        return policy_body(
+            fence,
+            namespace=self._settings.lupine_namespace,
+            lupine_labels=self._settings.lupine_labels,
+            system_namespace=self._system_namespace,
+        )
 
     def _fence(self, server: Server) -> Fence:
         record = self._ledger.lease(server.name)
