@@ -174,6 +174,19 @@ def running(pod: Mapping[str, Any], where: Placement) -> JsonObj:
     }
 
 
+def unavailable(pod: Mapping[str, Any], where: Placement, message: str, now: str) -> JsonObj:
+    """The status of a pod whose GPU containers could not reach their server (exit 1)."""
+    end = Exit(
+        phase="Failed",
+        exit_code=1,
+        reason="Error",
+        finished_at=now,
+        message=message,
+        pod_reason="RemoteGPUUnavailable",
+    )
+    return terminated(pod, where, end)
+
+
 def terminated(pod: Mapping[str, Any], where: Placement, end: Exit) -> JsonObj:
     """The status once every container has exited."""
     ended: JsonObj = {

@@ -26,6 +26,9 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
+from rgpu_contracts import ContractError
+from rgpu_contracts.hami import split_endpoint
+
 from . import _pod_status
 from ._container_env import resolve_env
 from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
@@ -248,7 +251,8 @@ class KubeletEmulator:
         # pods/status are kept, so one write (one event for every pod watcher) carries both.
         env = {ENV_ANNOTATION: orjson.dumps(record.env).decode()}
         if record.phase == "Failed":
-            await self._fail(path, current, where, record.message, env)
+            unavailable = _pod_status.unavailable(current, where, record.message, _now_rfc3339())
+            await self._write_status(path, unavailable, env)
             return
         if attachment is not None or dial_targets(record.annotations):
             # The sandbox's address is reported before anything connects from it: only then
@@ -257,7 +261,8 @@ class KubeletEmulator:
             env = {}
         failure = await self._connect(uid, where.pod_ip, attachment)
         if failure is not None:
-            await self._fail(path, current, where, failure, env)
+            unavailable = _pod_status.unavailable(current, where, failure, _now_rfc3339())
+            await self._write_status(path, unavailable, env)
             return
         await self._dial_targets(uid, where.pod_ip, current)
         await self._write_status(path, _pod_status.running(current, where), env)
@@ -269,24 +274,6 @@ class KubeletEmulator:
         code = await self._shut_down(uid, running, run)
         await self._write_status(path, _pod_status.terminated(current, where, _exit(code)))
         await self._remove(path, uid)
-
-    async def _fail(
-        self,
-        path: str,
-        pod: dict[str, Any],
-        where: _pod_status.Placement,
-        message: str,
-        annotations: Mapping[str, str],
-    ) -> None:
-        end = _pod_status.Exit(
-            phase="Failed",
-            exit_code=1,
-            reason="Error",
-            finished_at=_now_rfc3339(),
-            message=message,
-            pod_reason="RemoteGPUUnavailable",
-        )
-        await self._write_status(path, _pod_status.terminated(pod, where, end), annotations)
 
     async def _shut_down(self, uid: str, running: _Running, run: float) -> int:
         """Stop the containers of a deleted pod; their exit code (0 when they finished)."""
@@ -396,6 +383,10 @@ class KubeletEmulator:
         record = self._records.get(uid)
         if uid not in self._running or record is None or not record.address:
             raise SimOptionError("uid", f"pod {uid!r} is not running on this kubelet")
+        try:
+            split_endpoint(endpoint)
+        except ContractError:
+            raise SimOptionError("endpoint", f"{endpoint!r} is not host:port") from None
         return await dial(endpoint, record.address, timeout=self.config.lupine_dial_timeout_seconds)
 
     def _disconnect(self, uid: str) -> None:
