@@ -92,4 +92,6 @@ def test_a_pods_addresses_are_read_from_pod_ips_then_pod_ip() -> None:
     )
     assert pod({"podIP": "10.0.0.2"}) == ("10.0.0.2",)
     assert pod({"podIPs": "garbage"}) == ()
+    assert pod({"podIPs": [{"ip": "10.0.0.1/32"}, {"ip": "fd00::1"}]}) == ("fd00::1",)
+    assert pod({"podIP": "not-an-address"}) == ()
     assert pod({}) == ()

@@ -25,7 +25,6 @@ edited by hand is put back by the next pass (its watch event wakes one).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -35,10 +34,10 @@ import anyio
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from rgpu_contracts import Server
+from rgpu_contracts import Server, ServerName
 from rgpu_runtime import KubeClient, ObjectChange, Reflector, ServerPolicySettings
 
-from .claims import MANAGED_BY_SELECTOR, newer_or_equal
+from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
 from .clients import LupineApi
 from .inputs import Inputs
 from .ledger import Ledger
@@ -50,6 +49,7 @@ from .policy_objects import (
     PolicyRecord,
     node_label,
     policy_body,
+    policy_name,
     read_policy,
 )
 from .policy_writes import ACTIONS, PolicyWriter, Write
@@ -119,7 +119,11 @@ class ServerPolicies:
         self._leading = leading
         self._period = period
         self._known: dict[str, PolicyRecord] = {}
-        self._made: dict[str, tuple[Fence, dict[str, Any]]] = {}
+        self._made: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+        self._full = True
+        self._seen: dict[ServerName, LeaseRecord] = {}
+        self._view: object = None
         self._wake = anyio.Event()
         self._retry = False
         self._writer = PolicyWriter(api, written=self._remember, deleted=self._forget)
@@ -170,24 +174,29 @@ class ServerPolicies:
     def pod_changed(self, before: PodInfo | None, after: PodInfo | None) -> None:
         """A pod holding a claim got, changed or lost its addresses, or finished."""
         pod = after or before
-        if pod is None or not self._ledger.servers_of(pod.uid):
+        if pod is None or _admitted(before) == _admitted(after):
             return
-        if _admitted(before) != _admitted(after):
+        claims = self._ledger.claims_of(pod.uid)
+        if claims:
+            self._dirty.update(c.server for c in claims)
             self.notify()
 
     def leadership(self, leading: bool) -> None:
         if leading:
+            self._full = True
             self.notify()
 
     def _policy_changed(self, change: ObjectChange[PolicyRecord]) -> None:
         if change.after is not None:
             self._remember(change.after)
+            self._dirty.add(change.after.server)
         elif change.before is not None:
             known = self._known.get(change.before.name)
             if known is not None and newer_or_equal(
                 change.resource_version, known.resource_version
             ):
                 del self._known[change.before.name]
+            self._dirty.add(change.before.server)
         self.notify()
 
     def _forget(self, name: str) -> None:
@@ -210,8 +219,10 @@ class ServerPolicies:
             tg.start_soon(self._follow_claims)
             task_status.started()
             while True:
-                with anyio.move_on_after(RETRY_SECONDS if self._retry else self._period):
+                with anyio.move_on_after(RETRY_SECONDS if self._retry else self._period) as quiet:
                     await self._wake.wait()
+                # A pass nothing asked for looks at every server: what a lost event missed.
+                self._full = self._full or quiet.cancelled_caught
                 await anyio.sleep(SETTLE_SECONDS)
                 self._wake = anyio.Event()
                 await self.reconcile()
@@ -235,41 +246,43 @@ class ServerPolicies:
     async def reconcile(self) -> None:
         """One pass (the leader's, once every cache is in; else nothing)."""
         if not self._ready():
+            if not self._leading():
+                self._dirty.clear()  # the next leader starts with a full pass
             return
-        failures: list[str] = []
+        failures: list[str | None] = []
         async with anyio.create_task_group() as tg:
             limiter = anyio.CapacityLimiter(WRITERS)
-            for name, write in self._work():
-                tg.start_soon(self._attempt, limiter, name, write, failures)
+            for server, write in self._work():
+                tg.start_soon(self._attempt, limiter, server, write, failures)
         self._retry = bool(failures)
         self._pending.set(len(failures))
         self._passes.inc()
 
-    def _work(self) -> Iterable[tuple[str, Write]]:
-        """Every write this pass needs, as (what it is about, the write)."""
-        desired = {body["metadata"]["name"]: body for body in self._bodies()}
-        for name, body in desired.items():
+    def _work(self) -> Iterable[tuple[str | None, Write]]:
+        """Every write this pass needs, as (the server it is about, the write): the
+        policies of the servers whose fence may have changed, ours of servers gone and free,
+        lupine pods without their node label."""
+        for server in self._changed():
+            body = self._made.get(server)
+            name = policy_name(server)
             known = self._known.get(name)
-            if known is None or not known.says(body):
-                yield name, partial(self._writer.put, name, body, known)
-        held = set(self._ledger_servers())
+            if body is not None and (known is None or not known.says(body)):
+                yield server, partial(self._writer.put, name, body, known)
+        held = {r.server for r in self._seen.values() if r.claims}
         for name, known in tuple(self._known.items()):
-            if name not in desired and known.server not in held:
-                yield name, partial(self._writer.delete, name)
+            if known.server not in self._made and known.server not in held:
+                yield known.server, partial(self._writer.delete, name)
         for pod in self.lupine_pods.values.values():
             wanted = node_label(pod.node)
             if pod.label != wanted:
-                yield pod.name, partial(self._writer.label, pod.name, wanted)
-
-    def _ledger_servers(self) -> Iterable[str]:
-        return (r.server for r in self._ledger.leases() if r.claims)
+                yield None, partial(self._writer.label, pod.name, wanted)
 
     async def _attempt(
         self,
         limiter: anyio.CapacityLimiter,
-        name: str,
+        server: str | None,
         write: Write,
-        failures: list[str],
+        failures: list[str | None],
     ) -> None:
         async with limiter:
             if not self._leading():
@@ -277,24 +290,35 @@ class ServerPolicies:
             action, outcome = await write()
             self._writes.labels(action, "ok" if outcome else "failed").inc()
             if not outcome:
-                failures.append(name)
+                failures.append(server)
+                # Looked at again next pass (a label is looked at on every pass anyway).
+                if server is not None:
+                    self._dirty.add(server)
 
     # -- what the policies say --------------------------------------------------------------
 
-    def _bodies(self) -> list[dict[str, Any]]:
-        """Every server's policy; one whose fence did not change since the last pass is the
-        same object again (a burst of bindings wakes many passes over thousands of servers)."""
+    def _changed(self) -> set[str]:
+        """The servers whose policy may have changed since the last pass, each one's policy
+        rebuilt (or dropped, for a server gone from the fleet). A Lease or a fleet that
+        changed is a new object in the caches, so spotting them costs a pointer comparison
+        per server; pods report their own changes (``pod_changed``)."""
         view = self._inputs.view
-        made: dict[str, tuple[Fence, dict[str, Any]]] = {}
-        for server in view.fleet.servers if view is not None else ():
-            fence = self._fence(server)
-            before = self._made.get(fence.server)
-            made[fence.server] = (
-                fence,
-                before[1] if before and before[0] == fence else self._body(fence),
-            )
-        self._made = made
-        return [body for _, body in made.values()]
+        servers = {s.name: s for s in view.fleet.servers} if view is not None else {}
+        dirty, self._dirty = self._dirty, set()
+        if self._full or view is not self._view:
+            dirty.update(servers, self._made)
+            self._full, self._view = False, view
+        leases = {r.server: r for r in self._ledger.leases()}
+        dirty.update(s for s, r in leases.items() if self._seen.get(s) is not r)
+        dirty.update(self._seen.keys() - leases.keys())
+        self._seen = leases
+        for name in dirty:
+            server = servers.get(ServerName(name))
+            if server is None:
+                self._made.pop(name, None)
+            else:
+                self._made[name] = self._body(self._fence(server))
+        return dirty
 
     def _body(self, fence: Fence) -> dict[str, Any]:
         return policy_body(
@@ -323,16 +347,8 @@ class ServerPolicies:
 
 
 def _admitted(pod: PodInfo | None) -> tuple[str, ...]:
-    """The addresses a holder is admitted from: its valid ones, while it runs (a finished
-    pod's address goes back to the pool, and may soon be another pod's)."""
+    """The addresses a holder is admitted from, while it runs (a finished pod's address goes
+    back to the pool, and may soon be another pod's)."""
     if pod is None or pod.finished or not pod.bound:
         return ()
-    return tuple(ip for ip in pod.ips if _valid(ip))
-
-
-def _valid(ip: str) -> bool:
-    try:
-        ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return True
+    return pod.ips
