@@ -28,13 +28,13 @@ from prometheus_client import CollectorRegistry
 
 import rgpu_testkit as tk
 from rgpu_allocator.claims import LeaseRecord
-from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.policy_objects import read_policy
 from rgpu_allocator.server_policies import ServerPolicies
 from rgpu_contracts import ClaimState, PodUID, ServerName
-from rgpu_runtime import ServerPolicySettings
+from rgpu_placement import FleetView
+from rgpu_runtime import DiscoveryMirror, ServerPolicySettings
 
 PASS_TARGET_MS = 10.0
 
@@ -52,8 +52,8 @@ def holder(index: int) -> PodInfo:
 
 def fenced(servers: int) -> tuple[ServerPolicies, PodIndex]:
     fleet = [tk.server(name=f"gpu-{i:05d}", cards=2) for i in range(servers)]
-    inputs = Inputs(("topology.kubernetes.io/zone",))
-    inputs.set_fleet(tk.fleet(servers=fleet))
+    discovery = DiscoveryMirror(FleetView.build, topology_keys=())
+    discovery.view = FleetView.build(tk.fleet(servers=fleet), None, ())
     ledger, pods = Ledger(), PodIndex()
     records = []
     for i, server in enumerate(fleet):
@@ -75,7 +75,7 @@ def fenced(servers: int) -> tuple[ServerPolicies, PodIndex]:
         api,
         ledger=ledger,
         pods=pods,
-        inputs=inputs,
+        discovery=discovery,
         settings=ServerPolicySettings(enabled=True),
         system_namespace="rgpu-system",
         leading=lambda: True,

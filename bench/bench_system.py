@@ -245,7 +245,8 @@ class Meter:
 
     def filter_buckets(self) -> dict[float, float]:
         """The extender's own ``/filter`` histogram, as its ``/metrics`` says now."""
-        text = httpx.get(f"{self.stack.url('extender')}/metrics", timeout=30).text
+        url = f"{self.stack.url('extender')}/metrics"
+        text = httpx.get(url, timeout=30, verify=self.stack.scheduler_tls).text
         return m.histogram_buckets(text, "rgpu_extender_verb_duration_seconds", verb="filter")
 
 

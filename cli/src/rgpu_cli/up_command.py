@@ -44,6 +44,9 @@ def up(
     cards: int = typer.Option(4, min=1, help="GPUs per server"),
     clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
+    per_gpu: bool = typer.Option(
+        False, "--per-gpu", help="one lupine per GPU on every server node (docs/lupine.md)"
+    ),
     seed: int = typer.Option(1, help="seed for the fleet"),
     replicas: int = typer.Option(1, min=1, max=8, help="processes per service, behind a Service"),
     probe_interval: float = typer.Option(
@@ -99,6 +102,7 @@ def up(
         clients=clients,
         seed=seed,
         granularity=granularity,
+        per_gpu=per_gpu,
         replicas=replicas,
         probe_interval_seconds=probe_interval,
         apiserver_port=ports.pop("apiserver"),

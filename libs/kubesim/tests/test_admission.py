@@ -150,6 +150,30 @@ async def test_webhook_patch_is_applied_and_request_has_kubes_shape(
     assert request["oldObject"] is None and request["dryRun"] is False
 
 
+async def test_a_webhooks_warnings_reach_the_client_as_warning_headers(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    long = "x" * 300
+
+    def warn(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        answer = allow(review["request"])
+        answer["response"]["warnings"] = ["asks for nvidia.com/remote-gpus", long, 7]
+        return answer
+
+    webhook.reply = warn
+    await _configure(client, _configuration(webhook))
+    created = await client.post(PODS, json=pod("trainer-0"))
+    assert created.status_code == 201
+    assert created.headers.get_list("Warning") == [
+        '299 - "asks for nvidia.com/remote-gpus"',
+        f'299 - "{"x" * 256}"',
+    ]
+    patched = await client.patch(
+        f"{PODS}/trainer-0", json={"metadata": {"labels": {"a": "b"}}}, headers=MERGE
+    )
+    assert patched.headers.get_list("Warning") == []  # the configuration covers CREATE only
+
+
 async def test_denial_surfaces_the_webhooks_message_and_code(
     client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, fixture: Loader
 ) -> None:

@@ -11,13 +11,13 @@ from prometheus_client import CollectorRegistry
 
 import rgpu_testkit as tk
 from rgpu_allocator.claims import LeaseRecord
-from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.policy_objects import PolicyRecord, policy_name, read_policy
 from rgpu_allocator.server_policies import ServerPolicies
 from rgpu_contracts import ClaimState, PodUID, ServerName
-from rgpu_runtime import ServerPolicySettings
+from rgpu_placement import FleetView
+from rgpu_runtime import DiscoveryMirror, ServerPolicySettings
 
 pytestmark = pytest.mark.anyio
 
@@ -67,8 +67,10 @@ def holder(index: int, *, ip: str | None = None) -> PodInfo:
 
 
 def keeper() -> tuple[ServerPolicies, RecordingApi, PodIndex, Ledger]:
-    inputs = Inputs(("topology.kubernetes.io/zone",))
-    inputs.set_fleet(tk.fleet(servers=[tk.server(name=s) for s in SERVERS]))
+    discovery = DiscoveryMirror(FleetView.build, topology_keys=())
+    discovery.view = FleetView.build(
+        tk.fleet(servers=[tk.server(name=s) for s in SERVERS]), None, ()
+    )
     ledger, pods = Ledger(), PodIndex()
     records = []
     for i, server in enumerate(SERVERS, start=1):
@@ -89,7 +91,7 @@ def keeper() -> tuple[ServerPolicies, RecordingApi, PodIndex, Ledger]:
         api,  # type: ignore[arg-type]
         ledger=ledger,
         pods=pods,
-        inputs=inputs,
+        discovery=discovery,
         settings=ServerPolicySettings(enabled=True),
         system_namespace="rgpu-system",
         leading=lambda: True,
@@ -153,6 +155,10 @@ async def test_a_server_gone_and_free_loses_its_policy_and_a_held_one_keeps_it()
     free = ledger.lease("gpu-1")
     assert free is not None
     ledger.apply(dataclasses.replace(free, claims=(), resource_version="2"))
-    policies._inputs.set_fleet(tk.fleet(servers=[tk.server(name="gpu-3")], revision=2))
+    view = policies._discovery.view
+    assert view is not None
+    policies._discovery.view = view.with_fleet(
+        tk.fleet(servers=[tk.server(name="gpu-3")], revision=2)
+    )
     await policies.reconcile()
     assert api.calls == [("delete", policy_name("gpu-1"))]

@@ -34,6 +34,7 @@ CONNECTIONS_PER_WEBHOOK = 25
 """Connections kept to one webhook endpoint; more calls at once wait for one. kube-apiserver
 keeps 25 idle per host; without a bound a burst of a hundred pod creations opened a hundred
 TLS connections (a handshake each), a fifth of the simulation's CPU in that burst."""
+WARNING_CHARACTERS = 256
 _REVIEW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 _MUTATING = require("mutatingwebhookconfigurations")
 _VALIDATING = require("validatingwebhookconfigurations")
@@ -142,6 +143,7 @@ class Admission:
             raise WebhookCallError(
                 hook.name, "validating webhooks may not return response.patch or patchType"
             )
+        attrs.warnings.extend(_warnings(response))
         if not response.get("allowed"):
             raise denial(hook.name, response.get("status"))
         return _apply_patch(hook, response, obj) if mutating else obj
@@ -276,6 +278,15 @@ def _options(attrs: Attributes) -> dict[str, Any]:
     if attrs.dry_run:
         options["dryRun"] = ["All"]
     return options
+
+
+def _warnings(response: Mapping[str, Any]) -> list[str]:
+    """``response.warnings`` as kube keeps them: non-empty strings, each cut at 256 characters
+    (the apiserver may truncate longer ones before they reach the client)."""
+    found = response.get("warnings")
+    if not isinstance(found, list):
+        return []
+    return [w[:WARNING_CHARACTERS] for w in found if isinstance(w, str) and w]
 
 
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:

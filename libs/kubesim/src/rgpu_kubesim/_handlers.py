@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -169,7 +169,7 @@ class ResourceHandlers:
         storage.require_namespace(target.resource, namespace, name)
         obj = await self._admitted(request, target, "CREATE", obj, None, dry_run=options.dry_run)
         entry = storage.create(target.resource, namespace, obj, dry_run=options.dry_run)
-        return object_response(target.resource, entry, 201, warnings)
+        return object_response(target.resource, entry, 201, _warned(request, warnings))
 
     async def update(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
@@ -190,7 +190,7 @@ class ResourceHandlers:
             dry_run=options.dry_run,
             normalized=admitted is obj,
         )
-        return object_response(target.resource, entry, warnings=warnings)
+        return object_response(target.resource, entry, warnings=_warned(request, warnings))
 
     async def patch(self, target: Target, request: Request) -> Response:
         options = _options.write_options("patch", request.query_params)
@@ -237,7 +237,7 @@ class ResourceHandlers:
             if exc.code == 409 and not explicit:
                 raise _RetryablePatchConflict(exc) from exc
             raise
-        return object_response(target.resource, entry, warnings=warnings)
+        return object_response(target.resource, entry, warnings=_warned(request, warnings))
 
     async def delete(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
@@ -340,6 +340,8 @@ class ResourceHandlers:
             user_info=_requests.user_info_of(request),
             dry_run=dry_run,
         )
+        # Read back by the write's answer as Warning headers (``_warned``), whatever happens next.
+        request.state.admission_warnings = attrs.warnings
         admitted = await admission.admit(attrs)
         await admission.validate(attrs if admitted is attrs.obj else replace(attrs, obj=admitted))
         # The very object sent in comes back when no webhook patched it: the caller's own
@@ -370,6 +372,11 @@ class ResourceHandlers:
             )
         except ApiError:
             return {}
+
+
+def _warned(request: Request, warnings: Iterable[str]) -> tuple[str, ...]:
+    """The write's own warnings, then the admission webhooks' (``response.warnings``)."""
+    return (*warnings, *getattr(request.state, "admission_warnings", ()))
 
 
 class _RetryablePatchConflict(Exception):

@@ -9,7 +9,7 @@ old object) match. Configurations are visited in name order, webhooks in listed 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rgpu_kubesim._cel import ConditionError, MatchCondition, compile_conditions
@@ -36,6 +36,9 @@ class Attributes:
     user_info: Mapping[str, Any] | None = None
     """The full UserInfo of a bearer-authenticated requester (uid, groups, extra)."""
     dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+    """What the webhooks' answers warned of (``response.warnings``), in call order: kube sends
+    them back to the client as ``Warning`` headers, which kubectl prints."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -119,6 +120,9 @@ class SchedulerConfig:
     trace: bool = False
     """Keep each pod's queue history in its record (``PodRecord.steps``), for ``rgpu soak
     --trace``. Off by default: a pod parked for long collects a step per cluster event."""
+    extender_tls: ssl.SSLContext | None = None
+    """The extender's ``tlsConfig``: the CA to verify it by and the client certificate to
+    present (an https ``extender_url`` whose listener requires one)."""
 
     def __post_init__(self) -> None:
         for url in (self.extender_url, *self.more_extender_urls):
@@ -270,8 +274,15 @@ class SchedulerEmulator:
             # One session (its own kept-alive connection) per extender URL, as kube-scheduler
             # keeps one client per extender (aiohttp: three calls per pod, the cheapest client).
             urls = (self.config.extender_url, *self.config.more_extender_urls)
+            # The extender's tlsConfig: verify it by the CA, present the client certificate.
+            tls: ssl.SSLContext | bool = self.config.extender_tls or True
             sessions = [
-                aiohttp.ClientSession(headers=_EXTENDER_HEADERS, trust_env=False) for _ in urls
+                aiohttp.ClientSession(
+                    headers=_EXTENDER_HEADERS,
+                    trust_env=False,
+                    connector=aiohttp.TCPConnector(ssl=tls),
+                )
+                for _ in urls
             ]
             for session in sessions:
                 stack.push_async_callback(close_session, session)

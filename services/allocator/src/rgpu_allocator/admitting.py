@@ -46,6 +46,7 @@ from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
 from .removal import Remover
+from .retries import Retries
 from .verdicts import Verdict, Wait
 from .waits import Waits, busy_in, gauges
 
@@ -77,10 +78,12 @@ class Admitter:
         api: KubeApi,
         instruments: Instruments,
         concurrency: int,
+        ahead: int,
         leading: Callable[[], bool],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._planner, self._booker, self._remover = planner, booker, remover
+        self._ahead = ahead
         self._preemptor, self._queues = preemptor, queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
@@ -92,6 +95,7 @@ class Admitter:
         # pass must not lift it again.
         self._lifted: set[str] = set()
         self._preempting: set[str] = set()
+        self._retries = Retries(clock)
         self._waits = Waits(api)
         self._due = True
         self._wake: anyio.Event | None = None
@@ -120,10 +124,14 @@ class Admitter:
                 self._queue[after.uid] = after
                 self.notify()
             return
+        if after is not None and after.bound and before is not None and not before.bound:
+            # A pod left kube-scheduler's queue: admission may be a pod further ahead again.
+            self.notify()
         gone = after or before
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
             self._waits.forget(gone.uid)
             self._lifted.discard(gone.uid)
+            self._retries.forget(gone.uid)
             self._arrival.pop(gone.uid, None)
 
     def lapsed(self, claim: Claim) -> None:
@@ -143,7 +151,7 @@ class Admitter:
     def queue(self) -> AdmissionQueue:
         """Every gated pod in admission order with what a pass decides for it now (a dry
         pass: any replica can answer it), and each namespace's share."""
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
         entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
         return admission_queue(entries, held=self._held(), queues=self._queues)
@@ -171,7 +179,7 @@ class Admitter:
 
     def _ready(self) -> bool:
         judge = self.judge
-        return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
+        return judge.discovery.view is not None and judge.pods.synced and judge.ledger.synced
 
     def _held(self) -> dict[str, int]:
         """Cards per namespace held or being booked (quotas count both)."""
@@ -188,12 +196,12 @@ class Admitter:
             limit=limit,
             config=self._queues.config,
             held=self._held(),
-            busy=self._flight | self._lifted,
+            busy=self._flight | self._lifted | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
-        view = self.judge.inputs.view
-        room = self._concurrency - len(self._flight)
+        view = self.judge.discovery.view
+        room = self._room()
         if view is None or room <= 0 or not self._queue:
             return
         with tracer.start_as_current_span("admission.pass") as span:
@@ -208,6 +216,13 @@ class Admitter:
                     self._wait(verdict, view, tg)
             for unit in admit.values():
                 self._start(unit, tg)
+
+    def _room(self) -> int:
+        """Admissions this pass may start: within the concurrency, and no further ahead of
+        kube-scheduler than ``ahead`` admitted pods it has not bound."""
+        flying = len(self._flight)
+        unbound = self.judge.ledger.admitted_unbound()
+        return min(self._concurrency - flying, self._ahead - unbound - flying)
 
     def _start(self, unit: list[Verdict], tg: TaskGroup) -> None:
         for verdict in unit:
@@ -232,6 +247,7 @@ class Admitter:
                 if claims is not None:
                     await self._lift(unit, claims)
         except RgpuError as exc:
+            self._retries.failed(v.pod.uid for v in unit)
             logger.warning("could not admit %s: %s", _names(unit), exc)
         finally:
             for verdict in unit:
@@ -266,6 +282,7 @@ class Admitter:
             lapses = expires_at(claim, None, self.judge.ttl) or self._clock()
             note = BookingNote(server=claim.server, expires_at=lapses)
             lifted = await lift_gate(self._api, verdict.pod, note)
+            self._retries.forget(verdict.pod.uid)
             if lifted is Lifted.LIFTED:
                 self._lifted.add(verdict.pod.uid)
                 self._admitted(verdict.pod, claim.server)

@@ -16,7 +16,8 @@ kept to reading requests and writing answers; every decision lives below.
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
 Writes answer only callers the apiserver vouches for (docs/design.md §10): commit and release are
-guarded before their body is read (``require_caller``, ``RGPU_ALLOWED_CALLERS``); a booking is
+guarded before their body is read (``require_caller``: a token of audience ``rgpu-allocator``
+from an account on ``RGPU_ALLOCATION_CALLERS``, the extender's); a booking is
 checked once its body says it is one, because a ``dryRun`` decides without writing and stays
 open like the other reads (``rgpu explain`` asks with it). 401 without a confirmed token, 403
 for an account not on the list.
@@ -45,9 +46,12 @@ from rgpu_contracts import (
     NoFit,
     PodRef,
 )
+from rgpu_placement import FleetView
 from rgpu_runtime import (
     CALLER_AUTH_STATE,
+    CLAIMS_FEED,
     CallerAuth,
+    DiscoveryMirror,
     Poll,
     body_limit,
     json_response,
@@ -60,7 +64,6 @@ from .admitting import Admitter
 from .booking import Booking
 from .committing import Committer
 from .errors import TooLong
-from .inputs import Inputs
 from .ledger import Ledger
 from .nudging import Refused
 from .pods import PodIndex
@@ -85,7 +88,7 @@ class Deps:
     policy: Policy
     ledger: Ledger
     pods: PodIndex
-    inputs: Inputs
+    discovery: DiscoveryMirror[FleetView]
     refused: Refused
     claims: PublishedClaims
     """The claim set followers read (the Lease watch's, at its resourceVersion)."""
@@ -106,13 +109,13 @@ def deps(request: Request) -> Deps:
 
 def status(d: Deps) -> dict[str, Any]:
     """What an operator asks first: is the input fresh, how much is held."""
-    view = d.inputs.view
-    age = d.inputs.fleet_age()
+    view = d.discovery.view
+    age = d.discovery.fleet_age()
     return {
         "granularity": d.policy.granularity,
         "fleetRevision": view.fleet.revision if view is not None else None,
         "fleetAgeSeconds": None if age is None else round(age, 3),
-        "discoveryError": d.inputs.discovery_error,
+        "discoveryError": d.discovery.error,
         "servers": len(view.facts) if view is not None else 0,
         "leases": len(d.ledger),
         "claims": sum(len(r.claims) for r in d.ledger.leases()),
@@ -152,7 +155,9 @@ async def post_allocation(request: Request) -> Response:
     request_body = _checked(AllocationRequest.from_dict(await read_json(request)))
     if not request_body.dry_run:
         auth = state_value(request, CALLER_AUTH_STATE, CallerAuth)
-        await auth.authenticate(request.headers, action="book a server (POST /v1/allocations)")
+        await auth.authenticate(
+            request.headers, action="book a server (POST /v1/allocations)", route="allocation"
+        )
     answer = await deps(request).booking.allocate(request_body)
     if isinstance(answer, NoFit):
         return json_response(answer.to_dict(), 409)
@@ -181,14 +186,8 @@ async def get_allocation(request: Request) -> Response:
 async def get_claims(request: Request) -> Response:
     poll = Poll.from_query(request.query_params)
     revision, snapshot = await poll.answer(deps(request).claims.versioned)
-    if not poll.delta:
-        body = snapshot.body()
-    elif poll.since is not None and poll.behind(revision):
-        body = snapshot.behind(poll.since)
-    else:
-        body = snapshot.update(poll.since)
     headers = {"Cache-Control": "no-store", REVISION_HEADER: str(revision)}
-    return Response(body, media_type="application/json", headers=headers)
+    return Response(snapshot.answer(poll), media_type="application/json", headers=headers)
 
 
 async def get_queue(request: Request) -> Response:
@@ -205,16 +204,16 @@ ROUTES: list[BaseRoute] = [
         "/v1/allocations/{uid}/commit",
         post_commit,
         methods=["POST"],
-        middleware=[require_caller(), body_limit(SMALL_BODY_BYTES)],
+        middleware=[require_caller("allocation"), body_limit(SMALL_BODY_BYTES)],
     ),
     Route(
         "/v1/allocations/{uid}",
         delete_allocation,
         methods=["DELETE"],
-        middleware=[require_caller()],
+        middleware=[require_caller("allocation")],
     ),
     Route("/v1/allocations/{uid}", get_allocation, methods=["GET"]),
-    Route("/v1/claims", get_claims, methods=["GET"]),
+    Route(CLAIMS_FEED.path, get_claims, methods=["GET"]),
     Route("/v1/queue", get_queue, methods=["GET"]),
     Route("/v1/status", get_status, methods=["GET"]),
 ]

@@ -35,11 +35,17 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_contracts import Server, ServerName
-from rgpu_runtime import KubeClient, ObjectChange, Reflector, ServerPolicySettings
+from rgpu_placement import FleetView
+from rgpu_runtime import (
+    DiscoveryMirror,
+    KubeClient,
+    ObjectChange,
+    Reflector,
+    ServerPolicySettings,
+)
 
 from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
 from .clients import LupineApi
-from .inputs import Inputs
 from .ledger import Ledger
 from .pods import PodIndex, PodInfo
 from .policy_objects import (
@@ -105,7 +111,7 @@ class ServerPolicies:
         *,
         ledger: Ledger,
         pods: PodIndex,
-        inputs: Inputs,
+        discovery: DiscoveryMirror[FleetView],
         settings: ServerPolicySettings,
         system_namespace: str,
         leading: Callable[[], bool],
@@ -113,7 +119,7 @@ class ServerPolicies:
         period: float = RECONCILE_SECONDS,
     ) -> None:
         self._api = api
-        self._ledger, self._pods, self._inputs = ledger, pods, inputs
+        self._ledger, self._pods, self._discovery = ledger, pods, discovery
         self._settings = settings
         self._system_namespace = system_namespace
         self._leading = leading
@@ -238,7 +244,7 @@ class ServerPolicies:
             self._leading()
             and self._ledger.synced
             and self._pods.synced
-            and self._inputs.view is not None
+            and self._discovery.view is not None
             and self.policies.synced
             and self.lupine_pods.synced
         )
@@ -302,7 +308,7 @@ class ServerPolicies:
         rebuilt (or dropped, for a server gone from the fleet). A Lease or a fleet that
         changed is a new object in the caches, so spotting them costs a pointer comparison
         per server; pods report their own changes (``pod_changed``)."""
-        view = self._inputs.view
+        view = self._discovery.view
         servers = {s.name: s for s in view.fleet.servers} if view is not None else {}
         dirty, self._dirty = self._dirty, set()
         if self._full or view is not self._view:

@@ -19,7 +19,10 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
+    DiscoveryMirror,
     EventRecorder,
     Listener,
     PodCreations,
@@ -38,7 +41,6 @@ from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
-from .inventory import Inventory
 from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
@@ -86,21 +88,27 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
-            inventory = Inventory()
-            metrics.follow_ages(inventory.age)
+            allocator_http.auth = (
+                bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
+            )
+            discovery = DiscoveryMirror(
+                FleetView.build, topology_keys=settings.scheduling.topology_keys
+            )
+            metrics.follow_ages(discovery.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
-            for follower in inventory.followers(discovery_http):
+            for follower in discovery.followers(discovery_http):
                 tg.start_soon(follower.run)
-            await inventory.asked_once()
+            # Serve from the first request either way: with a fleet when discovery answered,
+            # with filter's ``Error`` (kube-scheduler retries) when it did not.
+            await discovery.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
             deps = _deps(
                 settings,
                 allocator=AllocatorClient(allocator_http),
                 apiserver=Apiserver(kube),
-                inventory=inventory,
+                discovery=discovery,
                 events=events,
                 metrics=metrics,
             )
@@ -125,7 +133,7 @@ def _deps(
     *,
     allocator: AllocatorClient,
     apiserver: Apiserver,
-    inventory: Inventory,
+    discovery: DiscoveryMirror[FleetView],
     events: EventRecorder,
     metrics: ExtenderMetrics,
 ) -> Deps:
@@ -136,7 +144,7 @@ def _deps(
     return Deps(
         filtering=Filtering(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             events=events,
             metrics=metrics,
             resources=resources,
@@ -145,7 +153,7 @@ def _deps(
         ),
         scoring=Scoring(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             metrics=metrics,
             topology_keys=settings.scheduling.topology_keys,
             budget=budget,
@@ -175,11 +183,17 @@ def listeners(settings: Settings) -> Sequence[Listener]:
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
         return [scheduler]
+    # The apiserver's client certificate is checked per path (health stays open to the
+    # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        face=webhook_surface(),
+        client_ca_file=http.webhook_client_ca_file,
+        client_cert="optional",
+        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        name="webhook",
+        limits=http.limits,
     )
     return [scheduler, webhook]
 
@@ -188,7 +202,7 @@ def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
     face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen, face=face)
+        return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
@@ -196,6 +210,8 @@ def _scheduler_listener(settings: Settings) -> Listener:
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
         face=face,
+        name="scheduler",
+        limits=http.limits,
     )
 
 

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 
 import anyio
 
-from rgpu_contracts import ContractError, ExtenderArgs, HostPriority
-from rgpu_placement import shared_level
-from rgpu_runtime import BadRequest
+from rgpu_contracts import ContractError, ExtenderArgs, HostPriority, ServerName
+from rgpu_placement import FleetView, shared_level
+from rgpu_runtime import BadRequest, DiscoveryMirror
 
 from .booked import booked_server
 from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, PeerReplyInvalid
 from .instruments import ExtenderMetrics, observed
-from .inventory import Inventory
 from .objects import node_labels, node_name, pod_label, pod_ref
 from .recent import RecentBookings
 
@@ -47,7 +46,7 @@ class Scoring:
     """The ``/prioritize`` verb with what it scores with; built once by the lifespan."""
 
     allocator: AllocatorClient
-    inventory: Inventory
+    discovery: DiscoveryMirror[FleetView]
     metrics: ExtenderMetrics
     topology_keys: tuple[str, ...]
     """``RGPU_TOPOLOGY_KEYS``, finest domain first."""
@@ -77,7 +76,7 @@ class Scoring:
         self, args: ExtenderArgs
     ) -> tuple[Mapping[str, str] | None, str]:
         uid = pod_ref(args.pod).uid
-        fleet = self.inventory.fleet
+        fleet = self.discovery.view
         if not uid or fleet is None:
             return None, "not_synced" if uid else "no_claim"
         booked = booked_server(args.pod, time.time()) or self.recent.server_of(uid)
@@ -90,17 +89,17 @@ class Scoring:
             if allocation is None:
                 return None, "no_claim"
             booked = allocation.server
-        server = fleet.servers.get(booked)
-        if server is None:
+        facts = fleet.facts.get(ServerName(booked))
+        if facts is None:
             return None, "server_unknown"
-        return dict(server.topology), "scored"
+        return dict(facts.server.topology), "scored"
 
     def _candidate_labels(self, args: ExtenderArgs) -> Mapping[str, Mapping[str, str]]:
         # Full Nodes carry their own labels, fresher than discovery's copy.
         if args.nodes is not None:
             return {node_name(n): node_labels(n) for n in args.nodes.get("items") or ()}
-        topology = self.inventory.topology
-        return topology.labels if topology is not None else {}
+        fleet = self.discovery.view
+        return fleet.node_labels if fleet is not None else {}
 
 
 def _by_profile(
