@@ -23,6 +23,7 @@ from rgpu_kubesim.kubelet import (
     Dialed,
     KubeletConfig,
     RunRecord,
+    dial,
 )
 from rgpu_testkit import allocation_request, eventually
 
@@ -320,3 +321,50 @@ async def test_a_pod_going_to_a_servers_lupine_it_does_not_hold_is_refused_by_th
         # Discovery still probes every server: none is reported unreachable.
         fleet = (await out.get(stack.url("discovery") + "/v1/fleet")).json()
         assert all(s["reachable"] for s in fleet["servers"]), fleet
+        await _widened_and_deleted_policies_are_put_back(stack, lupine.name, record, copied)
+        # Released: the old holder's address is reset like anyone else's.
+        gone = await stack.apiserver.delete("/api/v1/namespaces/default/pods/holder")
+        assert gone.status_code == 200, gone.text
+        await eventually(
+            lambda: _holders(stack, lupine.name) == "", timeout=30, what="the holder left"
+        )
+        assert await dial(record.endpoint, record.address, timeout=2) is Dialed.RESET
+
+
+POLICIES = "/apis/networking.k8s.io/v1/namespaces/rgpu-lupine/networkpolicies"
+
+
+def _holders(stack: Stack, server: str) -> str | None:
+    """The holders the server's policy admits, as the store has it (None: no policy)."""
+    found = [
+        p
+        for p in stack.sim.store.list("networkpolicies", namespace="rgpu-lupine")
+        if p["metadata"]["name"] == f"rgpu-server-{server}"
+    ]
+    return found[0]["metadata"]["annotations"]["rgpu.io/holders"] if found else None
+
+
+async def _widened_and_deleted_policies_are_put_back(
+    stack: Stack, server: str, holder: RunRecord, copycat: RunRecord
+) -> None:
+    """Someone with rights on NetworkPolicies opens the server's policy to every source, then
+    deletes it (cutting the holder off: the standing policy admits discovery only). The
+    allocator narrows the first and recreates the second; neither lasts."""
+    path = f"{POLICIES}/rgpu-server-{server}"
+    opened = [{"op": "add", "path": "/spec/ingress/-", "value": {}}]
+    widen = await stack.apiserver.patch(
+        path, content=orjson.dumps(opened), headers={"Content-Type": "application/json-patch+json"}
+    )
+    assert widen.status_code == 200, widen.text
+
+    async def narrowed() -> bool:
+        rules = (await stack.apiserver.get(path)).json()["spec"]["ingress"]
+        return all(rule.get("from") for rule in rules)
+
+    await eventually(narrowed, timeout=30, what="the widened policy narrowed again")
+    assert await stack.kubelet.dial(copycat.uid, holder.endpoint) is Dialed.RESET
+    assert (await stack.apiserver.delete(path)).status_code == 200
+    await eventually(
+        lambda: _holders(stack, server) == "default/holder", timeout=30, what="policy put back"
+    )
+    assert await stack.kubelet.dial(holder.uid, holder.endpoint) is Dialed.CONNECTED

@@ -29,13 +29,13 @@ from rgpu_kubesim import (
     SimApiServer,
     open_lupine_fleet,
 )
-from rgpu_kubesim._lupine_dial import dial
 from rgpu_kubesim.kubelet import (
     DIAL_ANNOTATION,
     RUN_SECONDS_ANNOTATION,
     Dialed,
     KubeletConfig,
     KubeletEmulator,
+    dial,
 )
 from rgpu_kubesim.network import LUPINE_NAMESPACE, place_lupine_pods
 

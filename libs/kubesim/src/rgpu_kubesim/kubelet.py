@@ -48,6 +48,7 @@ __all__ = [
     "KubeletEmulator",
     "LupineClientSink",
     "RunRecord",
+    "dial",
     "resolve_env",
 ]
 
