@@ -6,8 +6,8 @@ pods stand for them in the apiserver: one Running pod per fake server, on the se
 on the pod network (``hostNetwork: false``) with its lupine port as both ``containerPort`` and
 ``hostPort``, so the simulated network (``PodNetwork``) sends a connection to the node's port to
 this pod, and the policies that select the pod decide who gets in. They are written Running
-(as a kubelet that started them long ago would have left them), so the kubelet emulator leaves
-them alone.
+and Ready (as a kubelet that started them long ago would have left them), so the kubelet
+emulator leaves them alone.
 """
 
 from __future__ import annotations
@@ -77,6 +77,20 @@ def lupine_pod(
             "hostIPs": [{"ip": server.host}],
             "podIP": address,
             "podIPs": [{"ip": address}],
+            "conditions": [
+                {"type": kind, "status": "True"} for kind in ("Ready", "ContainersReady")
+            ],
+            "containerStatuses": [
+                {
+                    "name": "lupine-server",
+                    "image": "ghcr.io/rgpu/lupine-server",
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                }
+            ],
         },
     }
 
