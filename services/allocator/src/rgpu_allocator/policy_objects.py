@@ -19,7 +19,6 @@ mode's standing policy (k8s/components/server-policies) admits only discovery to
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -123,7 +122,10 @@ def policy_body(
 
 
 def _cidr(ip: str) -> str:
-    return f"{ip}/{ipaddress.ip_address(ip).max_prefixlen}"
+    # The pod cache admits only addresses inet_pton parses, so a colon is all that tells the
+    # families apart; parsing again with ipaddress cost a new leader's first pass 0.2 ms a
+    # server.
+    return f"{ip}/128" if ":" in ip else f"{ip}/32"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
