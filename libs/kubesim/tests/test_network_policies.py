@@ -227,6 +227,22 @@ async def test_ports_except_and_named_ports_are_honoured(sim: SimApiServer) -> N
         assert await connects(fleet, HOLDER) is Dialed.RESET
 
 
+async def test_a_lupine_pod_runs_ready_on_the_pod_network_at_its_servers_port(
+    sim: SimApiServer,
+) -> None:
+    async with guarded(sim) as (_, fleet):
+        server = fleet.by_name("gpu-1")
+        pod = sim.store.get("pods", "lupine-server-gpu-1", namespace=LUPINE_NAMESPACE)
+    (container,) = pod["spec"]["containers"]
+    assert not pod["spec"]["hostNetwork"] and pod["spec"]["nodeName"] == "gpu-1"
+    assert container["ports"][0]["hostPort"] == container["ports"][0]["containerPort"]
+    assert container["ports"][0]["hostPort"] == server.port
+    status = pod["status"]
+    assert status["phase"] == "Running" and status["podIP"].startswith("127.255.")
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+    assert [c["ready"] for c in status["containerStatuses"]] == [True]
+
+
 async def test_a_host_network_server_is_governed_by_no_policy(sim: SimApiServer) -> None:
     async with guarded(sim) as (network, fleet):
         sim.store.create("networkpolicies", lupine_policy("deny", []))
