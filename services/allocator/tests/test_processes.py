@@ -185,6 +185,8 @@ async def test_a_leader_killed_mid_burst_loses_no_admission_and_books_nothing_tw
     assert sorted(n for names in stored.values() for n in names) == sorted(p.name for p in pods)
 
 
+# A Lease to run out (15 s) and up to 60 s for the survivor's passes on a loaded machine.
+@pytest.mark.timeout(120)
 async def test_a_quota_holds_under_a_burst_and_across_a_leader_kill(build, kit, sim, cluster):
     import importlib
 
@@ -216,13 +218,16 @@ async def test_a_quota_holds_under_a_burst_and_across_a_leader_kill(build, kit, 
             leader = (one, two)[leading.index(1.0)]
             leader.process.kill()
             await leader.process.wait()
-            # The survivor leads once the killed leader's Lease (15 s) has run out on its clock.
-            with anyio.move_on_after(30):
+            # The survivor leads once the killed leader's Lease (15 s) has run out on its
+            # clock; on a loaded two-core machine its first passes can take seconds more.
+            with anyio.move_on_after(60):
                 while admitted() < quota:
                     most = max(most, held())
                     await anyio.sleep(0.05)
             for _ in range(20):
                 most = max(most, held())
                 await anyio.sleep(0.05)
-            assert admitted() == quota
+            survivor = one if leader is two else two
+            leads = await admission.metric(survivor.client, "rgpu_leader")
+            assert admitted() == quota, f"held {held()}, survivor leading {leads}"
     assert most == quota
