@@ -3,10 +3,12 @@
 ``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding, +eviction),
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
-tokenreviews and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations with
-kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
-and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
-clients (kubectl, kubernetes_asyncio) work against it.
+tokenreviews, rbac.authorization.k8s.io/v1 roles and bindings, authorization.k8s.io/v1 access
+reviews and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations and
+validatingadmissionpolicies (+bindings) with kube-apiserver's semantics (resourceVersions,
+selectors, watches, patches, RBAC on every request, admission webhooks and CEL, scheduling
+gates, bearer tokens, Status errors), so unmodified clients (kubectl, kubernetes_asyncio) work
+against it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rgpu_kubesim._lupine_errors import (
     SimSetupError,
 )
 from rgpu_kubesim._metering import RequestCount, RequestKey, RequestMeter
+from rgpu_kubesim._namespace_grants import UserGrant
 from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._store import Store
 from rgpu_kubesim.certs import CertFiles, write_certs
@@ -67,6 +70,7 @@ __all__ = [
     "SimSetupError",
     "Step",
     "Store",
+    "UserGrant",
     "WorkloadSpec",
     "open_lupine_fleet",
     "plan_fleet",

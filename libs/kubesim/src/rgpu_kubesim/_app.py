@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from rgpu_kubesim import _discovery, _openapi, _status
 from rgpu_kubesim._authn import BearerAuth
+from rgpu_kubesim._authorization import NonResourceAuthorization
 from rgpu_kubesim._handlers import Deps, ResourceHandlers
 from rgpu_kubesim._metering import RequestMetering
 from rgpu_kubesim._responses import error_response, json_response
@@ -135,5 +136,6 @@ def create_app(deps: Deps) -> Starlette:
     middleware = [
         Middleware(RequestMetering, meter=deps.meter),
         Middleware(BearerAuth, authenticator=deps.authn),
+        Middleware(NonResourceAuthorization, authorizer=deps.authorizer),
     ]
     return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)

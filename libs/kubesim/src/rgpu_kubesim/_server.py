@@ -22,11 +22,16 @@ from starlette.types import ASGIApp
 
 from rgpu_kubesim import _namespaces
 from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._admission_policy import AdmissionPolicies
 from rgpu_kubesim._app import create_app
 from rgpu_kubesim._authn import Authenticator
+from rgpu_kubesim._authorization import Authorizer
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._metering import RequestMeter
+from rgpu_kubesim._namespace_grants import NamespaceGrants, UserGrant
+from rgpu_kubesim._rbac_aggregation import Aggregator
+from rgpu_kubesim._rbac_bootstrap import seed
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
 from rgpu_runtime import EmbeddedServer
@@ -52,7 +57,8 @@ class ApiOptions:
     webhook's serving certificate must carry that DNS name.
     """
     default_user: str = "kubernetes-admin"
-    """userInfo.username sent to webhooks; the ``X-Sim-User`` request header overrides it."""
+    """Who a request that names no one is: a member of ``system:masters`` (cluster admin, as
+    ``kubectl proxy`` acts); the ``X-Sim-User`` request header names someone else."""
     user_agents: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """User-Agent prefix -> username, for clients that cannot send ``X-Sim-User`` (the
     services' kubernetes_asyncio clients announce ``rgpu-<service>``), standing in for the
@@ -61,8 +67,9 @@ class ApiOptions:
     """Events a watcher may have pending before it is cut as too slow."""
     clock: Callable[[], float] = time.time
     """Wall clock in epoch seconds; tokens are issued and expire by it (a seam for tests)."""
-    token_reviewers: frozenset[str] | None = None
-    """Users allowed to create TokenReviews; None lets everyone (the simulator has no RBAC)."""
+    user_grant: UserGrant | None = field(default_factory=UserGrant)
+    """The ClusterRole every user named by ``X-Sim-User`` gets in each namespace but kube's
+    own (``edit``); None: users get only what RBAC objects written later grant them."""
     namespace_finalize_seconds: float = 0.2
     """How long a deleted namespace stays Terminating before the namespace controller removes
     it (kube's takes a few seconds); new content in it is refused meanwhile."""
@@ -151,6 +158,18 @@ async def serving(app: ASGIApp, sock: socket.socket, **config: Any) -> AsyncIter
         sock.close()
 
 
+def _authorizer(storage: Storage, options: ApiOptions) -> Authorizer:
+    """RBAC with kube's bootstrap policy (aggregated as it is written) and the users' grant."""
+    authorizer = Authorizer(
+        storage, default_user=options.default_user, user_agents=options.user_agents
+    )
+    Aggregator(storage)
+    seed(storage)
+    if options.user_grant is not None:
+        NamespaceGrants(storage, options.user_grant)
+    return authorizer
+
+
 @contextlib.asynccontextmanager
 async def run_apiserver(
     *, host: str = "127.0.0.1", port: int = 0, options: ApiOptions | None = None
@@ -172,7 +191,8 @@ async def run_apiserver(
         bookmark_interval=options.bookmark_interval_seconds,
         clock=options.clock,
         authn=Authenticator(storage, clock=options.clock),
-        token_reviewers=options.token_reviewers,
+        authorizer=_authorizer(storage, options),
+        policies=AdmissionPolicies(storage),
         meter=meter,
     )
     sock = listening_socket(host, port)

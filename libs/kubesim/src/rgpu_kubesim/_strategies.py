@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim import _configmaps, _disruption, _priority, _status, _validation
+from rgpu_kubesim import (
+    _admission_policy_parse,
+    _configmaps,
+    _disruption,
+    _priority,
+    _rbac_validation,
+    _status,
+    _validation,
+)
 from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
@@ -43,6 +51,8 @@ _CONTAINER_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("terminationMessagePath", "/dev/termination-log"),
     ("terminationMessagePolicy", "File"),
 )
+_RBAC = "rbac.authorization.k8s.io"
+_POLICY_KINDS = frozenset({"validatingadmissionpolicies", "validatingadmissionpolicybindings"})
 _WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("failurePolicy", "Fail"),
     ("matchPolicy", "Equivalent"),
@@ -66,6 +76,10 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _priority.default_class(obj)
     elif resource.plural == "configmaps":
         _configmaps.check_decodable(resource, obj)
+    elif resource.group == _RBAC:
+        _rbac_validation.apply_defaults(resource.kind, obj)
+    elif resource.plural in _POLICY_KINDS:
+        _admission_policy_parse.apply_defaults(resource.kind, obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -226,6 +240,10 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
         causes += _disruption.budget_causes(obj)
     elif resource.plural == "configmaps":
         causes += _configmaps.causes(obj, old)
+    elif resource.group == _RBAC:
+        causes += _rbac_validation.causes(resource.kind, obj, old)
+    elif resource.plural in _POLICY_KINDS:
+        causes += _admission_policy_parse.causes(resource.kind, obj)
     elif resource.plural == "mutatingwebhookconfigurations":
         causes += _validation.webhook_configuration_causes(obj)
         for index, webhook in enumerate(obj.get("webhooks") or ()):

@@ -1,0 +1,211 @@
+"""ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1): CEL rules kube-apiserver itself
+enforces on writes, with no webhook to call.
+
+A policy applies to a write when one of its bindings and the policy's own ``matchConstraints``
+match it (operation, group, version, resource/subresource, ``resourceNames``, scope, namespace
+and object selectors, minus ``excludeResourceRules``) and its ``matchConditions`` hold. Its
+``variables`` are evaluated in order, then each ``validations`` expression must be true; the
+first false one denies the write when the binding's ``validationActions`` include ``Deny``,
+with kube's message and the validation's ``reason`` (422 Invalid by default). An expression
+that fails follows the policy's ``failurePolicy``. Evaluated after the mutating webhooks, on
+the object about to be stored, with ``object``, ``oldObject``, ``request``, ``variables`` and
+``namespaceObject`` (its name and labels). Not supported: ``paramKind``/``paramRef`` (a policy
+that needs params fails by its failurePolicy), the ``authorizer`` variable (likewise), and the
+``Warn``/``Audit`` actions, which are accepted and report nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rgpu_kubesim import _status
+from rgpu_kubesim._admission_policy_parse import (
+    Binding,
+    Matcher,
+    Policy,
+    Validation,
+    binding_of,
+    policy_of,
+)
+from rgpu_kubesim._cel import EvaluationError, evaluate, value_of
+from rgpu_kubesim._resources import Resource, require
+from rgpu_kubesim._storage import Storage
+from rgpu_kubesim._watching import Change
+from rgpu_kubesim._webhooks import Attributes
+from rgpu_kubesim.errors import ApiError
+
+_POLICIES = require("validatingadmissionpolicies")
+_BINDINGS = require("validatingadmissionpolicybindings")
+_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Pair:
+    policy: Policy
+    binding: Binding
+
+
+class AdmissionPolicies:
+    """Every ValidatingAdmissionPolicy and its bindings, compiled once per change."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._pairs: tuple[_Pair, ...] | None = None
+        self._needed: dict[tuple[str, str, str], bool] = {}
+        storage.observe(_POLICIES.plural, self._invalidate)
+        storage.observe(_BINDINGS.plural, self._invalidate)
+
+    def _invalidate(self, change: Change) -> None:
+        self._pairs = None
+        self._needed.clear()
+
+    def _compiled(self) -> tuple[_Pair, ...]:
+        if self._pairs is None:
+            policies = {e.name: policy_of(e.decode()) for e in self._storage.entries(_POLICIES)}
+            bindings = sorted(
+                (binding_of(e.decode()) for e in self._storage.entries(_BINDINGS)),
+                key=lambda b: b.name,
+            )
+            self._pairs = tuple(
+                _Pair(policy=policies[b.policy_name], binding=b)
+                for b in bindings
+                if b.policy_name in policies
+            )
+        return self._pairs
+
+    def needed(self, operation: str, resource: Resource, subresource: str) -> bool:
+        """Whether any bound policy's rules could match such a write (cached per kind)."""
+        key = (operation, resource.plural, subresource)
+        found = self._needed.get(key)
+        if found is None:
+            found = self._needed[key] = any(
+                p.policy.match.could_match(operation, resource, subresource)
+                for p in self._compiled()
+            )
+        return found
+
+    def validate(self, attrs: Attributes) -> None:
+        """Raise the denial of the first bound policy that refuses ``attrs``."""
+        for pair in self._compiled():
+            if _applies(pair, attrs):
+                _check(pair, attrs)
+
+
+def _applies(pair: _Pair, attrs: Attributes) -> bool:
+    matchers: tuple[Matcher, ...] = (pair.policy.match,)
+    if pair.binding.match is not None:
+        matchers += (pair.binding.match,)
+    return all(m.matches(attrs) for m in matchers)
+
+
+def _check(pair: _Pair, attrs: Attributes) -> None:
+    policy = pair.policy
+    context = _context(attrs)
+    if policy.conditions:
+        verdict = evaluate(policy.conditions, context)
+        if verdict.error:
+            _failed(pair, attrs, verdict.error)
+            return
+        if not verdict.matches:
+            return
+    if policy.needs_params:
+        why = f"failed to configure policy: paramKind {policy.param_kind} is not supported"
+        _failed(pair, attrs, why)
+        return
+    context["variables"] = _variables(policy, context)
+    for validation in policy.validations:
+        try:
+            passed = value_of(validation.condition, context)
+        except EvaluationError as exc:
+            _failed(pair, attrs, str(exc))
+            continue
+        if passed is not True:
+            if not isinstance(passed, bool):
+                _failed(
+                    pair,
+                    attrs,
+                    f"expression '{validation.condition.expression}' "
+                    f"resulted in error: expected a bool, got {type(passed).__name__}",
+                )
+                continue
+            _deny(pair, attrs, _message(validation, context), validation.reason)
+
+
+def _variables(policy: Policy, context: dict[str, Any]) -> dict[str, Any]:
+    """Each variable in order, seeing the earlier ones; a failing one is left out, so the
+    validations that use it fail (kube evaluates them lazily to the same effect)."""
+    values: dict[str, Any] = {}
+    for name, condition in policy.variables:
+        try:
+            values[name] = value_of(condition, context | {"variables": values})
+        except EvaluationError:
+            continue
+    return values
+
+
+def _message(validation: Validation, context: Mapping[str, Any]) -> str:
+    if validation.message_expression is not None:
+        try:
+            text = value_of(validation.message_expression, context)
+        except EvaluationError:
+            text = None
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return validation.message or f"failed expression: {validation.condition.expression}"
+
+
+def _failed(pair: _Pair, attrs: Attributes, why: str) -> None:
+    if pair.policy.failure_policy == "Fail":
+        _deny(pair, attrs, why, "Invalid")
+
+
+def _deny(pair: _Pair, attrs: Attributes, message: str, reason: str) -> None:
+    if "Deny" not in pair.binding.actions:
+        return  # Warn and Audit report nothing here (see the module docstring)
+    text = (
+        f"ValidatingAdmissionPolicy '{pair.policy.name}' with binding '{pair.binding.name}' "
+        f"denied request: {message}"
+    )
+    raise _forbidden(attrs, text, reason or "Invalid")
+
+
+def _forbidden(attrs: Attributes, text: str, reason: str) -> ApiError:
+    """kube's admission.NewForbidden, re-coded by the validation's reason."""
+    resource = attrs.resource
+    label = f'{resource.qualified} "{attrs.name}"' if attrs.name else resource.qualified
+    details = _status.resource_details(resource, attrs.name, causes=[{"message": text}])
+    code = _CODES.get(reason, 422)
+    return _status.failure(code, f"{label} is forbidden: {text}", reason=reason, details=details)
+
+
+def _context(attrs: Attributes) -> dict[str, Any]:
+    resource = attrs.resource
+    kind = {"group": resource.group, "version": resource.version, "kind": attrs.kind}
+    gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+    user = attrs.user_info or {"username": attrs.user, "groups": ["system:authenticated"]}
+    request: dict[str, Any] = {
+        "kind": kind,
+        "resource": gvr,
+        "subResource": attrs.subresource,
+        "requestKind": kind,
+        "requestResource": gvr,
+        "requestSubResource": attrs.subresource,
+        "name": attrs.name,
+        "namespace": attrs.namespace,
+        "operation": attrs.operation,
+        "userInfo": dict(user),
+        "dryRun": attrs.dry_run,
+    }
+    namespace = None
+    if attrs.namespace:
+        labels = dict(attrs.namespace_labels)
+        namespace = {"metadata": {"name": attrs.namespace, "labels": labels}}
+    return {
+        "object": attrs.obj,
+        "oldObject": attrs.old,
+        "request": request,
+        "params": None,
+        "namespaceObject": namespace,
+    }
