@@ -61,6 +61,7 @@ from .soak_workload import (
     priority_class_manifests,
 )
 from .stack import SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
+from .stack_rbac import check_authorized
 from .steps import Steps
 from .verdict import (
     WAKE_LIMIT_SECONDS,
@@ -318,6 +319,7 @@ def _verdict(
         *timing,
         check_restarts(kills, starts, alive),
         *(_priority_checks(evidence, driver, log, per_card) if _mixed(options) else ()),
+        check_authorized(stack.sim),
         CheckResult(
             name="the evidence is complete (no watch had to relist)",
             passed=not evidence.gaps,

@@ -33,6 +33,8 @@ from .processes import (
 from .service_proxy import ServiceProxy
 from .span_receiver import receiving
 from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of
+from .stack_rbac import SYSTEM_NAMESPACE as SYSTEM_NAMESPACE
+from .stack_rbac import apply_rbac, user_grant
 
 __all__ = [
     "REPLICATED",
@@ -42,8 +44,6 @@ __all__ = [
     "run_stack",
     "service_account",
 ]
-
-SYSTEM_NAMESPACE = "rgpu-system"
 
 
 def service_account(service: str) -> str:
@@ -324,15 +324,13 @@ async def run_stack(
         # Each service's kube client announces itself as rgpu-<service>; the simulated
         # apiserver maps that to its service account, as token authentication would.
         agents = {f"rgpu-{s}": service_account(s) for s in SERVICES}
-        api_options = ApiOptions(seed=options.seed, user_agents=agents)
+        api_options = ApiOptions(seed=options.seed, user_agents=agents, user_grant=user_grant())
         progress("starting the simulated apiserver")
         sim = await stack.enter_async_context(
             run_apiserver(port=options.apiserver_port, options=api_options)
         )
         sim.store.create("namespaces", {"metadata": {"name": SYSTEM_NAMESPACE}})
-        for name in SERVICES:
-            account = {"name": f"rgpu-{name}", "namespace": SYSTEM_NAMESPACE}
-            sim.store.create("serviceaccounts", {"metadata": account})
+        apply_rbac(sim.store)
         plan = plan_fleet(
             FleetSpec(
                 servers=options.servers,

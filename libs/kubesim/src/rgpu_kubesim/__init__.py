@@ -22,6 +22,7 @@ from rgpu_kubesim._lupine_errors import (
 )
 from rgpu_kubesim._metering import RequestCount, RequestKey, RequestMeter
 from rgpu_kubesim._namespace_grants import UserGrant
+from rgpu_kubesim._refusals import Refusal, Refusals
 from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._store import Store
 from rgpu_kubesim.certs import CertFiles, write_certs
@@ -58,6 +59,8 @@ __all__ = [
     "LupineSpec",
     "PodPlan",
     "PodRecord",
+    "Refusal",
+    "Refusals",
     "RequestCount",
     "RequestKey",
     "RequestMeter",

@@ -30,6 +30,7 @@ from rgpu_kubesim._admission_policy_parse import (
     policy_of,
 )
 from rgpu_kubesim._cel import EvaluationError, evaluate, value_of
+from rgpu_kubesim._refusals import Refusal, Refusals
 from rgpu_kubesim._resources import Resource, require
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._watching import Change
@@ -50,8 +51,9 @@ class _Pair:
 class AdmissionPolicies:
     """Every ValidatingAdmissionPolicy and its bindings, compiled once per change."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, refusals: Refusals | None = None) -> None:
         self._storage = storage
+        self._refusals = refusals or Refusals()
         self._pairs: tuple[_Pair, ...] | None = None
         self._needed: dict[tuple[str, str, str], bool] = {}
         storage.observe(_POLICIES.plural, self._invalidate)
@@ -90,7 +92,24 @@ class AdmissionPolicies:
         """Raise the denial of the first bound policy that refuses ``attrs``."""
         for pair in self._compiled():
             if _applies(pair, attrs):
-                _check(pair, attrs)
+                try:
+                    _check(pair, attrs)
+                except ApiError as exc:
+                    self._refused(attrs, exc)
+                    raise
+
+    def _refused(self, attrs: Attributes, error: ApiError) -> None:
+        resource = attrs.resource.plural
+        self._refusals.add(
+            Refusal(
+                user=attrs.user,
+                verb=attrs.operation.lower(),
+                resource=f"{resource}/{attrs.subresource}" if attrs.subresource else resource,
+                namespace=attrs.namespace,
+                name=attrs.name,
+                message=str(error),
+            )
+        )
 
 
 def _applies(pair: _Pair, attrs: Attributes) -> bool:

@@ -26,6 +26,7 @@ from rgpu_kubesim import _rbac, _status
 from rgpu_kubesim._authn import AUTHENTICATED_USER, UserInfo
 from rgpu_kubesim._rbac import AllowedNames, Grant, RuleIndex
 from rgpu_kubesim._rbac_bootstrap import AUTHENTICATED, MASTERS
+from rgpu_kubesim._refusals import Refusal, Refusals
 from rgpu_kubesim._resources import require
 from rgpu_kubesim._routing import Target
 from rgpu_kubesim._storage import Storage
@@ -44,9 +45,15 @@ class Authorizer:
     """RBAC over the stored roles and bindings; see the module docstring."""
 
     def __init__(
-        self, storage: Storage, *, default_user: str, user_agents: Mapping[str, str]
+        self,
+        storage: Storage,
+        *,
+        default_user: str,
+        user_agents: Mapping[str, str],
+        refusals: Refusals | None = None,
     ) -> None:
         self._storage = storage
+        self.refusals = refusals or Refusals()
         self._default_user = default_user
         self._agents = dict(user_agents)
         self._index: RuleIndex | None = None
@@ -112,7 +119,18 @@ class Authorizer:
 
     def require(self, user: UserInfo, attrs: _rbac.Request) -> None:
         if not self.allows(user, attrs):
-            raise forbidden(user, attrs)
+            error = forbidden(user, attrs)
+            self.refusals.add(
+                Refusal(
+                    user=user.username,
+                    verb=attrs.verb,
+                    resource=attrs.combined if attrs.is_resource else attrs.path,
+                    namespace=attrs.namespace,
+                    name=attrs.name,
+                    message=str(error),
+                )
+            )
+            raise error
 
     def allows(self, user: UserInfo, attrs: _rbac.Request) -> bool:
         if MASTERS in user.groups:

@@ -32,6 +32,7 @@ from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._namespace_grants import NamespaceGrants, UserGrant
 from rgpu_kubesim._rbac_aggregation import Aggregator
 from rgpu_kubesim._rbac_bootstrap import seed
+from rgpu_kubesim._refusals import Refusals
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
 from rgpu_runtime import EmbeddedServer
@@ -87,6 +88,8 @@ class SimApiServer:
     """Fault injection, also reachable as ``/_sim/faults``."""
     meter: RequestMeter
     """Requests and response bytes so far, by client, verb and resource."""
+    refusals: Refusals
+    """Requests refused as Forbidden (by RBAC or an admission policy), newest kept."""
 
 
 class _EmbeddedServer(EmbeddedServer):
@@ -158,10 +161,13 @@ async def serving(app: ASGIApp, sock: socket.socket, **config: Any) -> AsyncIter
         sock.close()
 
 
-def _authorizer(storage: Storage, options: ApiOptions) -> Authorizer:
+def _authorizer(storage: Storage, options: ApiOptions, refusals: Refusals) -> Authorizer:
     """RBAC with kube's bootstrap policy (aggregated as it is written) and the users' grant."""
     authorizer = Authorizer(
-        storage, default_user=options.default_user, user_agents=options.user_agents
+        storage,
+        default_user=options.default_user,
+        user_agents=options.user_agents,
+        refusals=refusals,
     )
     Aggregator(storage)
     seed(storage)
@@ -182,6 +188,7 @@ async def run_apiserver(
     faults = Faults(storage, seed=options.seed)
     admission = Admission(storage, service_address_map=options.service_address_map)
     meter = RequestMeter()
+    refusals = Refusals()
     deps = Deps(
         storage=storage,
         faults=faults,
@@ -191,8 +198,8 @@ async def run_apiserver(
         bookmark_interval=options.bookmark_interval_seconds,
         clock=options.clock,
         authn=Authenticator(storage, clock=options.clock),
-        authorizer=_authorizer(storage, options),
-        policies=AdmissionPolicies(storage),
+        authorizer=_authorizer(storage, options, refusals),
+        policies=AdmissionPolicies(storage, refusals),
         meter=meter,
     )
     sock = listening_socket(host, port)
@@ -201,7 +208,11 @@ async def run_apiserver(
             await tg.start(_namespaces.run_controller, storage, options.namespace_finalize_seconds)
             try:
                 yield SimApiServer(
-                    url=socket_url(sock), store=Store(storage), faults=faults, meter=meter
+                    url=socket_url(sock),
+                    store=Store(storage),
+                    faults=faults,
+                    meter=meter,
+                    refusals=refusals,
                 )
             finally:
                 tg.cancel_scope.cancel()
