@@ -20,10 +20,10 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CHECK_LINE = re.compile(r"^(PASS|FAIL) ", re.MULTILINE)
-CHECKS = 14
-"""Ten of correctness (a lost server's holders told among them), four of scaling
-(soak_scaling); the discovery two pass once discovery shards its probing and publishes one
-fleet."""
+CHECKS = 15
+"""Eleven of correctness (a lost server's holders told among them, and no request of rgpu's
+accounts refused by the apiserver's RBAC), four of scaling (soak_scaling); the discovery two
+pass once discovery shards its probing and publishes one fleet."""
 
 
 @pytest.mark.parametrize(("granularity", "seed"), [("server", 3), ("card", 4)])

@@ -62,7 +62,10 @@ async def api(sim: SimApiServer) -> AsyncIterator[httpx.AsyncClient]:
         reviewer = {"kind": "User", "name": "reviewer"}
         allocator = {"kind": "ServiceAccount", "name": "allocator", "namespace": NS}
         for body, plural in (
-            (_cluster_binding("reviewers", "system:auth-delegator", reviewer), "clusterrolebindings"),
+            (
+                _cluster_binding("reviewers", "system:auth-delegator", reviewer),
+                "clusterrolebindings",
+            ),
             (NODE_READER, "clusterroles"),
             (_cluster_binding("node-readers", "node-reader", allocator), "clusterrolebindings"),
         ):

@@ -81,7 +81,8 @@ class Authorizer:
             return bearer
         named = request.headers.get("x-sim-user")
         if named:
-            return named_user(named, tuple(request.headers.getlist("x-sim-group")))
+            listed = request.headers.getlist("x-sim-group")
+            return named_user(named, tuple(g.strip() for v in listed for g in v.split(",") if g))
         agent = request.headers.get("user-agent", "")
         for prefix, user in self._agents.items():
             if agent.startswith(prefix):
