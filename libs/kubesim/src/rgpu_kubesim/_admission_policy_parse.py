@@ -4,11 +4,18 @@ declares), and the compiled form the evaluator runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rgpu_kubesim._cel import ConditionError, MatchCondition, compile_condition
+from rgpu_kubesim._cel import (
+    ConditionError,
+    EvaluationError,
+    MatchCondition,
+    compile_condition,
+    value_of,
+)
 from rgpu_kubesim._resources import Resource
 from rgpu_kubesim._selectors import LabelSelector, labels_match, selector_from_object
 from rgpu_kubesim._status import Cause
@@ -25,6 +32,8 @@ FAILURE_POLICIES = ("Fail", "Ignore")
 REASONS = ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
 ACTIONS = ("Deny", "Warn", "Audit")
 _RULE_FIELDS = ("operations", "apiGroups", "apiVersions", "resources")
+_REQUEST_FIELD = re.compile(r"\brequest\s*\.\s*(\w+)")
+_WHOLE_REQUEST = re.compile(r"\brequest\b(?!\s*\.\s*\w)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,8 +111,16 @@ class Policy:
     match: Matcher
     conditions: tuple[MatchCondition, ...]
     variables: tuple[tuple[str, MatchCondition], ...]
+    """The variables that depend on the request, in order."""
+    constants: Mapping[str, Any]
+    """Variables that read nothing of the request (tables, lists), evaluated once."""
     validations: tuple[Validation, ...]
     param_kind: str
+    reads: frozenset[str]
+    """The request's variables any expression reads (``request``, ``object``, ...): only those
+    are converted to CEL for a write, the costliest step of judging one."""
+    request_fields: frozenset[str] | None
+    """The fields of ``request`` the expressions name, or None when one reads it whole."""
 
     @property
     def needs_params(self) -> bool:
@@ -149,9 +166,37 @@ def _matcher(raw: Mapping[str, Any]) -> Matcher:
     )
 
 
+def _reads(condition: MatchCondition) -> set[str]:
+    return set(condition.program.variables()) & VARIABLES
+
+
+def _split_variables(
+    raw: object,
+) -> tuple[tuple[tuple[str, MatchCondition], ...], dict[str, Any]]:
+    """(request-dependent variables, constants): a variable is constant while it and every
+    variable before it read nothing but other variables."""
+    dynamic: list[tuple[str, MatchCondition]] = []
+    constants: dict[str, Any] = {}
+    for variable in raw if isinstance(raw, list) else ():
+        name, condition = str(variable.get("name")), _compile(variable.get("expression"))
+        if not dynamic and _reads(condition) <= {"variables"}:
+            try:
+                constants[name] = value_of(condition, {"variables": constants})
+                continue
+            except EvaluationError:
+                pass  # left to fail, as kube would, where it is used
+        dynamic.append((name, condition))
+    return tuple(dynamic), constants
+
+
 def policy_of(obj: Mapping[str, Any]) -> Policy:
     """The compiled policy (validated when written)."""
     spec = obj.get("spec") or {}
+    variables, constants = _split_variables(spec.get("variables"))
+    conditions = tuple(
+        compile_condition(str(c.get("name")), str(c.get("expression")), VARIABLES)
+        for c in spec.get("matchConditions") or ()
+    )
     validations = tuple(
         Validation(
             condition=_compile(v.get("expression")),
@@ -163,20 +208,29 @@ def policy_of(obj: Mapping[str, Any]) -> Policy:
         )
         for v in spec.get("validations") or ()
     )
+    programs = [*conditions, *(c for _, c in variables)]
+    programs += [p for v in validations for p in (v.condition, v.message_expression) if p]
     return Policy(
         name=str(obj["metadata"]["name"]),
         failure_policy=str(spec.get("failurePolicy") or "Fail"),
         match=_matcher(spec.get("matchConstraints") or {}),
-        conditions=tuple(
-            compile_condition(str(c.get("name")), str(c.get("expression")), VARIABLES)
-            for c in spec.get("matchConditions") or ()
-        ),
-        variables=tuple(
-            (str(v.get("name")), _compile(v.get("expression"))) for v in spec.get("variables") or ()
-        ),
+        conditions=conditions,
+        variables=variables,
+        constants=constants,
         validations=validations,
         param_kind=str((spec.get("paramKind") or {}).get("kind") or ""),
+        reads=frozenset(name for p in programs for name in _reads(p)),
+        request_fields=_request_fields(p.expression for p in programs),
     )
+
+
+def _request_fields(expressions: Iterable[str]) -> frozenset[str] | None:
+    fields: set[str] = set()
+    for expression in expressions:
+        if _WHOLE_REQUEST.search(expression):
+            return None
+        fields |= set(_REQUEST_FIELD.findall(expression))
+    return frozenset(fields)
 
 
 def binding_of(obj: Mapping[str, Any]) -> Binding:

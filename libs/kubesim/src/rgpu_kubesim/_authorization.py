@@ -150,8 +150,8 @@ class Authorizer:
         except KeyError:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
-            grants = self.grants(user, attrs.namespace)
-            names = self._cache[key] = _rbac.allowed_names(grants, attrs)
+            rules = self._rules().rules(user.username, user.groups, attrs.namespace)
+            names = self._cache[key] = _rbac.allowed_names(rules, attrs)
         return names is None or attrs.name in names
 
     def explain(self, user: UserInfo, attrs: _rbac.Request) -> tuple[bool, str]:

@@ -113,10 +113,21 @@ class EvaluationError(Exception):
     """An expression that failed at run time; the message is kube's ("... resulted in error")."""
 
 
-def value_of(condition: MatchCondition, variables: Mapping[str, Any]) -> object:
-    """What the expression evaluates to; EvaluationError when it fails."""
+def context_of(variables: Mapping[str, Any]) -> cel.Context:
+    """The variables converted to CEL once, for several expressions to run against (each run
+    over a plain mapping converts all of it again)."""
+    import cel
+
+    return cel.Context(variables=dict(variables))
+
+
+def value_of(condition: MatchCondition, variables: Mapping[str, Any] | cel.Context) -> object:
+    """What the expression evaluates to, over a mapping or a ``context_of``; EvaluationError
+    when it fails."""
+    if isinstance(variables, Mapping):
+        variables = dict(variables)
     try:
-        return condition.program.execute(dict(variables))
+        return condition.program.execute(variables)
     except KeyError as exc:
         why = f"no such key: {exc.args[0] if exc.args else ''}"
         raise EvaluationError(_failed(condition, why)) from exc
@@ -124,7 +135,7 @@ def value_of(condition: MatchCondition, variables: Mapping[str, Any]) -> object:
         raise EvaluationError(_failed(condition, str(exc))) from exc
 
 
-def _outcome(condition: MatchCondition, variables: Mapping[str, Any]) -> bool | str:
+def _outcome(condition: MatchCondition, variables: Mapping[str, Any] | cel.Context) -> bool | str:
     try:
         result = value_of(condition, variables)
     except EvaluationError as exc:
@@ -138,7 +149,9 @@ def _failed(condition: MatchCondition, why: str) -> str:
     return f"expression '{condition.expression}' resulted in error: {why}"
 
 
-def evaluate(conditions: Sequence[MatchCondition], variables: Mapping[str, Any]) -> Verdict:
+def evaluate(
+    conditions: Sequence[MatchCondition], variables: Mapping[str, Any] | cel.Context
+) -> Verdict:
     """kube's matcher: any false skips; else any error is for the failurePolicy; else call."""
     errors: list[str] = []
     for condition in conditions:

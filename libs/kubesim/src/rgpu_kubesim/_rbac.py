@@ -121,14 +121,14 @@ AllowedNames = frozenset[str] | None
 """The object names a requester may address for one kind of request: None for every name."""
 
 
-def allowed_names(grants: Iterable[Grant], request: Request) -> AllowedNames:
-    """The names ``grants`` allow ``request`` for: None as soon as one rule lists no names."""
+def allowed_names(rules: Iterable[PolicyRule], request: Request) -> AllowedNames:
+    """The names ``rules`` allow ``request`` for: None as soon as one rule lists no names."""
     names: set[str] = set()
-    for grant in grants:
-        if grant.rule.covers(request):
-            if not grant.rule.names:
+    for rule in rules:
+        if rule.covers(request):
+            if not rule.names:
                 return None
-            names |= grant.rule.names
+            names |= rule.names
     return frozenset(names)
 
 
@@ -169,8 +169,13 @@ class _Binding:
     """(subject, kube's description of it) for every subject the binding names."""
 
 
+Bound = tuple[tuple[PolicyRule, ...], str]
+"""A role's rules as one binding grants them, and kube's description of that grant."""
+
+
 class RuleIndex:
-    """Every binding's rules, by the subject it names; built from decoded objects."""
+    """Every binding's rules, by the subject it names; built from decoded objects (a role's
+    rules are parsed once and shared by every binding of it)."""
 
     def __init__(
         self,
@@ -182,8 +187,8 @@ class RuleIndex:
     ) -> None:
         self._cluster_roles = {_meta(r)[1]: _rules(r) for r in cluster_roles}
         self._roles = {_meta(r): _rules(r) for r in roles}
-        self._cluster: dict[SubjectKey, list[Grant]] = {}
-        self._namespaced: dict[tuple[str, SubjectKey], list[Grant]] = {}
+        self._cluster: dict[SubjectKey, list[Bound]] = {}
+        self._namespaced: dict[tuple[str, SubjectKey], list[Bound]] = {}
         for raw in cluster_bindings:
             self._add(_binding("ClusterRoleBinding", raw))
         for raw in bindings:
@@ -199,7 +204,7 @@ class RuleIndex:
                 label = f'RoleBinding "{binding.name}/{binding.namespace}"'
                 target = self._namespaced.setdefault((binding.namespace, subject), [])
             source = f'{label} of {binding.role_kind} "{binding.role_name}" to {described}'
-            target += [Grant(rule=rule, source=source) for rule in rules]
+            target.append((rules, source))
 
     def _role_rules(self, binding: _Binding) -> tuple[PolicyRule, ...]:
         if binding.role_kind == "ClusterRole":
@@ -208,14 +213,25 @@ class RuleIndex:
             return self._roles.get((binding.namespace, binding.role_name), ())
         return ()
 
-    def grants(self, user: str, groups: Iterable[str], namespace: str) -> Iterator[Grant]:
-        """The grants reaching ``user`` (and its ``groups``) in ``namespace`` ("": cluster)."""
+    def bound(self, user: str, groups: Iterable[str], namespace: str) -> Iterator[Bound]:
+        """The role grants reaching ``user`` (and its ``groups``) in ``namespace`` ("": the
+        cluster scope only)."""
         keys = [("User", user), *(("Group", g) for g in groups)]
         for key in keys:
             yield from self._cluster.get(key, ())
         if namespace:
             for key in keys:
                 yield from self._namespaced.get((namespace, key), ())
+
+    def rules(self, user: str, groups: Iterable[str], namespace: str) -> Iterator[PolicyRule]:
+        for rules, _ in self.bound(user, groups, namespace):
+            yield from rules
+
+    def grants(self, user: str, groups: Iterable[str], namespace: str) -> Iterator[Grant]:
+        """Each rule reaching the user, with the grant it comes through."""
+        for rules, source in self.bound(user, groups, namespace):
+            for rule in rules:
+                yield Grant(rule=rule, source=source)
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
