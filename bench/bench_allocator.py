@@ -400,10 +400,8 @@ def seed_claims(sim: Any, fleet: Fleet, made: list[dict[str, Any]], count: int) 
         per_server.setdefault(server.name, []).append(
             claim_on(server, pod, (server.cards[slot],), at=now)
         )
-    for server, claims in per_server.items():
-        body = encode_lease(
-            server=server, namespace=NAMESPACE, claims=claims, resource_version=None
-        )
+    for name, claims in per_server.items():
+        body = encode_lease(server=name, namespace=NAMESPACE, claims=claims, resource_version=None)
         sim.store.create("leases", body, namespace=NAMESPACE)
 
 

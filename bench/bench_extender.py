@@ -67,7 +67,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
 
 def fleet() -> dict[str, Any]:
-    servers = [
+    servers: list[dict[str, Any]] = [
         {
             "name": f"lupine-{s:04d}",
             "endpoint": f"10.1.{s // 250}.{s % 250}:14833",
@@ -197,6 +197,8 @@ def settings(sim_url: str, peers: str, certs: tuple[Path, Path]) -> Settings:
             "RGPU_WEBHOOK_LISTEN": "127.0.0.1:0",
             "RGPU_TLS_CERT_FILE": str(certs[0]),
             "RGPU_TLS_KEY_FILE": str(certs[1]),
+            # The peers here are stand-ins that check no token; the extender sends none.
+            "RGPU_AUTH": "none",
         },
         service="extender",
     )
@@ -286,7 +288,8 @@ async def mutate_figure(tls: str, ca: trustme.CA, rounds: int) -> tuple[float, f
 async def in_process_figure(rounds: int) -> tuple[float, float]:
     app_peers = peers_app()
     transport = httpx.ASGITransport(app=app_peers)
-    settings_ = Settings.from_env({"RGPU_KUBE_URL": "http://127.0.0.1:9"}, service="extender")
+    env = {"RGPU_KUBE_URL": "http://127.0.0.1:9", "RGPU_AUTH": "none"}
+    settings_ = Settings.from_env(env, service="extender")
     app = create_app(
         settings_,
         allocator_transport=transport,

@@ -62,8 +62,10 @@ def _serve_fleet(servers: int, sniff_only: bool, pipe: Connection) -> None:
 async def _fleet(servers: int, sniff_only: bool, pipe: Connection) -> None:
     async with open_lupine_fleet() as fleet:
         for i in range(servers):
-            mode = "sniff" if sniff_only or i % 5 == 0 else "h2only"
-            await fleet.start(LupineSpec(name=f"gpu-{i}", mode=mode, gpus=GPUS))
+            sniff = sniff_only or i % 5 == 0
+            await fleet.start(
+                LupineSpec(name=f"gpu-{i}", mode="sniff" if sniff else "h2only", gpus=GPUS)
+            )
         pipe.send([lupine.endpoint for lupine in fleet])
         while await anyio.to_thread.run_sync(pipe.recv) == "count":
             pipe.send(sum(lupine.connections for lupine in fleet))

@@ -52,6 +52,7 @@ from typing import Any
 
 import _system_measure as m
 import _system_report as report
+import aiohttp
 import anyio
 import httpx
 import orjson
@@ -141,26 +142,48 @@ def gpu_pod(name: str, cards: int, run_seconds: float) -> dict[str, Any]:
 # -- driving -----------------------------------------------------------------------------------
 
 
+_USER = {"X-Sim-User": "alice", "User-Agent": "bench-user", "Content-Type": "application/json"}
+
+
+class Creator:
+    """Creates pods as a user's client would (``X-Sim-User: alice``, through the webhook).
+
+    aiohttp, not ``Stack.create_pod``'s httpx: the client runs in this process, whose CPU is
+    reported as the simulation's, and a user's kubectl would run in a process of its own.
+    """
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url = url
+        self.session = session
+
+    async def create(self, manifest: dict[str, Any], into: list[str]) -> None:
+        meta = manifest["metadata"]
+        pods = f"{self.url}/api/v1/namespaces/{meta['namespace']}/pods"
+        for attempt in range(3):
+            try:
+                async with self.session.post(
+                    pods, data=orjson.dumps(manifest), headers=_USER
+                ) as response:
+                    status, body = response.status, await response.read()
+                break
+            except aiohttp.ClientConnectionError:
+                # A pooled connection the apiserver closed as idle: send again (a 409 means
+                # the first attempt had created the pod after all).
+                if attempt == 2:
+                    raise
+        if status == 409:
+            async with self.session.get(f"{pods}/{meta['name']}", headers=_USER) as response:
+                status, body = response.status, await response.read()
+        if status not in (200, 201):
+            raise RuntimeError(f"pod creation refused: {status} {body[:300]!r}")
+        into.append(str(orjson.loads(body)["metadata"]["uid"]))
+
+
 async def _create(
-    stack: Stack, manifest: dict[str, Any], into: list[str], limit: anyio.CapacityLimiter
+    creator: Creator, manifest: dict[str, Any], into: list[str], limit: anyio.CapacityLimiter
 ) -> None:
-    for attempt in range(3):
-        try:
-            async with limit:
-                response = await stack.create_pod(manifest)
-            break
-        except httpx.TransportError:
-            # A pooled connection the apiserver closed as idle: send again (a 409 means the
-            # first attempt had created the pod after all).
-            if attempt == 2:
-                raise
-    meta = manifest["metadata"]
-    if response.status_code == 409:
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-        response = await stack.apiserver.get(path)
-    if response.status_code not in (200, 201):
-        raise RuntimeError(f"pod creation refused: {response.status_code} {response.text[:300]}")
-    into.append(str(response.json()["metadata"]["uid"]))
+    async with limit:
+        await creator.create(manifest, into)
 
 
 STALL_SECONDS = 20.0
@@ -216,18 +239,20 @@ class Meter:
         latencies = self.stack.scheduler.latencies().items()
         phase.latencies = {k: list(v[self._kept.get(k, 0) :]) for k, v in latencies}
         filters = self.filter_buckets()
-        phase.filter_inside_ms = tuple(
-            1000 * m.bucket_quantile(self._filters, filters, q) for q in (0.5, 0.99)
-        )
+        p50, p99 = (1000 * m.bucket_quantile(self._filters, filters, q) for q in (0.5, 0.99))
+        phase.filter_inside_ms = (p50, p99)
         phase.load = m.load_average()
 
     def filter_buckets(self) -> dict[float, float]:
         """The extender's own ``/filter`` histogram, as its ``/metrics`` says now."""
-        text = httpx.get(f"{self.stack.url('extender')}/metrics", timeout=30).text
+        url = f"{self.stack.url('extender')}/metrics"
+        text = httpx.get(url, timeout=30, verify=self.stack.scheduler_tls).text
         return m.histogram_buckets(text, "rgpu_extender_verb_duration_seconds", verb="filter")
 
 
-async def burst(stack: Stack, count: int, cards: int, profile: Path | None, meter: Meter) -> Phase:
+async def burst(
+    stack: Stack, creator: Creator, count: int, cards: int, profile: Path | None, meter: Meter
+) -> Phase:
     """``count`` pods created at once; they hold their cards until the stream deletes them."""
     profiler = m.Profiler.start(meter.pids, profile, "burst") if profile else None
     # As many creations in flight as the client's connection pool holds (a controller's
@@ -237,7 +262,7 @@ async def burst(stack: Stack, count: int, cards: int, profile: Path | None, mete
         async with anyio.create_task_group() as tg:
             for i in range(count):
                 manifest = gpu_pod(f"burst-{i:05d}", cards, HOLD_SECONDS)
-                tg.start_soon(_create, stack, manifest, phase.pods, limit)
+                tg.start_soon(_create, creator, manifest, phase.pods, limit)
         await _until_bound(stack, phase.pods, timeout=max(180.0, count / 2))
     if profiler is not None:
         report.show_profiles(profiler.stop())
@@ -258,7 +283,11 @@ async def _free(stack: Stack, holders: Sequence[str], rate: float, phase: Phase)
 
 
 async def stream(
-    stack: Stack, args: argparse.Namespace, holders: Sequence[str], meter: Meter
+    stack: Stack,
+    creator: Creator,
+    args: argparse.Namespace,
+    holders: Sequence[str],
+    meter: Meter,
 ) -> Phase:
     """``--rate`` pods/s for ``--stream-seconds`` onto a full fleet while the burst's pods are
     deleted at ``--free-rate`` per second: each deletion frees room a parked pod waits for."""
@@ -271,7 +300,7 @@ async def stream(
             for i in range(int(args.rate * args.stream_seconds)):
                 await anyio.sleep(max(0.0, phase.started + i / args.rate - time.monotonic()))
                 manifest = gpu_pod(f"stream-{i:05d}", per_pod, HOLD_SECONDS)
-                tg.start_soon(_create, stack, manifest, phase.pods, limit)
+                tg.start_soon(_create, creator, manifest, phase.pods, limit)
             await _until_bound(stack, phase.pods, timeout=args.grace_seconds)
             tg.cancel_scope.cancel()
     return phase
@@ -336,7 +365,8 @@ async def run(args: argparse.Namespace, granularity: str, admission: str) -> dic
     )
     args.granularity_now = granularity
     started = time.monotonic()
-    async with run_stack(options) as stack:
+    async with run_stack(options) as stack, aiohttp.ClientSession(trust_env=False) as session:
+        creator = Creator(stack.sim.url, session)
         _say(granularity, f"stack up in {time.monotonic() - started:.0f} s ({options.work_dir})")
         await _fleet_probed(stack, args.servers, timeout=180.0)
         meter = Meter(stack)
@@ -346,9 +376,9 @@ async def run(args: argparse.Namespace, granularity: str, admission: str) -> dic
         # In card granularity burst pods ask for a whole server's cards, so the fleet is full
         # in both and the stream's pods park until a deletion frees room.
         cards = 1 if granularity == "server" else args.cards
-        b = await burst(stack, args.burst, cards, args.profile, meter)
+        b = await burst(stack, creator, args.burst, cards, args.profile, meter)
         _say(granularity, "burst bound")
-        s = await stream(stack, args, b.pods, meter)
+        s = await stream(stack, creator, args, b.pods, meter)
         _say(granularity, "stream done")
         baseline = await relist(stack)
         return report.figures(stack, meter.pids, (rest, b, s), baseline, admission=admission)
@@ -399,7 +429,11 @@ def main() -> None:
     for granularity in granularities:
         for admission in admissions:
             key = f"{granularity}/{admission}"
-            results[key] = anyio.run(run, args, granularity, admission)
+            # uvloop, as the services and `python -m rgpu_kubesim serve` run: the simulation's
+            # own CPU is measured on the loop it is meant to run on.
+            results[key] = anyio.run(
+                run, args, granularity, admission, backend_options={"use_uvloop": True}
+            )
             report.show(key, results[key])
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))

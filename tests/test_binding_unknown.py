@@ -213,7 +213,7 @@ async def _serving(
         "RGPU_LOG_FORMAT": "text",
         "RGPU_BOOKING_TTL_SECONDS": f"{TTL:g}",
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+        "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
     }
     for account in ("rgpu-allocator", "rgpu-extender"):
         meta = {"name": account, "namespace": "rgpu-system"}

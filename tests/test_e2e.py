@@ -109,6 +109,36 @@ def _parked(stack: Stack, key: str, admission: str) -> bool:
     return "rgpu.io/admission" in gates and waiting
 
 
+async def test_a_lookalike_resource_is_warned_about_in_the_creations_answer() -> None:
+    async with run_stack(_options(servers=1)) as stack:
+        manifest = _pods(1, seed=9, run=(1.0, 1.0))[0].manifest()
+        resources = manifest["spec"]["containers"][0]["resources"]
+        for amounts in resources.values():
+            amounts.pop("nvidia.com/remote-gpu-memory", None)
+            amounts["nvidia.com/remote-gpus"] = amounts.pop("nvidia.com/remote-gpu")
+        created = await stack.create_pod(manifest)
+        assert created.status_code == 201, created.text
+        # kubectl prints each Warning header as "Warning: ..." on stderr.
+        [warning] = created.headers.get_list("Warning")
+        assert "nvidia.com/remote-gpus" in warning and "nvidia.com/remote-gpu?" in warning
+
+
+async def test_one_lupine_per_gpu_gives_each_pod_one_instance_of_its_own() -> None:
+    plans = _pods(4, seed=6, run=(60.0, 60.0))
+    async with run_stack(_options(servers=2, cards=2, per_gpu=True)) as stack:
+        await _submit(stack, plans)
+        await eventually(
+            lambda: list(_phases(stack).values()).count("Running") == 4,
+            timeout=60,
+            what="four pods running on four instances",
+        )
+        snapshot = await fetch_snapshot(stack.url("discovery"), stack.url("allocator"))
+        held = sorted(str(c.server) for c in snapshot.claims.claims)
+        assert len(set(held)) == 4 and all("@" in server for server in held), held
+        assert all(len(c.cards) == 1 for c in snapshot.claims.claims)
+        _assert_clean_run(stack)
+
+
 @pytest.mark.parametrize("admission", ["gate", "filter"])
 @pytest.mark.parametrize("how", ["finishes", "is deleted"])
 async def test_a_parked_pod_is_scheduled_within_2s_of_capacity_freeing(

@@ -29,6 +29,8 @@ import kubernetes_validate
 import orjson
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes_asyncio.client import (
     AuthenticationV1Api,
     CoordinationV1Api,
@@ -46,10 +48,12 @@ from rgpu_cli.stack import (
     MATCH_CONDITION_NAME,
     SKIP_CONDITION,
     SKIP_CONDITION_NAME,
+    SUBRESOURCE_MATCH_CONDITION,
+    SUBRESOURCE_MATCH_CONDITION_NAME,
 )
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
-from rgpu_runtime import Listener, Settings, running
+from rgpu_runtime import Listener, Settings, audience_of, running
 
 pytestmark = pytest.mark.process
 
@@ -67,9 +71,9 @@ API_CLIENTS = ["discovery", "allocator", "extender", "metrics"]
 RECEIVERS = ("allocator", "discovery")
 """Services with guarded routes (docs/design.md §10): they confirm callers' tokens with
 TokenReview."""
-CALLERS = ("extender", "allocator")
-"""Services that call a guarded route (extender: the allocator's writes; allocator: discovery's
-probe), so they send a projected token of audience rgpu."""
+CALLERS = {"extender": "allocator", "allocator": "discovery"}
+"""Services that call a guarded route, and whose (extender: the allocator's writes; allocator:
+discovery's probe): each sends a projected token of the receiving service's audience."""
 OWNED_ANNOTATIONS = {"hami.io/remote-gpu-devices-", "hami.io/lupine-endpoint", "rgpu.io/"}
 """Scheduler-owned annotation names and prefixes (docs/design.md §3) the webhook must be sent."""
 OVERLAYS = ("dev", "production")
@@ -199,10 +203,19 @@ class Render:
         return loaded
 
     def webhook(self) -> Obj:
+        """The webhook for pods themselves (CREATE, UPDATE)."""
+        return self.webhooks()[0]
+
+    def subresource_webhook(self) -> Obj:
+        """The webhook for the pod subresources that carry the whole pod."""
+        return self.webhooks()[1]
+
+    def webhooks(self) -> list[Obj]:
         configuration = self.get("MutatingWebhookConfiguration", "rgpu-extender")
         webhooks: list[Obj] = configuration["webhooks"]
-        assert len(webhooks) == 1, "rgpu-extender should declare exactly one webhook"
-        return webhooks[0]
+        names = [w["name"] for w in webhooks]
+        assert names == ["pods.webhook.rgpu.io", "pods-subresources.webhook.rgpu.io"], names
+        return webhooks
 
 
 def _is_settings(obj: Obj) -> bool:
@@ -534,24 +547,44 @@ def test_scheduler_extender_url_reaches_the_extender_port(render: Render) -> Non
     _assert_url_reaches(render, extender["urlPrefix"], "extender", "http")
 
 
-def test_dev_scheduler_calls_the_extender_over_plain_http(dev: Render) -> None:
-    (extender,) = dev.scheduler_config()["extenders"]
-    assert extender["urlPrefix"].startswith("http://")
-    assert "RGPU_SCHEDULER_CLIENT_CA_FILE" not in _environment(dev, "extender")
-
-
-def test_production_scheduler_presents_a_client_certificate_the_extender_requires(
-    production: Render,
+def test_in_every_overlay_kube_scheduler_presents_a_client_certificate_the_extender_requires(
+    overlay: Render,
 ) -> None:
-    (extender,) = production.scheduler_config()["extenders"]
+    (extender,) = overlay.scheduler_config()["extenders"]
     assert extender["urlPrefix"].startswith("https://") and extender["enableHTTPS"] is True
     tls = extender["tlsConfig"]
-    mount = _mount_of_secret(production, "scheduler", "rgpu-scheduler-client-tls")
+    mount = _mount_of_secret(overlay, "scheduler", "rgpu-scheduler-client-tls")
     assert (tls["certFile"], tls["keyFile"], tls["caFile"]) == (
         f"{mount}/tls.crt",
         f"{mount}/tls.key",
         f"{mount}/ca.crt",
     )
+    settings = Settings.from_env(_environment(overlay, "extender"), service="extender")
+    extender_tls = _secret_mount(overlay, "rgpu-extender-webhook-tls")
+    assert settings.http.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
+    assert settings.http.tls_cert_file == f"{extender_tls}/tls.crt"
+
+
+def test_the_dev_client_certificate_is_signed_by_the_ca_the_extender_trusts(dev: Render) -> None:
+    def secret(prefix: str) -> Obj:
+        return next(
+            o
+            for o in dev.objects
+            if o["kind"] == "Secret" and o["metadata"]["name"].startswith(prefix)
+        )
+
+    client, serving = secret("rgpu-scheduler-client-tls"), secret("rgpu-extender-webhook-tls")
+    assert client["data"]["ca.crt"] == serving["data"]["ca.crt"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+
+
+def test_production_issues_the_scheduler_client_certificate_from_the_serving_ca(
+    production: Render,
+) -> None:
     client = production.get("Certificate", "rgpu-scheduler-client")
     serving = production.get("Certificate", "rgpu-extender-webhook")
     assert client["spec"]["secretName"] == "rgpu-scheduler-client-tls"
@@ -566,8 +599,11 @@ def test_production_scheduler_presents_a_client_certificate_the_extender_require
 
 def _mount_of_secret(render: Render, service: str, secret: str) -> str:
     spec = render.deployment(service)["spec"]["template"]["spec"]
+    # A generated Secret (the dev overlay's) carries a hash suffix.
     (volume,) = [
-        v["name"] for v in spec["volumes"] if v.get("secret", {}).get("secretName") == secret
+        v["name"]
+        for v in spec["volumes"]
+        if v.get("secret", {}).get("secretName", "").startswith(secret)
     ]
     (mount,) = [
         m["mountPath"]
@@ -659,8 +695,9 @@ def test_scheduler_image_is_a_pinned_upstream_kube_scheduler(render: Render) -> 
 # The webhook
 
 
-def test_webhook_calls_the_extender_webhook_port_at_mutate(render: Render) -> None:
-    service = render.webhook()["clientConfig"]["service"]
+@pytest.mark.parametrize("index", [0, 1])
+def test_webhook_calls_the_extender_webhook_port_at_mutate(render: Render, index: int) -> None:
+    service = render.webhooks()[index]["clientConfig"]["service"]
     assert (service["namespace"], service["name"], service["path"]) == (
         NAMESPACE,
         "rgpu-extender",
@@ -683,8 +720,27 @@ def test_webhook_fails_closed_quickly_on_pod_create_and_update(render: Render) -
     assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
 
 
-def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(render: Render) -> None:
-    expressions = render.webhook()["namespaceSelector"]["matchExpressions"]
+def test_the_subresource_webhook_guards_status_and_ephemeral_containers_failing_closed(
+    render: Render,
+) -> None:
+    webhook = render.subresource_webhook()
+    assert (webhook["failurePolicy"], webhook["sideEffects"]) == ("Fail", "None")
+    assert webhook["timeoutSeconds"] <= 5
+    assert webhook["reinvocationPolicy"] == "Never"
+    (rule,) = webhook["rules"]
+    assert rule["operations"] == ["UPDATE"]
+    assert sorted(rule["resources"]) == ["pods/ephemeralcontainers", "pods/status"]
+    assert webhook["namespaceSelector"] == render.webhook()["namespaceSelector"]
+    (condition,) = webhook["matchConditions"]
+    quoted = set(re.findall(r"'([^']+)'", condition["expression"]))
+    assert quoted == OWNED_ANNOTATIONS | {"LUPINE_"}
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_webhook_leaves_out_kube_system_and_opted_out_namespaces_only(
+    render: Render, index: int
+) -> None:
+    expressions = render.webhooks()[index]["namespaceSelector"]["matchExpressions"]
     by_key = {e["key"]: e for e in expressions}
     names = by_key["kubernetes.io/metadata.name"]
     assert names["operator"] == "NotIn"
@@ -704,7 +760,7 @@ def test_webhook_match_condition_names_the_configmap_resources_and_the_owned_ann
     settings = render.settings()
     resources = {settings["RGPU_RESOURCE_COUNT"], settings["RGPU_RESOURCE_MEMORY"]}
     # "remote" and "gpu" send look-alike resource names too, for the webhook to warn about.
-    assert quoted == resources | OWNED_ANNOTATIONS | {"(?i)remote", "(?i)gpu"}
+    assert quoted == resources | OWNED_ANNOTATIONS | {"(?i)remote", "(?i)gpu", "LUPINE_"}
     assert "oldObject" in condition["expression"]
 
 
@@ -724,10 +780,18 @@ class _Hook:
         return Response(orjson.dumps(body | {"response": answer}), media_type="application/json")
 
 
-def _pod(name: str, *, limits: Obj | None = None, annotations: Obj | None = None) -> Obj:
+def _pod(
+    name: str,
+    *,
+    limits: Obj | None = None,
+    annotations: Obj | None = None,
+    env: list[Obj] | None = None,
+) -> Obj:
     container: Obj = {"name": "c", "image": "busybox:1.36"}
     if limits is not None:
         container["resources"] = {"limits": limits}
+    if env is not None:
+        container["env"] = env
     metadata: Obj = {"name": name}
     if annotations is not None:
         metadata["annotations"] = annotations
@@ -740,7 +804,7 @@ def _pod(name: str, *, limits: Obj | None = None, annotations: Obj | None = None
 
 
 @pytest.mark.anyio
-async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotations(
+async def test_the_apiserver_sends_exactly_gpu_pods_lupine_pods_and_owned_annotation_changes(
     dev: Render, tmp_path: Path
 ) -> None:
     """The rendered configuration, evaluated by the simulated apiserver's real CEL."""
@@ -753,8 +817,8 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
     )
     pods = "/api/v1/namespaces/ml-team/pods"
     async with running(app, listener) as (url,), run_apiserver() as sim:
-        (webhook,) = configuration["webhooks"]
-        webhook["clientConfig"] = {"url": f"{url}/mutate", "caBundle": files.ca_bundle()}
+        for webhook in configuration["webhooks"]:
+            webhook["clientConfig"] = {"url": f"{url}/mutate", "caBundle": files.ca_bundle()}
         async with httpx.AsyncClient(base_url=sim.url) as api:
             await api.post("/api/v1/namespaces", json={"metadata": {"name": "ml-team"}})
             admission = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -767,7 +831,8 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             plain = _pod("plain", annotations={"example.com/note": "hi"})
             typo = _pod("typo", limits={"nvidia.com/Remote-GPUs": "1"})
             local = _pod("local", limits={"nvidia.com/gpu": "1"})
-            for body in (gpu, forged, endpoint, steered, plain, typo, local):
+            pointed = _pod("pointed", env=[{"name": "LUPINE_SERVER", "value": "10.0.0.9:14833"}])
+            for body in (gpu, forged, endpoint, steered, plain, typo, local, pointed):
                 created = await api.post(pods, json=body)
                 assert created.status_code == 201, created.text
             # Removing an owned annotation is seen through the old object.
@@ -778,13 +843,22 @@ async def test_the_apiserver_sends_exactly_gpu_pods_and_pods_with_owned_annotati
             current = (await api.get(f"{pods}/plain")).json()
             current["metadata"]["labels"] = {"a": "b"}
             assert (await api.put(f"{pods}/plain", json=current)).status_code == 200
+            # Through pods/status: a status change alone is never sent, an owned annotation is.
+            current = (await api.get(f"{pods}/gpu")).json()
+            current["status"] = {"phase": "Running"}
+            assert (await api.put(f"{pods}/gpu/status", json=current)).status_code == 200
+            current = (await api.get(f"{pods}/gpu")).json()
+            current["metadata"]["annotations"] = {"hami.io/lupine-endpoint": "10.0.0.1:1"}
+            await api.put(f"{pods}/gpu/status", json=current)
     assert hook.sent == [
         "CREATE gpu",
         "CREATE forged",
         "CREATE endpoint",
         "CREATE steered",
         "CREATE typo",
+        "CREATE pointed",
         "UPDATE steered",
+        "UPDATE gpu",
     ]
 
 
@@ -911,19 +985,20 @@ def test_only_the_receivers_may_create_tokenreviews(render: Render, service: str
     assert reviews == ({TOKEN_REVIEW} if service in RECEIVERS else set())
 
 
-def test_services_require_tokenreview_and_allow_exactly_the_callers_accounts(
+def test_services_require_tokenreview_and_each_route_allows_exactly_its_callers_account(
     render: Render,
 ) -> None:
     settings = Settings.from_env(render.settings(), service="allocator")
     assert settings.auth.mode == "tokenreview"
-    expected = {f"system:serviceaccount:{NAMESPACE}:rgpu-{s}" for s in CALLERS}
-    assert set(settings.auth.allowed_callers) == expected
-    for username in settings.auth.allowed_callers:
+    account = f"system:serviceaccount:{NAMESPACE}:rgpu-{{}}".format
+    assert settings.auth.allocation_callers == (account("extender"),)
+    assert settings.auth.probe_callers == (account("allocator"),)
+    for username in (*settings.auth.allocation_callers, *settings.auth.probe_callers):
         assert render.has("ServiceAccount", username.rpartition(":")[2])
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_callers_mount_a_projected_token_for_audience_rgpu_at_the_token_file(
+def test_callers_mount_a_projected_token_for_the_audience_they_call_in_the_token_dir(
     render: Render, service: str
 ) -> None:
     spec = render.deployment(service)["spec"]["template"]["spec"]
@@ -937,11 +1012,12 @@ def test_callers_mount_a_projected_token_for_audience_rgpu_at_the_token_file(
         assert projected == {}
         return
     ((volume, token),) = projected.items()
-    assert token["audience"] == "rgpu"
+    assert token["audience"] == audience_of(CALLERS[service])
+    assert token["path"] == token["audience"]
     assert 600 <= token["expirationSeconds"] <= 3600
     (mount,) = [m for m in render.container(service)["volumeMounts"] if m["name"] == volume]
     settings = Settings.from_env(_environment(render, service), service=service)
-    assert settings.auth.token_file == f"{mount['mountPath']}/{token['path']}"
+    assert settings.auth.token_dir == mount["mountPath"]
     assert mount["readOnly"] is True
 
 
@@ -1189,10 +1265,17 @@ def test_only_the_scheduler_and_prometheus_reach_the_extender_port(render: Rende
     ]
 
 
-def test_the_webhook_port_is_open_to_the_apiserver_whatever_its_address(render: Render) -> None:
-    port = _port_of(render.container("extender"), "webhook")
-    (rule,) = [rule for rule, p in _ingress_rules(render, "extender") if p == port]
+def test_the_webhook_port_is_open_to_the_apiserver_whatever_its_address(overlay: Render) -> None:
+    port = _port_of(overlay.container("extender"), "webhook")
+    (rule,) = [rule for rule, p in _ingress_rules(overlay, "extender") if p == port]
     assert {peer["ipBlock"]["cidr"] for peer in rule["from"]} == {"0.0.0.0/0", "::/0"}
+
+
+def test_the_webhook_from_apiserver_component_admits_only_its_cidrs(everything: Render) -> None:
+    port = _port_of(everything.container("extender"), "webhook")
+    (rule,) = [rule for rule, p in _ingress_rules(everything, "extender") if p == port]
+    assert [peer["ipBlock"]["cidr"] for peer in rule["from"]] == ["192.0.2.0/24", "2001:db8::/64"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
 
 
 def test_every_pod_may_resolve_dns_and_api_clients_may_reach_the_apiserver(
@@ -1521,6 +1604,11 @@ def test_the_simulated_stack_sends_pods_to_the_webhook_exactly_as_k8s_does() -> 
     (condition, skip) = webhook["webhooks"][0]["matchConditions"]
     assert (condition["name"], condition["expression"]) == (MATCH_CONDITION_NAME, MATCH_CONDITION)
     assert (skip["name"], skip["expression"]) == (SKIP_CONDITION_NAME, SKIP_CONDITION)
+    (condition,) = webhook["webhooks"][1]["matchConditions"]
+    assert (condition["name"], condition["expression"]) == (
+        SUBRESOURCE_MATCH_CONDITION_NAME,
+        SUBRESOURCE_MATCH_CONDITION,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ Load = Callable[[str], Any]
 
 AUTH = {
     "RGPU_AUTH": "tokenreview",
-    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+    "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
 }
 """Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
 
@@ -59,7 +59,7 @@ async def extender_token(sim_url: str) -> str:
     """The extender's rgpu token, minted by TokenRequest (what its kubelet would project)."""
     path = "/api/v1/namespaces/rgpu-system/serviceaccounts/rgpu-extender/token"
     async with httpx.AsyncClient(base_url=sim_url, timeout=10) as api:
-        answer = await api.post(path, json={"spec": {"audiences": ["rgpu"]}})
+        answer = await api.post(path, json={"spec": {"audiences": ["rgpu-allocator"]}})
     token: str = answer.json()["status"]["token"]
     return token
 

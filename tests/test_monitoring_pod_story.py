@@ -164,7 +164,8 @@ async def run(
 async def schedule_one_pod(sim: SimApiServer, tmp_path: Path) -> tuple[dict[str, Any], str]:
     """Create a GPU pod through the webhook and let the scheduler emulator bind it; the pod
     and the extender's OpenMetrics scrape."""
-    cert, key, ca_pem = _write_certs(tmp_path)
+    certs = _write_certs(tmp_path)
+    cert, key, ca_pem = certs.cert, certs.key, certs.ca.read_bytes()
     discovery = instrument_app(rgpu_discovery.create_app(settings("discovery", sim)))
     async with LifespanManager(discovery) as d:
         to_d = httpx.ASGITransport(app=d.app)

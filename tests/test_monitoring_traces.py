@@ -43,7 +43,7 @@ Load = Callable[[str], Any]
 
 AUTH = {
     "RGPU_AUTH": "tokenreview",
-    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+    "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
 }
 """Authenticated as k8s/ deploys it; each service mints its token (RGPU_TOKEN_ACCOUNT)."""
 

@@ -110,8 +110,9 @@ def test_the_port_shift_moves_every_well_known_port_and_rgpu_up() -> None:
 
 @pytest.mark.timeout(900)
 def test_the_simulated_cluster_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    """Quick start, a pod of one's own, status and explain, then the preemption walk-through
-    on the same one-server stack, and `rgpu down`."""
+    """Quick start, a pod of one's own, status and explain, two teams queued behind the gate
+    (a quota, `rgpu queue`, `rgpu explain`), then the preemption walk-through on the same
+    one-server stack, and `rgpu down`."""
     output = run_walkthrough("sim", tmp_path, timeout=840)
     assert "stopped the stack" in output
 

@@ -135,16 +135,26 @@ ALLOCATED = (
 class Peers:
     """The allocator and discovery as a transport: canned answers, every request kept."""
 
-    def __init__(self, *, allocation: httpx.Response, fleet: Fleet, granularity: str = "server"):
+    def __init__(
+        self,
+        *,
+        allocation: httpx.Response,
+        fleet: Fleet,
+        granularity: str = "server",
+        queue: httpx.Response | None = None,
+    ):
         self.asked: list[str] = []
         self._allocation = allocation
         self._fleet = fleet
         self._granularity = granularity
+        self._queue = queue or httpx.Response(200, json={"pods": [], "namespaces": []})
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.asked.append(f"{request.method} {request.url.path}")
         if request.url.path == "/v1/allocations":
             return self._allocation
+        if request.url.path == "/v1/queue":
+            return self._queue
         if request.url.path == "/v1/status":
             return httpx.Response(200, json={"granularity": self._granularity})
         return httpx.Response(200, json=self._fleet.to_dict())
@@ -268,3 +278,121 @@ async def test_a_lookalike_resource_is_named_with_the_one_meant():
     assert "asks for nvidia.com/remote-gpus" in text
     assert "did you mean nvidia.com/remote-gpu?" in text
     assert "the pod asks for no nvidia.com/remote-gpu" in text
+
+
+# --- a pod behind rgpu's scheduling gate: its place in the admission queue --------------------
+
+
+def gated(*gates: str) -> dict[str, object]:
+    pod = asking("2", name="trainer")
+    pod["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+    return pod
+
+
+def queue_with(uid_of: str, reason: str, message: str) -> httpx.Response:
+    """The allocator's queue: one pod ahead, then the explained pod (its uid filled in later)."""
+    ahead = {"uid": "uid-ahead", "namespace": "default", "name": "ahead"}
+    mine = {"uid": uid_of, "namespace": "default", "name": "trainer"}
+
+    def entry(pod: dict[str, str], position: int, why: str, text: str) -> dict[str, object]:
+        return {
+            "pod": pod,
+            "position": position,
+            "priority": 0,
+            "cards": 2,
+            "reason": why,
+            "message": text,
+            "since": 0.0,
+        }
+
+    body = {
+        "pods": [entry(ahead, 0, "NoFit", "no server fits"), entry(mine, 1, reason, message)],
+        "namespaces": [{"namespace": "default", "held": 8, "quota": 8, "weight": 1}],
+        "configProblem": None,
+    }
+    return httpx.Response(200, json=body)
+
+
+class QueuePeers(Peers):
+    """Peers whose queue lists the explained pod (by the uid kubesim gave it: ``uid``)."""
+
+    def __init__(self, reason: str, message: str, *, allocation: httpx.Response, fleet: Fleet):
+        super().__init__(allocation=allocation, fleet=fleet)
+        self._reason, self._message = reason, message
+        self.uid = ""
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/queue":
+            self.asked.append(f"{request.method} {request.url.path}")
+            return queue_with(self.uid, self._reason, self._message)
+        return super().handle(request)
+
+
+async def explained_queued(pod: dict[str, object], peers: QueuePeers) -> Explanation:
+    async with run_apiserver() as sim:
+        sim.store.create("namespaces", {"metadata": {"name": "rgpu-system"}})
+        created = sim.store.create("pods", pod, namespace="default")
+        peers.uid = created["metadata"]["uid"]
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_ALLOCATOR_URL": "http://allocator"}
+        settings = Settings.from_env(
+            env | {"RGPU_DISCOVERY_URL": "http://discovery"}, service="extender"
+        )
+        return await explain(settings, "default", "trainer", transport=peers.transport)
+
+
+@pytest.mark.anyio
+async def test_a_gated_pod_over_its_quota_shows_its_place_and_reason_without_a_dry_run():
+    message = "namespace default holds 8 card(s) of its 8-card quota and asks for 2 more"
+    peers = QueuePeers(
+        "QuotaExceeded", message, allocation=httpx.Response(200), fleet=four_card_fleet(4)
+    )
+    explanation = await explained_queued(gated("rgpu.io/admission"), peers)
+    # A dry run would say it fits: the quota, not the servers, holds it back.
+    assert peers.asked == ["GET /v1/queue"]
+    text = flat(rendered(explanation))
+    assert f"admission queue: 2 of 2 (priority 0, 2 card(s)), QuotaExceeded: {message}" in text
+    assert "namespace default: 8 card(s) held, quota 8, weight 1" in text
+    assert "fits now" not in text
+
+
+@pytest.mark.anyio
+async def test_a_gated_pod_that_waits_for_holders_gets_its_place_and_the_reasons_table():
+    peers = QueuePeers(
+        "NoFit", "no server fits", allocation=conflict("gpu-01"), fleet=four_card_fleet(1)
+    )
+    explanation = await explained_queued(gated("rgpu.io/admission"), peers)
+    assert "POST /v1/allocations" in peers.asked
+    text = flat(rendered(explanation))
+    assert "admission queue: 2 of 2" in text and "NoFit" in text
+    assert "held by default/holder-gpu-01" in text
+
+
+@pytest.mark.anyio
+async def test_a_pod_behind_another_systems_gate_is_told_rgpu_waits_for_it():
+    peers = QueuePeers("NoFit", "unused", allocation=conflict("gpu-01"), fleet=four_card_fleet(1))
+    pod = gated("kueue.x-k8s.io/admission", "rgpu.io/admission")
+    explanation = await explained_queued(pod, peers)
+    assert "GET /v1/queue" not in peers.asked
+    text = flat(rendered(explanation))
+    assert (
+        "gated by kueue.x-k8s.io/admission (not rgpu's): rgpu admits it once those are lifted"
+        in text
+    )
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_queue_is_said_and_the_dry_run_still_explains():
+    peers = Peers(
+        allocation=conflict("gpu-01"), fleet=four_card_fleet(1), queue=httpx.Response(503)
+    )
+    async with run_apiserver() as sim:
+        sim.store.create("namespaces", {"metadata": {"name": "rgpu-system"}})
+        sim.store.create("pods", gated("rgpu.io/admission"), namespace="default")
+        env = {"RGPU_KUBE_URL": sim.url, "RGPU_ALLOCATOR_URL": "http://allocator"}
+        settings = Settings.from_env(
+            env | {"RGPU_DISCOVERY_URL": "http://discovery"}, service="extender"
+        )
+        explanation = await explain(settings, "default", "trainer", transport=peers.transport)
+    text = flat(rendered(explanation))
+    assert "the admission queue is unreadable" in text and "503" in text
+    assert "held by default/holder-gpu-01" in text

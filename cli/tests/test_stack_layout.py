@@ -15,12 +15,15 @@ def test_alone_each_process_listens_on_its_services_fixed_port() -> None:
     assert layout.url("discovery") == "http://127.0.0.1:8081"
     assert layout.url("metrics") == "http://127.0.0.1:9400"
     assert layout.webhook_url() == "https://127.0.0.1:8443/mutate"
+    # The scheduler listener requires kube-scheduler's client certificate: TLS.
+    assert layout.url("extender") == "https://127.0.0.1:8083"
     assert layout.proxies == {}
 
 
 def test_with_replicas_the_services_take_the_fixed_ports_and_replicas_others() -> None:
     layout = Layout.plan(3, FIXED)
     assert layout.url("allocator") == "http://127.0.0.1:8082"
+    assert layout.url("extender") == "https://127.0.0.1:8083"
     assert layout.webhook_url() == "https://127.0.0.1:8443/mutate"
     replicas = set(layout.ports.values()) | set(layout.webhook_ports.values())
     assert len(replicas) == 3 * 4 + 3

@@ -443,9 +443,8 @@ async def _start(exits: AsyncExitStack, sim: SimApiServer) -> dict[str, httpx.As
         "RGPU_KUBE_URL": sim.url,
         "RGPU_LOG_FORMAT": "text",
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": ",".join(
-            f"system:serviceaccount:rgpu-system:rgpu-{s}" for s in ("extender", "allocator")
-        ),
+        "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender",
+        "RGPU_PROBE_CALLERS": "system:serviceaccount:rgpu-system:rgpu-allocator",
     }
     for account in ("rgpu-allocator", "rgpu-extender"):
         sim.store.create(
@@ -490,9 +489,10 @@ async def _start(exits: AsyncExitStack, sim: SimApiServer) -> dict[str, httpx.As
 
 
 async def _extender_token(sim_url: str) -> str:
-    """The extender's rgpu token, minted by TokenRequest (what its kubelet would project)."""
+    """The extender's token for the allocator, minted by TokenRequest (what its kubelet would
+    project)."""
     path = "/api/v1/namespaces/rgpu-system/serviceaccounts/rgpu-extender/token"
     async with httpx.AsyncClient(base_url=sim_url, timeout=10) as api:
-        answer = await api.post(path, json={"spec": {"audiences": ["rgpu"]}})
+        answer = await api.post(path, json={"spec": {"audiences": ["rgpu-allocator"]}})
     token: str = answer.json()["status"]["token"]
     return token

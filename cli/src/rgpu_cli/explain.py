@@ -5,7 +5,12 @@ server could ever take the request, one line saying so (``capacity``). A pod tha
 has finished is described from its own annotations, never from a fresh dry run, which would
 offer it a server it does not hold. The pod's recent events follow. When the pod is
 preempting, the nomination on a server's claim Lease says which server is being freed for it,
-until when, and which pods are being evicted for it."""
+until when, and which pods are being evicted for it.
+
+A pod behind rgpu's scheduling gate waits in the allocator's admission queue: its place in
+line, the reason it waits and its namespace's share come from the allocator (``GET
+/v1/queue``, the order admission walks); gates of other systems still on it are named first,
+since rgpu does not consider the pod before they are lifted."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from rgpu_contracts import (
     decode_devices,
 )
 from rgpu_placement import (
+    ADMISSION_GATE,
     ANNOTATION_NOMINATION,
     NeverFits,
     Nomination,
@@ -40,8 +46,11 @@ from rgpu_placement import (
     lookalikes,
     never_fits,
     read_demand,
+    scheduling_gates,
 )
 from rgpu_runtime import KubeClient, Settings, creation_of, kube_client
+
+from .queue import Queued, find_queued, render_queued
 
 __all__ = [
     "CLAIM_LEASES",
@@ -86,6 +95,10 @@ class Explanation:
     lookalikes: tuple[str, ...] = ()
     trace_id: str = ""
     """The trace of the pod's creation (its ``rgpu.io/trace``), where its story starts."""
+    gates: tuple[str, ...] = ()
+    """The pod's scheduling gates, in order (rgpu's is ``rgpu.io/admission``)."""
+    queued: Queued | None = None
+    """Its place in the admission queue, when it waits behind rgpu's gate."""
 
 
 async def _events(kube: KubeClient, pod: PodRef) -> tuple[str, ...]:
@@ -229,10 +242,22 @@ async def explain(
     if node or explanation.phase in FINISHED:
         # Bound or done: what it holds is on the pod; a dry run would offer it a new server.
         return explanation
+    gates = scheduling_gates(pod)
     async with httpx.AsyncClient(timeout=10, transport=transport) as http:
+        queued = await find_queued(http, settings.peers.allocator_url, ref, gates)
+        if queued is not None and not queued.dry_run_helps:
+            return replace(explanation, gates=gates, queued=queued)
         allocation, nofit, problem = await _decide(settings, pod, ref, http)
         never = await _never(settings, pod, http) if nofit is not None else None
-    return replace(explanation, allocation=allocation, nofit=nofit, problem=problem, never=never)
+    return replace(
+        explanation,
+        allocation=allocation,
+        nofit=nofit,
+        problem=problem,
+        never=never,
+        gates=gates,
+        queued=queued,
+    )
 
 
 def _moment(seconds: float) -> str:
@@ -302,8 +327,23 @@ def _reasons(nofit: NoFit) -> list[Text]:
     ]
 
 
+def _gates(explanation: Explanation) -> list[Text]:
+    others = [g for g in explanation.gates if g != ADMISSION_GATE]
+    if not others:
+        return []
+    names = ", ".join(others)
+    if ADMISSION_GATE in explanation.gates:
+        line = f"gated by {names} (not rgpu's): rgpu admits it once those are lifted"
+    else:
+        line = f"gated by {names} (not rgpu's): kube-scheduler waits for them"
+    return [Text(line, style="yellow")]
+
+
 def _verdict(explanation: Explanation) -> list[Any]:
     parts: list[Any] = [Text(line, style="red") for line in explanation.lookalikes]
+    parts.extend(_gates(explanation))
+    if explanation.queued is not None:
+        parts.extend(render_queued(explanation.queued))
     if explanation.never is not None:
         parts.append(Text(explanation.never.line, style="red"))
     elif explanation.nofit is not None:

@@ -28,7 +28,7 @@ from .queue import fetch_queue, queue_json, render_queue
 from .simulate_command import simulate_command
 from .soak import SoakOptions, SoakReport, print_soak_report, run_soak
 from .soak_workload import WorkloadShape
-from .stack import StackOptions
+from .stack import StackOptions, loop_options
 from .status_command import status
 from .timeline import timeline_svg
 from .trace import SPANS_VARIABLE, trace_pod
@@ -88,7 +88,9 @@ def demo(
         otlp_endpoint=otlp_endpoint,
     )
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_demo, DemoOptions(stack=stack, pods=pods), console)
+    report = anyio.run(
+        _demo, DemoOptions(stack=stack, pods=pods), console, backend_options=loop_options()
+    )
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)
@@ -186,7 +188,7 @@ def soak(
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_soak, options, console)
+    report = anyio.run(_soak, options, console, backend_options=loop_options())
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)

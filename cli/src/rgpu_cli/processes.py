@@ -15,6 +15,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -224,6 +225,11 @@ class ServiceProcess:
     env: Mapping[str, str]
     log_dir: Path
     url: str
+    health_url: str | None = None
+    """Where the readiness probe asks (``url`` when None): the extender's webhook listener when
+    its scheduler listener requires a client certificate, as the kubelet probes it in k8s/."""
+    verify: ssl.SSLContext | bool = True
+    """How the probe verifies TLS: a context trusting the stack's own CA, or True."""
     group: ProcessGroup = field(default_factory=ProcessGroup)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -281,12 +287,14 @@ async def wait_ready(
     caller's event loop, so blocking here would keep the service from ever becoming ready.
     """
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=1.0, verify=verify) as client:
+    url = service.health_url or service.url
+    trust = service.verify if verify else False
+    async with httpx.AsyncClient(timeout=1.0, verify=trust) as client:
         while time.monotonic() < deadline:
             if not service.alive():
                 raise RuntimeError(f"{service.service} exited:\n{service.tail()}")
             try:
-                if (await client.get(f"{service.url}/readyz")).status_code == 200:
+                if (await client.get(f"{url}/readyz")).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -1,29 +1,106 @@
 """When the pool is short, teams ask "who is in line before us, and why do we wait?";
 ``rgpu queue`` answers from the allocator's own view (``GET /v1/queue``): the pods behind
 rgpu's scheduling gate in the order admission considers them, each with its reason, and how
-the pool is shared between namespaces (cards held, quota, weight)."""
+the pool is shared between namespaces (cards held, quota, weight). ``rgpu explain`` shows one
+pod's line of it (``find_queued``)."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import httpx
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rgpu_contracts import AdmissionQueue
+from rgpu_contracts import AdmissionQueue, ContractError, NamespaceShare, PodRef, QueuedPod
+from rgpu_placement import ADMISSION_GATE, waits_for_rgpu
 
-__all__ = ["fetch_queue", "queue_json", "render_queue"]
+__all__ = ["Queued", "fetch_queue", "find_queued", "queue_json", "render_queue", "render_queued"]
+
+DRY_RUN_REASONS = ("NoFit", "NeverFits")
+"""Reasons a dry run's per-server verdicts explain further; any other reason (a quota, a gang,
+a server kept for a higher priority) is the whole story, and a dry run would say it fits."""
+
+
+async def read_queue(http: httpx.AsyncClient, allocator_url: str) -> AdmissionQueue:
+    """The allocator's queue; raises ``httpx.HTTPError`` or ``ContractError`` with the cause."""
+    answer = await http.get(f"{allocator_url}/v1/queue")
+    answer.raise_for_status()
+    return AdmissionQueue.from_dict(answer.json())
 
 
 async def fetch_queue(allocator_url: str, *, timeout: float = 5.0) -> AdmissionQueue:
-    """The allocator's queue; raises ``httpx.HTTPError`` or ``ContractError`` with the cause."""
+    """The allocator's queue, over a client of its own (``read_queue``)."""
     async with httpx.AsyncClient(timeout=timeout) as client:
-        answer = await client.get(f"{allocator_url}/v1/queue")
-        answer.raise_for_status()
-    return AdmissionQueue.from_dict(answer.json())
+        return await read_queue(client, allocator_url)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Queued:
+    """One gated pod's place in the admission queue, as ``rgpu explain`` shows it."""
+
+    entry: QueuedPod | None
+    """``None``: the allocator does not list it (another gate first, or not seen yet)."""
+    waiting: int
+    """Pods in the queue."""
+    share: NamespaceShare | None = None
+    problem: str = ""
+    """Why the queue could not be read."""
+    others_first: bool = False
+    """Other systems' gates are still on the pod: rgpu does not consider it yet."""
+
+    @property
+    def dry_run_helps(self) -> bool:
+        return self.entry is None or self.entry.reason in DRY_RUN_REASONS
+
+
+async def find_queued(
+    http: httpx.AsyncClient, allocator_url: str, pod: PodRef, gates: tuple[str, ...]
+) -> Queued | None:
+    """``pod``'s place in the queue when it carries rgpu's gate, else ``None``."""
+    if ADMISSION_GATE not in gates:
+        return None
+    if not waits_for_rgpu(gates):
+        return Queued(entry=None, waiting=0, others_first=True)
+    try:
+        queue = await read_queue(http, allocator_url)
+    except (httpx.HTTPError, ValueError, ContractError) as exc:
+        return Queued(entry=None, waiting=0, problem=f"the admission queue is unreadable: {exc}")
+    entry = next((p for p in queue.pods if p.pod.uid == pod.uid), None)
+    share = next((n for n in queue.namespaces if n.namespace == pod.namespace), None)
+    return Queued(entry=entry, waiting=len(queue.pods), share=share)
+
+
+def render_queued(queued: Queued) -> list[Text]:
+    """Lines for ``rgpu explain``: place in line and reason, the namespace's share."""
+    if queued.others_first:
+        return []
+    if queued.problem:
+        return [Text(queued.problem, style="yellow")]
+    entry = queued.entry
+    if entry is None:
+        line = "behind rgpu's scheduling gate; the allocator does not list it yet (admitting?)"
+        return [Text(line, style="yellow")]
+    lines = [
+        Text(
+            f"admission queue: {entry.position + 1} of {queued.waiting} "
+            f"(priority {entry.priority}, {entry.cards} card(s)), {entry.reason}: {entry.message}",
+            style="yellow" if entry.reason in DRY_RUN_REASONS else "red",
+        )
+    ]
+    share = queued.share
+    if share is not None:
+        quota = "no quota" if share.quota is None else f"quota {share.quota}"
+        lines.append(
+            Text(
+                f"namespace {share.namespace}: {share.held} card(s) held, {quota}, "
+                f"weight {share.weight}"
+            )
+        )
+    return lines
 
 
 def _age(since: float, now: float) -> str:

@@ -33,11 +33,13 @@ class ServiceProxy:
     port: int = field(default_factory=free_port)
     ready: set[int] = field(default_factory=set)
     """Starts empty: a replica joins once its readiness probe passes."""
+    scheme: str = "http"
+    """What the replicas speak behind it (the proxy itself only pipes bytes)."""
     _turn: int = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def _order(self) -> list[int]:
         live = [port for port in self.backends if port in self.ready]

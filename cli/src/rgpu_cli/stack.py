@@ -8,6 +8,7 @@ and pods reach the extender's webhook over TLS through the apiserver's admission
 from __future__ import annotations
 
 import base64
+import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -32,7 +33,7 @@ from .processes import (
 )
 from .service_proxy import ServiceProxy
 from .span_receiver import receiving
-from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of
+from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of, scheme
 from .stack_rbac import SYSTEM_NAMESPACE as SYSTEM_NAMESPACE
 from .stack_rbac import apply_rbac, user_grant
 
@@ -53,9 +54,11 @@ def service_account(service: str) -> str:
 
 # The webhook trusts exactly the services that write scheduler-owned annotations, as k8s/base.
 TRUSTED_USERS = ",".join(service_account(s) for s in ("allocator", "extender"))
-# The callers the allocator's writes and discovery's probe accept, as k8s/base/settings.env:
-# each service gets its token through TokenRequest, having no kubelet to project one.
-ALLOWED_CALLERS = ",".join(service_account(s) for s in ("extender", "allocator"))
+# Who may call each guarded route, as k8s/base/settings.env: only the extender books, commits
+# and releases; only the allocator asks discovery for a probe. Each service gets its tokens
+# (one per audience it calls) through TokenRequest, having no kubelet to project them.
+ALLOCATION_CALLERS = service_account("extender")
+PROBE_CALLERS = service_account("allocator")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +84,9 @@ class StackOptions:
     ``ServiceProxy`` and the scheduler emulator spreads its calls over the extenders."""
     h2only_share: float = 0.0
     """Servers running an old lupine build that answers only HTTP/2."""
+    per_gpu: bool = False
+    """Every server Node runs one lupine per GPU (``rgpu.io/lupine-instances``): each card is
+    a server of its own, isolated at card size."""
     work_dir: Path | None = None
     apiserver_port: int = 0
     ports: Mapping[str, int] = field(default_factory=dict)
@@ -99,6 +105,17 @@ class StackOptions:
     instead; it wins over ``spans_file``."""
 
 
+def loop_options() -> dict[str, bool]:
+    """``anyio.run``'s backend options for a process that hosts the simulated cluster: uvloop
+    where it is installed (with uvicorn's standard extras on Linux), which cuts the simulation's
+    CPU per pod; plain asyncio elsewhere."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 @dataclass(slots=True, kw_only=True)
 class Stack:
     """A running system: handles to every part, for driving and for checking."""
@@ -115,6 +132,12 @@ class Stack:
     work_dir: Path
     webhook_url: str
     apiserver: httpx.AsyncClient
+    scheduler_tls: ssl.SSLContext
+    """kube-scheduler's side of the scheduler listener: trusts the stack's CA and presents the
+    client certificate the extender requires (``httpx.AsyncClient(verify=stack.scheduler_tls)``
+    to call ``url("extender")``)."""
+    ca_file: Path
+    """The CA of the extender's serving certificate (the webhook's ``caBundle``)."""
 
     def url(self, service: str) -> str:
         """Where clients reach ``service``: its Service with replicas, else its process."""
@@ -164,7 +187,7 @@ SKIP_CONDITION = (
 folds it: the allocator's own pod updates (lifting its scheduling gate with the booking,
 nudges) skip the webhook, which would allow them anyway (the allocator is trusted)."""
 
-MATCH_CONDITION_NAME = "asks-for-remote-gpu-or-carries-owned-annotations"
+MATCH_CONDITION_NAME = "asks-for-remote-gpu-names-lupine-or-carries-owned-annotations"
 MATCH_CONDITION = (
     "(object.spec.containers"
     " + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
@@ -172,64 +195,129 @@ MATCH_CONDITION = (
     " && [has(c.resources.limits) ? c.resources.limits : {},"
     " has(c.resources.requests) ? c.resources.requests : {}]"
     " .exists(r, 'nvidia.com/remote-gpu' in r || 'nvidia.com/remote-gpu-memory' in r"
-    " || r.exists(k, k.matches('(?i)remote') && k.matches('(?i)gpu'))))"
+    " || r.exists(k, k.matches('(?i)remote') && k.matches('(?i)gpu')))"
+    " || has(c.env) && c.env.exists(e, e.name.startsWith('LUPINE_'))"
+    " || has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix.startsWith('LUPINE_')))"
     " || [object, oldObject].exists(o, o != null && has(o.metadata.annotations)"
     " && o.metadata.annotations.exists(k, k.startsWith('hami.io/remote-gpu-devices-')"
     " || k == 'hami.io/lupine-endpoint' || k.startsWith('rgpu.io/')))"
 )
 """The webhook's matchCondition, word for word as k8s/base/extender/webhook.yaml folds it
 (tests/test_manifests.py holds the two equal), so the simulated cluster admits as deployed."""
+SUBRESOURCE_MATCH_CONDITION_NAME = "changes-owned-annotations-or-names-lupine"
+SUBRESOURCE_MATCH_CONDITION = (
+    "[[object, oldObject], [oldObject, object]].exists(p,"
+    " has(p[0].metadata.annotations) && p[0].metadata.annotations.exists(k,"
+    " (k.startsWith('hami.io/remote-gpu-devices-') || k == 'hami.io/lupine-endpoint'"
+    " || k.startsWith('rgpu.io/'))"
+    " && !(has(p[1].metadata.annotations) && k in p[1].metadata.annotations"
+    " && p[1].metadata.annotations[k] == p[0].metadata.annotations[k])))"
+    " || has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c,"
+    " has(c.env) && c.env.exists(e, e.name.startsWith('LUPINE_'))"
+    " || has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix.startsWith('LUPINE_')))"
+)
+"""The subresource webhook's matchCondition (pods/status, pods/ephemeralcontainers), likewise."""
 
 
-def _write_certs(work_dir: Path) -> tuple[Path, Path, bytes]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Certs:
+    """One CA signs the extender's serving certificate and kube-scheduler's client certificate,
+    as the dev overlay's and the cert-manager component's do."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    scheduler_cert: Path
+    scheduler_key: Path
+
+    def scheduler_tls(self) -> ssl.SSLContext:
+        """What kube-scheduler's extender ``tlsConfig`` amounts to: trust the CA, present the
+        client certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.scheduler_cert), str(self.scheduler_key))
+        return context
+
+
+def _write_certs(work_dir: Path) -> _Certs:
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost", "rgpu-extender.rgpu-system.svc")
-    cert_file, key_file = work_dir / "tls.crt", work_dir / "tls.key"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    cert.private_key_pem.write_to_path(str(key_file))
-    return cert_file, key_file, ca.cert_pem.bytes()
+    serving = ca.issue_cert("127.0.0.1", "localhost", "rgpu-extender.rgpu-system.svc")
+    # Its subject is what identifies it; the name only has to be a valid one.
+    scheduler = ca.issue_cert(
+        "rgpu-scheduler.rgpu-system.svc",
+        common_name=f"system:serviceaccount:{SYSTEM_NAMESPACE}:rgpu-scheduler",
+    )
+    certs = _Certs(
+        cert=work_dir / "tls.crt",
+        key=work_dir / "tls.key",
+        ca=work_dir / "ca.crt",
+        scheduler_cert=work_dir / "scheduler-client.crt",
+        scheduler_key=work_dir / "scheduler-client.key",
+    )
+    serving.cert_chain_pems[0].write_to_path(str(certs.cert))
+    serving.private_key_pem.write_to_path(str(certs.key))
+    ca.cert_pem.write_to_path(str(certs.ca))
+    scheduler.cert_chain_pems[0].write_to_path(str(certs.scheduler_cert))
+    scheduler.private_key_pem.write_to_path(str(certs.scheduler_key))
+    return certs
 
 
 def _webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
+    client = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+    # As k8s/base deploys it: only kube-system is exempt, and the apiserver sends a pod only
+    # when it asks for the resource, names a lupine variable or carries an owned annotation
+    # (kubesim evaluates the CEL for real).
+    namespaces = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }
+    common = {
+        "clientConfig": client,
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+        "namespaceSelector": namespaces,
+    }
+    pods = {
+        "name": "pods.rgpu.io",
+        "rules": [
+            {
+                "operations": ["CREATE", "UPDATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+            }
+        ],
+        "reinvocationPolicy": "IfNeeded",
+        "matchConditions": [
+            {"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION},
+            {"name": SKIP_CONDITION_NAME, "expression": SKIP_CONDITION},
+        ],
+    }
+    subresources = {
+        "name": "pods-subresources.rgpu.io",
+        "rules": [
+            {
+                "operations": ["UPDATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods/status", "pods/ephemeralcontainers"],
+            }
+        ],
+        "reinvocationPolicy": "Never",
+        "matchConditions": [
+            {
+                "name": SUBRESOURCE_MATCH_CONDITION_NAME,
+                "expression": SUBRESOURCE_MATCH_CONDITION,
+            }
+        ],
+    }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "rgpu-webhook"},
-        "webhooks": [
-            {
-                "name": "pods.rgpu.io",
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-                "rules": [
-                    {
-                        "operations": ["CREATE", "UPDATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 5,
-                "reinvocationPolicy": "IfNeeded",
-                # As k8s/base deploys it: only kube-system is exempt, and the apiserver
-                # sends a pod only when it asks for the resource or carries an owned
-                # annotation (kubesim evaluates the CEL for real).
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": ["kube-system"],
-                        }
-                    ]
-                },
-                "matchConditions": [
-                    {"name": MATCH_CONDITION_NAME, "expression": MATCH_CONDITION},
-                    {"name": SKIP_CONDITION_NAME, "expression": SKIP_CONDITION},
-                ],
-            }
-        ],
+        "webhooks": [common | pods, common | subresources],
     }
 
 
@@ -244,7 +332,8 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
         "RGPU_PROBE_TIMEOUT_SECONDS": "1",
         "RGPU_TRUSTED_USERS": TRUSTED_USERS,
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": ALLOWED_CALLERS,
+        "RGPU_ALLOCATION_CALLERS": ALLOCATION_CALLERS,
+        "RGPU_PROBE_CALLERS": PROBE_CALLERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
     }
@@ -269,8 +358,7 @@ def _processes(
     options: StackOptions,
     sim_url: str,
     work_dir: Path,
-    cert: Path,
-    key: Path,
+    certs: _Certs,
     layout: Layout,
     traces: str | None = None,
 ) -> dict[str, ServiceProcess]:
@@ -286,12 +374,18 @@ def _processes(
                 "RGPU_TOKEN_ACCOUNT": f"rgpu-{service}",
                 **options.extra_env.get(service, {}),
             }
+            health = None
             if service == "extender":
+                # As the dev overlay deploys it: the scheduler listener serves TLS and answers
+                # only kube-scheduler's client certificate; the kubelet probes the webhook's.
+                webhook = f"127.0.0.1:{layout.webhook_ports[name]}"
                 env |= {
-                    "RGPU_WEBHOOK_LISTEN": f"127.0.0.1:{layout.webhook_ports[name]}",
-                    "RGPU_TLS_CERT_FILE": str(cert),
-                    "RGPU_TLS_KEY_FILE": str(key),
+                    "RGPU_WEBHOOK_LISTEN": webhook,
+                    "RGPU_TLS_CERT_FILE": str(certs.cert),
+                    "RGPU_TLS_KEY_FILE": str(certs.key),
+                    "RGPU_SCHEDULER_CLIENT_CA_FILE": str(certs.ca),
                 }
+                health = f"https://{webhook}"
             # Replicas log to a directory each: the log file is named after the service.
             log_dir = work_dir if name == service else work_dir / name
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -299,7 +393,9 @@ def _processes(
                 service=service,
                 env=env,
                 log_dir=log_dir,
-                url=f"http://127.0.0.1:{layout.ports[name]}",
+                url=f"{scheme(service)}://127.0.0.1:{layout.ports[name]}",
+                health_url=health,
+                verify=ssl.create_default_context(cafile=str(certs.ca)),
                 group=group,
             )
     return processes
@@ -338,18 +434,19 @@ async def run_stack(
                 clients=options.clients,
                 seed=options.seed,
                 h2only_share=options.h2only_share,
+                per_gpu=options.per_gpu,
             )
         )
         progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         if options.prepare is not None:
             options.prepare(sim.store)
-        cert, key, ca_pem = _write_certs(work_dir)
+        certs = _write_certs(work_dir)
         layout = Layout.plan(options.replicas, options.ports)
         traces = options.otlp_endpoint
         if traces is None and options.spans_file is not None:
             traces = await stack.enter_async_context(receiving(options.spans_file))
-        services = _processes(options, sim.url, work_dir, cert, key, layout, traces)
+        services = _processes(options, sim.url, work_dir, certs, layout, traces)
         webhook_url = layout.webhook_url()
         stack.push_async_callback(next(iter(services.values())).group.stop)
         progress(f"starting {len(services)} service processes")
@@ -367,7 +464,8 @@ async def run_stack(
             for proxy, port in endpoints_of(layout.proxies, process):
                 proxy.ready.add(port)
         sim.store.create(
-            "mutatingwebhookconfigurations", _webhook_configuration(webhook_url, ca_pem)
+            "mutatingwebhookconfigurations",
+            _webhook_configuration(webhook_url, certs.ca.read_bytes()),
         )
         apiserver = await stack.enter_async_context(httpx.AsyncClient(base_url=sim.url, timeout=10))
         emulated = httpx.AsyncClient(base_url=sim.url, timeout=10)
@@ -384,6 +482,7 @@ async def run_stack(
                 max_backoff_seconds=options.max_backoff_seconds,
                 seed=options.seed,
                 trace=options.trace_scheduler,
+                extender_tls=certs.scheduler_tls(),
             ),
             emulated,
         )
@@ -406,4 +505,6 @@ async def run_stack(
             work_dir=work_dir,
             webhook_url=webhook_url,
             apiserver=apiserver,
+            scheduler_tls=certs.scheduler_tls(),
+            ca_file=certs.ca,
         )

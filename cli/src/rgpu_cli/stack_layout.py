@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .processes import PortPicker, ServiceProcess
 from .service_proxy import ServiceProxy
 
-__all__ = ["REPLICATED", "SERVICES", "Layout", "endpoints_of", "port_of"]
+__all__ = ["REPLICATED", "SERVICES", "Layout", "endpoints_of", "port_of", "scheme"]
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
 REPLICATED = ("discovery", "allocator", "extender", "metrics")
@@ -46,6 +46,7 @@ class Layout:
                     name=service,
                     backends=tuple(ports[n] for n in names[service]),
                     port=picker.take(fixed.get(service)),
+                    scheme=scheme(service),
                 )
             proxies["webhook"] = ServiceProxy(
                 name="webhook",
@@ -56,7 +57,8 @@ class Layout:
 
     def url(self, service: str) -> str:
         proxy = self.proxies.get(service)
-        return proxy.url if proxy else f"http://127.0.0.1:{self.ports[self.names[service][0]]}"
+        port = self.ports[self.names[service][0]]
+        return proxy.url if proxy else f"{scheme(service)}://127.0.0.1:{port}"
 
     def webhook_url(self) -> str:
         proxy = self.proxies.get("webhook")
@@ -78,6 +80,12 @@ class _Picker:
         while port in self._fixed:
             port = self._picker.take()
         return port
+
+
+def scheme(service: str) -> str:
+    """What ``service`` speaks: the extender's scheduler listener serves TLS and requires
+    kube-scheduler's client certificate, as the dev overlay deploys it."""
+    return "https" if service == "extender" else "http"
 
 
 def _numbered(service: str, replicas: int) -> tuple[str, ...]:

@@ -139,6 +139,7 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     console.print(
         f"[bold]rgpu is up[/] on the simulated cluster: {s.servers} servers x {s.cards} cards, "
         f"{s.clients} client nodes, granularity {s.granularity}"
+        + (" (one lupine per GPU)" if s.per_gpu else "")
     )
     rows = {"apiserver": stack.sim.url, **{n: stack.url(n) for n in ("discovery", "allocator")}}
     rows |= {n: stack.url(n) for n in ("extender", "metrics")}
@@ -146,6 +147,15 @@ def _print_ready(stack: Stack, where: StackDir, options: UpOptions, console: Con
     rows["traces"] = str(s.otlp_endpoint or s.spans_file)
     for name, value in rows.items():
         console.print(f"  {name:<10} {value}", soft_wrap=True, highlight=False)
+    certs = stack.ca_file.parent
+    console.print(
+        "The extender's scheduler listener answers kube-scheduler's client certificate only: "
+        f"curl --cacert {certs}/ca.crt --cert {certs}/scheduler-client.crt "
+        f"--key {certs}/scheduler-client.key {stack.url('extender')}/metrics",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
     run = options.run_seconds
     console.print(
         'Pods run until deleted; annotate one sim.rgpu.io/run-seconds: "N" to have it '

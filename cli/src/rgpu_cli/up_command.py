@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .processes import die_with_parent, run_until_stopped
-from .stack import StackOptions
+from .stack import StackOptions, loop_options
 from .stack_dir import StackDir, StackDirError, default_work_dir
 from .up import SPANS_FILE, PortError, UpOptions, plan_ports, refuse_busy, run_up
 
@@ -44,6 +44,9 @@ def up(
     cards: int = typer.Option(4, min=1, help="GPUs per server"),
     clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
     granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
+    per_gpu: bool = typer.Option(
+        False, "--per-gpu", help="one lupine per GPU on every server node (docs/lupine.md)"
+    ),
     seed: int = typer.Option(1, help="seed for the fleet"),
     replicas: int = typer.Option(1, min=1, max=8, help="processes per service, behind a Service"),
     probe_interval: float = typer.Option(
@@ -93,6 +96,7 @@ def up(
         clients=clients,
         seed=seed,
         granularity=granularity,
+        per_gpu=per_gpu,
         replicas=replicas,
         probe_interval_seconds=probe_interval,
         apiserver_port=ports.pop("apiserver"),
@@ -105,7 +109,11 @@ def up(
         # Stopping whatever started this command (``uv run``, a shell) stops it, and the stack.
         die_with_parent(signal.SIGTERM)
     try:
-        anyio.run(run_until_stopped, partial(run_up, options, console))
+        anyio.run(
+            run_until_stopped,
+            partial(run_up, options, console),
+            backend_options=loop_options(),
+        )
     except KeyboardInterrupt:  # Ctrl-C before the signal receiver was listening
         pass
     except OSError as exc:  # a port taken between the check and the bind

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,33 @@ def open_watch(
 def eventually() -> Callable[..., Awaitable[None]]:
     """await eventually(lambda: ...): poll a condition the test cannot await directly."""
     return rgpu_testkit.eventually
+
+
+Kubectl = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def kubectl(sim: SimApiServer, tmp_path: Path) -> Kubectl:
+    """Run kubectl with a throwaway kubeconfig, cache and HOME; returns stdout, fails on error."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.fail("kubectl is not on PATH; `make tools` installs it (apt-get install kubectl)")
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\n")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "KUBECONFIG": str(config)}
+    base = [
+        binary,
+        f"--server={sim.url}",
+        f"--kubeconfig={config}",
+        f"--cache-dir={tmp_path}/cache",
+    ]
+
+    async def run(*args: str, stdin: str | None = None) -> str:
+        result = await anyio.run_process(
+            [*base, *args], input=stdin.encode() if stdin else None, env=env, check=False
+        )
+        output, errors = result.stdout.decode(), result.stderr.decode()
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {errors}"
+        return output
+
+    return run

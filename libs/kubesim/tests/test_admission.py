@@ -19,8 +19,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
-from rgpu_testkit import binding_manifest
+from rgpu_kubesim._admission import CONNECTIONS_PER_WEBHOOK
 from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +31,7 @@ Reply = Callable[[str, dict[str, Any]], dict[str, Any]]
 SERVICE_NAME = "remote-gpu-webhook.remote-gpu-system.svc"
 CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 PODS = "/api/v1/namespaces/default/pods"
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
 def allow(request: dict[str, Any], patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -47,6 +49,7 @@ class Webhook:
     ca_bundle: str
     reviews: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    peers: set[tuple[str, int]] = field(default_factory=set)
     reply: Reply = field(default=lambda path, review: allow(review["request"]))
 
     delay: float = 0.0
@@ -56,6 +59,8 @@ class Webhook:
         review = orjson.loads(await request.body())
         self.reviews.append(review)
         self.paths.append(request.url.path)
+        if request.client is not None:
+            self.peers.add((request.client.host, request.client.port))
         answer = self.reply(request.url.path, review)
         return Response(orjson.dumps(answer), media_type="application/json")
 
@@ -144,6 +149,30 @@ async def test_webhook_patch_is_applied_and_request_has_kubes_shape(
     assert request["userInfo"]["username"] == "kubernetes-admin"
     assert request["object"]["spec"]["schedulerName"] == "default-scheduler"
     assert request["oldObject"] is None and request["dryRun"] is False
+
+
+async def test_a_webhooks_warnings_reach_the_client_as_warning_headers(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    long = "x" * 300
+
+    def warn(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        answer = allow(review["request"])
+        answer["response"]["warnings"] = ["asks for nvidia.com/remote-gpus", long, 7]
+        return answer
+
+    webhook.reply = warn
+    await _configure(client, _configuration(webhook))
+    created = await client.post(PODS, json=pod("trainer-0"))
+    assert created.status_code == 201
+    assert created.headers.get_list("Warning") == [
+        '299 - "asks for nvidia.com/remote-gpus"',
+        f'299 - "{"x" * 256}"',
+    ]
+    patched = await client.patch(
+        f"{PODS}/trainer-0", json={"metadata": {"labels": {"a": "b"}}}, headers=MERGE
+    )
+    assert patched.headers.get_list("Warning") == []  # the configuration covers CREATE only
 
 
 async def test_denial_surfaces_the_webhooks_message_and_code(
@@ -299,6 +328,157 @@ async def test_pods_rule_excludes_subresources_and_pods_star_includes_binding(
     assert [
         (r["request"]["kind"]["kind"], r["request"]["subResource"]) for r in webhook.reviews
     ] == [("Binding", "binding")]
+
+
+def _status_configuration(webhook: Webhook, resources: list[str]) -> dict[str, Any]:
+    config = _configuration(webhook, operations=("UPDATE",))
+    config["webhooks"][0]["rules"][0]["resources"] = resources
+    return config
+
+
+async def test_a_pods_status_rule_is_called_for_status_writes_with_the_whole_pod(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    await _configure(client, _status_configuration(webhook, ["pods/status"]))
+    body = {"metadata": {"annotations": {"forged": "1"}}, "status": {"phase": "Running"}}
+    response = await client.patch(
+        f"{PODS}/a/status",
+        content=orjson.dumps(body),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+    assert (await client.patch(f"{PODS}/a", content=b"{}", headers=MERGE)).status_code == 200
+    [review] = webhook.reviews
+    request = review["request"]
+    assert (request["operation"], request["subResource"], request["kind"]["kind"]) == (
+        "UPDATE",
+        "status",
+        "Pod",
+    )
+    assert request["object"]["metadata"]["annotations"] == {"forged": "1"}
+    assert request["oldObject"]["status"]["phase"] == "Pending"
+
+
+async def test_a_webhook_refusing_a_status_write_keeps_its_metadata_change_out(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    def refuse(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        request = review["request"]
+        status = {"code": 403, "message": "owned annotations are the scheduler's"}
+        answer = {"uid": request["uid"], "allowed": False, "status": status}
+        return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "response": answer}
+
+    sim.store.create("pods", pod("a"))
+    webhook.reply = refuse
+    await _configure(client, _status_configuration(webhook, ["pods/*"]))
+    body = {"metadata": {"annotations": {"hami.io/lupine-endpoint": "1.2.3.4:1"}}}
+    response = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert response.status_code == 403
+    assert "owned annotations are the scheduler's" in response.json()["message"]
+    assert not sim.store.get("pods", "a")["metadata"].get("annotations")
+
+
+async def test_a_pods_rule_alone_is_not_called_for_status_writes(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    await _configure(client, _status_configuration(webhook, ["pods"]))
+    body = {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Running"}}
+    response = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert response.status_code == 200 and webhook.reviews == []
+
+
+VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def deny(message: str) -> Reply:
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        request = review["request"]
+        if path != "/validate":
+            return allow(request)
+        answer = {"uid": request["uid"], "allowed": False, "status": {"message": message}}
+        return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "response": answer}
+
+    return reply
+
+
+async def test_a_validating_webhook_for_pods_status_refuses_the_write_and_nothing_is_stored(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    webhook.reply = deny("hami.io/lupine-endpoint is the scheduler's")
+    config = _status_configuration(webhook, ["pods/status"])
+    config["webhooks"][0]["clientConfig"]["url"] = f"{webhook.url}/validate"
+    response = await client.post(VALIDATING, json=config)
+    assert response.status_code == 201, response.text
+    assert "reinvocationPolicy" not in response.json()["webhooks"][0]
+    body = {"metadata": {"annotations": {"hami.io/lupine-endpoint": "10.0.0.9:14833"}}}
+    refused = await client.patch(f"{PODS}/a/status", content=orjson.dumps(body), headers=MERGE)
+    assert refused.status_code == 400
+    assert refused.json()["message"] == (
+        'admission webhook "pods.remote-gpu.hami.io" denied the request: '
+        "hami.io/lupine-endpoint is the scheduler's"
+    )
+    assert not sim.store.get("pods", "a")["metadata"].get("annotations")
+    [review] = webhook.reviews
+    assert review["request"]["subResource"] == "status"
+
+
+async def test_validating_webhooks_see_the_object_as_mutating_webhooks_left_it(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+) -> None:
+    def reply(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        if path == "/validate":
+            return allow(review["request"])
+        labelled = [{"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}]
+        return allow(review["request"], labelled)
+
+    webhook.reply = reply
+    await _configure(client, _configuration(webhook, url=f"{webhook.url}/mutate"))
+    validating = _configuration(webhook, url=f"{webhook.url}/validate")
+    assert (await client.post(VALIDATING, json=validating)).status_code == 201
+    assert (await client.post(PODS, json=pod("a"))).status_code == 201
+    assert webhook.paths == ["/mutate", "/validate"]
+    assert webhook.reviews[1]["request"]["object"]["metadata"]["labels"] == {"mutated": "yes"}
+
+
+@pytest.mark.parametrize(("policy", "code"), [("Fail", 500), ("Ignore", 201)])
+async def test_a_validating_webhook_that_answers_with_a_patch_is_a_failed_call(
+    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest, policy: str, code: int
+) -> None:
+    webhook.reply = lambda path, review: allow(review["request"], [{"op": "test", "path": ""}])
+    config = _configuration(webhook, url=f"{webhook.url}/validate", failurePolicy=policy)
+    assert (await client.post(VALIDATING, json=config)).status_code == 201
+    response = await client.post(PODS, json=pod("a"))
+    assert response.status_code == code, response.text
+    if code == 500:
+        assert "validating webhooks may not return response.patch" in response.json()["message"]
+
+
+async def test_a_validating_configuration_with_a_reinvocation_policy_is_refused_under_strict(
+    client: httpx.AsyncClient, webhook: Webhook
+) -> None:
+    config = _configuration(webhook, reinvocationPolicy="IfNeeded")
+    response = await client.post(VALIDATING, params={"fieldValidation": "Strict"}, json=config)
+    assert response.status_code == 400
+    assert 'unknown field "webhooks[0].reinvocationPolicy"' in response.json()["message"]
+
+
+async def test_a_burst_of_creations_reuses_at_most_25_connections_to_a_webhook(
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
+) -> None:
+    webhook.delay = 0.05
+    await _configure(client, _configuration(webhook))
+
+    async def create(name: str) -> None:
+        assert (await client.post(PODS, json=pod(name))).status_code == 201
+
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(create, f"p{i}")
+    assert len(sim.store.list("pods")) == 60 and len(webhook.reviews) == 60
+    assert 1 < len(webhook.peers) <= CONNECTIONS_PER_WEBHOOK
 
 
 async def test_reinvocation_if_needed_runs_an_earlier_webhook_again(

@@ -85,6 +85,38 @@ async def test_strict_applies_to_updates_and_patches(
     assert patch.json()["message"] == 'strict decoding error: unknown field "status.weird"'
 
 
+async def test_strict_reads_a_strategic_patch_past_its_directives_into_list_elements(
+    client: httpx.AsyncClient, sim: SimApiServer, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("a"))
+    headers = {"Content-Type": "application/strategic-merge-patch+json"}
+    known = {
+        "metadata": {"labels": {"x": "y"}},
+        "spec": {
+            "$setElementOrder/containers": [{"name": "main"}],
+            "containers": [{"name": "main", "image": "busybox:1.37"}],
+        },
+    }
+    ok = await client.patch(
+        f"{PODS}/a",
+        params={"fieldValidation": "Strict"},
+        content=orjson.dumps(known),
+        headers=headers,
+    )
+    assert ok.status_code == 200, ok.text
+    unknown = {"spec": {"containers": [{"name": "main", "imagePolicy": "x"}]}}
+    refused = await client.patch(
+        f"{PODS}/a",
+        params={"fieldValidation": "Strict"},
+        content=orjson.dumps(unknown),
+        headers=headers,
+    )
+    assert refused.status_code == 400
+    assert refused.json()["message"] == (
+        'strict decoding error: unknown field "spec.containers[0].imagePolicy"'
+    )
+
+
 async def test_known_fields_pass_strict_untouched(client: httpx.AsyncClient, pod: Manifest) -> None:
     body = pod("a")
     body["spec"]["containers"][0]["env"] = [

@@ -219,16 +219,41 @@ async def test_unsupported_patch_type_is_415(
     assert response.status_code == 415 and response.json()["reason"] == "UnsupportedMediaType"
 
 
-async def test_status_subresource_patch_changes_only_status(
+async def test_status_subresource_keeps_metadata_changes_as_kube_does_but_never_spec(
     client: httpx.AsyncClient, sim: SimApiServer, pod: Manifest
 ) -> None:
-    sim.store.create("pods", pod("a"))
-    body = {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Running"}}
+    owner = {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u-1"}
+    sim.store.create("pods", pod("a", metadata={"ownerReferences": [owner]}))
+    body = {
+        "metadata": {"labels": {"x": "y"}, "annotations": {"a": "b"}, "ownerReferences": None},
+        "spec": {"nodeName": "elsewhere", "priority": 7},
+        "status": {"phase": "Running"},
+    }
     response = await _patch(client, f"{PODS}/a/status", body, "application/merge-patch+json")
-    assert (
-        response.json()["status"]["phase"] == "Running"
-        and "labels" not in response.json()["metadata"]
+    assert response.status_code == 200, response.text
+    stored = sim.store.get("pods", "a")
+    assert response.json() == stored
+    assert stored["status"]["phase"] == "Running"
+    assert (stored["metadata"]["labels"], stored["metadata"]["annotations"]) == (
+        {"x": "y"},
+        {"a": "b"},
     )
+    assert stored["metadata"]["ownerReferences"] == [owner]
+    assert "nodeName" not in stored["spec"] and stored["spec"]["priority"] == 0
+
+
+async def test_status_subresource_put_keeps_new_labels_and_the_stored_spec(
+    client: httpx.AsyncClient, sim: SimApiServer, pod: Manifest
+) -> None:
+    current = sim.store.create("pods", pod("a"))
+    current["metadata"]["labels"] = {"seen-by": "kubelet"}
+    current["spec"]["restartPolicy"] = "Never"
+    current["status"] = {"phase": "Running"}
+    response = await client.put(f"{PODS}/a/status", json=current)
+    assert response.status_code == 200, response.text
+    stored = sim.store.get("pods", "a")
+    assert stored["metadata"]["labels"] == {"seen-by": "kubelet"}
+    assert stored["spec"]["restartPolicy"] == "Always"
 
 
 async def test_delete_with_uid_precondition_conflicts(
@@ -399,7 +424,5 @@ async def test_malformed_json_body_is_a_400(client: httpx.AsyncClient) -> None:
 
 
 async def test_unknown_body_media_type_is_415(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        PODS, content=b"x", headers={"Content-Type": "application/vnd.kubernetes.protobuf"}
-    )
+    response = await client.post(PODS, content=b"x", headers={"Content-Type": "application/cbor"})
     assert response.status_code == 415

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,9 +14,10 @@ import yaml
 from rgpu_kubesim import SimApiServer
 from rgpu_kubesim.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletEmulator
 
+from .conftest import Kubectl
+
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
-Kubectl = Callable[..., Awaitable[str]]
 POD = """
 apiVersion: v1
 kind: Pod
@@ -54,33 +52,6 @@ apiVersion: v1
 kind: ServiceAccount
 metadata: {name: robot}
 """
-
-
-@pytest.fixture
-def kubectl(sim: SimApiServer, tmp_path: Path) -> Kubectl:
-    """Run kubectl with a throwaway kubeconfig, cache and HOME; returns stdout, fails on error."""
-    binary = shutil.which("kubectl")
-    if binary is None:
-        pytest.fail("kubectl is not on PATH; `make tools` installs it (apt-get install kubectl)")
-    config = tmp_path / "kubeconfig"
-    config.write_text("apiVersion: v1\nkind: Config\n")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "KUBECONFIG": str(config)}
-    base = [
-        binary,
-        f"--server={sim.url}",
-        f"--kubeconfig={config}",
-        f"--cache-dir={tmp_path}/cache",
-    ]
-
-    async def run(*args: str, stdin: str | None = None) -> str:
-        result = await anyio.run_process(
-            [*base, *args], input=stdin.encode() if stdin else None, env=env, check=False
-        )
-        output, errors = result.stdout.decode(), result.stderr.decode()
-        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {errors}"
-        return output
-
-    return run
 
 
 async def test_create_from_manifest_then_get_as_table(kubectl: Kubectl, sim: SimApiServer) -> None:
@@ -235,6 +206,25 @@ async def test_a_gated_pod_shows_scheduling_gated_until_its_gate_is_removed(
     assert not sim.store.get("pods", "trainer")["spec"].get("schedulingGates")
     sim.store.bind("trainer", "gpu-a")
     assert (await kubectl("get", "pods")).splitlines()[1].split()[2] == "Pending"
+
+
+async def test_wide_output_counts_the_readiness_gates_whose_condition_is_true(
+    kubectl: Kubectl, sim: SimApiServer, pod: Callable[..., Any]
+) -> None:
+    gates = [{"conditionType": "rgpu.io/remote-gpu-ready"}, {"conditionType": "example.com/lb"}]
+    sim.store.create("pods", pod("web", spec={**pod("web")["spec"], "readinessGates": gates}))
+    assert (await kubectl("get", "pods", "-o", "wide")).splitlines()[1].split()[-1] == "0/2"
+    condition = {"type": "rgpu.io/remote-gpu-ready", "status": "True"}
+    sim.store.patch(
+        "pods",
+        "web",
+        {"status": {"conditions": [condition]}},
+        patch_type="strategic",
+        subresource="status",
+    )
+    lines = (await kubectl("get", "pods", "-o", "wide")).splitlines()
+    assert lines[0].split()[-2:] == ["READINESS", "GATES"]
+    assert lines[1].split()[-1] == "1/2"
 
 
 async def test_create_with_an_unknown_field_is_refused_by_server_side_validation(

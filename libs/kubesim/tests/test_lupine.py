@@ -166,6 +166,7 @@ async def test_metrics_without_clients_report_no_busy_gpu(lupine: FakeLupine) ->
 async def test_removed_client_no_longer_marks_its_gpus_busy(lupine: FakeLupine) -> None:
     lupine.add_client("c1", [GPUS[0]])
     lupine.add_client("c2", [GPUS[1]])
+    assert busy_uuids(lupine.metrics_text()) == {GPUS[0], GPUS[1]}
     assert lupine.remove_client("c1") is True
     assert lupine.remove_client("c1") is False
     assert busy_uuids(lupine.metrics_text()) == {GPUS[1]}

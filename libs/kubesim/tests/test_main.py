@@ -133,9 +133,13 @@ def test_bad_serve_flags_exit_2_naming_the_flag(
     assert flag in capsys.readouterr().err
 
 
-def test_certs_subcommand_writes_the_three_files(tmp_path: Path) -> None:
+def test_certs_subcommand_writes_the_serving_and_the_client_pair_and_their_ca(
+    tmp_path: Path,
+) -> None:
     assert main(["certs", "--out", str(tmp_path), "--host", "127.0.0.1", "--dns", "x.svc"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.pem", "tls.crt", "tls.key"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["ca.pem", "client.crt", "client.key", "tls.crt", "tls.key"]
+    assert oct((tmp_path / "client.key").stat().st_mode & 0o777) == "0o600"
 
 
 def test_certs_subcommand_reports_a_bad_host_without_a_traceback(

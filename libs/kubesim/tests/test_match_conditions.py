@@ -18,8 +18,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions
-from rgpu_testkit import binding_manifest
 from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -279,7 +279,9 @@ async def test_the_deployed_conditions_skip_the_allocators_own_updates_only(
     client: httpx.AsyncClient, hook: tuple[Counter, dict[str, str]], pod: Manifest
 ) -> None:
     deployed = yaml.safe_load(K8S_WEBHOOK.read_text())
-    (webhook,) = deployed["webhooks"]
+    # The pods webhook; the other one is for pods/status and pods/ephemeralcontainers.
+    webhook = deployed["webhooks"][0]
+    deployed["webhooks"] = [webhook]
     webhook["clientConfig"] = hook[1]
     webhook.pop("namespaceSelector", None)
     assert (await client.post(CONFIGS, json=deployed)).status_code == 201

@@ -237,3 +237,18 @@ async def test_kubernetes_asyncio_removes_a_gate_with_a_precondition_and_gets_40
         "trainer", "default", patch, _content_type="application/merge-patch+json"
     )
     assert not released.spec.scheduling_gates
+
+
+async def test_binding_a_pod_being_deleted_is_refused_for_that_before_its_node_is_named(
+    client: httpx.AsyncClient, sim: SimApiServer, pod: Manifest
+) -> None:
+    sim.store.create("pods", pod("trainer"))
+    sim.store.bind("trainer", "gpu-a")
+    sim.store.delete("pods", "trainer")
+    binding = {"metadata": {"name": "trainer"}, "target": {"kind": "Node", "name": "gpu-b"}}
+    response = await client.post(f"{PODS}/trainer/binding", json=binding)
+    assert response.status_code == 409
+    assert response.json()["message"] == (
+        'Operation cannot be fulfilled on pods/binding "trainer": '
+        "pod trainer is being deleted, cannot be assigned to a host"
+    )

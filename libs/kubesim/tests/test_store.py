@@ -184,11 +184,18 @@ def test_main_resource_update_keeps_pod_status(store: Store, pod: Manifest) -> N
     assert store.replace("pods", created)["status"]["phase"] == "Running"
 
 
-def test_status_update_changes_only_status(store: Store, pod: Manifest) -> None:
+def test_status_update_changes_status_and_metadata_but_not_spec(
+    store: Store, pod: Manifest
+) -> None:
     store.create("pods", pod("a"))
-    patch = {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Running"}}
+    patch = {
+        "metadata": {"labels": {"x": "y"}},
+        "spec": {"nodeName": "n"},
+        "status": {"phase": "Running"},
+    }
     updated = store.patch("pods", "a", patch, subresource="status")
-    assert updated["status"]["phase"] == "Running" and "labels" not in updated["metadata"]
+    assert updated["status"]["phase"] == "Running" and updated["metadata"]["labels"] == {"x": "y"}
+    assert "nodeName" not in updated["spec"]
 
 
 def test_pod_spec_is_immutable_apart_from_images(store: Store, pod: Manifest) -> None:

@@ -1,4 +1,6 @@
-"""Guarded routes admit only callers TokenReview confirms and the allow-list names.
+"""Guarded routes admit only callers TokenReview confirms, for this service's audience, and
+the route's allow-list names; tokens that cannot be for this service cost no review, and the
+reviews the rest cost are budgeted.
 
 Each test runs a real app (LifespanManager + ASGITransport) whose guard reviews tokens with the
 simulated apiserver over real HTTP; callers get their tokens through TokenRequest, as the
@@ -7,6 +9,7 @@ services do in the simulated cluster.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from typing import Any
 
 import anyio
 import httpx
+import orjson
 import pytest
 from asgi_lifespan import LifespanManager
 from starlette.applications import Starlette
@@ -23,7 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
     CALLER_AUTH_STATE,
+    DISCOVERY_AUDIENCE,
     BearerAuth,
     CallerAuth,
     KubeClient,
@@ -31,6 +37,7 @@ from rgpu_runtime import (
     Settings,
     TokenRequestSource,
     VerdictCache,
+    Verdicts,
     bearer_auth,
     caller_auth,
     caller_of,
@@ -41,6 +48,7 @@ from rgpu_runtime import (
     require_caller,
     running,
 )
+from rgpu_runtime._tokencheck import ReviewBudget
 
 kubesim = pytest.importorskip("rgpu_kubesim")
 
@@ -48,6 +56,7 @@ pytestmark = pytest.mark.anyio
 
 NS = "rgpu-system"
 EXTENDER = f"system:serviceaccount:{NS}:rgpu-extender"
+ALLOCATOR = f"system:serviceaccount:{NS}:rgpu-allocator"
 
 
 @dataclass
@@ -65,6 +74,7 @@ class Cluster:
     clock: FakeClock
 
     def source(self, account: str = "rgpu-extender", **kwargs: Any) -> TokenRequestSource:
+        kwargs.setdefault("audience", ALLOCATOR_AUDIENCE)
         return TokenRequestSource(self.kube, namespace=NS, account=account, **kwargs)
 
 
@@ -73,7 +83,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     clock = FakeClock()
     async with kubesim.run_apiserver(options=kubesim.ApiOptions(clock=clock)) as sim:
         sim.store.create("namespaces", {"metadata": {"name": NS}})
-        for name in ("rgpu-extender", "intruder"):
+        for name in ("rgpu-extender", "rgpu-allocator", "intruder"):
             sim.store.create("serviceaccounts", {"metadata": {"name": name, "namespace": NS}})
         settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="allocator")
         async with kube_client(settings, timeout=2.0) as kube:
@@ -90,7 +100,8 @@ def guarded_app(auth: CallerAuth) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         yield {CALLER_AUTH_STATE: auth}
 
-    routes = [Route("/v1/allocations", book, methods=["POST"], middleware=[require_caller()])]
+    guard = [require_caller("allocation")]
+    routes = [Route("/v1/allocations", book, methods=["POST"], middleware=guard)]
     open_route = Route("/v1/fleet", book, methods=["GET"])
     return create_service_app(service="allocator", routes=[*routes, open_route], lifespan=lifespan)
 
@@ -108,9 +119,12 @@ async def serving(
 
 
 def auth_for(cluster: Cluster, **settings: str) -> CallerAuth:
-    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_ALLOWED_CALLERS": EXTENDER, **settings}
+    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_ALLOCATION_CALLERS": EXTENDER, **settings}
     return caller_auth(
-        Settings.from_env(env, service="allocator"), cluster.kube, clock=cluster.clock
+        Settings.from_env(env, service="allocator"),
+        cluster.kube,
+        routes=("allocation",),
+        clock=cluster.clock,
     )
 
 
@@ -130,7 +144,7 @@ async def test_a_request_without_a_token_is_refused_with_401_naming_the_fix(
     assert reply.status_code == 401
     body = reply.json()
     assert body["code"] == "unauthorized"
-    assert "Authorization: Bearer" in body["message"] and "RGPU_TOKEN_FILE" in body["message"]
+    assert "Authorization: Bearer" in body["message"] and "RGPU_TOKEN_DIR" in body["message"]
     assert unguarded.status_code == 200
 
 
@@ -169,7 +183,7 @@ async def test_a_confirmed_account_not_on_the_allow_list_gets_403_naming_it_and_
     assert reply.status_code == 403
     message = reply.json()["message"]
     assert f"system:serviceaccount:{NS}:intruder may not POST /v1/allocations" in message
-    assert EXTENDER in message and "RGPU_ALLOWED_CALLERS" in message
+    assert EXTENDER in message and "RGPU_ALLOCATION_CALLERS" in message
 
 
 async def test_tokenreview_down_is_503_retryable_never_a_pass(cluster: Cluster) -> None:
@@ -232,14 +246,13 @@ async def test_a_cached_verdict_never_outlives_the_tokens_own_expiry(cluster: Cl
 
 async def test_the_cache_is_keyed_by_hash_and_bounded_in_size(cluster: Cluster) -> None:
     cache = VerdictCache(max_entries=2)
-    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_ALLOWED_CALLERS": EXTENDER}
-    settings = Settings.from_env(env, service="allocator")
     auth = CallerAuth(
         kube=cluster.kube,
-        allowed=settings.auth.allowed_callers,
+        audience=ALLOCATOR_AUDIENCE,
+        allowed={"allocation": (EXTENDER,)},
         cache_seconds=60.0,
         clock=cluster.clock,
-        cache=cache,
+        verdicts=Verdicts(confirmed=cache),
     )
     tokens = [await cluster.source(seconds=600 + i).token() for i in range(3)]
     async with serving(auth) as client:
@@ -256,12 +269,12 @@ async def test_the_cache_is_keyed_by_hash_and_bounded_in_size(cluster: Cluster) 
 async def test_an_empty_allow_list_refuses_everyone_and_warns_at_start(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    auth = auth_for(cluster, RGPU_ALLOWED_CALLERS="")
-    assert any("RGPU_ALLOWED_CALLERS is empty" in r.getMessage() for r in caplog.records)
+    auth = auth_for(cluster, RGPU_ALLOCATION_CALLERS="")
+    assert any("RGPU_ALLOCATION_CALLERS is empty" in r.getMessage() for r in caplog.records)
     async with serving(auth, BearerAuth(cluster.source())) as client:
         reply = await client.post("/v1/allocations")
     assert reply.status_code == 403
-    assert "allowed callers are nobody" in reply.json()["message"]
+    assert "this route's callers are nobody" in reply.json()["message"]
 
 
 async def test_auth_none_admits_anyone_and_warns_at_start(
@@ -278,10 +291,10 @@ async def test_auth_none_admits_anyone_and_warns_at_start(
 async def test_a_caller_configured_by_settings_reaches_a_guarded_route_over_loopback(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(await cluster.source().token())  # what the kubelet would project
-    caller = Settings.from_env({"RGPU_TOKEN_FILE": str(token_file)}, service="extender")
-    auth = bearer_auth(caller)
+    # What the kubelet would project: one token per audience, named for it.
+    (tmp_path / ALLOCATOR_AUDIENCE).write_text(await cluster.source().token())
+    caller = Settings.from_env({"RGPU_TOKEN_DIR": str(tmp_path)}, service="extender")
+    auth = bearer_auth(caller, audience=ALLOCATOR_AUDIENCE)
     assert auth is not None
     app = guarded_app(auth_for(cluster))
     async with running(app, Listener(listen="127.0.0.1:0")) as (url,):
@@ -291,3 +304,119 @@ async def test_a_caller_configured_by_settings_reaches_a_guarded_route_over_loop
             reply = await client.post("/v1/allocations")
     assert reply.status_code == 200
     assert reply.json() == {"caller": EXTENDER}
+
+
+# -- one audience per receiving service, one allow-list per route ---------------------------------
+
+
+async def test_a_token_for_another_rgpu_service_is_refused_without_a_review(
+    cluster: Cluster,
+) -> None:
+    # The allocator's token as discovery receives it, replayed at the allocator.
+    replayed = cluster.source("rgpu-allocator", audience=DISCOVERY_AUDIENCE)
+    auth = auth_for(cluster, RGPU_ALLOCATION_CALLERS=f"{EXTENDER},{ALLOCATOR}")
+    async with serving(auth, BearerAuth(replayed)) as client:
+        reply = await client.post("/v1/allocations")
+    assert reply.status_code == 401
+    assert "do not include 'rgpu-allocator'" in reply.json()["message"]
+    assert auth.reviews == 0
+
+
+async def test_a_confirmed_caller_of_another_route_is_refused_with_403(cluster: Cluster) -> None:
+    env = {"RGPU_KUBE_URL": cluster.sim.url, "RGPU_PROBE_CALLERS": ALLOCATOR}
+    settings = Settings.from_env(env, service="discovery")
+    auth = caller_auth(settings, cluster.kube, routes=("probe",), clock=cluster.clock)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        yield {CALLER_AUTH_STATE: auth}
+
+    guard = [require_caller("probe")]
+    probe = Route("/v1/servers/{name}/probe", book, methods=["POST"], middleware=guard)
+    app = create_service_app(service="discovery", routes=[probe], lifespan=lifespan)
+    extender = cluster.source("rgpu-extender", audience=DISCOVERY_AUDIENCE)
+    allocator = cluster.source("rgpu-allocator", audience=DISCOVERY_AUDIENCE)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://discovery") as client:
+            refused = await client.post("/v1/servers/a/probe", auth=BearerAuth(extender))
+            allowed = await client.post("/v1/servers/a/probe", auth=BearerAuth(allocator))
+    assert refused.status_code == 403
+    assert "RGPU_PROBE_CALLERS" in refused.json()["message"]
+    assert allowed.json() == {"caller": ALLOCATOR}
+
+
+def test_an_unknown_route_kind_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="expected one of allocation, probe"):
+        require_caller("bookings")
+
+
+# -- what a flood of made-up tokens costs ---------------------------------------------------------
+
+
+async def test_3000_random_tokens_cost_no_tokenreview(cluster: Cluster) -> None:
+    auth = auth_for(cluster)
+    async with serving(auth) as client:
+        for n in range(3000):
+            token = f"{n:x}.{n * 7919:x}.{n * 104729:x}" if n % 2 else f"random-{n}"
+            reply = await client.post(
+                "/v1/allocations", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert reply.status_code == 401
+    assert auth.reviews == 0 and tokenreviews_asked(cluster) == 0
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def forged(n: int, exp: float, audience: str = ALLOCATOR_AUDIENCE) -> str:
+    """A JWT-shaped token claiming this service's audience, signed by nobody."""
+
+    def part(value: object) -> str:
+        return base64.urlsafe_b64encode(orjson.dumps(value)).rstrip(b"=").decode()
+
+    claims = {"aud": [audience], "exp": int(exp), "sub": EXTENDER, "jti": n}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+async def test_3000_forged_tokens_of_our_audience_cost_a_bounded_number_of_reviews(
+    cluster: Cluster,
+) -> None:
+    auth = auth_for(cluster)
+    # The budget's clock stands still: what the flood may spend is the burst, exactly.
+    auth.budget = ReviewBudget(rate=10.0, burst=20, wait_seconds=0.0, clock=lambda: 0.0)
+    honest = await cluster.source().token()
+    async with serving(auth) as client:
+        assert (await client.post("/v1/allocations", headers=bearer(honest))).is_success
+        statuses: dict[int, int] = {}
+        for n in range(3000):
+            token = forged(n, cluster.clock.now + 3600)
+            reply = await client.post(
+                "/v1/allocations", headers={"Authorization": f"Bearer {token}"}
+            )
+            statuses[reply.status_code] = statuses.get(reply.status_code, 0) + 1
+        # The honest caller's confirmed verdict survived the flood of refusals.
+        kept = await client.post("/v1/allocations", headers={"Authorization": f"Bearer {honest}"})
+    assert kept.status_code == 200
+    assert set(statuses) <= {401, 503}
+    assert auth.reviews == 20  # the honest caller's review, and 19 of the flood
+    assert statuses == {401: 19, 503: 3000 - 19}
+    assert len(auth.verdicts.refused) == 19
+
+
+async def test_an_unjudged_token_waits_briefly_for_the_review_budget_then_gets_503(
+    cluster: Cluster,
+) -> None:
+    auth = auth_for(cluster)
+    auth.budget = ReviewBudget(rate=1.0, burst=1, wait_seconds=0.2)
+    async with serving(auth) as client:
+        first = forged(1, cluster.clock.now + 3600)
+        second = forged(2, cluster.clock.now + 3600)
+        assert (
+            await client.post("/v1/allocations", headers={"Authorization": f"Bearer {first}"})
+        ).status_code == 401
+        reply = await client.post("/v1/allocations", headers={"Authorization": f"Bearer {second}"})
+    assert reply.status_code == 503
+    assert reply.json()["retryable"] is True
+    assert "TokenReviews a second" in reply.json()["message"]

@@ -5,12 +5,13 @@ import os
 
 import pytest
 
-from rgpu_runtime import KNOWN_KEYS, HostPort, Settings, SettingsError
+from rgpu_runtime import KNOWN_KEYS, HostPort, ListenerLimits, Settings, SettingsError
 
 EVERY_KEY = {
     "RGPU_ADMISSION": "filter",
     "RGPU_ADMISSION_TTL_SECONDS": "90",
     "RGPU_ADMISSION_CONCURRENCY": "16",
+    "RGPU_ADMISSION_AHEAD": "512",
     "RGPU_RESOURCE_COUNT": "example.com/gpu",
     "RGPU_RESOURCE_MEMORY": "example.com/gpu-mem",
     "RGPU_DEFAULT_PORT": "15000",
@@ -39,11 +40,18 @@ EVERY_KEY = {
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
-    "RGPU_ALLOWED_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender, ops",
+    "RGPU_ALLOCATION_CALLERS": "system:serviceaccount:rgpu-system:rgpu-extender, ops",
+    "RGPU_PROBE_CALLERS": "system:serviceaccount:rgpu-system:rgpu-allocator",
     "RGPU_AUTH_CACHE_SECONDS": "30",
-    "RGPU_TOKEN_FILE": "/tokens/rgpu",
+    "RGPU_TOKEN_DIR": "/tokens",
     "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
     "RGPU_MAX_BODY_BYTES": "8388608",
+    "RGPU_HTTP_MAX_HEADER_BYTES": "32768",
+    "RGPU_HTTP_HEADER_SECONDS": "5",
+    "RGPU_HTTP_IDLE_SECONDS": "95.5",
+    "RGPU_HTTP_MAX_CONNECTIONS": "2048",
+    "RGPU_HTTP_MAX_CLIENT_CONNECTIONS": "64",
+    "RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/apiserver-ca.crt",
     "RGPU_TRACE_BACKGROUND_RATIO": "0.05",
     "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
     "OTEL_TRACES_SAMPLER_ARG": "0.25",
@@ -86,15 +94,25 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.http.scheduler_max_body_bytes == 64 << 20
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
     assert s.auth.mode == "none"
-    assert s.auth.allowed_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
+    assert s.auth.allocation_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
+    assert s.auth.probe_callers == ("system:serviceaccount:rgpu-system:rgpu-allocator",)
     assert s.auth.cache_seconds == 30.0
-    assert (s.auth.token_file, s.auth.token_account) == ("/tokens/rgpu", "rgpu-extender")
+    assert (s.auth.token_dir, s.auth.token_account) == ("/tokens", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
+    assert s.http.webhook_client_ca_file == "/tls/apiserver-ca.crt"
+    assert s.http.limits == ListenerLimits(
+        max_header_bytes=32768,
+        header_seconds=5.0,
+        idle_seconds=95.5,
+        max_connections=2048,
+        max_client_connections=64,
+    )
     assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == (
         "filter",
         90,
         16,
     )
+    assert s.admission.ahead == 512
     assert s.traces.sampler == "parentbased_traceidratio"
     assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
@@ -106,6 +124,7 @@ def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
 def test_defaults_match_the_design_when_nothing_is_set() -> None:
     s = Settings.from_env({}, service="allocator")
     assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == ("gate", 60, 64)
+    assert s.admission.ahead == 256
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
     assert s.lupine.default_port == 14833
@@ -131,10 +150,19 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.http.scheduler_client_ca_file is None
     assert s.http.scheduler_max_body_bytes == 4 << 20
     assert (s.log.level, s.log.format) == ("INFO", "json")
-    assert (s.auth.mode, s.auth.allowed_callers, s.auth.cache_seconds) == ("tokenreview", (), 60.0)
-    assert (s.auth.token_file, s.auth.token_account) == ("/var/run/secrets/rgpu/token", None)
+    assert (s.auth.mode, s.auth.cache_seconds) == ("tokenreview", 60.0)
+    assert (s.auth.allocation_callers, s.auth.probe_callers) == ((), ())
+    assert (s.auth.token_dir, s.auth.token_account) == ("/var/run/secrets/rgpu", None)
     assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
+    assert s.http.webhook_client_ca_file is None
+    assert s.http.limits == ListenerLimits(
+        max_header_bytes=64 << 10,
+        header_seconds=10.0,
+        idle_seconds=120.0,
+        max_connections=1024,
+        max_client_connections=256,
+    )
     assert (s.traces.sampler, s.traces.ratio) == ("parentbased_always_on", 1.0)
     assert s.traces.background_ratio == 0.1
 
@@ -143,6 +171,12 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
 def test_a_scheduler_body_limit_that_is_not_a_byte_count_is_refused(value: str) -> None:
     with pytest.raises(SettingsError, match="RGPU_SCHEDULER_MAX_BODY_BYTES"):
         Settings.from_env({"RGPU_SCHEDULER_MAX_BODY_BYTES": value}, service="extender")
+
+
+def test_a_webhook_client_ca_without_a_certificate_is_refused() -> None:
+    env = {"RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/ca.crt"}
+    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
+        Settings.from_env(env, service="extender")
 
 
 def test_a_scheduler_client_ca_without_a_certificate_is_refused() -> None:
@@ -205,16 +239,26 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_NAMESPACE", "RGPU_System", "expected a DNS-1123 label"),
         ("RGPU_SCHEDULER_NAME", "rgpu scheduler", "expected a single word without spaces"),
         ("RGPU_AUTH", "off", "expected one of tokenreview, none"),
-        ("RGPU_ALLOWED_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
+        ("RGPU_ALLOCATION_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
+        ("RGPU_PROBE_CALLERS", "system:serviceaccount:rgpu-system:*", "no wildcards"),
         ("RGPU_AUTH_CACHE_SECONDS", "0", "expected a positive number of seconds"),
         ("RGPU_TOKEN_ACCOUNT", "Rgpu_Extender", "expected a service-account name"),
         ("RGPU_MAX_BODY_BYTES", "1" * 5000, "expected a whole number of bytes"),
         ("RGPU_MAX_BODY_BYTES", "100", "expected a whole number of bytes, 1024.."),
         ("RGPU_MAX_BODY_BYTES", "1MiB", "expected a whole number of bytes"),
+        ("RGPU_HTTP_MAX_HEADER_BYTES", "512", "expected a whole number of bytes, 1024..1048576"),
+        ("RGPU_HTTP_MAX_HEADER_BYTES", "9" * 5000, "expected a whole number of bytes"),
+        ("RGPU_HTTP_HEADER_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_HTTP_IDLE_SECONDS", "-3", "expected a positive number of seconds"),
+        ("RGPU_HTTP_MAX_CONNECTIONS", "0", "expected a whole number of connections, 1.."),
+        ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "many", "expected a whole number of connections"),
+        ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "2000", "at most RGPU_HTTP_MAX_CONNECTIONS (1024)"),
         ("RGPU_ADMISSION", "scheduler", "expected one of gate, filter"),
         ("RGPU_ADMISSION_TTL_SECONDS", "0", "expected a positive number of seconds"),
         ("RGPU_ADMISSION_CONCURRENCY", "0", "expected a whole number from 1 to 1024"),
         ("RGPU_ADMISSION_CONCURRENCY", "9" * 400, "expected a whole number from 1 to 1024"),
+        ("RGPU_ADMISSION_AHEAD", "0", "expected a whole number from 1 to 10000"),
+        ("RGPU_ADMISSION_AHEAD", "ten", "expected a whole number from 1 to 10000"),
         ("OTEL_TRACES_SAMPLER", "jaeger_remote", "expected one of always_on, always_off, "),
         ("OTEL_TRACES_SAMPLER_ARG", "1.5", "expected a share of traces between 0 and 1"),
         ("OTEL_TRACES_SAMPLER_ARG", "half", "expected a share of traces between 0 and 1"),
@@ -243,6 +287,20 @@ def test_unknown_rgpu_key_is_refused_with_a_suggestion_and_the_known_keys() -> N
     assert message.startswith("RGPU_GRANULARTY: unknown setting")
     assert "did you mean RGPU_GRANULARITY?" in message
     assert "RGPU_BOOKING_TTL_SECONDS" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "replacement"),
+    [
+        ("RGPU_ALLOWED_CALLERS", "RGPU_ALLOCATION_CALLERS"),
+        ("RGPU_TOKEN_FILE", "RGPU_TOKEN_DIR"),
+    ],
+)
+def test_a_retired_key_is_refused_naming_what_replaced_it(key: str, replacement: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({key: "x"}, service="allocator")
+    assert str(caught.value).startswith(f"{key}: no longer read;")
+    assert replacement in str(caught.value)
 
 
 def test_keys_without_the_rgpu_prefix_are_ignored() -> None:

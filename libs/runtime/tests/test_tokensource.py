@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
     BearerAuth,
     FileTokenSource,
     Settings,
@@ -59,7 +60,7 @@ async def test_a_missing_token_file_is_unavailable_naming_the_path_and_setting(
     with pytest.raises(Unavailable) as caught:
         await source.token()
     assert str(tmp_path / "absent") in caught.value.message
-    assert "RGPU_TOKEN_FILE" in caught.value.message
+    assert "RGPU_TOKEN_DIR" in caught.value.message
 
 
 async def test_an_empty_token_file_is_unavailable(tmp_path: Path) -> None:
@@ -84,14 +85,17 @@ async def test_bearer_auth_attaches_the_current_token_to_each_request(tmp_path: 
     assert seen == ["Bearer abc"]
 
 
-def test_bearer_auth_follows_the_settings() -> None:
-    assert bearer_auth(Settings.from_env({"RGPU_AUTH": "none"}, service="extender")) is None
-    by_file = bearer_auth(Settings.from_env({"RGPU_TOKEN_FILE": "/t/tok"}, service="extender"))
+def test_bearer_auth_reads_the_token_of_the_audience_it_calls() -> None:
+    off = Settings.from_env({"RGPU_AUTH": "none"}, service="extender")
+    assert bearer_auth(off, audience=ALLOCATOR_AUDIENCE) is None
+    settings = Settings.from_env({"RGPU_TOKEN_DIR": "/t"}, service="extender")
+    by_file = bearer_auth(settings, audience=ALLOCATOR_AUDIENCE)
     assert isinstance(by_file, BearerAuth)
-    assert isinstance(by_file.source, FileTokenSource) and by_file.source.path == "/t/tok"
+    assert isinstance(by_file.source, FileTokenSource)
+    assert by_file.source.path == "/t/rgpu-allocator"
     minted = Settings.from_env({"RGPU_TOKEN_ACCOUNT": "rgpu-extender"}, service="extender")
     with pytest.raises(SettingsError, match="RGPU_TOKEN_ACCOUNT='rgpu-extender'"):
-        bearer_auth(minted)
+        bearer_auth(minted, audience=ALLOCATOR_AUDIENCE)
 
 
 async def test_minted_tokens_are_reused_until_renewal_and_then_replaced() -> None:
@@ -106,13 +110,20 @@ async def test_minted_tokens_are_reused_until_renewal_and_then_replaced() -> Non
         async with kube_client(settings, timeout=2.0) as kube:
             clock = FakeClock()
             source = TokenRequestSource(
-                kube, namespace="rgpu-system", account="rgpu-extender", seconds=1000, clock=clock
+                kube,
+                namespace="rgpu-system",
+                account="rgpu-extender",
+                audience=ALLOCATOR_AUDIENCE,
+                seconds=1000,
+                clock=clock,
             )
             first = await source.token()
             clock.now += 799
             assert await source.token() == first
             clock.now += 1
             assert await source.token() != first
-            missing = TokenRequestSource(kube, namespace="rgpu-system", account="nobody")
+            missing = TokenRequestSource(
+                kube, namespace="rgpu-system", account="nobody", audience=ALLOCATOR_AUDIENCE
+            )
             with pytest.raises(Unavailable, match="RGPU_TOKEN_ACCOUNT"):
                 await missing.token()

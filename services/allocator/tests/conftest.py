@@ -33,7 +33,13 @@ from rgpu_contracts import (
     Topology,
 )
 from rgpu_kubesim import ApiError, ApiOptions, SimApiServer, run_apiserver
-from rgpu_runtime import BearerAuth, Settings, TokenRequestSource, kube_client
+from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
+    BearerAuth,
+    Settings,
+    TokenRequestSource,
+    kube_client,
+)
 from rgpu_testkit import FakeDiscovery, eventually
 
 MODEL = "A100"
@@ -136,9 +142,10 @@ def allocator_env(sim_url: str, **extra: str) -> dict[str, str]:
         "RGPU_DISCOVERY_URL": "http://discovery.test",
         "RGPU_LISTEN": "127.0.0.1:0",
         "RGPU_LOG_LEVEL": "WARNING",
-        # Authenticated as k8s/ deploys it: writes need the extender's token (audience rgpu).
+        # Authenticated as k8s/ deploys it: writes need the extender's token (audience
+        # rgpu-allocator).
         "RGPU_AUTH": "tokenreview",
-        "RGPU_ALLOWED_CALLERS": EXTENDER,
+        "RGPU_ALLOCATION_CALLERS": EXTENDER,
         "RGPU_TOKEN_ACCOUNT": "rgpu-allocator",
     }
     env.update(extra)
@@ -162,8 +169,10 @@ async def caller(
     sim_url: str, account: str = EXTENDER_ACCOUNT, **source: Any
 ) -> AsyncIterator[BearerAuth]:
     """Tokens of ``account`` minted through TokenRequest, as a caller gets them in the
-    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, seconds)."""
+    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, by default the
+    allocator's, seconds)."""
     settings = Settings.from_env({"RGPU_KUBE_URL": sim_url}, service="extender")
+    source = {"audience": ALLOCATOR_AUDIENCE, **source}
     async with kube_client(settings) as kube:
         yield BearerAuth(TokenRequestSource(kube, namespace=NAMESPACE, account=account, **source))
 

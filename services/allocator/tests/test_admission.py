@@ -116,6 +116,28 @@ async def test_a_gated_pod_is_booked_and_its_gate_lifted(build, kit, sim, cluste
         assert await metric(client, "rgpu_admission_wait_seconds_count") == 1
 
 
+async def test_admission_runs_no_further_ahead_of_the_scheduler_than_its_window(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(*(build.server(f"gpu-{i}") for i in range(8))))
+    async with kit.running_allocator(sim.url, discovery, RGPU_ADMISSION_AHEAD="3") as client:
+        pods = [gated_pod(cluster, f"burst-{i}") for i in range(8)]
+
+        def admitted() -> list[PodRef]:
+            return [p for p in pods if not gates(cluster, p)]
+
+        await kit.wait_for(lambda: len(admitted()) == 3, what="a window's worth admitted")
+        await anyio.sleep(0.5)
+        assert len(admitted()) == 3  # the scheduler has bound none of them
+        first = admitted()[0]
+        commit = await client.post(f"/v1/allocations/{first.uid}/commit", json={"node": "c-1"})
+        assert commit.status_code == 200, commit.text
+        cluster.bind(first, "c-1")
+        await kit.wait_for(lambda: len(admitted()) == 4, what="one more once one is bound")
+        await anyio.sleep(0.5)
+        assert len(admitted()) == 4
+
+
 async def test_another_systems_gate_keeps_the_pod_out_until_it_is_lifted(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
     async with kit.running_allocator(sim.url, discovery):

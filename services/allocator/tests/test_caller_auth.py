@@ -4,7 +4,7 @@ allocator's real loopback listener, with tokens minted by the simulated apiserve
 TokenRequest and judged by its TokenReview.
 
 No token, a token for another audience, an expired token: 401. A token of a real account that
-is not on ``RGPU_ALLOWED_CALLERS``: 403 naming it. None of them books anything; reads and dry
+is not on ``RGPU_ALLOCATION_CALLERS``: 403 naming it. None of them books anything; reads and dry
 runs stay open; the extender's own token gets through.
 """
 
@@ -124,7 +124,7 @@ async def test_a_confirmed_account_not_allowed_is_refused_with_403_naming_it(
     message = got.json()["message"]
     assert message.startswith(f"{INTRUDER} may not ")
     assert EXTENDER in message
-    assert "RGPU_ALLOWED_CALLERS" in message
+    assert "RGPU_ALLOCATION_CALLERS" in message
     assert await held(served) == []
 
 

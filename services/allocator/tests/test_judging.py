@@ -182,3 +182,36 @@ def test_the_deciding_pods_own_remembered_claim_does_not_block_it(build):
     _, _, decide_at = settled_setup(build, holder_claim(build))
     assert isinstance(decide_at(200.0), Refusal)
     assert isinstance(decide_at(201.0, uid="uid-holder"), Choice)
+
+
+def test_an_unbound_holders_remembered_verdict_lasts_exactly_until_its_booking_lapses(build):
+    claim = holder_claim(build, state=ClaimState.BOOKED)
+    _, _, decide_at = settled_setup(build, claim, node=None)
+    assert isinstance(decide_at(120.0), Refusal)
+    assert isinstance(decide_at(129.9), Refusal), "remembered, and still within the TTL"
+    assert isinstance(decide_at(130.0), Choice), "booked at 100 with a 30 s TTL: lapsed"
+
+
+def test_a_lapsed_booking_on_an_untrusted_cache_keeps_blocking_after_a_remembered_verdict(build):
+    claim = holder_claim(build, state=ClaimState.BOOKED)
+    ledger, pods, settled = Ledger(), PodIndex(), Settled()
+    ledger.replace_all([lease("1", (claim,))])
+    pods.put(holder_pod(node=None))
+    view = FleetView.build(build.fleet(build.server("a", cards=2)), None, KEYS)
+
+    def decide_at(now: float, *, trusted: bool) -> Choice | Refusal:
+        held = Occupancy(
+            ledger.lease,
+            pods,
+            uid=PodUID("uid-new"),
+            now=now,
+            ttl=30.0,
+            settled=settled,
+            trusted=trusted,
+        )
+        return decide(build, view, held)
+
+    assert isinstance(decide_at(120.0, trusted=True), Refusal)
+    # The binding may only have been missed by a silent watch: unknown, so it still blocks.
+    assert isinstance(decide_at(140.0, trusted=False), Refusal)
+    assert isinstance(decide_at(140.0, trusted=True), Choice)

@@ -127,6 +127,28 @@ async def test_a_holder_is_told_after_the_grace_and_ready_again_when_the_server_
     assert not gone_or_terminating(cluster, pod)
 
 
+async def test_a_held_server_gone_from_the_fleet_is_lost_and_found_again_when_it_returns(
+    build, kit, sim, cluster
+):
+    held, other = build.server("gpu-a"), build.server("gpu-b")
+    discovery = kit.FakeDiscovery(build.fleet(held, other))
+    pod = make_pod(cluster, "trainer")
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, pod, kit) == "gpu-a"
+        await kit.wait_for(lambda: gate(cluster, pod) == "True", what="the gate set True")
+        discovery.publish(other)  # gpu-a's Node deleted
+        await kit.wait_for(lambda: events(cluster, pod, REASON_LOST), what="the lost Event")
+        await kit.wait_for(lambda: gate(cluster, pod) == "False", what="the gate set False")
+        lost = sample((await client.get("/metrics")).text, 'rgpu_holders_lost{server="gpu-a"}')
+        discovery.publish(held, other)
+        await kit.wait_for(lambda: events(cluster, pod, REASON_BACK), what="the back Event")
+        await kit.wait_for(lambda: gate(cluster, pod) == "True", what="the gate True again")
+    [told] = events(cluster, pod, REASON_LOST)
+    assert "no longer in the fleet (its Node was deleted" in str(told["message"])
+    assert "gpu-a (no endpoint)" in str(told["message"])
+    assert lost == 1.0
+
+
 async def test_a_loss_shorter_than_the_grace_tells_nobody(build, kit, sim, cluster):
     server = build.server("gpu-a")
     discovery = kit.FakeDiscovery(build.fleet(server))

@@ -26,6 +26,7 @@ from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
 from rgpu_discovery.state_writer import WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime import (
+    DISCOVERY_AUDIENCE,
     Backoff,
     BearerAuth,
     MembershipTiming,
@@ -127,7 +128,7 @@ def make_settings() -> Callable[..., Settings]:
         env = {
             # Authenticated as k8s/ deploys it: the probe answers the allocator's token only.
             "RGPU_AUTH": "tokenreview",
-            "RGPU_ALLOWED_CALLERS": ALLOCATOR,
+            "RGPU_PROBE_CALLERS": ALLOCATOR,
             "RGPU_PROBE_INTERVAL_SECONDS": "0.2",
             "RGPU_PROBE_TIMEOUT_SECONDS": "0.5",
             "RGPU_TOPOLOGY_KEYS": ",".join(TOPOLOGY_KEYS),
@@ -244,8 +245,10 @@ async def caller(
     sim_url: str, account: str = ALLOCATOR_ACCOUNT, **source: Any
 ) -> AsyncIterator[BearerAuth]:
     """Tokens of ``account`` minted through TokenRequest, as the allocator gets them in the
-    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, seconds)."""
+    simulated cluster (``source`` goes to ``TokenRequestSource``: audience, by default
+    discovery's, seconds)."""
     settings = Settings.from_env({"RGPU_KUBE_URL": sim_url}, service="allocator")
+    source = {"audience": DISCOVERY_AUDIENCE, **source}
     async with kube_client(settings) as kube:
         yield BearerAuth(TokenRequestSource(kube, namespace=NAMESPACE, account=account, **source))
 

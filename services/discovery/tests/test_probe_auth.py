@@ -1,7 +1,7 @@
 """Only the allocator may make discovery probe a server on demand (docs/design.md §10), tried as an
 attacker would: against discovery's real loopback listener, with tokens minted by the simulated
 apiserver's TokenRequest and judged by its TokenReview. No token, another audience, an expired
-token: 401; a real account not on ``RGPU_ALLOWED_CALLERS``: 403 naming it. The fleet and the
+token: 401; a real account not on ``RGPU_PROBE_CALLERS``: 403 naming it. The fleet and the
 topology stay open to anyone.
 """
 
@@ -104,7 +104,7 @@ async def test_a_confirmed_account_not_allowed_is_refused_with_403_naming_it(ser
     message = got.json()["message"]
     assert message.startswith(f"{INTRUDER} may not ")
     assert ALLOCATOR in message
-    assert "RGPU_ALLOWED_CALLERS" in message
+    assert "RGPU_PROBE_CALLERS" in message
 
 
 async def test_the_allocators_token_reaches_the_probe(served, token_caller):

@@ -256,8 +256,8 @@ async def test_no_fit_is_explained_once_on_the_pod_as_a_warning_event(
 async def test_a_token_that_cannot_be_read_answers_the_scheduler_with_error_not_a_503(
     open_extender, build, tmp_path
 ) -> None:
-    missing = tmp_path / "no-token"
-    env = {"RGPU_AUTH": "tokenreview", "RGPU_TOKEN_FILE": str(missing)}
+    missing = tmp_path / "no-tokens"
+    env = {"RGPU_AUTH": "tokenreview", "RGPU_TOKEN_DIR": str(missing)}
     async with open_extender(**env) as extender:
         answer = await extender.client.post(
             "/filter", json=build.filter_args(build.pod(build.container(count="1")), ["gpu-node-1"])

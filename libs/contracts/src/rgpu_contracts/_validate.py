@@ -7,8 +7,8 @@ booleans are never accepted as integers (``True`` is an ``int`` in Python, not o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar, cast
 
 from .errors import ContractError
 
@@ -208,16 +208,29 @@ def opt_limited(raw: Mapping[str, object], key: str, path: str, max_chars: int) 
 def shallow(raw: object, path: str, max_depth: int = MAX_DEPTH) -> None:
     """Raise naming ``path`` when ``raw`` nests arrays or objects deeper than ``max_depth``.
 
-    Iterative, so the check itself cannot run out of stack on what it refuses.
+    Level by level and containers only (scalars are skipped by their exact type before any
+    slower check), so a document of a hundred thousand values costs milliseconds; iterative,
+    so the check itself cannot run out of stack on what it refuses.
     """
-    pending: list[tuple[object, int]] = [(raw, 1)]
-    while pending:
-        value, depth = pending.pop()
-        if not isinstance(value, Mapping | list | tuple):
-            continue
-        if depth > max_depth:
-            raise ContractError(
-                path, f"nests deeper than {max_depth} levels; no Kubernetes object does"
+    level = [raw] if _is_container(raw) else []
+    for _ in range(max_depth):
+        below: list[object] = []
+        for value in level:
+            children: Iterable[object] = (
+                value.values()
+                if value.__class__ is dict or isinstance(value, Mapping)
+                else cast("Iterable[object]", value)
             )
-        children = value.values() if isinstance(value, Mapping) else value
-        pending.extend((child, depth + 1) for child in children)
+            below += [c for c in children if c.__class__ not in _SCALARS and _is_container(c)]
+        if not below:
+            return
+        level = below
+    raise ContractError(path, f"nests deeper than {max_depth} levels; no Kubernetes object does")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_container(value: object) -> bool:
+    cls = value.__class__
+    return cls is dict or cls is list or isinstance(value, Mapping | list | tuple)

@@ -4,7 +4,7 @@
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
 tokenreviews, rbac.authorization.k8s.io/v1 roles and bindings, authorization.k8s.io/v1 access
-reviews and admissionregistration.k8s.io/v1 mutatingwebhookconfigurations and
+reviews and admissionregistration.k8s.io/v1 mutating- and validatingwebhookconfigurations and
 validatingadmissionpolicies (+bindings) with kube-apiserver's semantics (resourceVersions,
 selectors, watches, patches, RBAC on every request, admission webhooks and CEL, scheduling
 gates, bearer tokens, Status errors), so unmodified clients (kubectl, kubernetes_asyncio) work

@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--h2only-share", type=_share, default=0.0, help="old HTTP/2-only builds")
     serve.add_argument("--unhealthy-share", type=_share, default=0.0, help="unhealthy cards")
     serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
-    certs = commands.add_parser("certs", help="write a CA and a serving certificate")
+    certs = commands.add_parser("certs", help="write a CA, a serving and a client certificate")
     certs.add_argument("--out", type=Path, required=True, help="directory to write into")
     certs.add_argument("--host", action="append", default=[], help="IP address (repeatable)")
     certs.add_argument("--dns", action="append", default=[], help="DNS name (repeatable)")
@@ -121,7 +121,10 @@ def _serve_options(args: argparse.Namespace) -> ServeOptions:
 def _certs(args: argparse.Namespace) -> int:
     hosts = args.host or ([] if args.dns else ["127.0.0.1"])
     files = write_certs(args.out, hosts=hosts, dns_names=args.dns)
-    print(f"wrote {files.ca}, {files.cert} and {files.key}")
+    print(
+        f"wrote {files.ca}, {files.cert} and {files.key}, and kube-scheduler's client "
+        f"certificate {files.client_cert} and {files.client_key}"
+    )
     return 0
 
 

@@ -1,10 +1,11 @@
-"""Mutating admission: calling MutatingWebhookConfiguration webhooks like kube-apiserver.
+"""Admission: calling Mutating- and ValidatingWebhookConfiguration webhooks like kube-apiserver.
 
 For each write the server builds an AdmissionReview v1, POSTs it over TLS (verified against the
 webhook's caBundle, or the system roots without one) to ``clientConfig.url`` or to the loopback
 address ``ApiOptions.service_address_map`` gives the referenced Service, applies returned JSON
 patches, and turns a denial into the Status kube returns. A webhook that cannot be called is
-skipped under ``failurePolicy: Ignore`` and fails the request under ``Fail``.
+skipped under ``failurePolicy: Ignore`` and fails the request under ``Fail``. Connections are
+kept alive per CA bundle (aiohttp: a TLS handshake per call would cost more than the call).
 """
 
 from __future__ import annotations
@@ -16,20 +17,27 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from rgpu_kubesim import _status
 from rgpu_kubesim._cel import evaluate
 from rgpu_kubesim._patching import PatchError, json_patch
-from rgpu_kubesim._resources import require
+from rgpu_kubesim._resources import Resource, require
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._webhooks import Attributes, Webhook, webhooks_of
 from rgpu_kubesim.errors import ApiError, WebhookCallError
 
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _MAX_CLIENTS = 32
-_CONFIGS = require("mutatingwebhookconfigurations")
+CONNECTIONS_PER_WEBHOOK = 25
+"""Connections kept to one webhook endpoint; more calls at once wait for one. kube-apiserver
+keeps 25 idle per host; without a bound a burst of a hundred pod creations opened a hundred
+TLS connections (a handshake each), a fifth of the simulation's CPU in that burst."""
+WARNING_CHARACTERS = 256
+_REVIEW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_MUTATING = require("mutatingwebhookconfigurations")
+_VALIDATING = require("validatingwebhookconfigurations")
 
 
 def denial(webhook: str, result: Mapping[str, Any] | None) -> ApiError:
@@ -54,28 +62,43 @@ class Admission:
     def __init__(self, storage: Storage, *, service_address_map: Mapping[str, str]) -> None:
         self._storage = storage
         self._addresses = dict(service_address_map)
-        self._clients: dict[str, httpx.AsyncClient] = {}
-        self._cache: tuple[tuple[tuple[str, int], ...], tuple[Webhook, ...]] = ((), ())
+        self._clients: dict[str, aiohttp.ClientSession] = {}
+        self._cache: dict[str, tuple[int, tuple[Webhook, ...]]] = {}
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        sessions, self._clients = list(self._clients.values()), {}
+        for session in sessions:
+            await session.close()
 
-    def _webhooks(self) -> tuple[Webhook, ...]:
-        entries = tuple(self._storage.entries(_CONFIGS))
-        stamp = tuple(sorted((e.name, e.rv) for e in entries))
-        if stamp != self._cache[0]:
-            self._cache = (stamp, webhooks_of([e.decode() for e in entries]))
-        return self._cache[1]
+    def _webhooks(self, configs: Resource = _MUTATING) -> tuple[Webhook, ...]:
+        """The webhooks of every configuration of ``configs``, rebuilt after any write to one."""
+        revision = self._storage.revision(configs)
+        cached = self._cache.get(configs.plural)
+        if cached is None or cached[0] != revision:
+            raw = [e.decode() for e in self._storage.entries(configs)]
+            cached = self._cache[configs.plural] = (revision, webhooks_of(raw))
+        return cached[1]
 
-    def needed(self) -> bool:
-        """Whether any webhook is configured at all (the fast path skips everything)."""
-        return bool(self._webhooks())
+    def needed(self, operation: str, resource: Resource, subresource: str) -> bool:
+        """Whether a webhook's rules name this request: without one, nothing is built or
+        called (a lease renewal or an Event costs no review)."""
+        hooks = (*self._webhooks(_MUTATING), *self._webhooks(_VALIDATING))
+        return any(h.covers(operation, resource, subresource) for h in hooks)
+
+    async def validate(self, attrs: Attributes) -> None:
+        """Run every matching validating webhook on the (mutated) object; a denial raises.
+
+        kube calls them in parallel and after its own validation; here they run in name order
+        on the object as mutating admission left it (defaulted, before the server sets uid and
+        creationTimestamp), and a patch in their answer is an error.
+        """
+        for hook in self._webhooks(_VALIDATING):
+            if hook.applies_to(attrs) and _conditions_match(hook, attrs, attrs.obj):
+                await self._invoke(hook, attrs, attrs.obj, mutating=False)
 
     async def admit(self, attrs: Attributes) -> dict[str, Any] | None:
         """Run every matching webhook; return the (possibly patched) object."""
-        hooks = [h for h in self._webhooks() if h.applies_to(attrs)]
+        hooks = [h for h in self._webhooks(_MUTATING) if h.applies_to(attrs)]
         obj, called = attrs.obj, []
         for hook in hooks:
             if not _conditions_match(hook, attrs, obj):
@@ -97,17 +120,17 @@ class Admission:
         return obj
 
     async def _invoke(
-        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None, *, mutating: bool = True
     ) -> dict[str, Any] | None:
         try:
-            return await self._call(hook, attrs, obj)
+            return await self._call(hook, attrs, obj, mutating=mutating)
         except WebhookCallError as exc:
             if hook.failure_policy == "Ignore":
                 return obj
             raise _status.internal(str(exc)) from exc
 
     async def _call(
-        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None
+        self, hook: Webhook, attrs: Attributes, obj: dict[str, Any] | None, *, mutating: bool
     ) -> dict[str, Any] | None:
         uid = str(uuid.uuid4())
         review = _review(uid, attrs, obj)
@@ -116,30 +139,35 @@ class Admission:
             raise WebhookCallError(
                 hook.name, f'expected response.uid="{uid}", got "{response.get("uid")}"'
             )
+        if not mutating and (response.get("patch") or response.get("patchType")):
+            raise WebhookCallError(
+                hook.name, "validating webhooks may not return response.patch or patchType"
+            )
+        attrs.warnings.extend(_warnings(response))
         if not response.get("allowed"):
             raise denial(hook.name, response.get("status"))
-        return _apply_patch(hook, response, obj)
+        return _apply_patch(hook, response, obj) if mutating else obj
 
     async def _post(self, hook: Webhook, review: dict[str, Any]) -> Mapping[str, Any]:
         url, address, server_name = self._endpoint(hook)
         shown = f'Post "{url}?timeout={hook.timeout_seconds}s"'
-        client = await self._client(hook)
-        extensions = {"sni_hostname": server_name} if server_name else {}
+        session = await self._session(hook)
         try:
-            reply = await client.post(
+            async with session.post(
                 f"{address}?timeout={hook.timeout_seconds}s",
-                content=orjson.dumps(review),
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
-                timeout=hook.timeout_seconds,
-                extensions=extensions,
-            )
-        except httpx.TimeoutException as exc:
+                data=orjson.dumps(review),
+                headers=_REVIEW_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=hook.timeout_seconds),
+                server_hostname=server_name or None,
+            ) as reply:
+                status, content = reply.status, await reply.read()
+        except TimeoutError as exc:
             raise WebhookCallError(
                 hook.name, f"failed to call webhook: {shown}: context deadline exceeded"
             ) from exc
-        except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
+        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
             raise WebhookCallError(hook.name, f"failed to call webhook: {shown}: {exc!r}") from exc
-        return _parse_reply(hook, reply)
+        return _parse_reply(hook, status, content)
 
     def _endpoint(self, hook: Webhook) -> tuple[str, str, str]:
         """(URL as kube would show it, URL actually dialled, TLS server name to verify)."""
@@ -157,16 +185,20 @@ class Admission:
             raise WebhookCallError(hook.name, f'failed to call webhook: Post "{shown}": {why}')
         return shown, f"https://{address}{path}", server_name
 
-    async def _client(self, hook: Webhook) -> httpx.AsyncClient:
+    async def _session(self, hook: Webhook) -> aiohttp.ClientSession:
+        """The session (and its kept-alive connections) of the hook's CA bundle."""
         bundle = str(hook.client_config.get("caBundle") or "")
-        client = self._clients.get(bundle)
-        if client is None:
-            client = httpx.AsyncClient(verify=_ssl_context(hook, bundle), trust_env=False)
+        session = self._clients.get(bundle)
+        if session is None:
+            connector = aiohttp.TCPConnector(
+                ssl=_ssl_context(hook, bundle), limit_per_host=CONNECTIONS_PER_WEBHOOK
+            )
+            session = aiohttp.ClientSession(connector=connector, trust_env=False)
             if len(self._clients) >= _MAX_CLIENTS:
                 oldest = next(iter(self._clients))
-                await self._clients.pop(oldest).aclose()
-            self._clients[bundle] = client
-        return client
+                await self._clients.pop(oldest).close()
+            self._clients[bundle] = session
+        return session
 
 
 def _ssl_context(hook: Webhook, bundle: str) -> ssl.SSLContext:
@@ -179,14 +211,13 @@ def _ssl_context(hook: Webhook, bundle: str) -> ssl.SSLContext:
         raise WebhookCallError(hook.name, f"invalid caBundle: {exc}") from exc
 
 
-def _parse_reply(hook: Webhook, reply: httpx.Response) -> Mapping[str, Any]:
-    if reply.status_code != 200:
-        why = f"an error on the server ({reply.text[:200]!r}) prevented the request from succeeding"
-        raise WebhookCallError(
-            hook.name, f"failed to call webhook: {why} (HTTP {reply.status_code})"
-        )
+def _parse_reply(hook: Webhook, status: int, content: bytes) -> Mapping[str, Any]:
+    if status != 200:
+        text = content[:200].decode(errors="replace")
+        why = f"an error on the server ({text!r}) prevented the request from succeeding"
+        raise WebhookCallError(hook.name, f"failed to call webhook: {why} (HTTP {status})")
     try:
-        body = orjson.loads(reply.content)
+        body = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         raise WebhookCallError(hook.name, f"received invalid webhook response: {exc}") from exc
     response = body.get("response") if isinstance(body, dict) else None
@@ -247,6 +278,15 @@ def _options(attrs: Attributes) -> dict[str, Any]:
     if attrs.dry_run:
         options["dryRun"] = ["All"]
     return options
+
+
+def _warnings(response: Mapping[str, Any]) -> list[str]:
+    """``response.warnings`` as kube keeps them: non-empty strings, each cut at 256 characters
+    (the apiserver may truncate longer ones before they reach the client)."""
+    found = response.get("warnings")
+    if not isinstance(found, list):
+        return []
+    return [w[:WARNING_CHARACTERS] for w in found if isinstance(w, str) and w]
 
 
 def _review(uid: str, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any]:

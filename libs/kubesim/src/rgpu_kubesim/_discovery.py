@@ -85,15 +85,23 @@ def _resource_entry(resource: Resource) -> JsonObj:
     return entry
 
 
+_SUBRESOURCE_GROUPS = {
+    "eviction": ("policy", "v1"),
+    "token": ("authentication.k8s.io", "v1"),
+}
+"""Subresources served in another group's kind; kubectl drain finds the Eviction API by it."""
+
+
 def _subresource_entry(resource: Resource, sub: str) -> JsonObj:
     kind = SUBRESOURCE_KINDS[sub] or resource.kind
-    return {
+    entry: JsonObj = {
         "name": f"{resource.plural}/{sub}",
         "singularName": "",
         "namespaced": resource.namespaced,
-        "kind": kind,
-        "verbs": _SUBRESOURCE_VERBS[sub],
     }
+    if sub in _SUBRESOURCE_GROUPS:
+        entry["group"], entry["version"] = _SUBRESOURCE_GROUPS[sub]
+    return {**entry, "kind": kind, "verbs": _SUBRESOURCE_VERBS[sub]}
 
 
 def resource_list(group: str, version: str) -> JsonObj | None:

@@ -10,8 +10,8 @@ simulator knows the fields of every kind it serves down to these depths:
   ``env`` and ``env[].valueFrom.fieldRef``), ``tolerations``, and the top level of ``status``;
 * Node: the top level of ``spec`` and ``status``; Namespace: ``spec`` and ``status``;
 * Lease: ``spec``; Event and ConfigMap: their top level;
-* MutatingWebhookConfiguration: each webhook, its ``clientConfig`` (and ``service``) and
-  ``rules``.
+* Mutating and ValidatingWebhookConfiguration: each webhook, its ``clientConfig`` (and
+  ``service``) and ``rules``.
 
 Below those (affinity, probes, volumes, status entries, ...) any content is accepted as is.
 Duplicate fields are not detected: the JSON decoder keeps the last one, as ``Ignore`` would.
@@ -174,7 +174,7 @@ _LEASE_SPEC = _object(
     "preferredHolder",
     "strategy",
 )
-_WEBHOOK = _object(
+_WEBHOOK_FIELDS = (
     "admissionReviewVersions",
     "failurePolicy",
     "matchConditions",
@@ -182,12 +182,19 @@ _WEBHOOK = _object(
     "name",
     "namespaceSelector",
     "objectSelector",
-    "reinvocationPolicy",
     "sideEffects",
     "timeoutSeconds",
-    clientConfig=_object("caBundle", "url", service=_object("name", "namespace", "path", "port")),
-    rules=(_object("apiGroups", "apiVersions", "operations", "resources", "scope"),),
 )
+_WEBHOOK_PARTS: Mapping[str, Shape] = MappingProxyType(
+    {
+        "clientConfig": _object(
+            "caBundle", "url", service=_object("name", "namespace", "path", "port")
+        ),
+        "rules": (_object("apiGroups", "apiVersions", "operations", "resources", "scope"),),
+    }
+)
+_WEBHOOK = _object(*_WEBHOOK_FIELDS, "reinvocationPolicy", **_WEBHOOK_PARTS)
+_VALIDATING_WEBHOOK = _object(*_WEBHOOK_FIELDS, **_WEBHOOK_PARTS)
 _TYPE = ("apiVersion", "kind")
 KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
     {
@@ -219,6 +226,9 @@ KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
             metadata=_META,
         ),
         "mutatingwebhookconfigurations": _object(*_TYPE, metadata=_META, webhooks=(_WEBHOOK,)),
+        "validatingwebhookconfigurations": _object(
+            *_TYPE, metadata=_META, webhooks=(_VALIDATING_WEBHOOK,)
+        ),
         "configmaps": _object(*_TYPE, "data", "binaryData", "immutable", metadata=_META),
     }
 )
@@ -227,7 +237,35 @@ KINDS: Mapping[str, Mapping[str, Shape]] = MappingProxyType(
 def prune(plural: str, obj: Any) -> list[str]:
     """Remove the fields ``plural``'s schema does not know from ``obj``; return their paths."""
     shape = KINDS.get(plural)
-    return _prune(shape, obj, "") if shape is not None else []
+    if shape is None or not _has_unknown(shape, obj):
+        return []
+    return _prune(shape, obj, "")
+
+
+def may_add_unknown(plural: str, patch: Any) -> bool:
+    """Whether a merge or strategic merge ``patch`` could bring a field the schema does not
+    know into a stored (known-clean) object: only its own fields can, so only they are read
+    (directives such as ``$patch`` and ``$setElementOrder/...`` are not fields)."""
+    shape = KINDS.get(plural)
+    return shape is not None and _has_unknown(shape, patch, directives=True)
+
+
+def _has_unknown(shape: Shape, value: Any, *, directives: bool = False) -> bool:
+    """Whether ``value`` holds a field ``shape`` does not know: every write asks, nearly every
+    answer is no, so this walk builds no paths (``_prune`` does, when one is found)."""
+    if isinstance(shape, Mapping) and isinstance(value, dict):
+        for key, child in value.items():
+            if key not in shape:
+                if directives and str(key).startswith("$"):
+                    continue
+                return True
+            inner = shape[key]
+            if inner is not None and _has_unknown(inner, child, directives=directives):
+                return True
+        return False
+    if isinstance(shape, tuple) and isinstance(value, list):
+        return any(_has_unknown(shape[0], item, directives=directives) for item in value)
+    return False
 
 
 def _prune(shape: Shape, value: Any, path: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._objects import Entry, full_object
 from rgpu_kubesim._paging import ListPage
+from rgpu_kubesim._patching import JSON_PATCH
 from rgpu_kubesim._resources import SUBRESOURCE_KINDS, require
 from rgpu_kubesim._responses import WatchResponse, json_response, list_response, object_response
 from rgpu_kubesim._routing import Target, parse_target, verb_for
@@ -89,7 +90,7 @@ class ResourceHandlers:
         }
 
     async def handle(self, request: Request) -> Response:
-        target = parse_target(request.url.path)
+        target = parse_target(request.scope["path"])
         verb = verb_for(request.method, target, _requests.flag(request.query_params, "watch"))
         user = self.deps.authorizer.authorize(request, verb, target)
         decision = self.deps.faults.decide(verb, target.fault_key)
@@ -173,7 +174,7 @@ class ResourceHandlers:
         storage.require_namespace(target.resource, namespace, name)
         obj = await self._admitted(request, target, "CREATE", obj, None, dry_run=options.dry_run)
         entry = storage.create(target.resource, namespace, obj, dry_run=options.dry_run)
-        return object_response(target.resource, entry, 201, warnings)
+        return object_response(target.resource, entry, 201, _warned(request, warnings))
 
     async def update(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
@@ -182,16 +183,19 @@ class ResourceHandlers:
         warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         entry = storage.update(
             target.resource,
             namespace,
             target.name,
-            obj,
+            admitted,
             subresource=target.subresource,
             dry_run=options.dry_run,
+            normalized=admitted is obj,
         )
-        return object_response(target.resource, entry, warnings=warnings)
+        return object_response(target.resource, entry, warnings=_warned(request, warnings))
 
     async def patch(self, target: Target, request: Request) -> Response:
         options = _options.write_options("patch", request.query_params)
@@ -215,25 +219,30 @@ class ResourceHandlers:
         storage, namespace = self.deps.storage, target.namespace or ""
         current = storage.get(target.resource, namespace, target.name)
         obj = storage.patched(target.resource, current, patch, content_type)
-        warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
+        warnings: tuple[str, ...] = ()
+        if content_type == JSON_PATCH or _fields.may_add_unknown(target.resource.plural, patch):
+            warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
-        obj = await self._admitted(request, target, "UPDATE", obj, current, dry_run=options.dry_run)
+        admitted = await self._admitted(
+            request, target, "UPDATE", obj, current, dry_run=options.dry_run
+        )
         try:
             entry = storage.update(
                 target.resource,
                 namespace,
                 target.name,
-                obj,
+                admitted,
                 subresource=target.subresource,
                 dry_run=options.dry_run,
+                normalized=admitted is obj,
             )
         except ApiError as exc:
             # A write that slipped in while webhooks ran is not the client's conflict: re-patch.
             if exc.code == 409 and not explicit:
                 raise _RetryablePatchConflict(exc) from exc
             raise
-        return object_response(target.resource, entry, warnings=warnings)
+        return object_response(target.resource, entry, warnings=_warned(request, warnings))
 
     async def delete(self, target: Target, request: Request) -> Response:
         storage, namespace = self.deps.storage, target.namespace or ""
@@ -317,7 +326,7 @@ class ResourceHandlers:
         dry_run: bool = False,
     ) -> JsonObj | None:
         admission, policies = self.deps.admission, self.deps.policies
-        webhooks = admission.needed()
+        webhooks = admission.needed(operation, target.resource, target.subresource)
         if not webhooks and not policies.needed(operation, target.resource, target.subresource):
             return obj
         resource, namespace = target.resource, target.namespace or ""
@@ -340,9 +349,16 @@ class ResourceHandlers:
         if not webhooks:
             policies.validate(attrs)
             return obj
+        # Read back by the write's answer as Warning headers (``_warned``), whatever happens next.
+        request.state.admission_warnings = attrs.warnings
         admitted = await admission.admit(attrs)
-        policies.validate(replace(attrs, obj=admitted))
-        return admitted
+        mutated = attrs if admitted is attrs.obj else replace(attrs, obj=admitted)
+        # kube's order: mutating webhooks, then admission policies, then validating webhooks.
+        policies.validate(mutated)
+        await admission.validate(mutated)
+        # The very object sent in comes back when no webhook patched it: the caller's own
+        # (already normalized) copy is then still the object to store.
+        return obj if admitted is attrs.obj else admitted
 
     async def _admitted(
         self,
@@ -368,6 +384,11 @@ class ResourceHandlers:
             )
         except ApiError:
             return {}
+
+
+def _warned(request: Request, warnings: Iterable[str]) -> tuple[str, ...]:
+    """The write's own warnings, then the admission webhooks' (``response.warnings``)."""
+    return (*warnings, *getattr(request.state, "admission_warnings", ()))
 
 
 class _RetryablePatchConflict(Exception):

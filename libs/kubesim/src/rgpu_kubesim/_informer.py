@@ -2,8 +2,10 @@
 apiserver, exactly like the real components are of kube-apiserver — they list and watch over
 HTTP, never peek into the store. They follow it with the same reflector as the rgpu services
 (``rgpu_runtime.Reflector``: resume from the last resourceVersion, relist by diff only when
-that version expired, back off while the apiserver fails); this module is its plain-httpx
-transport and the ``handler(event, obj, old)`` shape the emulators use.
+that version expired, back off while the apiserver fails); this module is their HTTP client
+(aiohttp: the emulators send several requests per scheduled pod, and httpx's own layers cost
+about as much CPU again as the apiserver answering them) and the ``handler(event, obj, old)``
+shape the emulators use.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 import orjson
@@ -29,7 +33,18 @@ from rgpu_runtime import (
     WatchEvent,
 )
 
-__all__ = ["ADDED", "DELETED", "MODIFIED", "Handler", "Informer", "InformerTiming", "KubeHttp"]
+__all__ = [
+    "ADDED",
+    "DELETED",
+    "MODIFIED",
+    "Handler",
+    "Informer",
+    "InformerTiming",
+    "KubeHttp",
+    "KubeHttpError",
+    "Reply",
+    "close_session",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,29 +54,111 @@ Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 """``handler(event, obj, old)``: ``old`` is the cached state a MODIFIED replaces, else ``None``;
 for DELETED ``obj`` is the last state known."""
 
-_JSON = {"Content-Type": "application/json"}
-_BROKEN = (httpx.HTTPError, orjson.JSONDecodeError, KeyError, TypeError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+"""What a request to the apiserver raises when no answer came (a kubelet retries these)."""
+_JSON = "application/json"
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+
+
+class KubeHttpError(Exception):
+    """The apiserver answered a list or a watch with an error status."""
+
+
+_BROKEN = (*TRANSPORT_ERRORS, KubeHttpError, orjson.JSONDecodeError, KeyError, TypeError)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An apiserver answer: status and body."""
+
+    status: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+async def close_session(session: aiohttp.ClientSession) -> None:
+    """Close ``session`` even while the caller is being cancelled (an emulator stops by
+    cancellation), so no connection is left open and no unclosed-session warning follows."""
+    with anyio.CancelScope(shield=True):
+        await session.close()
+
+
+def base_url_of(apiserver: str | httpx.AsyncClient) -> str:
+    """The apiserver's base URL; of a client, its ``base_url`` (nothing else of it is used)."""
+    url = apiserver if isinstance(apiserver, str) else str(apiserver.base_url)
+    return url.rstrip("/")
 
 
 class KubeHttp:
-    """Raw JSON access to the apiserver (what a controller needs, nothing more)."""
+    """Raw JSON access to the apiserver (what a controller needs, nothing more).
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
+    ``async with`` it around its use: it owns one aiohttp session (kept-alive connections)
+    that announces ``user_agent``, as kube's components announce themselves.
+    """
+
+    def __init__(self, base_url: str, *, user_agent: str) -> None:
+        self.base_url = base_url
+        self.user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> KubeHttp:
+        headers = {"User-Agent": self.user_agent, "Accept": _JSON}
+        self._session = aiohttp.ClientSession(headers=headers, trust_env=False)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await close_session(session)
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("KubeHttp is used outside its `async with` block")
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        content_type: str = _JSON,
+        params: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """Send one request; raises only ``TRANSPORT_ERRORS`` (no answer)."""
+        data = None if body is None else orjson.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else None
+        async with self._open().request(
+            method,
+            self.base_url + path,
+            data=data,
+            headers=headers,
+            params=params,
+            timeout=_REQUEST_TIMEOUT,
+        ) as response:
+            return Reply(response.status, await response.read())
 
     async def get(self, path: str, **params: str) -> dict[str, Any]:
-        """GET a JSON object; raises ``httpx.HTTPStatusError`` for any non-2xx answer."""
-        response = await self.client.get(path, params=params)
-        response.raise_for_status()
-        body: dict[str, Any] = orjson.loads(response.content)
+        """GET a JSON object; raises ``KubeHttpError`` for any non-2xx answer."""
+        reply = await self.request("GET", path, params=params or None)
+        if not 200 <= reply.status < 300:
+            raise KubeHttpError(f"GET {path}: HTTP {reply.status} {reply.text[:200]}")
+        body: dict[str, Any] = reply.json()
         return body
 
-    async def post(self, path: str, body: object) -> httpx.Response:
-        return await self.client.post(path, content=orjson.dumps(body), headers=_JSON)
+    async def post(self, path: str, body: object) -> Reply:
+        return await self.request("POST", path, body)
 
-    async def patch(self, path: str, body: object, kind: str = "merge") -> httpx.Response:
-        headers = {"Content-Type": f"application/{kind}-patch+json"}
-        return await self.client.patch(path, content=orjson.dumps(body), headers=headers)
+    async def patch(self, path: str, body: object, kind: str = "merge") -> Reply:
+        return await self.request("PATCH", path, body, f"application/{kind}-patch+json")
 
     async def pages(self, path: str, **params: str) -> AsyncIterator[Listing]:
         """The whole list as one page; any failure becomes ``KubeUnavailable``."""
@@ -84,15 +181,33 @@ class KubeHttp:
             "allowWatchBookmarks": "true",
         }
         try:
-            async with self.client.stream("GET", path, params=query, timeout=None) as response:
-                if response.status_code == 410:
+            async with self._open().get(
+                self.base_url + path, params=query, timeout=_STREAM_TIMEOUT
+            ) as response:
+                if response.status == 410:
                     raise KubeExpired(f"watch {path}: 410 Gone")
-                response.raise_for_status()
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        yield _event(orjson.loads(line))
+                if response.status != 200:
+                    raise KubeHttpError(f"watch {path}: HTTP {response.status}")
+                async for line in _lines(response.content):
+                    yield _event(orjson.loads(line))
         except _BROKEN as exc:
             raise KubeUnavailable(f"watch {path} failed: {exc!r}") from exc
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The stream's non-empty lines, however long (aiohttp's own reader caps a line at
+    128 KiB, below what one object may weigh)."""
+    pending = b""
+    async for chunk in stream.iter_any():
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
 
 
 def _event(event: dict[str, Any]) -> WatchEvent:

@@ -30,7 +30,17 @@ _CONNECTION_KINDS: Final = ("cuda", "nvml")
 
 
 def render_metrics(state: LupineState) -> str:
-    """Render the Prometheus text exposition of ``state``."""
+    """Render the Prometheus text exposition of ``state`` (once per change of its clients:
+    discovery probes every server every few seconds, and most of them changed nothing)."""
+    cached = state.rendered
+    if cached is not None and cached[0] == state.revision:
+        return cached[1]
+    text = _render(state)
+    state.rendered = (state.revision, text)
+    return text
+
+
+def _render(state: LupineState) -> str:
     clients = tuple(state.clients.values())
     families = (
         ("lupine_monitor_nvml_up", (((), 1),)),

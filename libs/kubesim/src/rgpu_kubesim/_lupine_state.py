@@ -94,6 +94,7 @@ class LupineState:
 
     __slots__ = (
         "_clients",
+        "_revision",
         "_serial",
         "connections",
         "cuda_version",
@@ -101,6 +102,7 @@ class LupineState:
         "gpus",
         "hangup",
         "mode",
+        "rendered",
     )
 
     def __init__(
@@ -120,6 +122,14 @@ class LupineState:
         self.fault: Fault | None = None
         self._clients: dict[str, LupineClient] = {}
         self._serial = 0
+        self._revision = 0
+        self.rendered: tuple[int, str] | None = None
+        """The last ``/metrics`` text and the ``revision`` it was rendered at."""
+
+    @property
+    def revision(self) -> int:
+        """Counts changes of the clients (the GPUs never change): what ``/metrics`` shows."""
+        return self._revision
 
     @property
     def clients(self) -> Mapping[str, LupineClient]:
@@ -133,9 +143,11 @@ class LupineState:
     def put_client(self, client: LupineClient) -> None:
         """Add or replace a client (a reconnecting process keeps its id)."""
         self._clients[client.client_id] = client
+        self._revision += 1
 
     def pop_client(self, client_id: str) -> bool:
         """Forget a client; ``False`` when it was not connected."""
+        self._revision += 1
         return self._clients.pop(client_id, None) is not None
 
     def next_serial(self) -> int:

@@ -109,7 +109,8 @@ def _merge_list(current: Any, patch: list[Any], merge_key: str) -> list[Any]:
             if index is not None:
                 del merged[index]
         elif index is None:
-            merged.append(_without_directives(item))
+            # A typed decoder drops nulls of a new element; its directives are spent here.
+            merged.append(strategic_merge_patch({}, item))
         else:
             merged[index] = strategic_merge_patch(merged[index], item)
     return merged

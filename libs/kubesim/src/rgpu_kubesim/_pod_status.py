@@ -69,16 +69,51 @@ def _container(pod: Mapping[str, Any], spec: Mapping[str, Any], state: JsonObj) 
     }
 
 
-def _condition(kind: str, ok: bool, now: str, reason: str = "") -> JsonObj:
-    condition: JsonObj = {
+def _condition(kind: str, ok: bool, now: str, reason: str = "", message: str = "") -> JsonObj:
+    # reason and message are always sent: written as a strategic merge patch, a null removes
+    # what an earlier status left in the element (a kubelet's computed patch does the same).
+    return {
         "type": kind,
         "status": "True" if ok else "False",
         "lastProbeTime": None,
         "lastTransitionTime": now,
+        "reason": reason or None,
+        "message": message or None,
     }
-    if reason:
-        condition["reason"] = reason
-    return condition
+
+
+def gate_problems(pod: Mapping[str, Any]) -> list[str]:
+    """kubelet's words for each readiness gate whose condition is missing or not True."""
+    conditions = {str(c.get("type")): c for c in (pod.get("status") or {}).get("conditions") or ()}
+    problems = []
+    for gate in (pod.get("spec") or {}).get("readinessGates") or ():
+        kind = str(gate.get("conditionType", ""))
+        found = conditions.get(kind)
+        if found is None:
+            why = f'corresponding condition of pod readiness gate "{kind}" does not exist.'
+            problems.append(why)
+        elif found.get("status") != "True":
+            why = f'the status of pod readiness gate "{kind}" is not "True", but {found["status"]}'
+            problems.append(why)
+    return problems
+
+
+def ready_condition(pod: Mapping[str, Any], now: str, unready: str = "") -> JsonObj:
+    """Ready as the kubelet computes it: every container ready (``unready`` says why not)
+    AND every readiness gate's condition True (``ReadinessGatesNotReady`` otherwise)."""
+    if unready:
+        return _condition("Ready", False, now, unready)
+    problems = gate_problems(pod)
+    if problems:
+        return _condition("Ready", False, now, "ReadinessGatesNotReady", ", ".join(problems))
+    return _condition("Ready", True, now)
+
+
+def same_readiness(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
+    """Whether two Ready conditions say the same (times aside)."""
+    return a is not None and all(
+        (a.get(k) or None) == (b.get(k) or None) for k in ("status", "reason", "message")
+    )
 
 
 def _conditions(pod: Mapping[str, Any], now: str, ready: bool, reason: str) -> list[JsonObj]:
@@ -88,7 +123,7 @@ def _conditions(pod: Mapping[str, Any], now: str, ready: bool, reason: str) -> l
     return [
         _condition("PodReadyToStartContainers", True, now),
         _condition("Initialized", True, now),
-        _condition("Ready", ready, now, reason),
+        ready_condition(pod, now, "" if ready else reason),
         _condition("ContainersReady", ready, now, reason),
         *(scheduled or [_condition("PodScheduled", True, now)]),
     ]

@@ -6,6 +6,7 @@ request equals its limit ("1" and "1000m" are equal); floats would get both wron
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -24,7 +25,15 @@ def parse_quantity(text: object) -> Fraction:
     """Parse a quantity string (or a JSON number); raises ValueError with kube's message."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(FORMAT_ERROR)
-    match = _PATTERN.match(str(text).strip())
+    return _parse(str(text).strip())
+
+
+# Every pod write validates its quantities again, and a cluster's pods repeat a few dozen
+# distinct ones ("1", "100m", "128Mi"): remembering them keeps Fraction arithmetic off the
+# write path. Fractions are immutable, so sharing one is safe.
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> Fraction:
+    match = _PATTERN.match(text)
     if match is None:
         raise ValueError(FORMAT_ERROR)
     digits, suffix = match.group(1), match.group(2) or ""

@@ -13,13 +13,13 @@ import orjson
 import yaml
 from starlette.requests import Request
 
-from rgpu_kubesim import _status
+from rgpu_kubesim import _protobuf, _status
 from rgpu_kubesim._authn import AUTHENTICATED_USER
 from rgpu_kubesim._patching import PATCH_TYPES
 
 _JSON_TYPES = frozenset({"application/json", "*/*", ""})
 _YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
-_BODY_TYPES = ("application/json", "application/yaml")
+_BODY_TYPES = ("application/json", "application/yaml", _protobuf.MEDIA_TYPE)
 
 
 def media_type(request: Request) -> str:
@@ -27,6 +27,8 @@ def media_type(request: Request) -> str:
 
 
 def _decode(raw: bytes, kind: str) -> Any:
+    if kind == _protobuf.MEDIA_TYPE:
+        return _protobuf.decode(raw)
     try:
         return yaml.safe_load(raw) if kind in _YAML_TYPES else orjson.loads(raw)
     except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
@@ -36,7 +38,7 @@ def _decode(raw: bytes, kind: str) -> Any:
 async def read_object(request: Request) -> Any:
     """The decoded body of a create/update/bind; 415 for media types kube would not accept."""
     kind = media_type(request)
-    if kind not in _JSON_TYPES and kind not in _YAML_TYPES:
+    if kind not in _JSON_TYPES and kind not in _YAML_TYPES and kind != _protobuf.MEDIA_TYPE:
         raise _status.unsupported_media_type(_BODY_TYPES)
     raw = await request.body()
     if not raw.strip():

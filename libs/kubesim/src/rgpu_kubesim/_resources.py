@@ -142,6 +142,14 @@ RESOURCES: tuple[Resource, ...] = (
         categories=("api-extensions",),
     ),
     Resource(
+        plural="validatingwebhookconfigurations",
+        singular="validatingwebhookconfiguration",
+        kind="ValidatingWebhookConfiguration",
+        namespaced=False,
+        group="admissionregistration.k8s.io",
+        categories=("api-extensions",),
+    ),
+    Resource(
         plural="serviceaccounts",
         singular="serviceaccount",
         kind="ServiceAccount",

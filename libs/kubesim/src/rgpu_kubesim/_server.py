@@ -26,6 +26,7 @@ from rgpu_kubesim._admission_policy import AdmissionPolicies
 from rgpu_kubesim._app import create_app
 from rgpu_kubesim._authn import Authenticator
 from rgpu_kubesim._authorization import Authorizer
+from rgpu_kubesim._coalescing import CoalescingHttpToolsProtocol
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._metering import RequestMeter
@@ -131,14 +132,15 @@ def socket_url(sock: socket.socket, scheme: str = "http") -> str:
 
 @contextlib.asynccontextmanager
 async def serving(app: ASGIApp, sock: socket.socket, **config: Any) -> AsyncIterator[None]:
-    """Serve ``app`` on ``sock`` with uvicorn (httptools) until the block exits.
+    """Serve ``app`` on ``sock`` with uvicorn (httptools, each answer one write) until the
+    block exits.
 
     ``config`` passes extra uvicorn.Config settings (TLS files, for instance). On exit the
     server stops accepting, finishes in-flight responses for up to two seconds, and the socket
     is closed.
     """
     settings: dict[str, Any] = {
-        "http": "httptools",
+        "http": CoalescingHttpToolsProtocol,
         "ws": "none",
         "lifespan": "off",
         "log_config": None,

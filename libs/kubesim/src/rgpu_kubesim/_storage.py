@@ -99,6 +99,7 @@ class Storage:
         self.hub = WatchHub()
         self._listing = Listing(self._objects, self._sorted, self._logs, lambda: self._rv)
         self._terminating: set[str] = set()
+        self._revisions: dict[str, int] = {}
         self._syncing_budgets = False
         self._observers: dict[str, list[Callable[[Change], None]]] = {}
         for name in SYSTEM_NAMESPACES:
@@ -116,6 +117,11 @@ class Storage:
     def resource_version(self) -> int:
         """The newest resourceVersion handed out (every write increments it by one)."""
         return self._rv
+
+    def revision(self, resource: Resource) -> int:
+        """The resourceVersion of the last write to any object of ``resource`` (0: none):
+        what a cache derived from all of them is stamped with."""
+        return self._revisions.get(resource.plural, 0)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -249,14 +255,18 @@ class Storage:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        normalized: bool = False,
     ) -> Entry:
-        body = self.normalize(resource, namespace, obj, name=name)
+        """Replace the stored object; ``normalized`` says ``obj`` is already ``normalize``'s
+        own result for this name (a private copy, defaulted) and needs no second pass."""
+        body = obj if normalized else self.normalize(resource, namespace, obj, name=name)
+        assert isinstance(body, dict)
         current = self.get(resource, namespace, name)
         self._check_version(resource, body, current)
         old = current.decode()
         new = _strategies.prepare_for_update(resource, body, old, subresource)
         new["metadata"]["resourceVersion"] = str(current.rv)
-        _strategies.validate(resource, new, old)
+        _strategies.validate(resource, new, old, subresource)
         if resource is _CLASSES:
             _priority.check_single_default(new, self._priority_classes().values())
         if new == old:
@@ -412,6 +422,7 @@ class Storage:
                 obj["metadata"].pop("resourceVersion", None)
             return make_entry(resource, ordered(obj))
         self._rv += 1
+        self._revisions[resource.plural] = self._rv
         obj["metadata"]["resourceVersion"] = str(self._rv)
         entry = make_entry(resource, ordered(obj))
         table = self._objects[resource.plural]
@@ -496,7 +507,8 @@ def _check_preconditions(resource: Resource, current: Entry, wanted: Mapping[str
 
 
 def _unbindable(pod: JsonObj, name: str) -> str:
-    """Why kube's binding storage refuses to assign ``pod`` to a node, or ""."""
+    """Why kube's binding storage refuses to assign ``pod`` to a node, or "" (in its order:
+    a pending deletion first, then a node already set, then scheduling gates)."""
     if pod["metadata"].get("deletionTimestamp"):
         return f"pod {name} is being deleted, cannot be assigned to a host"
     node = pod["spec"].get("nodeName")

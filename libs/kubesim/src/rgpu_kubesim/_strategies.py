@@ -59,8 +59,8 @@ _WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("namespaceSelector", {}),
     ("objectSelector", {}),
     ("timeoutSeconds", 10),
-    ("reinvocationPolicy", "Never"),
 )
+WEBHOOK_CONFIGURATIONS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 
 
 def apply_defaults(resource: Resource, obj: JsonObj) -> None:
@@ -69,9 +69,10 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _default_pod_spec(obj.setdefault("spec", {}))
     elif resource.plural == "namespaces":
         _default_namespace(obj)
-    elif resource.plural == "mutatingwebhookconfigurations":
+    elif resource.plural in WEBHOOK_CONFIGURATIONS:
+        mutating = resource.plural == "mutatingwebhookconfigurations"
         for webhook in obj.get("webhooks") or ():
-            _default_webhook(webhook)
+            _default_webhook(webhook, mutating=mutating)
     elif resource.plural == "priorityclasses":
         _priority.default_class(obj)
     elif resource.plural == "configmaps":
@@ -112,9 +113,11 @@ def _default_namespace(namespace: JsonObj) -> None:
     namespace.setdefault("status", {}).setdefault("phase", "Active")
 
 
-def _default_webhook(webhook: JsonObj) -> None:
+def _default_webhook(webhook: JsonObj, *, mutating: bool) -> None:
     for key, value in _WEBHOOK_DEFAULTS:
         webhook.setdefault(key, value)
+    if mutating:
+        webhook.setdefault("reinvocationPolicy", "Never")
     for rule in webhook.get("rules") or ():
         rule.setdefault("scope", "*")
     service = (webhook.get("clientConfig") or {}).get("service")
@@ -200,7 +203,7 @@ def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresour
         else:
             meta.pop(key, None)
     if subresource == "status":
-        return {**old, "status": new.get("status", {})}
+        return _status_update(resource, new, old)
     if resource.plural == "namespaces":
         # Only the finalize subresource changes spec.finalizers (the namespace controller's).
         source = new if subresource == "finalize" else old
@@ -218,6 +221,19 @@ def prepare_for_update(resource: Resource, new: JsonObj, old: JsonObj, subresour
     return new
 
 
+def _status_update(resource: Resource, new: JsonObj, old: JsonObj) -> JsonObj:
+    """What a write through ``/status`` stores: the new status and the new metadata (labels,
+    annotations, finalizers: kube's status strategies keep them), everything else as it was;
+    a pod's ownerReferences too (kube keeps old kubelets from corrupting them)."""
+    meta = new["metadata"]
+    if resource.plural == "pods":
+        meta.pop("ownerReferences", None)
+        if "ownerReferences" in old["metadata"]:
+            meta["ownerReferences"] = old["metadata"]["ownerReferences"]
+    kept = {k: v for k, v in old.items() if k not in ("metadata", "status")}
+    return {"metadata": meta, **kept, "status": new.get("status", {})}
+
+
 def _bump_generation(new: JsonObj, old: JsonObj) -> None:
     spec_new = {k: v for k, v in new.items() if k not in {"metadata", "status"}}
     spec_old = {k: v for k, v in old.items() if k not in {"metadata", "status"}}
@@ -225,9 +241,22 @@ def _bump_generation(new: JsonObj, old: JsonObj) -> None:
         new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
 
 
-def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
-    """Raise a 422 ApiError naming every invalid field of ``obj``."""
+def validate(resource: Resource, obj: JsonObj, old: JsonObj | None, subresource: str = "") -> None:
+    """Raise a 422 ApiError naming every invalid field of ``obj``.
+
+    A status write is validated as kube's status strategies do: its metadata, not the spec it
+    could not change (``prepare_for_update`` kept the stored one).
+    """
     causes = _validation.metadata_causes(resource, obj)
+    if subresource != "status":
+        causes += _kind_causes(resource, obj, old)
+    if causes:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        raise _status.invalid_object(resource, name, causes)
+
+
+def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[_status.Cause]:
+    causes: list[_status.Cause] = []
     if resource.plural == "pods":
         causes += _validation.pod_causes(obj)
         if old is None:
@@ -244,11 +273,10 @@ def validate(resource: Resource, obj: JsonObj, old: JsonObj | None) -> None:
         causes += _rbac_validation.causes(resource.kind, obj, old)
     elif resource.plural in _POLICY_KINDS:
         causes += _admission_policy_parse.causes(resource.kind, obj)
-    elif resource.plural == "mutatingwebhookconfigurations":
-        causes += _validation.webhook_configuration_causes(obj)
+    elif resource.plural in WEBHOOK_CONFIGURATIONS:
+        mutating = resource.plural == "mutatingwebhookconfigurations"
+        causes += _validation.webhook_configuration_causes(obj, mutating=mutating)
         for index, webhook in enumerate(obj.get("webhooks") or ()):
             path = f"webhooks[{index}].matchConditions"
             causes += match_condition_causes(path, webhook.get("matchConditions"))
-    if causes:
-        name = (obj.get("metadata") or {}).get("name") or ""
-        raise _status.invalid_object(resource, name, causes)
+    return causes

@@ -19,6 +19,11 @@ JsonObj = dict[str, Any]
 Column = tuple[str, str, int]
 """(name, type, priority)."""
 
+_WEBHOOK_COLUMNS: tuple[Column, ...] = (
+    ("Name", "string", 0),
+    ("Webhooks", "integer", 0),
+    ("Age", "string", 0),
+)
 _COLUMNS: dict[str, tuple[Column, ...]] = {
     "pods": (
         ("Name", "string", 0),
@@ -52,11 +57,8 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Message", "string", 0),
     ),
     "leases": (("Name", "string", 0), ("Holder", "string", 0), ("Age", "string", 0)),
-    "mutatingwebhookconfigurations": (
-        ("Name", "string", 0),
-        ("Webhooks", "integer", 0),
-        ("Age", "string", 0),
-    ),
+    "mutatingwebhookconfigurations": _WEBHOOK_COLUMNS,
+    "validatingwebhookconfigurations": _WEBHOOK_COLUMNS,
     "serviceaccounts": (("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)),
     "configmaps": (("Name", "string", 0), ("Data", "integer", 0), ("Age", "string", 0)),
     "priorityclasses": (
@@ -263,6 +265,7 @@ _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "namespaces": _simple_row(lambda o: [(o.get("status") or {}).get("phase", "")]),
     "leases": _simple_row(lambda o: [(o.get("spec") or {}).get("holderIdentity", "")]),
     "mutatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
+    "validatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
     "serviceaccounts": _simple_row(lambda o: [len(o.get("secrets") or ())]),
     "configmaps": _simple_row(lambda o: [entry_count(o)]),
     "rolebindings": _simple_row(_role_ref),

@@ -3,7 +3,8 @@
 Only the rules a client of this project can trip over are reproduced: object names and label
 grammar, required pod fields, the extended-resource rules that HAMi-style scheduling depends on
 (integer quantities, request equal to limit), pod spec immutability, and the shape of
-MutatingWebhookConfigurations. Each returns field-level causes; the caller turns them into 422s.
+Mutating and ValidatingWebhookConfigurations. Each returns field-level causes; the caller turns
+them into 422s.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def _without_images(containers: Any) -> list[Any]:
     return [{k: v for k, v in c.items() if k != "image"} for c in containers or ()]
 
 
-def webhook_configuration_causes(config: Mapping[str, Any]) -> list[Cause]:
+def webhook_configuration_causes(config: Mapping[str, Any], *, mutating: bool) -> list[Cause]:
     """The v1 rules that matter for calling a mutating webhook correctly."""
     causes: list[Cause] = []
     seen: set[str] = set()
@@ -264,6 +265,9 @@ def webhook_configuration_causes(config: Mapping[str, Any]) -> list[Cause]:
             causes.append(duplicate(f"{path}.name", name))
         seen.add(name)
         causes += _webhook_causes(path, webhook)
+        if mutating:
+            policy = webhook.get("reinvocationPolicy")
+            causes += _enum_cause(f"{path}.reinvocationPolicy", policy, ("Never", "IfNeeded"))
     return causes
 
 
@@ -273,9 +277,6 @@ def _webhook_causes(path: str, webhook: Mapping[str, Any]) -> list[Cause]:
         f"{path}.sideEffects", webhook.get("sideEffects"), ("None", "NoneOnDryRun")
     )
     causes += _enum_cause(f"{path}.failurePolicy", webhook.get("failurePolicy"), ("Fail", "Ignore"))
-    causes += _enum_cause(
-        f"{path}.reinvocationPolicy", webhook.get("reinvocationPolicy"), ("Never", "IfNeeded")
-    )
     if "v1" not in (webhook.get("admissionReviewVersions") or ()):
         detail = "must include v1 (the only AdmissionReview version the simulator speaks)"
         causes.append(required(f"{path}.admissionReviewVersions", detail))

@@ -9,7 +9,7 @@ old object) match. Configurations are visited in name order, webhooks in listed 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rgpu_kubesim._cel import ConditionError, MatchCondition, compile_conditions
@@ -36,6 +36,9 @@ class Attributes:
     user_info: Mapping[str, Any] | None = None
     """The full UserInfo of a bearer-authenticated requester (uid, groups, extra)."""
     dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+    """What the webhooks' answers warned of (``response.warnings``), in call order: kube sends
+    them back to the client as ``Warning`` headers, which kubectl prints."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,14 +50,15 @@ class Rule:
     scope: str
 
     def matches(self, attrs: Attributes) -> bool:
-        resource = attrs.resource
+        return self.covers(attrs.operation, attrs.resource, attrs.subresource)
+
+    def covers(self, operation: str, resource: Resource, subresource: str) -> bool:
+        """Whether the rule names this operation on this (sub)resource in its scope."""
         return (
-            _listed(self.operations, attrs.operation)
+            _listed(self.operations, operation)
             and _listed(self.groups, resource.group)
             and _listed(self.versions, resource.version)
-            and any(
-                _resource_matches(p, resource.plural, attrs.subresource) for p in self.resources
-            )
+            and any(_resource_matches(p, resource.plural, subresource) for p in self.resources)
             and _scope_matches(self.scope, resource)
         )
 
@@ -73,6 +77,10 @@ class Webhook:
     timeout_seconds: int
     reinvoke: bool
     match_conditions: tuple[MatchCondition, ...] = ()
+
+    def covers(self, operation: str, resource: Resource, subresource: str) -> bool:
+        """Whether a rule names the request (selectors and conditions aside)."""
+        return any(rule.covers(operation, resource, subresource) for rule in self.rules)
 
     def applies_to(self, attrs: Attributes) -> bool:
         if not any(rule.matches(attrs) for rule in self.rules):

@@ -1,7 +1,8 @@
 """The extender's admission webhook must serve TLS that the simulated
 apiserver (and a real one, in the demo's manifests) trusts through ``caBundle``. This writes a
 throwaway CA and a serving certificate for the given IPs and DNS names, in the file names a
-``kubernetes.io/tls`` Secret uses, so tests and the demo need no openssl.
+``kubernetes.io/tls`` Secret uses, so tests and the demo need no openssl; and, from the same CA,
+kube-scheduler's client certificate, which the extender's scheduler listener requires.
 """
 
 from __future__ import annotations
@@ -20,11 +21,24 @@ import trustme
 
 from ._lupine_errors import SimOptionError
 
-__all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "CertFiles", "write_certs"]
+__all__ = [
+    "CA_FILE",
+    "CERT_FILE",
+    "CLIENT_CERT_FILE",
+    "CLIENT_KEY_FILE",
+    "KEY_FILE",
+    "SCHEDULER_IDENTITY",
+    "CertFiles",
+    "write_certs",
+]
 
 CA_FILE: Final = "ca.pem"
 CERT_FILE: Final = "tls.crt"
 KEY_FILE: Final = "tls.key"
+CLIENT_CERT_FILE: Final = "client.crt"
+CLIENT_KEY_FILE: Final = "client.key"
+SCHEDULER_IDENTITY: Final = "system:serviceaccount:rgpu-system:rgpu-scheduler"
+"""The client certificate's subject, as the cert-manager component names it."""
 
 # Wildcards allowed in the first label only, as in a certificate's subjectAltName.
 _DNS_NAME: Final = re.compile(
@@ -34,11 +48,14 @@ _DNS_NAME: Final = re.compile(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CertFiles:
-    """Where the CA, the serving certificate and its private key were written."""
+    """Where the CA, the serving certificate and its private key, and kube-scheduler's client
+    certificate and key were written."""
 
     ca: Path
     cert: Path
     key: Path
+    client_cert: Path
+    client_key: Path
 
     def ca_bundle(self) -> str:
         """The CA in base64, as a webhook configuration's ``clientConfig.caBundle`` wants it."""
@@ -52,7 +69,8 @@ def write_certs(
     dns_names: Sequence[str] = (),
     valid_days: int = 365,
 ) -> CertFiles:
-    """Create ``ca.pem``, ``tls.crt`` and ``tls.key`` (mode 0600) in ``out_dir``.
+    """Create ``ca.pem``, ``tls.crt`` and ``tls.key`` (mode 0600) in ``out_dir``, and
+    ``client.crt``/``client.key`` (0600): kube-scheduler's client certificate from the same CA.
 
     ``hosts`` are IP addresses and ``dns_names`` DNS names (``*.`` allowed first) the
     certificate is valid for. Existing files are replaced. Raises ``SimOptionError`` naming
@@ -69,11 +87,20 @@ def write_certs(
         not_before=now - timedelta(hours=1),
         not_after=now + timedelta(days=valid_days),
     )
+    client = ca.issue_cert(
+        "rgpu-scheduler.rgpu-system.svc",
+        common_name=SCHEDULER_IDENTITY,
+        organization_name="rgpu kubesim",
+        not_before=now - timedelta(hours=1),
+        not_after=now + timedelta(days=valid_days),
+    )
     files = _paths(Path(out_dir))
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
     _write(files.ca, ca.cert_pem.bytes(), mode=0o644)
     _write(files.cert, chain, mode=0o644)
     _write(files.key, leaf.private_key_pem.bytes(), mode=0o600)
+    _write(files.client_cert, client.cert_chain_pems[0].bytes(), mode=0o644)
+    _write(files.client_key, client.private_key_pem.bytes(), mode=0o600)
     return files
 
 
@@ -98,7 +125,13 @@ def _paths(out: Path) -> CertFiles:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SimOptionError("out", f"cannot create {out}: {exc.strerror or exc}") from exc
-    return CertFiles(ca=out / CA_FILE, cert=out / CERT_FILE, key=out / KEY_FILE)
+    return CertFiles(
+        ca=out / CA_FILE,
+        cert=out / CERT_FILE,
+        key=out / KEY_FILE,
+        client_cert=out / CLIENT_CERT_FILE,
+        client_key=out / CLIENT_KEY_FILE,
+    )
 
 
 def _write(path: Path, data: bytes, *, mode: int) -> None:

@@ -29,7 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from . import _pod_status
 from ._container_env import resolve_env
 from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
-from ._informer import DELETED, Informer, KubeHttp
+from ._informer import DELETED, TRANSPORT_ERRORS, Informer, KubeHttp, Reply, base_url_of
 from ._kubelet_config import KubeletConfig, LupineClientSink, RunRecord
 from ._pod_addresses import PodAddresses
 
@@ -49,6 +49,8 @@ ENV_ANNOTATION: Final = "sim.rgpu.io/env"
 """Where the kubelet records every container's env as resolved at start (JSON)."""
 RUN_SECONDS_ANNOTATION: Final = "sim.rgpu.io/run-seconds"
 """How long the pod runs before it succeeds (seconds, a decimal number)."""
+USER_AGENT: Final = "kubelet/v1.31.0 (rgpu-kubesim)"
+"""How the emulator announces itself to the apiserver (its request tally names it so)."""
 BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
 
@@ -108,22 +110,26 @@ def _grace_of(pod: Mapping[str, Any]) -> float:
 class KubeletEmulator:
     """Runs bound pods; ``records`` keeps a ``RunRecord`` per pod started, by uid.
 
-    Run with ``await tg.start(kubelet.run)``. ``lupine(endpoint)`` finds the fake server a
-    container connecting to ``endpoint`` would reach (``LupineFleet.get``), or ``None``.
+    ``apiserver`` is the apiserver's base URL (of an httpx client, its ``base_url``: the
+    emulator talks through its own aiohttp session). Run with ``await tg.start(kubelet.run)``.
+    ``lupine(endpoint)`` finds the fake server a container connecting to ``endpoint`` would
+    reach (``LupineFleet.get``), or ``None``.
     """
 
     def __init__(
         self,
         config: KubeletConfig,
-        apiserver: httpx.AsyncClient,
+        apiserver: str | httpx.AsyncClient,
         lupine: Callable[[str], LupineClientSink | None],
     ) -> None:
         self.config = config
-        self.api = KubeHttp(apiserver)
+        self.api = KubeHttp(base_url_of(apiserver), user_agent=USER_AGENT)
         self.lupine = lupine
         self._records: dict[str, RunRecord] = {}
         self._running: dict[str, _Running] = {}
         self._removing: set[str] = set()
+        self._readying: dict[str, tuple[Any, ...]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
         self._tg: TaskGroup | None = None
         self._addresses = PodAddresses()
         self._pods = Informer(self.api, "/api/v1/pods", self._on_pod, field_selector=BOUND_PODS)
@@ -135,7 +141,7 @@ class KubeletEmulator:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch bound pods and run them until cancelled."""
-        async with anyio.create_task_group() as tg:
+        async with self.api, anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(self._pods.run)
             task_status.started()
@@ -155,12 +161,39 @@ class KubeletEmulator:
             self._terminate(uid, pod)
             return
         phase = pod.get("status", {}).get("phase", "Pending")
+        if phase == "Running" and uid in self._running:
+            self._check_readiness(uid, pod)
         # Pods already past Pending were started by an earlier kubelet: not ours to run again.
         if phase != "Pending" or uid in self._running or uid in self._records:
             return
         running = _Running()
         self._running[uid] = running
         self._task_group().start_soon(self._run_pod, pod, running)
+
+    def _check_readiness(self, uid: str, pod: dict[str, Any]) -> None:
+        """A readiness gate's condition changed (a controller wrote it): Ready follows, as the
+        kubelet's next status sync has it; one write in flight per pod and value."""
+        if not pod.get("spec", {}).get("readinessGates"):
+            return
+        wanted = _pod_status.ready_condition(pod, _now_rfc3339())
+        conditions = pod.get("status", {}).get("conditions") or ()
+        current = next((c for c in conditions if c.get("type") == "Ready"), None)
+        key = (wanted["status"], wanted["reason"], wanted["message"])
+        if _pod_status.same_readiness(current, wanted) or self._readying.get(uid) == key:
+            return
+        self._readying[uid] = key
+        self._task_group().start_soon(self._write_readiness, _path(pod), uid, wanted, key)
+
+    async def _write_readiness(
+        self, path: str, uid: str, ready: dict[str, Any], key: tuple[Any, ...]
+    ) -> None:
+        try:
+            await self._write_status(path, {"conditions": [ready]})
+        except _Gone:
+            logger.debug("kubelet: pod %s is gone", uid)
+        finally:
+            if self._readying.get(uid) == key:
+                del self._readying[uid]
 
     def _terminate(self, uid: str, pod: dict[str, Any]) -> None:
         """Begin stopping a pod whose graceful deletion started (a shorter grace also counts)."""
@@ -203,11 +236,12 @@ class KubeletEmulator:
         if await _stopped_within(running, self.config.start_delay_seconds):
             await self._remove(path, uid)
             return
-        current = await self._read(path, uid)
+        current = self._cached(path, uid)
         record = self._start(current)
         where = await self._placement(current)
-        env_json = orjson.dumps(record.env).decode()
-        await self._write(path, {"metadata": {"annotations": {ENV_ANNOTATION: env_json}}})
+        # The env as resolved goes with the first status write: metadata changes through
+        # pods/status are kept, so one write (one event for every pod watcher) carries both.
+        env = {ENV_ANNOTATION: orjson.dumps(record.env).decode()}
         if record.phase == "Failed":
             end = _pod_status.Exit(
                 phase="Failed",
@@ -217,9 +251,9 @@ class KubeletEmulator:
                 message=record.message,
                 pod_reason="RemoteGPUUnavailable",
             )
-            await self._write_status(path, _pod_status.terminated(current, where, end))
+            await self._write_status(path, _pod_status.terminated(current, where, end), env)
             return
-        await self._write_status(path, _pod_status.running(current, where))
+        await self._write_status(path, _pod_status.running(current, where), env)
         run = self._run_seconds(current)
         if not await _stopped_within(running, run):
             self._finish(uid, "Succeeded", 0)
@@ -250,8 +284,13 @@ class KubeletEmulator:
     async def _placement(self, pod: Mapping[str, Any]) -> _pod_status.Placement:
         """The node's InternalIP and the pod's address in the node's pod range."""
         name = str(pod["spec"]["nodeName"])
-        response = await self._send(lambda: self.api.client.get(f"/api/v1/nodes/{name}"))
-        node: dict[str, Any] = orjson.loads(response.content) if response.status_code == 200 else {}
+        node = self._nodes.get(name)
+        if node is None:
+            reply = await self._send(lambda: self.api.request("GET", f"/api/v1/nodes/{name}"))
+            node = reply.json() if reply.status == 200 else {}
+            if node:
+                # A kubelet knows its own node: one read per node, not one per pod started.
+                self._nodes[name] = node
         addresses = (node.get("status") or {}).get("addresses") or ()
         internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
         pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
@@ -259,8 +298,15 @@ class KubeletEmulator:
         host_ip = internal[0] if internal else self._addresses.gateway(node, name)
         return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=_now_rfc3339())
 
-    async def _write_status(self, path: str, status: Mapping[str, Any]) -> None:
-        await self._write(f"{path}/status", {"status": status})
+    async def _write_status(
+        self, path: str, status: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """A strategic merge patch of pods/status, as a kubelet sends: conditions merge by
+        type, so one a controller wrote (a readiness gate's) stays."""
+        patch: dict[str, Any] = {"status": status}
+        if annotations:
+            patch["metadata"] = {"annotations": dict(annotations)}
+        await self._write(f"{path}/status", patch, "strategic-merge")
 
     # -- starting and stopping containers ----------------------------------------------------
 
@@ -334,49 +380,43 @@ class KubeletEmulator:
 
     # -- talking to the apiserver ------------------------------------------------------------
 
-    async def _send(self, send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    async def _send(self, send: Callable[[], Awaitable[Reply]]) -> Reply:
         """Send until the apiserver answers something other than 429/5xx (a kubelet retries)."""
         delay = self.config.retry_initial_seconds
         while True:
             try:
-                response = await send()
-                if not _transient(response.status_code):
-                    return response
-                problem = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
+                reply = await send()
+                if not _transient(reply.status):
+                    return reply
+                problem = f"HTTP {reply.status}"
+            except TRANSPORT_ERRORS as exc:
                 problem = repr(exc)
             logger.debug("kubelet: retrying in %.2fs after %s", delay, problem)
             await anyio.sleep(delay)
             delay = min(delay * 2, self.config.retry_max_seconds)
 
-    async def _read(self, path: str, uid: str) -> dict[str, Any]:
-        response = await self._send(lambda: self.api.client.get(path))
-        if response.status_code != 200:
-            raise _Gone(path)
-        pod: dict[str, Any] = orjson.loads(response.content)
-        if pod["metadata"].get("uid") != uid:
+    def _cached(self, path: str, uid: str) -> dict[str, Any]:
+        """The pod as this kubelet's watch last saw it, as a kubelet starts containers from
+        its pod cache (a GET per start would cost the apiserver a request per pod)."""
+        pod = self._pods.objects.get(uid)
+        if pod is None:
             raise _Gone(path)
         return pod
 
-    async def _write(self, path: str, patch: Mapping[str, Any]) -> None:
-        response = await self._send(lambda: self.api.patch(path, patch))
-        if response.status_code == 404:
+    async def _write(self, path: str, patch: Mapping[str, Any], kind: str = "merge") -> None:
+        reply = await self._send(lambda: self.api.patch(path, patch, kind))
+        if reply.status == 404:
             raise _Gone(path)
-        if response.status_code >= 400:
-            logger.warning(
-                "kubelet: PATCH %s refused: %s %s", path, response.status_code, response.text[:300]
-            )
+        if reply.status >= 400:
+            logger.warning("kubelet: PATCH %s refused: %s %s", path, reply.status, reply.text[:300])
 
     async def _remove(self, path: str, uid: str) -> None:
         """Finish a graceful deletion as a kubelet does: grace 0, only this very pod."""
-        body = orjson.dumps({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
-        headers = {"Content-Type": "application/json"}
-        response = await self._send(
-            lambda: self.api.client.request("DELETE", path, content=body, headers=headers)
-        )
-        if response.status_code not in (200, 404, 409):
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        reply = await self._send(lambda: self.api.request("DELETE", path, body))
+        if reply.status not in (200, 404, 409):
             logger.warning(
-                "kubelet: DELETE %s refused: %s %s", path, response.status_code, response.text[:300]
+                "kubelet: DELETE %s refused: %s %s", path, reply.status, reply.text[:300]
             )
 
     async def _remove_quietly(self, path: str, uid: str) -> None:

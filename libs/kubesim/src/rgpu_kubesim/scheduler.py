@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -29,12 +30,22 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, NoReturn
 
+import aiohttp
 import anyio
 import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._informer import ADDED, DELETED, MODIFIED, Informer, KubeHttp
+from ._informer import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    TRANSPORT_ERRORS,
+    Informer,
+    KubeHttp,
+    base_url_of,
+    close_session,
+)
 from ._lupine_errors import SimOptionError
 from ._scheduling import (
     ExtenderError,
@@ -64,6 +75,9 @@ TIMED: Final = ("filter", "prioritize", "bind", "cycle")
 """What ``latencies`` keeps: each extender verb as this scheduler waited for it, and each
 scheduling cycle whole (the emulator's own work is a cycle minus its filter and prioritize)."""
 _KEPT_LATENCIES: Final = 100_000
+_EXTENDER_HEADERS: Final = {"Content-Type": "application/json", "Accept": "application/json"}
+USER_AGENT: Final = "kube-scheduler/v1.31.0 (rgpu-kubesim)"
+"""How the emulator announces itself to the apiserver (its request tally names it so)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +120,9 @@ class SchedulerConfig:
     trace: bool = False
     """Keep each pod's queue history in its record (``PodRecord.steps``), for ``rgpu soak
     --trace``. Off by default: a pod parked for long collects a step per cluster event."""
+    extender_tls: ssl.SSLContext | None = None
+    """The extender's ``tlsConfig``: the CA to verify it by and the client certificate to
+    present (an https ``extender_url`` whose listener requires one)."""
 
     def __post_init__(self) -> None:
         for url in (self.extender_url, *self.more_extender_urls):
@@ -205,13 +222,15 @@ def _key(pod: Mapping[str, Any]) -> str:
 class SchedulerEmulator:
     """Schedules pending pods of ``config.scheduler_name`` through the extender.
 
-    Run with ``await tg.start(emulator.run)`` (it returns once both informers have listed);
-    ``records`` keeps one ``PodRecord`` per pod seen, by uid.
+    ``apiserver`` is the apiserver's base URL (of an httpx client, its ``base_url``: the
+    emulator talks through its own aiohttp session). Run with ``await tg.start(emulator.run)``
+    (it returns once both informers have listed); ``records`` keeps one ``PodRecord`` per pod
+    seen, by uid.
     """
 
-    def __init__(self, config: SchedulerConfig, apiserver: httpx.AsyncClient) -> None:
+    def __init__(self, config: SchedulerConfig, apiserver: str | httpx.AsyncClient) -> None:
         self.config = config
-        self.api = KubeHttp(apiserver)
+        self.api = KubeHttp(base_url_of(apiserver), user_agent=USER_AGENT)
         self.queue = SchedulingQueue(
             initial_backoff=config.initial_backoff_seconds,
             max_backoff=config.max_backoff_seconds,
@@ -222,7 +241,7 @@ class SchedulerEmulator:
         self._records: dict[str, PodRecord] = {}
         self._gated: set[str] = set()
         self._random = random.Random(config.seed)
-        self._extenders: tuple[httpx.AsyncClient, ...] = ()
+        self._extenders: tuple[tuple[str, aiohttp.ClientSession], ...] = ()
         self._calls = 0
         self._node_order: list[dict[str, Any]] | None = None
         self._verdicts = NodeVerdicts()
@@ -250,17 +269,24 @@ class SchedulerEmulator:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch nodes and pods and schedule until cancelled."""
-        timeout = httpx.Timeout(self.config.http_timeout_seconds)
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         async with AsyncExitStack() as stack:
-            self._extenders = tuple(
-                [
-                    await stack.enter_async_context(
-                        httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers)
-                    )
-                    for url in (self.config.extender_url, *self.config.more_extender_urls)
-                ]
-            )
+            await stack.enter_async_context(self.api)
+            # One session (its own kept-alive connection) per extender URL, as kube-scheduler
+            # keeps one client per extender (aiohttp: three calls per pod, the cheapest client).
+            urls = (self.config.extender_url, *self.config.more_extender_urls)
+            # The extender's tlsConfig: verify it by the CA, present the client certificate.
+            tls: ssl.SSLContext | bool = self.config.extender_tls or True
+            sessions = [
+                aiohttp.ClientSession(
+                    headers=_EXTENDER_HEADERS,
+                    trust_env=False,
+                    connector=aiohttp.TCPConnector(ssl=tls),
+                )
+                for _ in urls
+            ]
+            for session in sessions:
+                stack.push_async_callback(close_session, session)
+            self._extenders = tuple((u.rstrip("/"), s) for u, s in zip(urls, sessions, strict=True))
             tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(self._nodes.run)
             await tg.start(self._pods.run)
@@ -403,21 +429,21 @@ class SchedulerEmulator:
         if not self._extenders:
             raise RuntimeError("SchedulerEmulator.run() is not running")
         self._calls += 1
-        extender = self._extenders[self._calls % len(self._extenders)]
+        prefix, session = self._extenders[self._calls % len(self._extenders)]
+        url = f"{prefix}/{verb}"
         started = time.perf_counter()
         try:
             with anyio.fail_after(self.config.http_timeout_seconds):
-                response = await extender.post(verb, content=orjson.dumps(body))
-        except (httpx.HTTPError, TimeoutError) as exc:
+                async with session.post(url, data=orjson.dumps(body)) as response:
+                    status, content = response.status, await response.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise ExtenderError(f"{verb} call to the extender failed: {exc!r}") from exc
         finally:
             self._latencies[verb].append(time.perf_counter() - started)
-        if response.status_code != 200:
-            raise ExtenderError(
-                f"failed {verb} with extender at URL {response.url}, code {response.status_code}"
-            )
+        if status != 200:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}, code {status}")
         try:
-            return orjson.loads(response.content)
+            return orjson.loads(content)
         except orjson.JSONDecodeError as exc:
             raise ExtenderError(f"{verb} answered something that is not JSON: {exc}") from exc
 
@@ -484,9 +510,7 @@ class SchedulerEmulator:
         }
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding"
         try:
-            response = await self.api.post(path, binding)
-        except httpx.HTTPError as exc:
+            reply = await self.api.post(path, binding)
+        except TRANSPORT_ERRORS as exc:
             return f"binding request failed: {exc!r}"
-        return (
-            "" if response.status_code == 201 else f"{response.status_code} {response.text[:300]}"
-        )
+        return "" if reply.status == 201 else f"{reply.status} {reply.text[:300]}"

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from ._app import ServiceLifespan, create_service_app
 from ._authguard import (
-    AUDIENCE,
+    ALLOCATOR_AUDIENCE,
     CALLER_AUTH_STATE,
+    DISCOVERY_AUDIENCE,
+    ROUTE_CALLERS,
     Caller,
     CallerAuth,
     VerdictCache,
+    Verdicts,
+    audience_of,
     caller_auth,
     caller_of,
     require_caller,
@@ -41,6 +45,7 @@ from ._election import Election, ElectionTiming
 from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
+from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
 from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
 from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
@@ -118,20 +123,23 @@ from .errors import (
 
 __all__ = [
     "ADMISSION_REVIEW_MAX_BYTES",
-    "AUDIENCE",
+    "ALLOCATOR_AUDIENCE",
     "CALLER_AUTH_STATE",
     "CHANGELOG_LIMIT",
     "CREATION_LINK",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
+    "DISCOVERY_AUDIENCE",
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
     "EXEMPLAR_TRACE_ID",
     "KNOWN_KEYS",
+    "LISTENER_METRICS_STATE",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_SINCE_DIGITS",
     "MAX_WAIT_SECONDS",
+    "ROUTE_CALLERS",
     "SAMPLERS",
     "SERVICES",
     "TRACE_ANNOTATION",
@@ -171,6 +179,8 @@ __all__ = [
     "KubeSettings",
     "KubeUnavailable",
     "Listener",
+    "ListenerLimits",
+    "ListenerMetrics",
     "Listing",
     "LogSettings",
     "LupineSettings",
@@ -202,9 +212,11 @@ __all__ = [
     "Update",
     "UpstreamError",
     "VerdictCache",
+    "Verdicts",
     "Versioned",
     "WatchEvent",
     "WatchTrouble",
+    "audience_of",
     "bearer_auth",
     "body_limit",
     "bounded_int",

@@ -3,9 +3,9 @@
 ``create_service_app`` wraps a service's routes and lifespan in a Starlette app that also
 serves ``/healthz`` (the process answers), ``/readyz`` (its background tasks have started),
 ``/metrics`` (its own ``CollectorRegistry``, with OpenMetrics negotiation from
-prometheus_client), times every request per route template, limits request bodies while
-they stream (``BodyLimitMiddleware``), and maps errors to ``ErrorBody`` JSON with handlers
-registered once.
+prometheus_client; the listeners count their connections there too), times every request per
+route template, limits request bodies while they stream (``BodyLimitMiddleware``), and maps
+errors to ``ErrorBody`` JSON with handlers registered once.
 
 The typed-state pattern services copy::
 
@@ -57,6 +57,7 @@ from ._edge import (
     on_rgpu_error,
 )
 from ._latency import LatencyMiddleware, latency_histogram
+from ._limits import LISTENER_METRICS_STATE, ListenerMetrics
 from ._readiness import Readiness
 from .errors import RgpuError
 
@@ -96,19 +97,24 @@ def create_service_app(
             HTTPException: on_http_exception,
             Exception: on_internal_error,
         },
-        lifespan=_tracking(lifespan, readiness, auto_ready=auto_ready),
+        lifespan=_tracking(lifespan, readiness, ListenerMetrics(registry), auto_ready=auto_ready),
     )
 
 
 def _tracking(
-    lifespan: ServiceLifespan | None, readiness: Readiness, *, auto_ready: bool
+    lifespan: ServiceLifespan | None,
+    readiness: Readiness,
+    listeners: ListenerMetrics,
+    *,
+    auto_ready: bool,
 ) -> ServiceLifespan:
     @asynccontextmanager
     async def run(app: Starlette) -> AsyncIterator[Mapping[str, Any]]:
         async with _stateless() if lifespan is None else lifespan(app) as state:
             if auto_ready:
                 readiness.set_ready()
-            yield state
+            # The server counts its listeners' connections on this app's registry.
+            yield {**state, LISTENER_METRICS_STATE: listeners}
         readiness.set_not_ready("stopped")
 
     return run

@@ -40,7 +40,7 @@ SPAN_FLUSH_SECONDS = 1.0
 
 def default_listeners(settings: Settings) -> Sequence[Listener]:
     """Serve on ``RGPU_LISTEN`` only (every service but the extender)."""
-    return [Listener(listen=settings.http.listen)]
+    return [Listener(listen=settings.http.listen, limits=settings.http.limits)]
 
 
 def run_service(

@@ -7,6 +7,10 @@ port from ``running``). The app's lifespan runs once for all listeners (``_lifes
 SIGTERM or SIGINT stops accepting, cuts long-polls at once, lets other requests in flight
 finish for up to ``DRAIN_SECONDS`` (``_draining``), then runs the app's shutdown (bounded by
 ``_lifespan.SHUTDOWN_SECONDS``): a service is gone within about 5 s of SIGTERM.
+
+Every listener applies its ``ListenerLimits`` (connection caps, bounded request heads, idle
+timeout; see ``_lobby``), counted on the app's registry when the app was built by
+``create_service_app`` (its lifespan hands the server its ``ListenerMetrics``).
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ import signal
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import anyio
 import uvicorn
+from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
 from ._draining import Draining
 from ._groups import lone_errors
 from ._lifespan import app_lifespan, with_state
+from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
 from ._parse import HostPort
 from ._uvicorn import EmbeddedServer
 from .errors import SettingsError
@@ -42,9 +49,6 @@ GRACE_SECONDS = 3
 """uvicorn's own bound (whole seconds) on its connections once stopping: a backstop just past
 ``DRAIN_SECONDS``, since the drain has cut every request by then."""
 
-KEEP_ALIVE_SECONDS = 75
-"""Idle keep-alive on the server side; longer than our clients' 30 s so they close first."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Listener:
@@ -52,8 +56,11 @@ class Listener:
 
     ``face`` builds what this socket serves from the process's app (a route allow-list, say),
     so one process can show different surfaces on different sockets with one lifespan, one
-    registry and one set of handlers; ``client_ca_file`` makes the TLS handshake require a
-    client certificate signed by that CA.
+    registry and one set of handlers; ``client_ca_file`` makes the TLS handshake verify a
+    client certificate signed by that CA: ``required`` refuses a handshake without one,
+    ``optional`` lets the face decide per path (the ASGI ``tls`` extension carries the
+    verified chain). ``name`` labels the listener's metrics; ``limits`` bound what one
+    client can hold on it.
     """
 
     listen: HostPort | str
@@ -61,6 +68,9 @@ class Listener:
     ssl_keyfile: str | None = None
     face: Callable[[ASGIApp], ASGIApp] | None = None
     client_ca_file: str | None = None
+    client_cert: Literal["required", "optional"] = "required"
+    name: str = "http"
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
 
 
 async def serve(
@@ -111,6 +121,7 @@ async def running(app: ASGIApp, *listeners: Listener) -> AsyncIterator[tuple[str
         servers = [_server(_face(app, listener), listener) for listener in listeners]
         with lone_errors():
             async with app_lifespan(app) as state, anyio.create_task_group() as tg:
+                _count_on(servers, listeners, state)
                 for server, sock in zip(servers, sockets, strict=True):
                     stateful = with_state(server.config.loaded_app, state)
                     server.config.loaded_app = draining.wrap(stateful)
@@ -138,6 +149,19 @@ async def _stop(servers: Sequence[EmbeddedServer], draining: Draining) -> None:
         await draining.drain(DRAIN_SECONDS)
 
 
+def _count_on(
+    servers: Sequence[EmbeddedServer], listeners: Sequence[Listener], state: dict[str, Any]
+) -> None:
+    metrics = state.get(LISTENER_METRICS_STATE)
+    if not isinstance(metrics, ListenerMetrics):
+        # An app not built by create_service_app: count anyway, on a registry nobody scrapes.
+        metrics = ListenerMetrics(CollectorRegistry())
+    for server, listener in zip(servers, listeners, strict=True):
+        metrics.follow(listener.name)
+        if server.lobby is not None:
+            server.lobby.metrics = metrics
+
+
 def _face(app: ASGIApp, listener: Listener) -> ASGIApp:
     return app if listener.face is None else listener.face(app)
 
@@ -151,12 +175,13 @@ def _server(app: ASGIApp, listener: Listener) -> EmbeddedServer:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_SECONDS,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         ssl_certfile=listener.ssl_certfile,
         ssl_keyfile=listener.ssl_keyfile,
         ssl_ca_certs=listener.client_ca_file,
-        ssl_cert_reqs=ssl.CERT_NONE if listener.client_ca_file is None else ssl.CERT_REQUIRED,
+        ssl_cert_reqs=_cert_reqs(listener),
     )
+    # Seconds, not uvicorn's whole ones: the setting accepts fractions (tests use them).
+    config.timeout_keep_alive = listener.limits.idle_seconds  # type: ignore[assignment]
     try:
         config.load()
     except (OSError, ssl.SSLError) as exc:
@@ -166,7 +191,13 @@ def _server(app: ASGIApp, listener: Listener) -> EmbeddedServer:
             f"{listener.ssl_keyfile!r}{ca} ({exc}); check RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE"
             + ("" if listener.client_ca_file is None else " and RGPU_SCHEDULER_CLIENT_CA_FILE")
         ) from exc
-    return EmbeddedServer(config)
+    return EmbeddedServer(config, name=listener.name, limits=listener.limits)
+
+
+def _cert_reqs(listener: Listener) -> ssl.VerifyMode:
+    if listener.client_ca_file is None:
+        return ssl.CERT_NONE
+    return ssl.CERT_REQUIRED if listener.client_cert == "required" else ssl.CERT_OPTIONAL
 
 
 def _bind(listener: Listener) -> socket.socket:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar, cast
 
 from . import _parse as p
+from ._limits import LIMIT_KEYS, ListenerLimits, read_limits
 from ._parse import HostPort
 from ._sampling import TraceSettings
 from .errors import SettingsError
@@ -38,10 +39,11 @@ _DEFAULT_LISTEN = {
 
 KNOWN_KEYS = (
     "RGPU_ADMISSION",
+    "RGPU_ADMISSION_AHEAD",
     "RGPU_ADMISSION_CONCURRENCY",
     "RGPU_ADMISSION_TTL_SECONDS",
+    "RGPU_ALLOCATION_CALLERS",
     "RGPU_ALLOCATOR_URL",
-    "RGPU_ALLOWED_CALLERS",
     "RGPU_AUTH",
     "RGPU_AUTH_CACHE_SECONDS",
     "RGPU_BOOKING_TTL_SECONDS",
@@ -49,6 +51,7 @@ KNOWN_KEYS = (
     "RGPU_DISCOVERY_URL",
     "RGPU_EXTENDER_BUDGET_SECONDS",
     "RGPU_GRANULARITY",
+    *LIMIT_KEYS,
     "RGPU_KUBE_URL",
     "RGPU_LIB_IMAGE",
     "RGPU_LISTEN",
@@ -58,6 +61,7 @@ KNOWN_KEYS = (
     "RGPU_NAMESPACE",
     "RGPU_ON_SERVER_LOST",
     "RGPU_PREEMPTION",
+    "RGPU_PROBE_CALLERS",
     "RGPU_PROBE_INTERVAL_SECONDS",
     "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
@@ -69,10 +73,11 @@ KNOWN_KEYS = (
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
     "RGPU_TOKEN_ACCOUNT",
-    "RGPU_TOKEN_FILE",
+    "RGPU_TOKEN_DIR",
     "RGPU_TOPOLOGY_KEYS",
     "RGPU_TRACE_BACKGROUND_RATIO",
     "RGPU_TRUSTED_USERS",
+    "RGPU_WEBHOOK_CLIENT_CA_FILE",
     "RGPU_WEBHOOK_LISTEN",
 )
 
@@ -171,6 +176,12 @@ class AdmissionSettings:
     """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
     once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
     thousands does not open thousands of requests."""
+    ahead: int = 256
+    """``RGPU_ADMISSION_AHEAD``: admitted pods kube-scheduler has not bound yet, at most.
+    Admitting further ahead of the scheduler gains nothing (it binds one pod per cycle) and
+    lets bookings lapse in its queue: each such pod then costs a second cycle on the filter
+    path. 256 within a 60 s TTL needs the scheduler to bind 4.3 pods/s; raise it with the
+    TTL for a slower scheduler, or for one that binds far faster than 256 per TTL."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,7 +228,12 @@ class HttpSettings:
     """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
     listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
     certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
-    and no client certificate, as in the dev overlay."""
+    and no client certificate (only the NetworkPolicy keeps other pods off the port)."""
+    webhook_client_ca_file: str | None = None
+    """``RGPU_WEBHOOK_CLIENT_CA_FILE``: PEM CA bundle; when set the webhook listener answers
+    ``/mutate`` only to a caller presenting a client certificate signed by it (the apiserver,
+    given one through its AdmissionConfiguration); health stays open for the kubelet. Unset
+    means any caller that reaches the port may send reviews."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
     1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
@@ -227,6 +243,8 @@ class HttpSettings:
     """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
     4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
     (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
+    """``RGPU_HTTP_*``: what one client may hold on each of this process's listeners."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,22 +252,27 @@ class AuthSettings:
     """How services prove who they are to each other (docs/design.md §10)."""
 
     mode: AuthMode = "tokenreview"
-    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with
-    audience ``rgpu`` that TokenReview confirms) or ``none`` (any caller; an explicit choice,
-    logged as a warning at start). Secure by default."""
-    allowed_callers: tuple[str, ...] = ()
-    """``RGPU_ALLOWED_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
-    guarded routes accept; empty so no caller is trusted unless listed. No wildcards."""
+    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with the
+    receiving service's audience, ``rgpu-<service>``, that TokenReview confirms) or ``none``
+    (any caller; an explicit choice, logged as a warning at start). Secure by default."""
+    allocation_callers: tuple[str, ...] = ()
+    """``RGPU_ALLOCATION_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
+    may book, commit and release at the allocator (the extender's); empty so nobody is trusted
+    unless listed. No wildcards."""
+    probe_callers: tuple[str, ...] = ()
+    """``RGPU_PROBE_CALLERS``: exact usernames that may ask discovery for a probe (the
+    allocator's); empty so nobody is trusted unless listed. No wildcards."""
     cache_seconds: float = 60.0
     """``RGPU_AUTH_CACHE_SECONDS``: how long a TokenReview verdict is reused; a minute keeps the
     apiserver off the booking path yet lets a deleted account lose access quickly (never
     longer than the token's own expiry)."""
-    token_file: str = "/var/run/secrets/rgpu/token"
-    """``RGPU_TOKEN_FILE``: the projected token (audience ``rgpu``) a caller sends; re-read as
-    the kubelet rotates it. The path the k8s/ Deployments mount it at."""
+    token_dir: str = "/var/run/secrets/rgpu"
+    """``RGPU_TOKEN_DIR``: where a caller finds its projected tokens, one file per audience it
+    calls (``rgpu-allocator``, ``rgpu-discovery``), re-read as the kubelet rotates them. Where
+    the k8s/ Deployments mount them."""
     token_account: str | None = None
     """``RGPU_TOKEN_ACCOUNT``: a service-account name in ``RGPU_NAMESPACE`` to mint tokens for
-    through TokenRequest instead of reading ``token_file``; for the simulated cluster, where
+    through TokenRequest instead of reading ``token_dir``; for the simulated cluster, where
     no kubelet projects tokens. Unset in a real cluster."""
 
 
@@ -312,8 +335,24 @@ class _Env:
         return value if value.strip() else None
 
 
+RETIRED_KEYS = {
+    "RGPU_ALLOWED_CALLERS": (
+        "one allow-list for every guarded route is gone: list the extender's account in "
+        "RGPU_ALLOCATION_CALLERS (the allocator's writes) and the allocator's in "
+        "RGPU_PROBE_CALLERS (discovery's probe)"
+    ),
+    "RGPU_TOKEN_FILE": (
+        "each caller now reads one token per audience it calls from RGPU_TOKEN_DIR "
+        "(<dir>/rgpu-allocator, <dir>/rgpu-discovery): project them there"
+    ),
+}
+"""Keys an older ConfigMap may still carry, with what replaced them."""
+
+
 def _refuse_unknown(environ: Mapping[str, str]) -> None:
     for key in sorted(environ):
+        if key in RETIRED_KEYS:
+            raise SettingsError(f"{key}: no longer read; {RETIRED_KEYS[key]}")
         if key.startswith("RGPU_") and key not in KNOWN_KEYS:
             close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
             hint = f"did you mean {close[0]}? " if close else ""
@@ -384,6 +423,7 @@ def _admission(env: _Env) -> AdmissionSettings:
         else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
         ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
         concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
+        ahead=_read(env, "RGPU_ADMISSION_AHEAD", _ahead, d.ahead),
     )
 
 
@@ -391,6 +431,13 @@ def _concurrency(key: str, value: str) -> int:
     text = value.strip()
     if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
         raise p.bad(key, value, "expected a whole number from 1 to 1024")
+    return int(text)
+
+
+def _ahead(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 5 or not 1 <= int(text) <= 10_000:
+        raise p.bad(key, value, "expected a whole number from 1 to 10000")
     return int(text)
 
 
@@ -431,16 +478,24 @@ def _http(env: _Env, service: str) -> HttpSettings:
             f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
             "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
         )
+    webhook_ca = _read(env, "RGPU_WEBHOOK_CLIENT_CA_FILE", p.word, None)
+    if webhook_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_WEBHOOK_CLIENT_CA_FILE={webhook_ca!r} asks the webhook listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
         webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
         tls_cert_file=cert.strip() if cert else None,
         tls_key_file=key.strip() if key else None,
         scheduler_client_ca_file=client_ca,
+        webhook_client_ca_file=webhook_ca,
         max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
         scheduler_max_body_bytes=_read(
             env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
         ),
+        limits=read_limits(env.get),
     )
 
 
@@ -463,9 +518,10 @@ def _auth(env: _Env) -> AuthSettings:
         mode=d.mode
         if mode is None
         else cast(AuthMode, p.choice("RGPU_AUTH", mode, ("tokenreview", "none"))),
-        allowed_callers=_read(env, "RGPU_ALLOWED_CALLERS", _usernames, d.allowed_callers),
+        allocation_callers=_read(env, "RGPU_ALLOCATION_CALLERS", _usernames, d.allocation_callers),
+        probe_callers=_read(env, "RGPU_PROBE_CALLERS", _usernames, d.probe_callers),
         cache_seconds=_read(env, "RGPU_AUTH_CACHE_SECONDS", p.seconds, d.cache_seconds),
-        token_file=_read(env, "RGPU_TOKEN_FILE", p.word, d.token_file),
+        token_dir=_read(env, "RGPU_TOKEN_DIR", p.word, d.token_dir),
         token_account=_read(env, "RGPU_TOKEN_ACCOUNT", _account_name, None),
     )
 

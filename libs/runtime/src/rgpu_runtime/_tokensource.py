@@ -1,8 +1,10 @@
 """A caller proves who it is with a short-lived ServiceAccount token it never stores.
 
-In a cluster the kubelet projects a token with audience ``rgpu`` into a file and replaces it
-before it expires, so ``FileTokenSource`` re-reads the file when it changes (checked at most
-every few seconds). The simulated cluster has no kubelet: ``TokenRequestSource`` mints tokens
+Each token is for one audience, the receiving service's (``rgpu-allocator``,
+``rgpu-discovery``), so a token is worthless at any other service. In a cluster the kubelet
+projects one token per audience into ``RGPU_TOKEN_DIR/<audience>`` and replaces it before it
+expires, so ``FileTokenSource`` re-reads the file when it changes (checked at most every few
+seconds). The simulated cluster has no kubelet: ``TokenRequestSource`` mints tokens
 through TokenRequest and renews them at 80% of their life, as the kubelet does. ``BearerAuth``
 attaches whichever source's token to every request of an httpx client.
 """
@@ -18,7 +20,6 @@ from typing import Protocol
 import anyio
 import httpx
 
-from ._authguard import AUDIENCE
 from ._kube import KubeClient
 from ._settings import Settings
 from .errors import KubeError, SettingsError, Unavailable
@@ -97,8 +98,9 @@ class FileTokenSource:
 
     def _unreadable(self, why: str) -> Unavailable:
         return Unavailable(
-            f"cannot read this service's token file {self.path} ({why}); mount the projected "
-            f"ServiceAccount token (audience {AUDIENCE!r}) there, or point RGPU_TOKEN_FILE at it"
+            f"cannot read this service's token file {self.path} ({why}); project the "
+            "ServiceAccount token for the service it calls there (file name = audience), or "
+            "point RGPU_TOKEN_DIR at the directory holding it"
         )
 
 
@@ -111,7 +113,7 @@ class TokenRequestSource:
         *,
         namespace: str,
         account: str,
-        audience: str = AUDIENCE,
+        audience: str,
         seconds: int = MINTED_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -171,22 +173,28 @@ class BearerAuth(httpx.Auth):
         yield request
 
 
-def bearer_auth(settings: Settings, kube: KubeClient | None = None) -> BearerAuth | None:
-    """The auth a caller's peer client should use; None when ``RGPU_AUTH=none``.
+def bearer_auth(
+    settings: Settings, kube: KubeClient | None = None, *, audience: str
+) -> BearerAuth | None:
+    """The auth a client calling the service of ``audience`` should use; None when
+    ``RGPU_AUTH=none``.
 
     With ``RGPU_TOKEN_ACCOUNT`` set (the simulated cluster) tokens are minted through
-    ``kube``; otherwise the projected file at ``RGPU_TOKEN_FILE`` is read.
+    ``kube``; otherwise the projected file ``RGPU_TOKEN_DIR/<audience>`` is read.
     """
     auth = settings.auth
     if auth.mode == "none":
         return None
     if auth.token_account is None:
-        return BearerAuth(FileTokenSource(auth.token_file))
+        return BearerAuth(FileTokenSource(os.path.join(auth.token_dir, audience)))
     if kube is None:
         raise SettingsError(
             f"RGPU_TOKEN_ACCOUNT={auth.token_account!r} mints tokens through the Kubernetes API, "
             "but this service opened no Kubernetes client; unset RGPU_TOKEN_ACCOUNT to read "
-            "RGPU_TOKEN_FILE instead"
+            "RGPU_TOKEN_DIR instead"
         )
     namespace = settings.scheduling.namespace
-    return BearerAuth(TokenRequestSource(kube, namespace=namespace, account=auth.token_account))
+    source = TokenRequestSource(
+        kube, namespace=namespace, account=auth.token_account, audience=audience
+    )
+    return BearerAuth(source)

@@ -6,6 +6,10 @@ signals once for every listener, or in a test that starts and stops an apiserver
 times, those fixed waits are pure latency: here a stop request wakes the loop at once and
 shutdown waits for connections and tasks by polling every ``POLL_SECONDS``, with uvicorn's own
 bound (``timeout_graceful_shutdown``) unchanged.
+
+Given ``ListenerLimits``, the server accepts through a ``Lobby`` (connection caps, TLS after
+admission) and speaks ``GuardedHttp`` (bounded request heads); without, it is plain uvicorn
+(the simulated apiserver's choice, which must accept whatever its tests throw at it).
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from collections.abc import Generator
 import anyio
 import uvicorn
 
+from ._guardedhttp import GuardedHttp
+from ._limits import ListenerLimits
+from ._lobby import Lobby, Seat
+
 __all__ = ["EmbeddedServer"]
 
 POLL_SECONDS = 0.005
@@ -28,9 +36,41 @@ TICK_SECONDS = 0.1
 class EmbeddedServer(uvicorn.Server):
     """A uvicorn server that leaves signals to its embedder and stops without fixed sleeps."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        name: str = "http",
+        limits: ListenerLimits | None = None,
+    ) -> None:
         super().__init__(config)
         self._stop = anyio.Event()
+        self.limits = limits
+        self.lobby: Lobby | None = None
+        if limits is not None:
+            if not config.loaded:
+                config.load()
+            self.lobby = Lobby(name=name, limits=limits, ssl_context=config.ssl, http=self._http)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.lobby is None:
+            await super().startup(sockets)
+            return
+        await self.lifespan.startup()
+        # The lobby accepts, admits, then opens TLS and HTTP itself.
+        self.servers = [self.lobby.listen(sock) for sock in sockets or ()]  # type: ignore[misc]
+        self.started = True
+
+    def _http(self, seat: Seat) -> asyncio.Protocol:
+        assert self.limits is not None
+        return GuardedHttp(
+            self.config,
+            self.server_state,
+            self.lifespan.state,
+            seat=seat,
+            max_header_bytes=self.limits.max_header_bytes,
+            header_seconds=self.limits.header_seconds,
+        )
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -51,6 +91,8 @@ class EmbeddedServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()
+        if self.lobby is not None:
+            await self.lobby.stop()
         for sock in sockets or []:
             sock.close()
         for connection in list(self.server_state.connections):

@@ -94,7 +94,7 @@ class BadRequest(RgpuError):
 
 class Unauthorized(RgpuError):
     """Raised when a guarded route gets no bearer token, or one TokenReview does not confirm;
-    send a current projected ServiceAccount token (audience ``rgpu``)."""
+    send a current projected ServiceAccount token for the receiving service's audience."""
 
     status_code = 401
     default_code = "unauthorized"
@@ -102,7 +102,7 @@ class Unauthorized(RgpuError):
 
 class Forbidden(RgpuError):
     """Raised when a confirmed caller is not on a guarded route's allow-list; run the caller
-    as a listed account or list it (``RGPU_ALLOWED_CALLERS``)."""
+    as a listed account or list it (``RGPU_ALLOCATION_CALLERS`` or ``RGPU_PROBE_CALLERS``)."""
 
     status_code = 403
     default_code = "forbidden"

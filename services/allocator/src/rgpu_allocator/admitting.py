@@ -77,10 +77,12 @@ class Admitter:
         api: KubeApi,
         instruments: Instruments,
         concurrency: int,
+        ahead: int,
         leading: Callable[[], bool],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._planner, self._booker, self._remover = planner, booker, remover
+        self._ahead = ahead
         self._preemptor, self._queues = preemptor, queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
@@ -120,6 +122,9 @@ class Admitter:
                 self._queue[after.uid] = after
                 self.notify()
             return
+        if after is not None and after.bound and before is not None and not before.bound:
+            # A pod left kube-scheduler's queue: admission may be a pod further ahead again.
+            self.notify()
         gone = after or before
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
             self._waits.forget(gone.uid)
@@ -193,7 +198,7 @@ class Admitter:
 
     def _pass(self, tg: TaskGroup) -> None:
         view = self.judge.inputs.view
-        room = self._concurrency - len(self._flight)
+        room = self._room()
         if view is None or room <= 0 or not self._queue:
             return
         with tracer.start_as_current_span("admission.pass") as span:
@@ -208,6 +213,13 @@ class Admitter:
                     self._wait(verdict, view, tg)
             for unit in admit.values():
                 self._start(unit, tg)
+
+    def _room(self) -> int:
+        """Admissions this pass may start: within the concurrency, and no further ahead of
+        kube-scheduler than ``ahead`` admitted pods it has not bound."""
+        flying = len(self._flight)
+        unbound = self.judge.ledger.admitted_unbound()
+        return min(self._concurrency - flying, self._ahead - unbound - flying)
 
     def _start(self, unit: list[Verdict], tg: TaskGroup) -> None:
         for verdict in unit:

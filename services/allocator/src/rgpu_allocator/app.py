@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    DISCOVERY_AUDIENCE,
     ElectionTiming,
     KubeClient,
     Readiness,
@@ -78,7 +79,8 @@ def create_app(
             async with anyio.create_task_group() as tg:
                 await start(tg, parts, kube=kube, http=http)
                 readiness.set_ready()
-                yield {"deps": deps(parts), "caller_auth": caller_auth(settings, kube)}
+                auth = caller_auth(settings, kube, routes=("allocation",))
+                yield {"deps": deps(parts), "caller_auth": auth}
                 tg.cancel_scope.cancel()
 
     return create_service_app(
@@ -104,7 +106,7 @@ async def _clients(
     ):
         # Discovery's probe answers only confirmed callers, so probes carry this service's
         # token; the fleet and topology long-polls are open reads and never wait for one.
-        token = bearer_auth(settings, kube)
+        token = bearer_auth(settings, kube, audience=DISCOVERY_AUDIENCE)
         if token is not None:
             probe_http.auth = token
         yield kube, http, probe_http

@@ -253,6 +253,7 @@ def assemble(
         api=api,
         instruments=m.instruments,
         concurrency=settings.admission.concurrency,
+        ahead=settings.admission.ahead,
         leading=leading,
     )
     m.registry.register(_Collect(admitter.collect))

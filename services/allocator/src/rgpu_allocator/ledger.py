@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from rgpu_contracts import CardId, Claim, ClaimSet, PodUID, ServerName
+from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, PodUID, ServerName
 from rgpu_placement import Nomination
 from rgpu_runtime import Versioned
 
@@ -32,6 +32,10 @@ class Change:
 
 RELEASES_KEPT = 100_000
 """Released cards remembered (the oldest are forgotten first); far more than any fleet has."""
+
+
+def _unbound(claim: Claim) -> int:
+    return 1 if claim.admitted and claim.state is ClaimState.BOOKED else 0
 
 
 def _freed(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
@@ -75,6 +79,7 @@ class Ledger:
         "_nominated",
         "_released",
         "_snapshot",
+        "_unbound",
         "synced",
     )
 
@@ -88,6 +93,7 @@ class Ledger:
         self._by_pod: dict[PodUID, set[ServerName]] = {}
         # Cards claimed per namespace: quotas and fair share ask on every admission pass.
         self._cards: dict[str, int] = {}
+        self._unbound = 0
         # Few Leases carry a nomination; decisions and every pod deletion ask for them.
         self._nominated: dict[ServerName, LeaseRecord] = {}
         # Only the revision moves here (the claim set is built on demand, above); Versioned
@@ -133,6 +139,11 @@ class Ledger:
     def cards_by_namespace(self) -> Mapping[str, int]:
         """Cards claimed per pod namespace, as stored (a claim counts until it is removed)."""
         return self._cards
+
+    def admitted_unbound(self) -> int:
+        """Bookings admission made that no ``/bind`` has committed yet: pods let through the
+        gate and still in kube-scheduler's queue."""
+        return self._unbound
 
     def servers_of(self, uid: str) -> int:
         """On how many servers ``uid`` holds claims."""
@@ -190,7 +201,7 @@ class Ledger:
         for server, old in self._leases.items():
             self._remember(_released(old, fresh.get(server)))
         self._leases = dict(fresh)
-        self._by_pod, self._nominated, self._cards = {}, {}, {}
+        self._by_pod, self._nominated, self._cards, self._unbound = {}, {}, {}, 0
         for record in self._leases.values():
             self._index(record)
         self.synced = True
@@ -224,12 +235,14 @@ class Ledger:
             self._by_pod.setdefault(claim.pod.uid, set()).add(record.server)
             namespace = claim.pod.namespace
             self._cards[namespace] = self._cards.get(namespace, 0) + len(claim.cards)
+            self._unbound += _unbound(claim)
 
     def _unindex(self, record: LeaseRecord | None) -> None:
         if record is None:
             return
         self._nominated.pop(record.server, None)
         for claim in record.claims:
+            self._unbound -= _unbound(claim)
             namespace = claim.pod.namespace
             left = self._cards.get(namespace, 0) - len(claim.cards)
             if left > 0:

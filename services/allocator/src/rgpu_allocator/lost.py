@@ -12,10 +12,11 @@ them once the server has been lost for the grace (``RGPU_SERVER_LOST_GRACE_SECON
   controller runs it elsewhere (a PodDisruptionBudget's ``429`` is retried with backoff);
 * ``rgpu_holders_lost{server}``: holders of each server lost past the grace.
 
-A holder is a pod placed on a node with a claim on the server. Only servers the fleet lists
-are judged (a server whose Node was deleted is the sweep's business: its holders' claims go
-with the pods). The grace runs from when this replica first saw the loss: a new leader starts
-it again, so a handover can lengthen it, never shorten it, and may repeat an Event once.
+A holder is a pod placed on a node with a claim on the server. A held server the fleet no
+longer lists (its Node deleted — a cloud's node controller does that to a terminated
+instance — or its lupine label removed) is lost too: its holders' CUDA calls hang just the
+same. The grace runs from when this replica first saw the loss: a new leader starts it again,
+so a handover can lengthen it, never shorten it, and may repeat an Event once.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ class _Retry:
 class _Holder:
     claim: Claim
     pod: PodInfo
-    server: Server
+    server: ServerName
+    endpoint: str
+    """Where the server answered, as the fleet lists it (empty once it is not listed)."""
 
 
 class LostServers:
@@ -199,6 +202,7 @@ class LostServers:
         now = self._clock()
         servers = {s.name: s for s in view.fleet.servers}
         self._track(servers.values(), now)
+        self._track_unlisted(servers, now)
         holders = list(self._holders(servers))
         self._export(holders, now)
         for holder in holders:
@@ -209,24 +213,33 @@ class LostServers:
         listed: set[ServerName] = set()
         for server in servers:
             listed.add(server.name)
-            why = _lost_because(server)
-            if why is None:
-                self._losses.pop(server.name, None)
-            elif server.name not in self._losses:
-                logger.warning("remote GPU server %s is lost: %s", server.name, why)
-                self._losses[server.name] = _Loss(since=now, why=why)
-        for name in self._losses.keys() - listed:
+            self._lose(server.name, _lost_because(server), now)
+        for name in self._losses.keys() - listed - self._held_servers():
             del self._losses[name]
+
+    def _track_unlisted(self, servers: dict[ServerName, Server], now: float) -> None:
+        why = "it is no longer in the fleet (its Node was deleted or lost its lupine label)"
+        for name in self._held_servers() - servers.keys():
+            self._lose(name, why, now)
+
+    def _lose(self, name: ServerName, why: str | None, now: float) -> None:
+        if why is None:
+            self._losses.pop(name, None)
+        elif name not in self._losses:
+            logger.warning("remote GPU server %s is lost: %s", name, why)
+            self._losses[name] = _Loss(since=now, why=why)
+
+    def _held_servers(self) -> set[ServerName]:
+        return {r.server for r in self._ledger.leases() if r.claims}
 
     def _holders(self, servers: dict[ServerName, Server]) -> Iterable[_Holder]:
         for record in self._ledger.leases():
             server = servers.get(record.server)
-            if server is None:
-                continue
+            endpoint = (server.endpoint if server is not None else None) or ""
             for claim in record.claims:
                 pod = self._pods.get(claim.pod.uid)
                 if pod is not None and pod.bound and not pod.finished:
-                    yield _Holder(claim=claim, pod=pod, server=server)
+                    yield _Holder(claim=claim, pod=pod, server=record.server, endpoint=endpoint)
 
     def _lost_past_grace(self, server: ServerName, now: float) -> _Loss | None:
         loss = self._losses.get(server)
@@ -237,14 +250,14 @@ class LostServers:
     def _export(self, holders: list[_Holder], now: float) -> None:
         counts: dict[ServerName, int] = {}
         for holder in holders:
-            if self._lost_past_grace(holder.server.name, now) is not None:
-                counts[holder.server.name] = counts.get(holder.server.name, 0) + 1
+            if self._lost_past_grace(holder.server, now) is not None:
+                counts[holder.server] = counts.get(holder.server, 0) + 1
         self._lost_gauge.clear()
         for server, count in counts.items():
             self._lost_gauge.labels(server).set(count)
 
     async def _judge(self, holder: _Holder, now: float) -> None:
-        name = holder.server.name
+        name = holder.server
         loss = self._lost_past_grace(name, now)
         if loss is not None:
             await self._lost(holder, loss, now)
@@ -252,10 +265,10 @@ class LostServers:
             await self._fine(holder, now)
 
     async def _lost(self, holder: _Holder, loss: _Loss, now: float) -> None:
-        pod, server = holder.pod, holder.server.name
+        pod, server = holder.pod, holder.server
         lasted = now - loss.since
         message = (
-            f"remote GPU server {server} ({holder.server.endpoint or 'no endpoint'}) lost for "
+            f"remote GPU server {server} ({holder.endpoint or 'no endpoint'}) lost for "
             f"{lasted:.0f}s: {loss.why}; CUDA calls to it hang until it returns"
         )
         if self._told.get(pod.uid) != server:
@@ -266,7 +279,7 @@ class LostServers:
             await self._evict(pod, server, now)
 
     async def _fine(self, holder: _Holder, now: float) -> None:
-        pod, server = holder.pod, holder.server.name
+        pod, server = holder.pod, holder.server
         if self._told.pop(pod.uid, None) == server:
             message = f"remote GPU server {server} answers again"
             self._api.record_event(

@@ -15,10 +15,12 @@ finished, or the nomination expires (docs/design.md §11).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rgpu_contracts import CardId, Claim, PodUID, card_id, split_card_id
-from rgpu_placement import ServerFacts, Validity, judge, lasting
+from rgpu_placement import ServerFacts, Unclaimed, Validity, expires_at, judge, lasting
 
 from .claims import LeaseRecord, placed
 from .pods import PodIndex, PodInfo
@@ -80,39 +82,69 @@ SETTLED_KEPT = 65_536
 
 
 class Settled:
-    """Per server, the stored claims that hold its cards whatever the time, remembered for the
-    Lease version and the pod states they were judged on.
+    """Per server, the stored claims that hold its cards, remembered for the Lease version and
+    the pod states they were judged on, until the first of them could lapse.
 
-    A refusal judges every server, and at 1,000 servers that was most of its cost, though a
-    bound holder's claim reads the same on every retry. The memo is keyed on the Lease record
-    and on each claim's pod object (both immutable and replaced on change), so a change to
-    either is a miss, never a stale answer; claims whose verdict depends on the time (unbound
-    pods, pods not in the cache) are never remembered.
+    A decision judges the servers in best-fit order until one fits, and in a burst the first
+    hundreds are held by pods admitted and not yet bound: each decision judged each of them
+    again, though their verdicts only change when a Lease or a pod changes, or a booking's
+    TTL runs out. The memo is keyed on the Lease record and on each claim's pod object (both
+    immutable and replaced on change), so a change to either is a miss, never a stale answer,
+    and it holds until the earliest lapse among the fresh bookings it counted. Claims whose
+    pod is not in the cache, and servers holding a booking already past its TTL (whose verdict
+    depends on how far the cache is trusted), are never remembered.
     """
 
     __slots__ = ("_found",)
 
     def __init__(self) -> None:
-        self._found: dict[str, tuple[LeaseRecord, tuple[PodInfo | None, ...], tuple[Claim, ...]]]
-        self._found = {}
+        self._found: dict[str, _Memo] = {}
 
-    def holding(self, record: LeaseRecord, pods: PodIndex) -> tuple[Claim, ...] | None:
-        """The claims of ``record`` that hold their cards, if that does not depend on the time;
-        ``None`` when it does."""
+    def holding(
+        self, record: LeaseRecord, pods: PodIndex, now: float, ttl: float
+    ) -> tuple[Claim, ...] | None:
+        """The claims of ``record`` that hold their cards at ``now``, if that can be told
+        without the cache's trust; ``None`` when it cannot."""
         found = self._found.get(record.server)
-        if found is not None and found[0] is record and _unchanged(record, found[1], pods):
-            return found[2]
-        seen = tuple(pods.get(c.pod.uid) for c in record.claims)
-        verdicts = [lasting(c, p) for c, p in zip(record.claims, seen, strict=True)]
-        if None in verdicts:
+        if (
+            found is not None
+            and found.record is record
+            and now < found.until
+            and _unchanged(record, found.seen, pods)
+        ):
+            return found.holding
+        memo = _judged(record, pods, now, ttl)
+        if memo is None:
             return None
-        holding = tuple(
-            c for c, v in zip(record.claims, verdicts, strict=True) if v is Validity.VALID
-        )
         if len(self._found) >= SETTLED_KEPT:
             self._found.clear()
-        self._found[record.server] = (record, seen, holding)
-        return holding
+        self._found[record.server] = memo
+        return memo.holding
+
+
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    record: LeaseRecord
+    seen: tuple[PodInfo | None, ...]
+    holding: tuple[Claim, ...]
+    until: float
+    """When the first fresh booking counted in ``holding`` lapses (``inf``: none)."""
+
+
+def _judged(record: LeaseRecord, pods: PodIndex, now: float, ttl: float) -> _Memo | None:
+    seen = tuple(pods.get(c.pod.uid) for c in record.claims)
+    holding: list[Claim] = []
+    until = math.inf
+    for claim, pod in zip(record.claims, seen, strict=True):
+        verdict = lasting(claim, pod)
+        if verdict is None:
+            lapses = expires_at(claim, pod, ttl) if pod is not None else None
+            if lapses is None or now >= lapses:
+                return None
+            until, verdict = min(until, lapses), Validity.VALID
+        if verdict is Validity.VALID:
+            holding.append(claim)
+    return _Memo(record=record, seen=seen, holding=tuple(holding), until=until)
 
 
 class Occupancy:
@@ -224,7 +256,7 @@ class Occupancy:
     def _judge(self, server: str) -> tuple[Claim, ...]:
         record = self._leases(server)
         if record is not None and record.nomination is None and self._settled is not None:
-            holding = self._settled.holding(record, self._pods)
+            holding = self._settled.holding(record, self._pods, self._now, self._ttl)
             if holding is not None and not self._pending(server):
                 return tuple(c for c in holding if c.pod.uid != self.uid)
         stored = record.claims if record is not None else ()
@@ -250,25 +282,14 @@ class Occupancy:
         return nomination.as_claim(record.server)
 
 
-class ClaimsGone:
-    """``Occupancy`` with its claims removed: which servers only claims keep from a pod."""
+class ClaimsGone(Unclaimed):
+    """``Occupancy`` with its claims removed: which servers only claims keep from a pod (the
+    busy reports of claimed cards no longer count either)."""
 
     __slots__ = ("_held",)
 
     def __init__(self, held: Occupancy) -> None:
         self._held = held
 
-    def blocking(self, server: str) -> tuple[Claim, ...]:
-        return ()
-
-    def problem(self, server: str) -> str | None:
-        return None
-
-    def taken(self, server: str) -> frozenset[CardId]:
-        return frozenset()
-
     def busy(self, facts: ServerFacts) -> frozenset[str]:
         return self._held.busy(facts, claims_gone=True)
-
-    def without_claims(self) -> ClaimsGone:
-        return self

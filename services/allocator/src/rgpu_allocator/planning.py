@@ -151,7 +151,7 @@ class Planner:
             ]
         # A namespace at its quota waits for that, whatever the pool: freed servers would not
         # go to it either.
-        at_quota = self._over_quota(unit, _least_cards(unit), walk, config)
+        at_quota = self._over_quota(unit, _least_cards(unit), walk, config, least=True)
         if at_quota is not None:
             return [self._waits(Verdict(pod=p), at_quota, unit) for p in unit.pods]
         verdicts = [self._one(p, view, walk) for p in unit.pods]
@@ -184,16 +184,18 @@ class Planner:
         return Verdict(pod=verdict.pod, wait=stop.wait, message=message, demand=verdict.demand)
 
     def _over_quota(
-        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig
+        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig, *, least: bool = False
     ) -> Verdict | None:
-        """Why ``unit`` would take its namespace over quota with ``cards`` more, if it would."""
+        """Why ``unit`` would take its namespace over quota with ``cards`` more (``least``:
+        at least that many, before a server is chosen), if it would."""
         quota = config.quota(unit.namespace).cards
         holds = walk.fair.held(unit.namespace)
         if quota is None or holds + cards <= quota:
             return None
+        more = f"at least {cards}" if least else str(cards)
         message = (
             f"namespace {unit.namespace} holds {holds} card(s) of its {quota}-card quota and "
-            f"this would take {cards} more (ConfigMap rgpu-queues)"
+            f"this would take {more} more (ConfigMap rgpu-queues)"
         )
         return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
 

@@ -16,7 +16,8 @@ kept to reading requests and writing answers; every decision lives below.
 * ``GET /v1/status`` → freshness of inputs and counts, for operators and the CLI
 
 Writes answer only callers the apiserver vouches for (docs/design.md §10): commit and release are
-guarded before their body is read (``require_caller``, ``RGPU_ALLOWED_CALLERS``); a booking is
+guarded before their body is read (``require_caller``: a token of audience ``rgpu-allocator``
+from an account on ``RGPU_ALLOCATION_CALLERS``, the extender's); a booking is
 checked once its body says it is one, because a ``dryRun`` decides without writing and stays
 open like the other reads (``rgpu explain`` asks with it). 401 without a confirmed token, 403
 for an account not on the list.
@@ -152,7 +153,9 @@ async def post_allocation(request: Request) -> Response:
     request_body = _checked(AllocationRequest.from_dict(await read_json(request)))
     if not request_body.dry_run:
         auth = state_value(request, CALLER_AUTH_STATE, CallerAuth)
-        await auth.authenticate(request.headers, action="book a server (POST /v1/allocations)")
+        await auth.authenticate(
+            request.headers, action="book a server (POST /v1/allocations)", route="allocation"
+        )
     answer = await deps(request).booking.allocate(request_body)
     if isinstance(answer, NoFit):
         return json_response(answer.to_dict(), 409)
@@ -205,13 +208,13 @@ ROUTES: list[BaseRoute] = [
         "/v1/allocations/{uid}/commit",
         post_commit,
         methods=["POST"],
-        middleware=[require_caller(), body_limit(SMALL_BODY_BYTES)],
+        middleware=[require_caller("allocation"), body_limit(SMALL_BODY_BYTES)],
     ),
     Route(
         "/v1/allocations/{uid}",
         delete_allocation,
         methods=["DELETE"],
-        middleware=[require_caller()],
+        middleware=[require_caller("allocation")],
     ),
     Route("/v1/allocations/{uid}", get_allocation, methods=["GET"]),
     Route("/v1/claims", get_claims, methods=["GET"]),

@@ -163,7 +163,7 @@ def create_app(
             await tg.start(probes.run)
             yield {
                 "deps": Deps(fleet=fleet, topology=topology, reprober=reprober),
-                "caller_auth": caller_auth(settings, kube),
+                "caller_auth": caller_auth(settings, kube, routes=("probe",)),
             }
             tg.cancel_scope.cancel()
 

@@ -18,11 +18,10 @@ state behind it is built.
   ``X-Rgpu-Probe`` header says which happened (``probed``, ``coalesced``, ``rate_limited``).
   ``404`` for a server the fleet does not list, ``409`` for one without an endpoint, ``503``
   (retryable) before the first Node list. Only callers the apiserver vouches for may ask
-  (docs/design.md §10): a ServiceAccount token of audience ``rgpu`` that TokenReview
-  confirms as an account on ``RGPU_ALLOWED_CALLERS`` (the allocator's), checked before
-  anything else; ``401`` without one, ``403`` for another account. A probe costs lupine a
-  connection, so nobody else may make discovery open them on demand; the reads above stay
-  open.
+  (docs/design.md §10): a ServiceAccount token of audience ``rgpu-discovery`` that TokenReview
+  confirms as an account on ``RGPU_PROBE_CALLERS`` (the allocator's), checked before anything
+  else; ``401`` without one, ``403`` for another account. A probe costs lupine a connection,
+  so nobody else may make discovery open them on demand; the reads above stay open.
 
 Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
 after a re-probe, the fleet revision once the probe's result was applied, so a caller can
@@ -165,5 +164,10 @@ def _quality(params: str) -> float:
 ROUTES: list[BaseRoute] = [
     Route("/v1/fleet", get_fleet, methods=["GET"]),
     Route("/v1/topology", get_topology, methods=["GET"]),
-    Route("/v1/servers/{name}/probe", post_probe, methods=["POST"], middleware=[require_caller()]),
+    Route(
+        "/v1/servers/{name}/probe",
+        post_probe,
+        methods=["POST"],
+        middleware=[require_caller("probe")],
+    ),
 ]

@@ -14,10 +14,8 @@ At CREATE of a GPU pod the webhook also records its own span's context in the po
 one scheduler-owned annotation may be present at CREATE (the webhook's own, when it is
 reinvoked) and is kept when it holds a readable context: it only ever becomes a span link.
 
-The answer is an RFC 6902 JSONPatch, which fails on the apiserver if it ``add``s below a member
-that does not exist yet (a pod without annotations, a container without env) or forgets RFC 6901
-escaping (annotation keys contain ``/``); the ``put``/``append_item``/``insert_first`` helpers
-handle both.
+The answer is an RFC 6902 JSONPatch built with ``patchops``, whose helpers create missing
+parents and escape keys as the apiserver needs.
 
 The annotations bind writes are the pod's claim on a GPU server; a user who could set them
 could point a pod at a server someone else holds, or have the allocator's repair book a server
@@ -33,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,10 +60,13 @@ from .container_env import (
     set_env,
     wired_env,
 )
+from .endpoints import refuse_stray_endpoints
 from .errors import AdmissionDenied, MalformedPod, MalformedReview
 from .gating import gate_ops, guard_gate
 from .instruments import ExtenderMetrics, label_attributes
 from .objects import mapping, pod_label
+from .patchops import Op, append_item, insert_first, put, put_member
+from .reviewshape import too_many_containers
 from .shapes import check_pod
 
 __all__ = [
@@ -89,9 +90,6 @@ MARKER_ANNOTATION = "hami.io/webhook-mutated"
 _OWNED_PREFIXES = ("hami.io/remote-gpu-devices-", "rgpu.io/")
 _POD_SUBRESOURCES = ("", "status", "ephemeralcontainers", "resize")
 """Pod subresources whose review carries the whole pod, annotations included."""
-
-Op = dict[str, Any]
-Path = Sequence[str | int]
 
 
 def is_owned(key: str) -> bool:
@@ -205,6 +203,7 @@ def _decide_pod(
 ) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return _allowed(request, (), "ignored")
+    _refuse_crowds(request)
     check_pod(request.object)
     check_pod(request.old_object)
     _guard_owned(request, policy)
@@ -214,12 +213,26 @@ def _decide_pod(
             request.old_object, _object(request), username=request.user.username, trusted=trusted
         )
     _refuse_ephemeral_asks(_object(request), policy.mutation)
+    if request.sub_resource == "ephemeralcontainers":
+        # The containers added here were never seen at CREATE.
+        resource = policy.mutation.count_resource
+        refuse_stray_endpoints(
+            _object(request), None, resource=resource, sections=("ephemeralContainers",)
+        )
     if request.operation == "CREATE" and not request.sub_resource:
         pod = _object(request)
         patch = mutate_pod(pod, policy.mutation, traceparent=traceparent)
         warnings = _lookalike_warnings(pod, policy.mutation)
         return _allowed(request, patch, "mutated" if patch else "unchanged", warnings)
     return _allowed(request, (), "unchanged")
+
+
+def _refuse_crowds(request: AdmissionRequest) -> None:
+    """Containers are counted before any of them is read."""
+    for pod, where in ((request.object, "object"), (request.old_object, "oldObject")):
+        refusal = too_many_containers(pod)
+        if refusal is not None:
+            raise MalformedPod(f"request.{where}.spec", refusal)
 
 
 def _lookalike_warnings(pod: Mapping[str, Any], policy: MutationPolicy) -> tuple[str, ...]:
@@ -299,9 +312,11 @@ def mutate_pod(
     """The JSONPatch a new pod needs; ``()`` for a pod that asks for no cards.
 
     ``traceparent`` is recorded as the pod's creation unless it carries a readable one.
-    Raises ``AdmissionDenied`` with a message the pod's author can act on.
+    Raises ``AdmissionDenied`` with a message the pod's author can act on (a container that
+    asks for nothing but names a lupine server is refused in every pod: ``endpoints``).
     """
     demand = _demand(pod, policy)
+    refuse_stray_endpoints(pod, demand, resource=policy.count_resource)
     if not demand.asks:
         return ()
     _refuse_owned_annotations(pod, policy)
@@ -426,29 +441,3 @@ def _annotation_ops(pod: Mapping[str, Any], traceparent: str | None) -> Iterator
         return
     for key, value in missing.items():
         yield put_member(["metadata", "annotations"], annotations, key, value)
-
-
-def put(path: Path, value: object, *, exists: bool) -> Op:
-    """Set the value at ``path``: ``replace`` when it exists, ``add`` when it does not."""
-    return {"op": "replace" if exists else "add", "path": pointer(*path), "value": value}
-
-
-def put_member(parent: Path, current: Mapping[str, Any] | None, key: str, value: object) -> Op:
-    """Set ``parent[key]``, creating the parent object when ``current`` is absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": {key: value}}
-    return put([*parent, key], value, exists=key in current)
-
-
-def append_item(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
-    """Append to the list at ``parent``, creating the list when ``current`` is absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": [value]}
-    return {"op": "add", "path": pointer(*parent, "-"), "value": value}
-
-
-def insert_first(parent: Path, current: Sequence[Any] | None, value: object) -> Op:
-    """Insert at index 0 of the list at ``parent``, creating the list when absent."""
-    if current is None:
-        return {"op": "add", "path": pointer(*parent), "value": [value]}
-    return {"op": "add", "path": pointer(*parent, 0), "value": value}

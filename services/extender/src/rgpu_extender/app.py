@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_runtime import (
+    ALLOCATOR_AUDIENCE,
     EventRecorder,
     Listener,
     PodCreations,
@@ -86,7 +87,9 @@ def create_app(
                 )
             )
             kube = await stack.enter_async_context(kube_client(settings))
-            allocator_http.auth = bearer_auth(settings, kube) or httpx.Auth()
+            allocator_http.auth = (
+                bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
+            )
             inventory = Inventory()
             metrics.follow_ages(inventory.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
@@ -175,11 +178,17 @@ def listeners(settings: Settings) -> Sequence[Listener]:
             "apiserver cannot call /mutate; GPU pods will not be mutated"
         )
         return [scheduler]
+    # The apiserver's client certificate is checked per path (health stays open to the
+    # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
         listen=http.webhook_listen,
         ssl_certfile=http.tls_cert_file,
         ssl_keyfile=http.tls_key_file,
-        face=webhook_surface(),
+        client_ca_file=http.webhook_client_ca_file,
+        client_cert="optional",
+        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        name="webhook",
+        limits=http.limits,
     )
     return [scheduler, webhook]
 
@@ -188,7 +197,7 @@ def _scheduler_listener(settings: Settings) -> Listener:
     http = settings.http
     face = scheduler_surface(http.scheduler_max_body_bytes)
     if http.scheduler_client_ca_file is None:
-        return Listener(listen=http.listen, face=face)
+        return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
@@ -196,6 +205,8 @@ def _scheduler_listener(settings: Settings) -> Listener:
         ssl_keyfile=http.tls_key_file,
         client_ca_file=http.scheduler_client_ca_file,
         face=face,
+        name="scheduler",
+        limits=http.limits,
     )
 
 

@@ -30,12 +30,14 @@ from rgpu_runtime import (
     state_value,
 )
 
-from .admission import AdmissionPolicy, admit
+from .admission import AdmissionPolicy
 from .binding import Binding
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
 from .pod_traces import note_binding, note_pod
+from .reviewing import admit_body
 from .scoring import Scoring
+from .webhookguard import REVIEW_VALUES_SCOPE
 
 __all__ = ["ROUTES", "SCHEDULER_ROUTES", "WEBHOOK_ROUTES", "Deps", "deps"]
 
@@ -98,7 +100,8 @@ async def bind_pod(request: Request) -> Response:
 
 async def mutate_pod(request: Request) -> Response:
     d = deps(request)
-    decision = admit(await read_json(request), d.admission, d.metrics)
+    values = request.scope.get(REVIEW_VALUES_SCOPE)
+    decision = admit_body(await request.body(), d.admission, d.metrics, values=values)
     return json_response(decision.review)
 
 

@@ -18,6 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rgpu_contracts import ErrorBody
 from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES, BodyLimitMiddleware, json_response
 
+from .webhookguard import webhook_guard
+
 __all__ = [
     "HEALTH_PATHS",
     "SCHEDULER_PATHS",
@@ -76,6 +78,9 @@ def scheduler_surface(max_body_bytes: int) -> Callable[[ASGIApp], ASGIApp]:
     )
 
 
-def webhook_surface() -> Callable[[ASGIApp], ASGIApp]:
-    """The webhook listener's face: ``/mutate`` and health, bodies of an AdmissionReview's size."""
-    return lambda app: Surface(app, "webhook", WEBHOOK_PATHS, WEBHOOK_MAX_BODY_BYTES)
+def webhook_surface(*, require_client_cert: bool = False) -> Callable[[ASGIApp], ASGIApp]:
+    """The webhook listener's face: ``/mutate`` and health, bodies of an AdmissionReview's size,
+    reviews rationed per client address and, when asked, only the apiserver's client
+    certificate (``webhookguard``)."""
+    guard = webhook_guard(require_client_cert=require_client_cert)
+    return lambda app: Surface(guard(app), "webhook", WEBHOOK_PATHS, WEBHOOK_MAX_BODY_BYTES)
