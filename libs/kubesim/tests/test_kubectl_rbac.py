@@ -44,7 +44,7 @@ async def test_auth_can_i_answers_yes_or_no_with_the_exit_code(kubectl: Kubectl)
     assert (code, answer) == (1, "no")
     in_system = await kubectl("auth", "can-i", "get", "pods", "-n", "kube-system", *AS_ALICE)
     assert in_system[:2] == (1, "no")
-    token = ("create", "serviceaccounts/token", "-n", "default", *AS_ALICE)
+    token = ("create", "serviceaccounts", "--subresource=token", "-n", "default", *AS_ALICE)
     assert (await kubectl("auth", "can-i", *token))[:2] == (1, "no")
     assert (await kubectl("auth", "can-i", "get", "/healthz", *AS_ALICE))[:2] == (0, "yes")
 
