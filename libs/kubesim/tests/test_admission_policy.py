@@ -218,7 +218,7 @@ async def test_invalid_policies_and_bindings_are_refused_when_written(
     assert "spec.policyName: Required value" in missing.json()["message"]
 
 
-# -- rgpu's own policy, as k8s/ ships it ------------------------------------------------------------
+# -- rgpu's own policy, as k8s/ ships it ----------------------------------------------------------
 
 
 @pytest.fixture
