@@ -3,8 +3,11 @@ facts and locality index never show a server as it was."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from rgpu_contracts import NodeName
 from rgpu_placement import FleetView
 
 KEYS = ("rack", "zone")
@@ -18,6 +21,7 @@ def same(updated: FleetView, built: FleetView) -> None:
     assert updated.domains == built.domains
     assert updated.node_paths == built.node_paths
     assert updated.cards == built.cards
+    assert updated.server_nodes == built.server_nodes
     assert updated.total_cards == built.total_cards
 
 
@@ -69,3 +73,12 @@ def test_fresh_server_states_go_through_the_same_update(make, servers) -> None:
     fresh = make.server("gpu-a", busy=[0, 1], labels={"rack": "r1", "zone": "a"})
     updated = build(make, servers).with_servers([fresh, make.server("unknown")])
     same(updated, build(make, [fresh, *servers[1:]]))
+
+
+def test_server_nodes_name_each_servers_node_once_and_no_client(make, servers) -> None:
+    per_gpu = [
+        dataclasses.replace(make.server(f"big-{i}"), node=NodeName("big-node")) for i in range(2)
+    ]
+    view = build(make, [*servers, *per_gpu])
+    assert view.server_nodes == {"gpu-a", "gpu-b", "gpu-c", "big-node"}
+    assert view.with_topology(make.topology({})).server_nodes == view.server_nodes

@@ -21,8 +21,10 @@ from starlette.routing import Route
 
 from rgpu_contracts import ContractError
 from rgpu_runtime import (
+    Feed,
     Follower,
     FollowPolicy,
+    Mirror,
     Poll,
     Unavailable,
     UpstreamError,
@@ -96,6 +98,9 @@ class Script:
         return httpx.Response(200, content=step.body())
 
 
+THINGS = Feed(path="/v1/things", key="things", decode=Thing.from_dict)
+
+
 def refused() -> httpx.ConnectError:
     return httpx.ConnectError("connection refused")
 
@@ -103,17 +108,8 @@ def refused() -> httpx.ConnectError:
 def make_follower(
     http: httpx.AsyncClient, pace: Pace, taken: list[Thing], policy: FollowPolicy = POLICY
 ) -> Follower[Thing]:
-    return Follower(
-        http,
-        "/v1/things",
-        name="peer",
-        decode=Thing.from_dict,
-        revision=lambda thing: thing.revision,
-        policy=policy,
-        on_change=taken.append,
-        clock=pace.clock,
-        sleep=pace.sleep,
-    )
+    mirror = Mirror(THINGS, name="peer", on_change=taken.append)
+    return Follower(http, mirror, policy=policy, clock=pace.clock, sleep=pace.sleep)
 
 
 @asynccontextmanager
@@ -341,14 +337,7 @@ async def test_a_peer_that_never_answers_is_unavailable_after_the_margin(pace: P
     policy = FollowPolicy(margin_seconds=0.02)
     transport = httpx.MockTransport(silent)
     async with http_client(base_url="http://peer", timeout=5.0, transport=transport) as http:
-        follower = Follower(
-            http,
-            "/v1/things",
-            name="peer",
-            decode=Thing.from_dict,
-            revision=lambda t: t.revision,
-            policy=policy,
-        )
+        follower = Follower(http, Mirror(THINGS, name="peer"), policy=policy)
         with pytest.raises(Unavailable, match=r"did not answer within 0\.02 s") as caught:
             await follower.poll_once()
     assert isinstance(caught.value.__cause__, TimeoutError)

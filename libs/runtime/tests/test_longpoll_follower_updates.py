@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from rgpu_contracts import ContractError, UpdateKind
-from rgpu_runtime import Follower, FollowPolicy, http_client
+from rgpu_runtime import Feed, Follower, FollowPolicy, Mirror, http_client
 from rgpu_runtime._longpoll_follower import THREAD_MIN_BYTES
 from rgpu_testkit import eventually
 
@@ -59,6 +59,14 @@ class NamesUpdate:
     def apply(self, held: Names | None) -> Names:
         base = () if self.kind is UpdateKind.FULL or held is None else held.names
         return Names(revision=self.revision, names=(*base, *self.names))
+
+
+NAMES = Feed(
+    path="/v1/names",
+    key="names",
+    decode=lambda raw: Names(revision=0, names=()),
+    updates=NamesUpdate.from_dict,
+)
 
 
 def full(revision: int, *names: str) -> dict[str, object]:
@@ -111,18 +119,8 @@ async def following(
         http_client(base_url="http://peer", timeout=5.0, transport=transport) as http,
         anyio.create_task_group() as tg,
     ):
-        follower = Follower(
-            http,
-            "/v1/names",
-            name="peer",
-            decode=lambda raw: Names(revision=0, names=()),
-            revision=lambda names: names.revision,
-            updates=NamesUpdate.from_dict,
-            policy=POLICY,
-            on_change=on_change,
-            clock=pace.clock,
-            sleep=pace.sleep,
-        )
+        mirror = Mirror(NAMES, name="peer", on_change=on_change)
+        follower = Follower(http, mirror, policy=POLICY, clock=pace.clock, sleep=pace.sleep)
         with anyio.fail_after(5):
             await tg.start(follower.run)
         yield follower

@@ -138,6 +138,28 @@ async def test_admission_runs_no_further_ahead_of_the_scheduler_than_its_window(
         assert len(admitted()) == 4
 
 
+async def test_an_admission_the_apiserver_fails_is_retried_with_backoff_not_at_once(
+    build, kit, sim, cluster
+):
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+
+    def lease_creates() -> int:
+        counts = sim.meter.snapshot().items()
+        return sum(c.requests for k, c in counts if k.verb == "create" and k.resource == "leases")
+
+    async with kit.running_allocator(sim.url, discovery):
+        sim.faults.set_error(verb="create", resource="leases", rate=1.0, code=503)
+        pod = gated_pod(cluster, "trainer")
+        await anyio.sleep(3.0)
+        # Backoff 0.5, 1, 2 s (jittered): a handful of tries in 3 s, not one per pass.
+        tried = lease_creates()
+        assert 1 <= tried <= 5, tried
+        assert gates(cluster, pod) == ["rgpu.io/admission"]
+        sim.faults.set_error(verb="create", resource="leases", rate=0.0)
+        await kit.wait_for(lambda: not gates(cluster, pod), what="admitted once it answers")
+        assert holders(cluster) == {"gpu-a": ["trainer"]}
+
+
 async def test_another_systems_gate_keeps_the_pod_out_until_it_is_lifted(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
     async with kit.running_allocator(sim.url, discovery):

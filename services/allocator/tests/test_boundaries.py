@@ -8,10 +8,18 @@ import sys
 import httpx
 import pytest
 
-from rgpu_allocator.inputs import Inputs, follow_fleet
 from rgpu_allocator.policy import Policy
 from rgpu_contracts import Fleet
-from rgpu_runtime import Follower, FollowPolicy, Settings, Unavailable, UpstreamError, http_client
+from rgpu_placement import FleetView
+from rgpu_runtime import (
+    DiscoveryMirror,
+    Follower,
+    FollowPolicy,
+    Settings,
+    Unavailable,
+    UpstreamError,
+    http_client,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -23,7 +31,9 @@ def client_for(handler) -> httpx.AsyncClient:
 
 
 def fleet_follower(http: httpx.AsyncClient, wait: float = 30.0) -> Follower[Fleet]:
-    return follow_fleet(http, Inputs(()), lambda: None, policy=FollowPolicy(wait_seconds=wait))
+    discovery = DiscoveryMirror(FleetView.build, topology_keys=())
+    fleet, _ = discovery.followers(http, policy=FollowPolicy(wait_seconds=wait))
+    return fleet
 
 
 async def test_unreachable_discovery_is_unavailable_naming_the_fleet():

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from rgpu_contracts import ClaimSet, ClaimsUpdate, UpdateKind
-from rgpu_runtime import Follower, FollowPolicy, http_client
+from rgpu_runtime import CLAIMS_FEED, Follower, FollowPolicy, Mirror, http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -60,16 +60,8 @@ async def test_a_follower_switched_between_replicas_never_goes_back_and_ends_equ
         http_client(base_url="http://allocator", timeout=5.0, transport=Switching([a, b])) as http,
         anyio.create_task_group() as tg,
     ):
-        follower = Follower(
-            http,
-            "/v1/claims",
-            name="allocator",
-            decode=ClaimSet.from_dict,
-            revision=lambda claims: claims.revision,
-            updates=ClaimsUpdate.from_dict,
-            policy=POLICY,
-            on_change=taken.append,
-        )
+        mirror = Mirror(CLAIMS_FEED, name="allocator", on_change=taken.append)
+        follower = Follower(http, mirror, policy=POLICY)
         await tg.start(follower.run)
         for i, pod in enumerate(pods):
             booked = await (a, b)[i % 2].post("/v1/allocations", json=kit.ask(pod))

@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 from rgpu_allocator import create_app
 from rgpu_allocator.claims import MANAGED_BY_SELECTOR, encode_lease
 from rgpu_allocator.clients import COMPONENT, KubeApi
-from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
 from rgpu_allocator.judging import Judge
 from rgpu_allocator.leases import LeaseWriter
@@ -35,8 +34,8 @@ from rgpu_allocator.repair import Repairer
 from rgpu_allocator.revalidation import Revalidator
 from rgpu_allocator.sweeping import Reconciler, Sweeper
 from rgpu_contracts import Claim, ClaimState, ServerName
-from rgpu_placement import Validity
-from rgpu_runtime import EventRecorder, ResourceSettings, kube_client
+from rgpu_placement import FleetView, Validity
+from rgpu_runtime import DiscoveryMirror, EventRecorder, ResourceSettings, kube_client
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +80,10 @@ class ReplicaB:
     def sweeper(self) -> Sweeper:
         policy = Policy(granularity="server", ttl=TTL, scheduler_name="rgpu", namespace="x")
         instruments = Instruments(
-            CollectorRegistry(), ledger=Ledger(), pods=PodIndex(), inputs=Inputs(())
+            CollectorRegistry(),
+            ledger=Ledger(),
+            pods=PodIndex(),
+            discovery=DiscoveryMirror(FleetView.build, topology_keys=()),
         )
         repairer = Repairer(
             policy, self.judge, self.writer, self.api, instruments, resources=ResourceSettings()
@@ -122,13 +124,14 @@ async def replica_b(kit, sim, clock: FakeClock, *, trusted: bool = True) -> Asyn
         api = HookedApi(
             kube, namespace="rgpu-system", lease_selector=MANAGED_BY_SELECTOR, events=events
         )
-        ledger, pods, inputs = Ledger(), PodIndex(), Inputs(())
+        ledger, pods = Ledger(), PodIndex()
+        discovery = DiscoveryMirror(FleetView.build, topology_keys=())
         registry = CollectorRegistry()
-        instruments = Instruments(registry, ledger=ledger, pods=pods, inputs=inputs)
+        instruments = Instruments(registry, ledger=ledger, pods=pods, discovery=discovery)
         judge = Judge(
             ledger=ledger,
             pods=pods,
-            inputs=inputs,
+            discovery=discovery,
             ttl=TTL,
             clock=clock,
             pods_trusted=lambda: trusted,

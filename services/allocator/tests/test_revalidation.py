@@ -9,12 +9,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rgpu_allocator.clients import DiscoveryClient
-from rgpu_allocator.inputs import Inputs
 from rgpu_allocator.instruments import Instruments
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.revalidation import MAX_SERVERS, PROBES_PER_SECOND, Reprober
 from rgpu_placement import FleetView
+from rgpu_runtime import DiscoveryMirror
 
 pytestmark = pytest.mark.anyio
 
@@ -88,7 +88,10 @@ class Rig:
         self.discovery = discovery
         self.registry = CollectorRegistry()
         instruments = Instruments(
-            self.registry, ledger=Ledger(), pods=PodIndex(), inputs=Inputs(())
+            self.registry,
+            ledger=Ledger(),
+            pods=PodIndex(),
+            discovery=DiscoveryMirror(FleetView.build, topology_keys=()),
         )
         self.http = httpx.AsyncClient(
             transport=httpx.MockTransport(handler or discovery.handler),

@@ -13,8 +13,7 @@ import httpx
 import pytest
 
 from rgpu_contracts import Fleet, FleetUpdate, UpdateKind
-from rgpu_discovery.published import Item, Published
-from rgpu_runtime import CHANGELOG_LIMIT, Follower, FollowPolicy, http_client
+from rgpu_runtime import CHANGELOG_LIMIT, FLEET_FEED, Follower, FollowPolicy, Mirror, http_client
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
@@ -148,33 +147,6 @@ async def test_a_bad_delta_or_since_is_a_400_naming_it(start, query: dict[str, s
     assert f"query parameter {name!r}" in response.json()["message"]
 
 
-def snapshot(revision: int, previous: Published[dict[str, int]] | None, **values: int):
-    items = [Item.of(name, {name: value}, dict) for name, value in values.items()]
-    return Published(
-        revision=revision, listed=True, key="things", fields={}, items=items, previous=previous
-    )
-
-
-def test_past_the_changelog_limit_an_old_revision_gets_the_full_set() -> None:
-    published = snapshot(1, None, a=0)
-    for revision in range(2, 300):
-        published = snapshot(revision, published, a=revision)
-    assert published.update(1).startswith(b'{"kind":"full",')
-    assert published.update(published.changelog.base).startswith(b'{"kind":"delta",')
-    assert published.update(298) == (
-        b'{"kind":"delta","revision":299,"since":298,"things":[{"a":299}],"removed":[]}'
-    )
-
-
-def test_an_update_body_is_built_once_per_since() -> None:
-    first = snapshot(1, None, a=1, b=1)
-    second = snapshot(2, first, a=2, b=1)
-    assert second.update(1) is second.update(1)
-    assert second.update(1) == (
-        b'{"kind":"delta","revision":2,"since":1,"things":[{"a":2}],"removed":[]}'
-    )
-
-
 class Switching(httpx.AsyncBaseTransport):
     """Sends each request to the next replica in turn, as a Service may."""
 
@@ -202,16 +174,8 @@ async def test_a_follower_switched_between_replicas_never_goes_back_and_ends_equ
         http_client(base_url="http://discovery", timeout=5.0, transport=Switching([a, b])) as http,
         anyio.create_task_group() as tg,
     ):
-        follower = Follower(
-            http,
-            "/v1/fleet",
-            name="discovery",
-            decode=Fleet.from_dict,
-            revision=lambda fleet: fleet.revision,
-            updates=FleetUpdate.from_dict,
-            policy=policy,
-            on_change=taken.append,
-        )
+        mirror = Mirror(FLEET_FEED, name="discovery", on_change=taken.append)
+        follower = Follower(http, mirror, policy=policy)
         await tg.start(follower.run)
         for step in range(12):
             change(sim, build, rng, present, step)

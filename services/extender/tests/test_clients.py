@@ -15,11 +15,9 @@ from rgpu_contracts import (
     AllocationRequest,
     ContainerKind,
     ContainerRequest,
-    Fleet,
     NoFit,
     PodRef,
     PodUID,
-    Topology,
 )
 from rgpu_extender.clients import AllocatorClient
 from rgpu_extender.errors import (
@@ -27,8 +25,7 @@ from rgpu_extender.errors import (
     ClaimNotHeld,
     PeerReplyInvalid,
 )
-from rgpu_extender.inventory import Inventory
-from rgpu_runtime import Follower, RgpuError, Unavailable, UpstreamError, http_client
+from rgpu_runtime import RgpuError, http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -156,41 +153,3 @@ async def test_release_succeeds_when_the_claim_is_gone_either_way(status: int) -
 async def test_find_answers_none_without_a_claim() -> None:
     async with allocator_with(reply(404, {"code": "not_found", "message": "no"})) as client:
         assert await client.find("uid-1") is None
-
-
-Followers = tuple[Follower[Fleet], Follower[Topology]]
-
-
-@asynccontextmanager
-async def discovery_with(handler: Handler) -> AsyncIterator[Followers]:
-    transport = httpx.MockTransport(handler)
-    async with http_client(base_url="http://discovery", timeout=1, transport=transport) as http:
-        yield Inventory().followers(http)
-
-
-async def test_discovery_polls_carry_since_and_wait(make) -> None:
-    fleet = make.fleet(make.server("a"), revision=4)
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, content=orjson.dumps(fleet.to_dict()))
-
-    async with discovery_with(handler) as (follower, _):
-        assert await follower.poll_once()
-        assert follower.latest.value == fleet
-        await follower.poll_once()
-    assert dict(seen[0].url.params) == {"delta": "1"}
-    assert dict(seen[1].url.params) == {"since": "4", "wait": "30", "delta": "1"}
-
-
-async def test_discovery_failures_are_typed() -> None:
-    async with discovery_with(reply(503, {"code": "u", "message": "not listed"})) as (_, topology):
-        with pytest.raises(Unavailable, match="not listed"):
-            await topology.poll_once()
-    async with discovery_with(reply(200, {"revision": "x"})) as (fleet, _):
-        with pytest.raises(UpstreamError, match="revision"):
-            await fleet.poll_once()
-    async with discovery_with(raising(httpx.ConnectError("refused"))) as (fleet, _):
-        with pytest.raises(Unavailable, match="refused"):
-            await fleet.poll_once()

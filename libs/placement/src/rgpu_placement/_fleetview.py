@@ -132,6 +132,9 @@ class FleetView:
     """Per topology key (finest first), the servers by that label and their coarser labels:
     the locality rule compares distinct label sets, not every server."""
     cards: Mapping[CardId, Card]
+    server_nodes: frozenset[str]
+    """The Nodes the servers run on (a Node running one lupine per GPU hosts several servers,
+    none named after it): a scheduler's candidate among them is no client."""
     node_labels: Mapping[str, Mapping[str, str]]
     node_paths: Mapping[str, Path]
     """Each client node's topology path: candidates are compared by distinct paths."""
@@ -195,6 +198,8 @@ class FleetView:
             order=tuple(sorted(facts, key=lambda f: (len(f.healthy), f.name))),
             domains=domains,
             cards={c.id: c for s in fleet.servers for c in s.cards},
+            # ``node_name`` inlined: a property call per server is most of this line's cost.
+            server_nodes=frozenset(s.name if s.node is None else s.node for s in fleet.servers),
             node_labels=node_labels,
             node_paths=node_paths,
             total_cards=sum(len(s.cards) for s in fleet.servers),
@@ -244,6 +249,7 @@ class FleetView:
             order=self.order,
             domains=self.domains,
             cards=self.cards,
+            server_nodes=self.server_nodes,
             node_labels=labels,
             node_paths=_paths(labels, self.topology_keys),
             total_cards=self.total_cards,

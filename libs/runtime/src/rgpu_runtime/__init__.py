@@ -1,8 +1,9 @@
 """rgpu_runtime: the thin plumbing every rgpu service shares.
 
 Settings from the environment, the error tree, the Starlette app factory with health,
-readiness, metrics and JSON error handling, the long-poll server side (``Poll``) and
-client (``Follower``), backoff, the Kubernetes and HTTP client factories, logging,
+readiness, metrics and JSON error handling, the long-poll feeds (``Feed``), their
+publishers' snapshots (``Published``, ``Poll``) and their followers' mirrors (``Mirror``,
+``DiscoveryMirror``, ``Follower``), backoff, the Kubernetes and HTTP client factories, logging,
 telemetry, serving and ``main``.
 """
 
@@ -40,17 +41,20 @@ from ._bounds import (
 )
 from ._bucket import TokenBucket
 from ._changelog import CHANGELOG_LIMIT, Changelog, Changes
+from ._discovery_mirror import DiscoveryMirror, FleetIndex
 from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
 from ._election import Election, ElectionTiming
 from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
+from ._feeds import CLAIMS_FEED, FLEET_FEED, TOPOLOGY_FEED, DeltaLayout, Feed, Update
 from ._http import http_client, request_json, response_error, upstream_error
 from ._kube import KubeClient, Listing, kube_client
 from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
 from ._logging import JsonFormatter, configure_logging
 from ._longpoll import DEFAULT_WAIT_SECONDS, MAX_SINCE_DIGITS, MAX_WAIT_SECONDS, Poll
-from ._longpoll_follower import Follower, FollowPolicy, FollowStatus, Update
+from ._longpoll_follower import Follower, FollowPolicy
 from ._main import default_listeners, run_service
 from ._membership import HashRing, Membership, MembershipTiming, member_lease_name
+from ._mirror import FollowStatus, Mirror
 from ._parse import HostPort
 from ._podtrace import (
     CREATION_LINK,
@@ -63,6 +67,7 @@ from ._podtrace import (
     pod_span,
     traceparent_of,
 )
+from ._published import Entry, Published, gzip_body, initial_revision
 from ._readiness import Readiness, Standing
 from ._recorder import EventRecorder, KubeEvent, ObjectRef, event_body
 from ._reflector import (
@@ -126,6 +131,7 @@ __all__ = [
     "ALLOCATOR_AUDIENCE",
     "CALLER_AUTH_STATE",
     "CHANGELOG_LIMIT",
+    "CLAIMS_FEED",
     "CREATION_LINK",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_WAIT_SECONDS",
@@ -133,6 +139,7 @@ __all__ = [
     "DNS_LABEL_MAX",
     "DNS_SUBDOMAIN_MAX",
     "EXEMPLAR_TRACE_ID",
+    "FLEET_FEED",
     "KNOWN_KEYS",
     "LISTENER_METRICS_STATE",
     "MAX_BODY_BYTES",
@@ -142,6 +149,7 @@ __all__ = [
     "ROUTE_CALLERS",
     "SAMPLERS",
     "SERVICES",
+    "TOPOLOGY_FEED",
     "TRACE_ANNOTATION",
     "UID_MAX",
     "AdmissionSettings",
@@ -155,11 +163,16 @@ __all__ = [
     "Changelog",
     "Changes",
     "Conflict",
+    "DeltaLayout",
+    "DiscoveryMirror",
     "Election",
     "ElectionTiming",
     "EmbeddedServer",
+    "Entry",
     "EventRecorder",
+    "Feed",
     "FileTokenSource",
+    "FleetIndex",
     "FollowPolicy",
     "FollowStatus",
     "Follower",
@@ -186,6 +199,7 @@ __all__ = [
     "LupineSettings",
     "Membership",
     "MembershipTiming",
+    "Mirror",
     "NotFound",
     "ObjectChange",
     "ObjectRef",
@@ -193,6 +207,7 @@ __all__ = [
     "PeerSettings",
     "PodCreations",
     "Poll",
+    "Published",
     "Readiness",
     "Reflector",
     "ReflectorTiming",
@@ -232,7 +247,9 @@ __all__ = [
     "decode_json",
     "default_listeners",
     "event_body",
+    "gzip_body",
     "http_client",
+    "initial_revision",
     "instrument_app",
     "json_response",
     "kube_client",

@@ -1,17 +1,17 @@
 """The allocator, the extender and metrics each mirror a peer's long-polled value (the fleet,
 the topology, the claims) for as long as they run, and must do it the same way.
 
-A ``Follower`` asks ``GET <path>`` at once, then ``?since=R&wait=S`` with the revision ``R``
-of the last value it took. Given ``updates`` (a contract's ``FleetUpdate.from_dict``), it
-also sends ``delta=1`` and applies what changed to the value it holds, so one server
-changing costs each follower the decoding of that server, not of the fleet. It obeys these
-rules, in one place:
+A ``Follower`` keeps a ``Mirror`` current: it asks the feed's path at once, then
+``?since=R&wait=S`` with the revision ``R`` of the last value it took. When the feed has
+updates (``FLEET_FEED``, ``CLAIMS_FEED``), it also sends ``delta=1`` and applies what changed
+to the value it holds, so one server changing costs each follower the decoding of that
+server, not of the fleet. It obeys these rules, in one place:
 
-* **Changed**: an answer with a new revision goes to ``on_change`` and ``latest`` at once,
-  and the next call follows at once, so a burst of changes is not delayed — unless the
-  policy sets ``coalesce_seconds``: a follower that does not decide on the value (metrics)
-  then asks again only that long after a change, so a burst costs it one delta per pause
-  instead of one round trip per change.
+* **Changed**: an answer with a new revision goes to the mirror at once, and the next
+  call follows at once, so a burst of changes is not delayed — unless the policy sets
+  ``coalesce_seconds``: a follower that does not decide on the value (metrics) then asks
+  again only that long after a change, so a burst costs it one delta per pause instead of
+  one round trip per change.
 * **Unchanged** (the same revision, a ``304``, or a body byte-for-byte equal to the last):
   nothing is re-applied, and the next call starts no sooner than ``min_interval_seconds``
   after this one started. A held poll is long past that, so only a peer that answers at
@@ -33,7 +33,8 @@ rules, in one place:
   call asks for the whole value.
 * **Started** is reported through ``task_status.started()`` after the first successful
   answer, and only then; ``status.answered`` is set at the same moment, for a lifespan that
-  must serve before its peer answers (it starts the follower with ``start_soon``).
+  must serve before its peer answers (it starts the follower with ``start_soon``), and
+  ``status.asked`` when the first call ended either way.
 
 No httpx, aiohttp or socket exception leaves this module: they become ``Unavailable`` or
 ``UpstreamError`` (``raise ... from``), and ``run`` keeps them in ``status``.
@@ -47,7 +48,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, Generic, NoReturn, Protocol, TypeVar
+from typing import Final, Generic, NoReturn, TypeVar
 
 import aiohttp
 import anyio
@@ -59,15 +60,17 @@ from anyio.abc import TaskStatus
 from rgpu_contracts import ContractError, UpdateKind
 
 from ._backoff import Backoff
+from ._feeds import Revisioned, Update
 from ._http import response_error, upstream_error
+from ._mirror import FollowStatus, Mirror
 from ._versioned import Versioned
 from .errors import Unavailable, UpstreamError
 
-__all__ = ["FollowPolicy", "FollowStatus", "Follower", "Update"]
+__all__ = ["FollowPolicy", "Follower"]
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Revisioned)
 V = TypeVar("V")
 W = TypeVar("W")
 
@@ -113,111 +116,58 @@ class FollowPolicy:
         return Backoff(initial=self.backoff_initial_seconds, maximum=self.backoff_cap_seconds)
 
 
-class Update(Protocol[T]):
-    """An update answer (``rgpu_contracts.FleetUpdate``, ``ClaimsUpdate``)."""
-
-    @property
-    def kind(self) -> UpdateKind: ...
-
-    @property
-    def revision(self) -> int: ...
-
-    @property
-    def since(self) -> int | None: ...
-
-    def apply(self, held: T | None) -> T:
-        """The value this update describes given the value held (``ContractError`` if none)."""
-        ...
-
-
-class FollowStatus:
-    """What a follower knows about its peer's health; mutated only by the follower."""
-
-    __slots__ = ("answered", "failures", "last_error", "last_success", "name", "revision", "up")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.up = False
-        """Whether the last call succeeded."""
-        self.last_success: float | None = None
-        """When (follower clock) the peer last answered; ``None`` before the first answer."""
-        self.revision: int | None = None
-        """The revision of the value held."""
-        self.last_error = ""
-        """Why the last call failed; empty once the peer answers again."""
-        self.failures = 0
-        """Calls failed in a row."""
-        self.answered = anyio.Event()
-        """Set at the first successful answer (when ``run`` reports started)."""
-
-    def age(self, now: float) -> float | None:
-        """Seconds since the last successful answer, ``None`` before the first."""
-        return None if self.last_success is None else max(0.0, now - self.last_success)
-
-
 class Follower(Generic[T]):
-    """Long-poll one peer's ``path`` forever, keeping the latest value it answered.
+    """Long-poll one peer's feed forever, keeping ``mirror`` at the latest value it answered.
 
-    ``http`` is the peer's client (its base URL and transport; tests inject the transport),
-    ``decode`` the contract's ``from_dict``, ``revision`` reads a value's revision;
-    ``updates``, when given, decodes update answers (and opts in to them with ``delta=1``).
-    ``on_change`` is called with every new value, ``on_status`` after every call; ``clock``
-    and ``sleep`` pace the calls (tests pass fakes).
+    ``http`` is the peer's client (its base URL and transport; tests inject the transport);
+    the feed the mirror declares says where to ask and how to decode. ``clock`` and ``sleep``
+    pace the calls (tests pass fakes).
     """
 
     __slots__ = (
         "_backoff",
         "_behind_since",
         "_clock",
-        "_decode",
+        "_feed",
         "_http",
         "_last_body",
-        "_on_change",
-        "_on_status",
-        "_path",
         "_policy",
         "_resync",
-        "_revision",
         "_rng",
         "_sleep",
-        "_updates",
-        "latest",
-        "status",
+        "mirror",
     )
 
     def __init__(
         self,
         http: httpx.AsyncClient,
-        path: str,
+        mirror: Mirror[T],
         *,
-        name: str,
-        decode: Callable[[object], T],
-        revision: Callable[[T], int],
-        updates: Callable[[object], Update[T]] | None = None,
         policy: FollowPolicy | None = None,
-        on_change: Callable[[T], object] | None = None,
-        on_status: Callable[[FollowStatus], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self._http = http
-        self._path = path
-        self._decode = decode
-        self._revision = revision
-        self._updates = updates
+        self._feed = mirror.feed
         self._policy = policy or FollowPolicy()
         self._backoff = self._policy.backoff()
-        self._on_change = on_change
-        self._on_status = on_status
         self._clock = clock
         self._sleep = sleep
         self._rng = random.Random()
         self._last_body = b""
         self._behind_since: float | None = None
         self._resync = False
-        self.status = FollowStatus(name)
-        self.latest: Versioned[T | None] = Versioned(None, revision=0)
-        """Every value taken, in turn; its own revision counts them (not the peer's)."""
+        self.mirror = mirror
+
+    @property
+    def status(self) -> FollowStatus:
+        """The mirror's record of the peer's health."""
+        return self.mirror.status
+
+    @property
+    def latest(self) -> Versioned[T | None]:
+        """The mirror's values, each in turn."""
+        return self.mirror.latest
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> NoReturn:
         """Follow the peer until cancelled; reports started after its first answer."""
@@ -257,11 +207,11 @@ class Follower(Generic[T]):
         elif body == self._last_body:
             self._resync = False  # exactly the whole value held: nothing to resync
             changed = self._unchanged()
-        elif self._updates is None:
-            value = await self._off_loop(partial(self._read, self._decode), body)
-            changed = self._offered(self._revision(value), lambda: value, body)
+        elif self._feed.updates is None:
+            value = await self._off_loop(partial(self._read, self._feed.decode), body)
+            changed = self._offered(value.revision, lambda: value, body)
         else:
-            update = await self._off_loop(partial(self._read, self._updates), body)
+            update = await self._off_loop(partial(self._read, self._feed.updates), body)
             changed = self._judged(update, body)
         self._succeeded()
         return changed
@@ -274,17 +224,17 @@ class Follower(Generic[T]):
         if self.status.up:
             return held, policy.wait_seconds
         # After a failure, ask without holding: a recovered peer is taken in one round trip.
-        return (held, 0.0) if self._updates is not None else (None, 0.0)
+        return (held, 0.0) if self._feed.updates is not None else (None, 0.0)
 
     async def _get(self, since: int | None, wait: float) -> bytes | None:
         params = {} if since is None else {"since": str(since), "wait": f"{wait:g}"}
-        if self._updates is not None:
+        if self._feed.updates is not None:
             params["delta"] = "1"
         deadline = self._policy.margin_seconds + wait
-        peer = str(self._http.base_url.join(self._path))
+        peer = str(self._http.base_url.join(self._feed.path))
         try:
             with anyio.fail_after(deadline):
-                response = await self._http.get(self._path, params=params, timeout=deadline)
+                response = await self._http.get(self._feed.path, params=params, timeout=deadline)
         except TimeoutError as exc:
             raise Unavailable(f"{peer} did not answer within {deadline:g} s; retry later") from exc
         except _CALL_ERRORS as exc:
@@ -335,7 +285,7 @@ class Follower(Generic[T]):
         return self._contract(update.apply, self.latest.value)
 
     def _peer(self) -> str:
-        return f"{self.status.name} {self._path}"
+        return f"{self.status.name} {self._feed.path}"
 
     def _offered(self, revision: int, value: Callable[[], T], body: bytes) -> bool:
         """Take the value at ``revision`` unless it is not newer than the one held."""
@@ -352,7 +302,7 @@ class Follower(Generic[T]):
                 self._policy.behind_limit_seconds,
                 revision,
             )
-        self._take(value(), revision, body)
+        self._take(value(), body)
         return True
 
     def _behind(self, revision: int) -> bool:
@@ -374,14 +324,11 @@ class Follower(Generic[T]):
         self._behind_since = None
         return False
 
-    def _take(self, value: T, revision: int, body: bytes) -> None:
+    def _take(self, value: T, body: bytes) -> None:
         self._behind_since = None
         self._resync = False
         self._last_body = body
-        self.status.revision = revision
-        if self._on_change is not None:
-            self._on_change(value)
-        self.latest.publish(value)
+        self.mirror.took(value)
 
     def _succeeded(self) -> None:
         status = self.status
@@ -405,5 +352,4 @@ class Follower(Generic[T]):
         self._report()
 
     def _report(self) -> None:
-        if self._on_status is not None:
-            self._on_status(self.status)
+        self.mirror.called()

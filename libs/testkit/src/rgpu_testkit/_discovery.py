@@ -27,7 +27,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_contracts import ErrorBody, Fleet, Server, Topology
-from rgpu_runtime import Listener, Poll, Unavailable, Versioned, create_service_app, running
+from rgpu_runtime import (
+    FLEET_FEED,
+    TOPOLOGY_FEED,
+    Listener,
+    Poll,
+    Unavailable,
+    Versioned,
+    create_service_app,
+    running,
+)
 
 __all__ = ["FakeDiscovery"]
 
@@ -118,9 +127,11 @@ class FakeDiscovery:
 
     def _build_app(self) -> Starlette:
         routes = [
-            Route("/v1/fleet", self._served(lambda: self.fleets, "fleet"), methods=["GET"]),
+            Route(FLEET_FEED.path, self._served(lambda: self.fleets, "fleet"), methods=["GET"]),
             Route(
-                "/v1/topology", self._served(lambda: self.topologies, "topology"), methods=["GET"]
+                TOPOLOGY_FEED.path,
+                self._served(lambda: self.topologies, "topology"),
+                methods=["GET"],
             ),
             Route("/v1/servers/{name}/probe", self._probe, methods=["POST"]),
         ]

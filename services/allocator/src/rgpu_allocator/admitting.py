@@ -46,6 +46,7 @@ from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
 from .removal import Remover
+from .retries import Retries
 from .verdicts import Verdict, Wait
 from .waits import Waits, busy_in, gauges
 
@@ -94,6 +95,7 @@ class Admitter:
         # pass must not lift it again.
         self._lifted: set[str] = set()
         self._preempting: set[str] = set()
+        self._retries = Retries(clock)
         self._waits = Waits(api)
         self._due = True
         self._wake: anyio.Event | None = None
@@ -129,6 +131,7 @@ class Admitter:
         if gone is not None and self._queue.pop(gone.uid, None) is not None:
             self._waits.forget(gone.uid)
             self._lifted.discard(gone.uid)
+            self._retries.forget(gone.uid)
             self._arrival.pop(gone.uid, None)
 
     def lapsed(self, claim: Claim) -> None:
@@ -148,7 +151,7 @@ class Admitter:
     def queue(self) -> AdmissionQueue:
         """Every gated pod in admission order with what a pass decides for it now (a dry
         pass: any replica can answer it), and each namespace's share."""
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         verdicts = [] if view is None else self._plan(view, limit=len(self._queue) + 1)
         entries = [QueueEntry(pod=v.pod, position=i, verdict=v) for i, v in enumerate(verdicts)]
         return admission_queue(entries, held=self._held(), queues=self._queues)
@@ -176,7 +179,7 @@ class Admitter:
 
     def _ready(self) -> bool:
         judge = self.judge
-        return judge.inputs.view is not None and judge.pods.synced and judge.ledger.synced
+        return judge.discovery.view is not None and judge.pods.synced and judge.ledger.synced
 
     def _held(self) -> dict[str, int]:
         """Cards per namespace held or being booked (quotas count both)."""
@@ -193,11 +196,11 @@ class Admitter:
             limit=limit,
             config=self._queues.config,
             held=self._held(),
-            busy=self._flight | self._lifted,
+            busy=self._flight | self._lifted | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         room = self._room()
         if view is None or room <= 0 or not self._queue:
             return
@@ -244,6 +247,7 @@ class Admitter:
                 if claims is not None:
                     await self._lift(unit, claims)
         except RgpuError as exc:
+            self._retries.failed(v.pod.uid for v in unit)
             logger.warning("could not admit %s: %s", _names(unit), exc)
         finally:
             for verdict in unit:
@@ -278,6 +282,7 @@ class Admitter:
             lapses = expires_at(claim, None, self.judge.ttl) or self._clock()
             note = BookingNote(server=claim.server, expires_at=lapses)
             lifted = await lift_gate(self._api, verdict.pod, note)
+            self._retries.forget(verdict.pod.uid)
             if lifted is Lifted.LIFTED:
                 self._lifted.add(verdict.pod.uid)
                 self._admitted(verdict.pod, claim.server)

@@ -27,7 +27,7 @@ class Answers:
         self, claim: Claim, annotations: tuple[tuple[str, str], ...] = ()
     ) -> Allocation:
         """The API view of ``claim``."""
-        view = self.judge.inputs.view
+        view = self.judge.discovery.view
         facts = view.facts.get(claim.server) if view is not None else None
         endpoint = facts.server.endpoint if facts is not None else None
         pod = self.judge.pods.get(claim.pod.uid)
@@ -45,8 +45,8 @@ class Answers:
 
     def require_view(self) -> FleetView:
         """The fleet to decide on; raises ``FleetUnknown`` before discovery delivered one."""
-        inputs = self.judge.inputs
-        if inputs.view is None:
-            reason = inputs.discovery_error or "no answer yet"
+        discovery = self.judge.discovery
+        if discovery.view is None:
+            reason = discovery.error or "no answer yet"
             raise FleetUnknown(f"no fleet from discovery yet ({reason}); retry shortly")
-        return inputs.view
+        return discovery.view

@@ -15,7 +15,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
+    DiscoveryMirror,
     Election,
     ElectionTiming,
     EventRecorder,
@@ -33,7 +35,7 @@ from .claims import MANAGED_BY_SELECTOR, LeaseRecord
 from .clients import COMPONENT, DiscoveryClient, KubeApi
 from .committing import Committer
 from .deciding import Decider
-from .inputs import Inputs, follow_fleet, follow_topology
+from .growth import wake_on_growth
 from .instruments import Instruments
 from .judging import Judge
 from .leases import Finder, LeaseWriter
@@ -74,20 +76,23 @@ class Memory:
     ledger: Ledger
     pods: PodIndex
     published: PublishedClaims
-    inputs: Inputs
+    discovery: DiscoveryMirror[FleetView]
     instruments: Instruments
     registry: CollectorRegistry
 
     @classmethod
     def create(cls, settings: Settings, registry: CollectorRegistry) -> Memory:
-        ledger, pods, inputs = Ledger(), PodIndex(), Inputs(settings.scheduling.topology_keys)
+        ledger, pods = Ledger(), PodIndex()
+        discovery = DiscoveryMirror(
+            FleetView.build, topology_keys=settings.scheduling.topology_keys
+        )
         return cls(
             policy=Policy.from_settings(settings),
             ledger=ledger,
             pods=pods,
             published=PublishedClaims(),
-            inputs=inputs,
-            instruments=Instruments(registry, ledger=ledger, pods=pods, inputs=inputs),
+            discovery=discovery,
+            instruments=Instruments(registry, ledger=ledger, pods=pods, discovery=discovery),
             registry=registry,
         )
 
@@ -161,6 +166,7 @@ def assemble(
     holds ``readiness`` back while it keeps failing (no namespace, no rights)."""
     m, policy = memory, memory.policy
     signals, events = Signals(), EventRecorder(component=COMPONENT)
+    m.discovery.on_fleet(wake_on_growth(signals.capacity_freed))
     api = KubeApi(
         kube, namespace=policy.namespace, lease_selector=MANAGED_BY_SELECTOR, events=events
     )
@@ -185,7 +191,7 @@ def assemble(
     judge = Judge(
         ledger=m.ledger,
         pods=m.pods,
-        inputs=m.inputs,
+        discovery=m.discovery,
         ttl=policy.ttl,
         clock=clock,
         pods_trusted=lambda: pod_watch.fresh(trust),
@@ -297,7 +303,7 @@ def assemble(
             api=KubeGates(kube, api),
             ledger=m.ledger,
             pods=m.pods,
-            inputs=m.inputs,
+            discovery=m.discovery,
             policy=LostPolicy.from_settings(settings),
             registry=m.registry,
             leading=leading,
@@ -318,7 +324,7 @@ def deps(p: Parts) -> Deps:
         policy=m.policy,
         ledger=m.ledger,
         pods=m.pods,
-        inputs=m.inputs,
+        discovery=m.discovery,
         refused=p.refused,
         claims=m.published,
         admitter=p.admitter,
@@ -327,7 +333,6 @@ def deps(p: Parts) -> Deps:
 
 async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncClient) -> None:
     """Start every background task, in the order readiness depends on."""
-    inputs = p.memory.inputs
     await tg.start(p.events.run, kube)
     await tg.start(p.nudger.run)
     await tg.start(p.reconciler.run)
@@ -337,8 +342,8 @@ async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncC
     # sweeper starts after them, so a leader's first sweep sees it all.
     await tg.start(p.leader.run)
     # Decisions wait for the first fleet themselves; starting must not.
-    tg.start_soon(follow_fleet(http, inputs, p.signals.capacity_freed).run)
-    tg.start_soon(follow_topology(http, inputs).run)
+    for follower in p.memory.discovery.followers(http):
+        tg.start_soon(follower.run)
     await tg.start(p.lease_watch.run)
     # The queues are in before the pods: the first admission pass (it waits for the pods)
     # never runs on "no quota" by accident.

@@ -11,7 +11,7 @@ never holds the whole cluster in memory.
 
 Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
 pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
-(The fleet and the topology are followed by long-poll, see ``inputs``.)
+(The fleet and the topology are followed by long-poll: ``rgpu_runtime.DiscoveryMirror``.)
 """
 
 from __future__ import annotations

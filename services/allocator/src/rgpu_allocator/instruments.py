@@ -14,8 +14,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rgpu_contracts import ClaimState
+from rgpu_placement import FleetView
+from rgpu_runtime import DiscoveryMirror
 
-from .inputs import Inputs
 from .ledger import Ledger
 from .pods import PodIndex
 
@@ -32,10 +33,12 @@ _DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 class _StateCollector(Collector):
     """Gauges read at scrape time from the live state (no bookkeeping on the hot path)."""
 
-    def __init__(self, ledger: Ledger, pods: PodIndex, inputs: Inputs) -> None:
+    def __init__(
+        self, ledger: Ledger, pods: PodIndex, discovery: DiscoveryMirror[FleetView]
+    ) -> None:
         self._ledger = ledger
         self._pods = pods
-        self._inputs = inputs
+        self._discovery = discovery
 
     def collect(self) -> Iterator[Metric]:
         states = Counter(c.state for r in self._ledger.leases() for c in r.claims)
@@ -49,7 +52,7 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "rgpu_allocator_leases", "Claim Leases in the cache.", len(self._ledger)
         )
-        age = self._inputs.fleet_age()
+        age = self._discovery.fleet_age()
         yield GaugeMetricFamily(
             "rgpu_allocator_fleet_age_seconds",
             "Seconds since discovery last answered with the fleet (-1 before the first).",
@@ -61,9 +64,14 @@ class Instruments:
     """The allocator's self-metrics, registered on one ``CollectorRegistry``."""
 
     def __init__(
-        self, registry: CollectorRegistry, *, ledger: Ledger, pods: PodIndex, inputs: Inputs
+        self,
+        registry: CollectorRegistry,
+        *,
+        ledger: Ledger,
+        pods: PodIndex,
+        discovery: DiscoveryMirror[FleetView],
     ) -> None:
-        registry.register(_StateCollector(ledger, pods, inputs))
+        registry.register(_StateCollector(ledger, pods, discovery))
         self.decisions = PromCounter(
             "rgpu_allocator_decisions",
             "Allocation decisions by outcome (allocated, reused, refused, dry_run) and reason.",

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rgpu_contracts import Claim, PodUID
-from rgpu_placement import Validity, judge
+from rgpu_placement import FleetView, Validity, judge
+from rgpu_runtime import DiscoveryMirror
 
-from .inputs import Inputs
 from .leases import Pending
 from .ledger import Ledger
 from .occupancy import LeaseLookup, Occupancy, PendingLookup, Settled
@@ -35,7 +35,7 @@ class Judge:
 
     ledger: Ledger
     pods: PodIndex
-    inputs: Inputs
+    discovery: DiscoveryMirror[FleetView]
     ttl: float
     pending: Pending = field(default_factory=Pending)
     """Bookings this replica is writing right now; they count as held meanwhile."""
@@ -56,7 +56,7 @@ class Judge:
     ) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now (``pending``: bookings in
         flight, this replica's by default)."""
-        view = self.inputs.view
+        view = self.discovery.view
         return Occupancy(
             leases or self.ledger.lease,
             self.pods,

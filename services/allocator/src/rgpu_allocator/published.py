@@ -10,23 +10,22 @@ watching the same Leases reaches the same revision with the same claims, so a re
 means the same thing whichever replica answers it, and a follower that moves to a replica
 behind it is held until that replica has caught up (``rgpu_runtime.Poll``).
 
-Each snapshot keeps every server's claims as JSON from the moment its Lease changed, and a
-``Changelog`` of the servers each recent revision changed, so an update
-(``rgpu_contracts.ClaimsUpdate``) is the claims of the servers changed since the revision a
-follower holds, joined from cached JSON.
+Each snapshot (``rgpu_runtime.Published`` of ``CLAIMS_FEED``) keeps every server's claims as
+JSON from the moment its Lease changed, and the servers each recent revision changed, so an
+update (``rgpu_contracts.ClaimsUpdate``) is the claims of the servers changed since the
+revision a follower holds, joined from cached JSON.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Final
 
 import orjson
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_runtime import Changelog, Changes, ObjectChange, Versioned
+from rgpu_runtime import CLAIMS_FEED, Changes, Entry, ObjectChange, Published, Versioned
 
 from .claims import LeaseRecord
 
@@ -34,9 +33,6 @@ __all__ = ["ClaimsSnapshot", "PublishedClaims", "revision_of"]
 
 logger = logging.getLogger(__name__)
 
-UPDATES_KEPT: Final = 16
-"""Update bodies kept per snapshot, one per ``since`` asked: followers hold one of a few
-recent revisions."""
 MAX_REVISION_DIGITS: Final = 19
 """etcd's revisions are int64; anything longer is not one."""
 
@@ -50,75 +46,13 @@ def revision_of(resource_version: str) -> int | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Server:
-    claims: tuple[Claim, ...]
-    json: bytes
-    """The claims as JSON array elements, without the brackets (empty when none)."""
-
-    @classmethod
-    def of(cls, claims: tuple[Claim, ...]) -> _Server:
-        return cls(claims=claims, json=orjson.dumps([c.to_dict() for c in claims])[1:-1])
+ClaimsSnapshot = Published[tuple[Claim, ...]]
+"""The claim set at one revision: an entry per server holding claims, its claims' JSON
+encoded once when its Lease changed (as array elements, without the brackets)."""
 
 
-class ClaimsSnapshot:
-    """Every server's claims at one revision; immutable, bodies built once on demand."""
-
-    __slots__ = ("_body", "_servers", "_updates", "changelog", "revision")
-
-    def __init__(
-        self, revision: int, servers: Mapping[ServerName, _Server], changelog: Changelog
-    ) -> None:
-        self.revision = revision
-        self._servers = servers
-        self.changelog = changelog
-        self._body: bytes | None = None
-        self._updates: dict[int | None, bytes] = {}
-
-    def claims(self) -> tuple[Claim, ...]:
-        """Every claim, ordered by server."""
-        return tuple(c for name in sorted(self._servers) for c in self._servers[name].claims)
-
-    def body(self) -> bytes:
-        """The ``ClaimSet`` contract's JSON, as clients without updates read it."""
-        if self._body is None:
-            self._body = b'{"revision":%d,"claims":[%s]}' % (self.revision, self._joined(None))
-        return self._body
-
-    def update(self, since: int | None) -> bytes:
-        """The ``ClaimsUpdate`` for a reader holding ``since`` (not above ``revision``):
-        the servers changed since then, or everything (``full``) when the changelog does not
-        reach back that far."""
-        changes = None if since is None else self.changelog.since(since)
-        key = None if changes is None else since
-        body = self._updates.get(key)
-        if body is None:
-            body = self._full() if since is None or changes is None else self._delta(since, changes)
-            if len(self._updates) >= UPDATES_KEPT:
-                del self._updates[next(iter(self._updates))]
-            self._updates[key] = body
-        return body
-
-    def behind(self, since: int) -> bytes:
-        """The update telling a reader holding ``since`` that this replica is still below it."""
-        return orjson.dumps({"kind": "behind", "revision": self.revision, "since": since})
-
-    def _full(self) -> bytes:
-        return b'{"kind":"full",' + self.body()[1:]
-
-    def _delta(self, since: int, changes: Changes) -> bytes:
-        names = sorted(changes.changed | changes.removed)
-        head = orjson.dumps({"kind": "delta", "revision": self.revision, "since": since})[:-1]
-        return b'%s,"servers":%s,"claims":[%s]}' % (
-            head,
-            orjson.dumps(names),
-            self._joined(names),
-        )
-
-    def _joined(self, names: list[str] | None) -> bytes:
-        chosen = sorted(self._servers) if names is None else names
-        parts = (self._servers[ServerName(n)].json for n in chosen if n in self._servers)
-        return b",".join(part for part in parts if part)
+def _entry(server: ServerName, claims: tuple[Claim, ...]) -> Entry[tuple[Claim, ...]]:
+    return Entry(name=server, value=claims, json=orjson.dumps([c.to_dict() for c in claims])[1:-1])
 
 
 class PublishedClaims:
@@ -128,8 +62,8 @@ class PublishedClaims:
     __slots__ = ("_servers", "versioned")
 
     def __init__(self) -> None:
-        self._servers: dict[ServerName, _Server] = {}
-        empty = ClaimsSnapshot(0, {}, Changelog(0))
+        self._servers: dict[str, Entry[tuple[Claim, ...]]] = {}
+        empty = ClaimsSnapshot(CLAIMS_FEED, revision=0, entries=())
         self.versioned: Versioned[ClaimsSnapshot] = Versioned(empty, revision=0)
 
     def changed(self, change: ObjectChange[LeaseRecord]) -> None:
@@ -139,7 +73,7 @@ class PublishedClaims:
             return
         claims = () if change.after is None else change.after.claims
         if self._store(record.server, claims):
-            self._publish(change.resource_version, changed=(record.server,))
+            self._publish(change.resource_version, Changes(changed=frozenset((record.server,))))
 
     def relisted(self, fresh: Mapping[str, LeaseRecord], resource_version: str) -> None:
         """The Leases were listed afresh at ``resource_version``."""
@@ -149,23 +83,23 @@ class PublishedClaims:
             del self._servers[name]
         changed = [name for name, claims in listed.items() if self._store(name, claims)]
         if gone or changed or self.versioned.revision == 0:
-            self._publish(resource_version, changed=changed, removed=gone)
+            self._publish(
+                resource_version, Changes(changed=frozenset(changed), removed=frozenset(gone))
+            )
 
     def _store(self, server: ServerName, claims: tuple[Claim, ...]) -> bool:
         held = self._servers.get(server)
-        if held is not None and held.claims == claims:
+        if held is not None and held.value == claims:
             return False
         if claims:
-            self._servers[server] = _Server.of(claims)
+            self._servers[server] = _entry(server, claims)
         elif held is None:
             return False
         else:
             del self._servers[server]
         return True
 
-    def _publish(
-        self, resource_version: str, *, changed: Iterable[str], removed: Iterable[str] = ()
-    ) -> None:
+    def _publish(self, resource_version: str, changes: Changes) -> None:
         current = self.versioned.value
         revision = revision_of(resource_version)
         if revision is None or revision <= current.revision:
@@ -176,10 +110,12 @@ class PublishedClaims:
                 current.revision,
             )
             revision = current.revision + 1
-        if current.revision == 0:
-            # The first list: nothing is known of what changed before it.
-            log = Changelog(revision)
-        else:
-            log = current.changelog.then(revision, changed, removed)
-        snapshot = ClaimsSnapshot(revision, dict(self._servers), log)
+        # The first list starts a fresh changelog: nothing is known of what changed before it.
+        snapshot = ClaimsSnapshot(
+            CLAIMS_FEED,
+            revision=revision,
+            entries=self._servers,
+            previous=None if current.revision == 0 else current,
+            changes=changes,
+        )
         self.versioned.publish(snapshot, revision=revision)

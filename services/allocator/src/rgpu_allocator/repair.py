@@ -127,7 +127,7 @@ class Repairer:
         if uid not in self._refused:
             return False
         refused_on = self._refused[uid]
-        view = self._judge.inputs.view
+        view = self._judge.discovery.view
         return refused_on is None or (view is not None and view.fleet.revision == refused_on)
 
     async def repair(self, pod: PodInfo) -> bool:
@@ -138,7 +138,7 @@ class Repairer:
             why = f"it runs {pod.scheduler_name}, not rgpu's {self._policy.scheduler_name}"
             await self._refuse(pod, Untrusted(why=why), revision=None)
             return False
-        view = self._judge.inputs.view
+        view = self._judge.discovery.view
         if view is None:
             return False  # judged against the fleet, so not before discovery sent one
         unwatched = await self._unwatched(pod.namespace)

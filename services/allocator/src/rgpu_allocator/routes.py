@@ -46,9 +46,12 @@ from rgpu_contracts import (
     NoFit,
     PodRef,
 )
+from rgpu_placement import FleetView
 from rgpu_runtime import (
     CALLER_AUTH_STATE,
+    CLAIMS_FEED,
     CallerAuth,
+    DiscoveryMirror,
     Poll,
     body_limit,
     json_response,
@@ -61,7 +64,6 @@ from .admitting import Admitter
 from .booking import Booking
 from .committing import Committer
 from .errors import TooLong
-from .inputs import Inputs
 from .ledger import Ledger
 from .nudging import Refused
 from .pods import PodIndex
@@ -86,7 +88,7 @@ class Deps:
     policy: Policy
     ledger: Ledger
     pods: PodIndex
-    inputs: Inputs
+    discovery: DiscoveryMirror[FleetView]
     refused: Refused
     claims: PublishedClaims
     """The claim set followers read (the Lease watch's, at its resourceVersion)."""
@@ -107,13 +109,13 @@ def deps(request: Request) -> Deps:
 
 def status(d: Deps) -> dict[str, Any]:
     """What an operator asks first: is the input fresh, how much is held."""
-    view = d.inputs.view
-    age = d.inputs.fleet_age()
+    view = d.discovery.view
+    age = d.discovery.fleet_age()
     return {
         "granularity": d.policy.granularity,
         "fleetRevision": view.fleet.revision if view is not None else None,
         "fleetAgeSeconds": None if age is None else round(age, 3),
-        "discoveryError": d.inputs.discovery_error,
+        "discoveryError": d.discovery.error,
         "servers": len(view.facts) if view is not None else 0,
         "leases": len(d.ledger),
         "claims": sum(len(r.claims) for r in d.ledger.leases()),
@@ -184,14 +186,8 @@ async def get_allocation(request: Request) -> Response:
 async def get_claims(request: Request) -> Response:
     poll = Poll.from_query(request.query_params)
     revision, snapshot = await poll.answer(deps(request).claims.versioned)
-    if not poll.delta:
-        body = snapshot.body()
-    elif poll.since is not None and poll.behind(revision):
-        body = snapshot.behind(poll.since)
-    else:
-        body = snapshot.update(poll.since)
     headers = {"Cache-Control": "no-store", REVISION_HEADER: str(revision)}
-    return Response(body, media_type="application/json", headers=headers)
+    return Response(snapshot.answer(poll), media_type="application/json", headers=headers)
 
 
 async def get_queue(request: Request) -> Response:
@@ -217,7 +213,7 @@ ROUTES: list[BaseRoute] = [
         middleware=[require_caller("allocation")],
     ),
     Route("/v1/allocations/{uid}", get_allocation, methods=["GET"]),
-    Route("/v1/claims", get_claims, methods=["GET"]),
+    Route(CLAIMS_FEED.path, get_claims, methods=["GET"]),
     Route("/v1/queue", get_queue, methods=["GET"]),
     Route("/v1/status", get_status, methods=["GET"]),
 ]

@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from rgpu_contracts.fleet import Fleet, Server
 from rgpu_contracts.hami import join_endpoint
 from rgpu_contracts.ids import NodeName, ServerName
-from rgpu_runtime import Versioned
+from rgpu_runtime import FLEET_FEED, Entry, Published, Versioned
 
 from .listeners import Layout, Listener, listeners, read_layout
 from .lupine import ProbeOutcome
 from .nodes import NodeView, Register, decode_cards
 from .probe_states import UNREACHABLE_AFTER, ProbeState, StampedState
-from .published import Item, Published
 
 __all__ = [
     "UNREACHABLE_AFTER",
@@ -116,7 +115,7 @@ class _Entry:
     register: Register
     listener: Listener
     probe: ProbeState
-    item: Item[Server]
+    item: Entry[Server]
     version: int
     """The newest resourceVersion behind this entry: its Node's, or its probe state's."""
 
@@ -135,7 +134,7 @@ class FleetState:
         self._nodes: dict[NodeName, Decoded] = {}
         self._states: dict[ServerName, StampedState] = {}
         empty = Published[Server](
-            revision=0, listed=False, key="servers", fields={"observedAt": clock()}, items=()
+            FLEET_FEED, revision=0, listed=False, fields={"observedAt": clock()}, entries=()
         )
         self.published: Versioned[FleetSnapshot] = Versioned(empty, revision=0)
         self.targets_changed: Versioned[int] = Versioned(0)
@@ -150,7 +149,7 @@ class FleetState:
         snap = self.published.value
         return Fleet(revision=snap.revision, observed_at=_observed(snap), servers=snap.values)
 
-    def item(self, name: ServerName) -> Item[Server] | None:
+    def item(self, name: ServerName) -> Entry[Server] | None:
         """Server ``name`` as last published (value and JSON), or ``None`` when not listed."""
         entry = self._entries.get(name)
         return None if entry is None else entry.item
@@ -274,7 +273,7 @@ class FleetState:
         if old is not None and old.server == server:
             item = old.item
         else:
-            item = Item.of(server.name, server, Server.to_dict)
+            item = Entry.of(server.name, server, Server.to_dict)
         return _Entry(
             view=view,
             register=register,
@@ -297,11 +296,10 @@ class FleetState:
     def _publish(self, version: int) -> None:
         revision = max(self.published.revision + 1, version)
         snapshot = Published[Server](
+            FLEET_FEED,
             revision=revision,
-            listed=True,
-            key="servers",
             fields={"observedAt": self._clock()},
-            items=(e.item for e in self._entries.values()),
+            entries=(e.item for e in self._entries.values()),
             previous=self.published.value,
         )
         self.published.publish(snapshot, revision=revision)

@@ -42,12 +42,12 @@ from opentelemetry import trace
 
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
+from rgpu_runtime import Entry
 
 from .errors import NoEndpoint, NotListedYet, UnknownServer
 from .fleet import FleetState, ProbeReport
 from .instruments import Instruments, OnDemandOutcome
 from .lupine import LupineProber, ProbeOutcome
-from .published import Item
 from .versions import Versions
 
 __all__ = ["REPROBE_MIN_INTERVAL", "ProbeFlights", "ProbeLoop", "Reprobed", "Reprober"]
@@ -344,7 +344,7 @@ class Reprobed:
     outcome: OnDemandOutcome
     revision: int
     """The fleet's revision right after the probe's result was applied."""
-    server: Item[Server]
+    server: Entry[Server]
     """The server as published in that revision, with its JSON."""
 
 

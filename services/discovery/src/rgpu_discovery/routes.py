@@ -26,7 +26,7 @@ state behind it is built.
 Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
 after a re-probe, the fleet revision once the probe's result was applied, so a caller can
 long-poll ``/v1/fleet`` from it. Fleet and topology bodies are the published snapshots'
-cached JSON (see ``published``), so fifty waiters woken by one change cost one
+cached JSON (``rgpu_runtime.Published``), so fifty waiters woken by one change cost one
 serialisation, not fifty.
 
 A 5,000-server fleet is 10 MB of JSON, sent to every long-poll waiter on every change; gzip
@@ -44,12 +44,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_runtime import CallerAuth, Poll, Versioned, require_caller, state_value
+from rgpu_runtime import (
+    FLEET_FEED,
+    TOPOLOGY_FEED,
+    CallerAuth,
+    Poll,
+    Published,
+    Versioned,
+    require_caller,
+    state_value,
+)
 
 from .errors import NotListedYet
 from .fleet import FleetState
 from .probing import Reprober
-from .published import Published
 from .topology import TopologyState
 
 __all__ = ["ROUTES", "Deps", "State", "accepts_gzip", "deps"]
@@ -87,18 +95,14 @@ async def get_fleet(request: Request) -> Response:
     ``delta=1`` what changed since ``R`` (``FleetUpdate`` contract)."""
     poll = Poll.from_query(request.query_params)
     snapshot = await _answer(poll, deps(request).fleet.published, "fleet")
-    if not poll.delta:
-        return _json(request, snapshot, snapshot.body())
-    if poll.since is not None and poll.behind(snapshot.revision):
-        return _json(request, snapshot, snapshot.behind(poll.since))
-    return _json(request, snapshot, snapshot.update(poll.since))
+    return _json(request, snapshot, snapshot.answer(poll))
 
 
 async def get_topology(request: Request) -> Response:
     """``GET /v1/topology[?since=R&wait=S]``: client nodes' topology (``Topology`` contract)."""
     poll = Poll.from_query(request.query_params)
     snapshot = await _answer(poll, deps(request).topology.published, "topology")
-    return _json(request, snapshot, snapshot.body())
+    return _json(request, snapshot, snapshot.answer(poll))
 
 
 async def post_probe(request: Request) -> Response:
@@ -162,8 +166,8 @@ def _quality(params: str) -> float:
 
 
 ROUTES: list[BaseRoute] = [
-    Route("/v1/fleet", get_fleet, methods=["GET"]),
-    Route("/v1/topology", get_topology, methods=["GET"]),
+    Route(FLEET_FEED.path, get_fleet, methods=["GET"]),
+    Route(TOPOLOGY_FEED.path, get_topology, methods=["GET"]),
     Route(
         "/v1/servers/{name}/probe",
         post_probe,

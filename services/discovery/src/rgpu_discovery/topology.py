@@ -11,10 +11,9 @@ from collections.abc import Iterable
 
 from rgpu_contracts.ids import NodeName
 from rgpu_contracts.topology import NodeTopology, Topology
-from rgpu_runtime import Versioned
+from rgpu_runtime import TOPOLOGY_FEED, Entry, Published, Versioned, initial_revision
 
 from .nodes import NodeView
-from .published import Item, Published, initial_revision
 
 __all__ = ["TopologySnapshot", "TopologyState"]
 
@@ -25,9 +24,9 @@ class TopologyState:
     """Client nodes' topology labels and their long-poll."""
 
     def __init__(self) -> None:
-        self._items: dict[NodeName, Item[NodeTopology]] = {}
+        self._items: dict[NodeName, Entry[NodeTopology]] = {}
         empty = TopologySnapshot(
-            revision=initial_revision(), listed=False, key="nodes", fields={}, items=()
+            TOPOLOGY_FEED, revision=initial_revision(), listed=False, entries=()
         )
         self.published: Versioned[TopologySnapshot] = Versioned(empty, revision=empty.revision)
 
@@ -69,15 +68,11 @@ class TopologyState:
         if old is not None and old.value.labels == view.topology:
             return False
         node = NodeTopology(name=view.name, labels=view.topology)
-        self._items[view.name] = Item.of(view.name, node, NodeTopology.to_dict)
+        self._items[view.name] = Entry.of(view.name, node, NodeTopology.to_dict)
         return True
 
     def _publish(self) -> None:
         snapshot = TopologySnapshot(
-            revision=self.published.revision + 1,
-            listed=True,
-            key="nodes",
-            fields={},
-            items=self._items.values(),
+            TOPOLOGY_FEED, revision=self.published.revision + 1, entries=self._items.values()
         )
         self.published.publish(snapshot)

@@ -19,8 +19,10 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+from rgpu_placement import FleetView
 from rgpu_runtime import (
     ALLOCATOR_AUDIENCE,
+    DiscoveryMirror,
     EventRecorder,
     Listener,
     PodCreations,
@@ -39,7 +41,6 @@ from .clients import AllocatorClient, Apiserver
 from .events import event_recorder
 from .filtering import Filtering
 from .instruments import ExtenderMetrics
-from .inventory import Inventory
 from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
@@ -90,20 +91,24 @@ def create_app(
             allocator_http.auth = (
                 bearer_auth(settings, kube, audience=ALLOCATOR_AUDIENCE) or httpx.Auth()
             )
-            inventory = Inventory()
-            metrics.follow_ages(inventory.age)
+            discovery = DiscoveryMirror(
+                FleetView.build, topology_keys=settings.scheduling.topology_keys
+            )
+            metrics.follow_ages(discovery.age)
             events = event_recorder(component=settings.scheduling.scheduler_name, metrics=metrics)
             tg = await stack.enter_async_context(anyio.create_task_group())
-            for follower in inventory.followers(discovery_http):
+            for follower in discovery.followers(discovery_http):
                 tg.start_soon(follower.run)
-            await inventory.asked_once()
+            # Serve from the first request either way: with a fleet when discovery answered,
+            # with filter's ``Error`` (kube-scheduler retries) when it did not.
+            await discovery.asked_once()
             await tg.start(events.run, kube)
             readiness.set_ready()
             deps = _deps(
                 settings,
                 allocator=AllocatorClient(allocator_http),
                 apiserver=Apiserver(kube),
-                inventory=inventory,
+                discovery=discovery,
                 events=events,
                 metrics=metrics,
             )
@@ -128,7 +133,7 @@ def _deps(
     *,
     allocator: AllocatorClient,
     apiserver: Apiserver,
-    inventory: Inventory,
+    discovery: DiscoveryMirror[FleetView],
     events: EventRecorder,
     metrics: ExtenderMetrics,
 ) -> Deps:
@@ -139,7 +144,7 @@ def _deps(
     return Deps(
         filtering=Filtering(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             events=events,
             metrics=metrics,
             resources=resources,
@@ -148,7 +153,7 @@ def _deps(
         ),
         scoring=Scoring(
             allocator=allocator,
-            inventory=inventory,
+            discovery=discovery,
             metrics=metrics,
             topology_keys=settings.scheduling.topology_keys,
             budget=budget,

@@ -26,9 +26,10 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
     PodRef,
+    ServerName,
 )
-from rgpu_placement import PodDemand, read_demand
-from rgpu_runtime import EventRecorder, ResourceSettings
+from rgpu_placement import FleetView, PodDemand, read_demand
+from rgpu_runtime import DiscoveryMirror, EventRecorder, ResourceSettings
 
 from .booked import booked_server
 from .clients import AllocatorClient
@@ -36,7 +37,6 @@ from .container_env import check_wired
 from .errors import AllocatorUnavailable, InvalidQuantity, PeerReplyInvalid, PodNotServable
 from .events import UNAVAILABLE, pod_event
 from .instruments import ExtenderMetrics, observed
-from .inventory import FleetView, Inventory
 from .objects import node_name, pod_label, pod_ref
 from .recent import RecentBookings
 
@@ -63,7 +63,7 @@ class Filtering:
     """The ``/filter`` verb with what it decides with; built once by the lifespan."""
 
     allocator: AllocatorClient
-    inventory: Inventory
+    discovery: DiscoveryMirror[FleetView]
     events: EventRecorder
     metrics: ExtenderMetrics
     resources: ResourceSettings
@@ -107,7 +107,7 @@ class Filtering:
         return demand
 
     async def _place(self, args: ExtenderArgs, demand: PodDemand, label: str) -> FilterOutcome:
-        fleet = self.inventory.fleet
+        fleet = self.discovery.view
         if fleet is None:
             message = "remote GPU inventory not synced yet (no fleet from discovery); retrying"
             return _error("not_synced", message, label)
@@ -119,7 +119,7 @@ class Filtering:
         if not clients:
             return _outcome(args, (), (), servers, "no_client_nodes", label)
         booked = booked_server(args.pod, time.time())
-        if booked is not None and booked in fleet.servers:
+        if booked is not None and ServerName(booked) in fleet.facts:
             # Admitted: the booking written on the pod stands, kube-scheduler only places it.
             self.recent.remember(ref.uid, booked)
             return _outcome(args, clients, (), servers, "booked", label)
@@ -158,8 +158,8 @@ def _error(outcome: str, message: str, pod: str = "") -> FilterOutcome:
 def _split(
     candidates: Iterable[str], fleet: FleetView
 ) -> tuple[tuple[str, ...], tuple[NodeName, ...]]:
-    servers = tuple(node for node in candidates if node in fleet.nodes)
-    clients = tuple(NodeName(node) for node in candidates if node not in fleet.nodes)
+    servers = tuple(node for node in candidates if node in fleet.server_nodes)
+    clients = tuple(NodeName(node) for node in candidates if node not in fleet.server_nodes)
     return servers, clients
 
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
-from rgpu_contracts import ContractError, ExtenderArgs, HostPriority
-from rgpu_placement import shared_level
-from rgpu_runtime import BadRequest
+from rgpu_contracts import ContractError, ExtenderArgs, HostPriority, ServerName
+from rgpu_placement import FleetView, shared_level
+from rgpu_runtime import BadRequest, DiscoveryMirror
 
 from .booked import booked_server
 from .clients import AllocatorClient
 from .errors import AllocatorUnavailable, PeerReplyInvalid
 from .instruments import ExtenderMetrics, observed
-from .inventory import Inventory
 from .objects import node_labels, node_name, pod_label, pod_ref
 from .recent import RecentBookings
 
@@ -47,7 +46,7 @@ class Scoring:
     """The ``/prioritize`` verb with what it scores with; built once by the lifespan."""
 
     allocator: AllocatorClient
-    inventory: Inventory
+    discovery: DiscoveryMirror[FleetView]
     metrics: ExtenderMetrics
     topology_keys: tuple[str, ...]
     """``RGPU_TOPOLOGY_KEYS``, finest domain first."""
@@ -55,6 +54,8 @@ class Scoring:
     """Seconds the allocator may take (``RGPU_EXTENDER_BUDGET_SECONDS``)."""
     recent: RecentBookings
     """The servers this replica's ``/filter`` just booked, asked before the allocator."""
+    memo: ScoreMemo = field(default_factory=lambda: ScoreMemo())
+    """Scores already worked out for this fleet view."""
 
     async def prioritize(self, raw: object) -> PrioritizeOutcome:
         """Score the candidates in ExtenderArgs ``raw``; raises ``BadRequest`` if unreadable."""
@@ -69,15 +70,19 @@ class Scoring:
         server_labels, outcome = await self._claimed_server_labels(args)
         if server_labels is None:
             return _flat(args, outcome)
-        labels = self._candidate_labels(args)
-        priorities = _by_profile(server_labels, labels, args.candidate_names(), self.topology_keys)
+        names, keys = args.candidate_names(), self.topology_keys
+        view = self.discovery.view
+        if args.nodes is not None or view is None:
+            priorities = _by_profile(server_labels, self._candidate_labels(args), names, keys)
+        else:
+            priorities = self.memo.scores(view, server_labels, names, keys)
         return PrioritizeOutcome(priorities=priorities, outcome="scored", pod=pod_label(args.pod))
 
     async def _claimed_server_labels(
         self, args: ExtenderArgs
     ) -> tuple[Mapping[str, str] | None, str]:
         uid = pod_ref(args.pod).uid
-        fleet = self.inventory.fleet
+        fleet = self.discovery.view
         if not uid or fleet is None:
             return None, "not_synced" if uid else "no_claim"
         booked = booked_server(args.pod, time.time()) or self.recent.server_of(uid)
@@ -90,17 +95,17 @@ class Scoring:
             if allocation is None:
                 return None, "no_claim"
             booked = allocation.server
-        server = fleet.servers.get(booked)
-        if server is None:
+        facts = fleet.facts.get(ServerName(booked))
+        if facts is None:
             return None, "server_unknown"
-        return dict(server.topology), "scored"
+        return dict(facts.server.topology), "scored"
 
     def _candidate_labels(self, args: ExtenderArgs) -> Mapping[str, Mapping[str, str]]:
         # Full Nodes carry their own labels, fresher than discovery's copy.
         if args.nodes is not None:
             return {node_name(n): node_labels(n) for n in args.nodes.get("items") or ()}
-        topology = self.inventory.topology
-        return topology.labels if topology is not None else {}
+        fleet = self.discovery.view
+        return fleet.node_labels if fleet is not None else {}
 
 
 def _by_profile(
@@ -121,6 +126,46 @@ def _by_profile(
             score = scores[profile] = closeness(server, node, keys)
         priorities.append(HostPriority(host=name, score=score))
     return tuple(priorities)
+
+
+MEMO_KEPT = 64
+"""Score lists kept per fleet view: one per (booked server's topology, candidate set)."""
+
+
+class ScoreMemo:
+    """The scores of one candidate set for one booked server's topology, kept while the fleet
+    view (node labels included) stays the same.
+
+    kube-scheduler sends every pod of a burst the same candidates (the client nodes filter
+    kept), and the servers booked for them share a few (rack, zone, region) profiles, so the
+    2,000-node score list of one pod is, nearly always, the next pod's too: it was a sixth of
+    the extender's CPU in a 1,000-server burst.
+    """
+
+    __slots__ = ("_scores", "_view")
+
+    def __init__(self) -> None:
+        self._view: FleetView | None = None
+        self._scores: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[HostPriority, ...]]
+        self._scores = {}
+
+    def scores(
+        self,
+        view: FleetView,
+        server: Mapping[str, str],
+        names: tuple[str, ...],
+        keys: Sequence[str],
+    ) -> tuple[HostPriority, ...]:
+        if view is not self._view:
+            self._view, self._scores = view, {}
+        key = (tuple(server.get(k) or "" for k in keys), names)
+        found = self._scores.get(key)
+        if found is None:
+            found = _by_profile(server, view.node_labels, names, keys)
+            if len(self._scores) >= MEMO_KEPT:
+                self._scores.clear()
+            self._scores[key] = found
+        return found
 
 
 def _flat(args: ExtenderArgs, outcome: str) -> PrioritizeOutcome:

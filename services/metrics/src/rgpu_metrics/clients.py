@@ -2,13 +2,13 @@
 claims — and must survive either going away; this names the two long-polls (the sources) and
 how the exporter paces them.
 
-Each is an ``rgpu_runtime.Follower`` reading updates (``delta=1``: one server changing costs
-the decoding of that server, not of the fleet or every claim, and unchanged servers reach the
-board as the same objects, so it re-renders only the changed ones); each new revision goes
-to the board at once, a failure
-leaves the last snapshot in place (the series stay, their age grows) while the follower backs
-off and then asks afresh, and its ``FollowStatus`` feeds ``rgpu_source_up``,
-``rgpu_source_age_seconds`` and, through ``answered``, the readiness probe.
+Each is an ``rgpu_runtime.Follower`` of its feed's ``Mirror``, reading updates (``delta=1``:
+one server changing costs the decoding of that server, not of the fleet or every claim, and
+unchanged servers reach the board as the same objects, so it re-renders only the changed
+ones); each new revision goes to the board at once, a failure leaves the last snapshot in
+place (the series stay, their age grows) while the follower backs off and then asks afresh,
+and its ``FollowStatus`` feeds ``rgpu_source_up``, ``rgpu_source_age_seconds`` and, through
+``answered``, the readiness probe.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Final
 
 import httpx
 
-from rgpu_contracts import ClaimSet, ClaimsUpdate, Fleet, FleetUpdate
-from rgpu_runtime import Follower, FollowPolicy
+from rgpu_contracts import ClaimSet, Fleet
+from rgpu_runtime import CLAIMS_FEED, FLEET_FEED, Follower, FollowPolicy, Mirror
 
 from .board import Board
 
@@ -33,34 +33,15 @@ exporter spent about half its CPU on those round trips)."""
 
 
 def follow_fleet(http: httpx.AsyncClient, board: Board, policy: FollowPolicy) -> Follower[Fleet]:
-    """Follow discovery's ``GET /v1/fleet`` into ``board`` (status name ``discovery``)."""
-    return Follower(
-        http,
-        "/v1/fleet",
-        name="discovery",
-        decode=Fleet.from_dict,
-        revision=_revision,
-        updates=FleetUpdate.from_dict,
-        policy=policy,
-        on_change=board.set_fleet,
-    )
+    """Follow discovery's fleet (``FLEET_FEED``) into ``board`` (status name ``discovery``)."""
+    mirror = Mirror(FLEET_FEED, name="discovery", on_change=board.set_fleet)
+    return Follower(http, mirror, policy=policy)
 
 
 def follow_claims(
     http: httpx.AsyncClient, board: Board, policy: FollowPolicy
 ) -> Follower[ClaimSet]:
-    """Follow the allocator's ``GET /v1/claims`` into ``board`` (status name ``allocator``)."""
-    return Follower(
-        http,
-        "/v1/claims",
-        name="allocator",
-        decode=ClaimSet.from_dict,
-        revision=_revision,
-        updates=ClaimsUpdate.from_dict,
-        policy=policy,
-        on_change=board.set_claims,
-    )
-
-
-def _revision(value: Fleet | ClaimSet) -> int:
-    return value.revision
+    """Follow the allocator's claims (``CLAIMS_FEED``) into ``board`` (status name
+    ``allocator``)."""
+    mirror = Mirror(CLAIMS_FEED, name="allocator", on_change=board.set_claims)
+    return Follower(http, mirror, policy=policy)
