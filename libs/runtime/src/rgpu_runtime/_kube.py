@@ -209,18 +209,20 @@ class KubeClient:
 
 @asynccontextmanager
 async def kube_client(
-    settings: Settings, *, timeout: float = DEFAULT_TIMEOUT
+    settings: Settings, *, timeout: float = DEFAULT_TIMEOUT, user_agent: str | None = None
 ) -> AsyncIterator[KubeClient]:
     """Open a ``KubeClient`` for the apiserver ``settings`` point at; closes it on exit.
 
     Order: ``RGPU_KUBE_URL``; else in-cluster (``KUBERNETES_SERVICE_HOST`` set); else the
     kubeconfig at ``KUBECONFIG`` or ``~/.kube/config``. Raises ``SettingsError`` naming
-    what was tried when none works.
+    what was tried when none works. The User-Agent is ``rgpu-<service>`` unless ``user_agent``
+    says otherwise: the simulated cluster takes a service's for its account, so a tool that
+    borrows a service's settings (the CLI) names itself to act as its kubeconfig's user.
     """
     configuration = await _configuration(settings)
     api_client = ApiClient(configuration)
     _ignore_proxy_environment(api_client)
-    api_client.user_agent = f"rgpu-{settings.service}"
+    api_client.user_agent = user_agent or f"rgpu-{settings.service}"
     trace_requests(api_client)
     try:
         yield KubeClient(api_client, timeout=timeout)
