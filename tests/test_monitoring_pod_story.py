@@ -40,6 +40,7 @@ from rgpu_cli.stack import (
     _write_certs,
     service_account,
 )
+from rgpu_cli.stack_rbac import apply_rbac, refused
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -134,6 +135,8 @@ async def sim() -> AsyncIterator[SimApiServer]:
     async with run_apiserver(options=ApiOptions(seed=5, user_agents=agents)) as api:
         for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
             api.store.create("namespaces", {"metadata": {"name": namespace}})
+        # The services act as their accounts, with exactly the grants k8s/ gives them.
+        apply_rbac(api.store)
         plan = plan_fleet(FleetSpec(servers=2, cards=2, clients=2, seed=5))
         async with seed_fleet(api.store, plan):
             yield api
@@ -258,6 +261,12 @@ async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
 
     steps = [creation, admitted, filtered, bound]
     assert [s.start_time for s in steps] == sorted(s.start_time for s in steps)
+
+
+async def test_the_services_were_refused_nothing_under_k8s_rbac(
+    run: Run, sim: SimApiServer
+) -> None:
+    assert [r.describe() for r in refused(sim)] == []
 
 
 async def test_the_pods_event_is_written_in_the_verb_that_decided_it(run: Run) -> None:
