@@ -18,6 +18,7 @@ from rgpu_cli.stack_rbac import (
     user_grant,
 )
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
+from rgpu_kubesim.network import LUPINE_NAMESPACE
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +70,7 @@ async def test_each_account_mints_a_token_for_itself_and_for_no_other_account(
     assert 'cannot create resource "serviceaccounts/token"' in other.json()["message"]
 
 
-async def test_users_get_edit_outside_rgpus_namespace_and_nothing_in_it(
+async def test_users_get_edit_outside_rgpus_namespaces_and_nothing_in_them(
     cluster: tuple[SimApiServer, httpx.AsyncClient],
 ) -> None:
     sim, client = cluster
@@ -80,6 +81,12 @@ async def test_users_get_edit_outside_rgpus_namespace_and_nothing_in_it(
     assert created.status_code == 201, created.text
     refused = await client.get(f"{SYSTEM}/pods", headers=alice)
     assert refused.status_code == 403, refused.text
+    sim.store.create("namespaces", {"metadata": {"name": LUPINE_NAMESPACE}})
+    opened = {"metadata": {"name": "let-me-in"}, "spec": {"podSelector": {}, "ingress": [{}]}}
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{LUPINE_NAMESPACE}/networkpolicies"
+    squat = await client.post(policies, json=opened, headers=alice)
+    assert squat.status_code == 403, squat.text
+    assert 'cannot create resource "networkpolicies"' in squat.json()["message"]
 
 
 async def test_the_verdict_check_fails_naming_what_an_rgpu_account_was_refused(

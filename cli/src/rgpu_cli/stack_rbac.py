@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from rgpu_kubesim import Refusal, SimApiServer, Store, UserGrant
+from rgpu_kubesim.network import LUPINE_NAMESPACE
 
 from .checks import CheckResult
 
@@ -52,9 +53,10 @@ PLURALS = {
 Obj = dict[str, Any]
 
 
-def manifests(k8s: Path = K8S) -> list[Obj]:
-    """Every object of ``PLURALS``' kinds in ``k8s/base``, in ``PLURALS`` order."""
-    base = k8s / "base"
+def manifests(k8s: Path = K8S, part: str = "base") -> list[Obj]:
+    """Every object of ``PLURALS``' kinds in ``k8s/<part>`` (``base``, or a component such as
+    ``components/server-policies``), in ``PLURALS`` order."""
+    base = k8s / part
     if not base.is_dir():
         raise FileNotFoundError(
             f"{base} is missing: the simulated stack applies rgpu's RBAC from the repository's "
@@ -89,10 +91,11 @@ def projected_tokens(accounts: Iterable[str]) -> Iterator[tuple[str, Obj]]:
         yield "rolebindings", {"metadata": meta, "roleRef": ref, "subjects": [subject]}
 
 
-def apply_rbac(store: Store, k8s: Path = K8S) -> list[Obj]:
-    """Create rgpu's RBAC and admission policies in ``store`` (its namespace must exist), and
-    the projected-token stand-in for its accounts; returns the objects read from k8s/."""
-    objects = manifests(k8s)
+def apply_rbac(store: Store, k8s: Path = K8S, part: str = "base") -> list[Obj]:
+    """Create rgpu's RBAC and admission policies of ``k8s/<part>`` in ``store`` (their
+    namespaces must exist), and the projected-token stand-in for the accounts it declares;
+    returns the objects read from k8s/."""
+    objects = manifests(k8s, part)
     for obj in objects:
         store.create(PLURALS[obj["kind"]], obj)
     accounts = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
@@ -102,8 +105,10 @@ def apply_rbac(store: Store, k8s: Path = K8S) -> list[Obj]:
 
 
 def user_grant() -> UserGrant:
-    """Simulated users get ``edit`` in every namespace but kube's and rgpu's own."""
-    return UserGrant(except_namespaces=UserGrant().except_namespaces | {SYSTEM_NAMESPACE})
+    """Simulated users get ``edit`` in every namespace but kube's and rgpu's own (its services'
+    and its lupine servers', where ``edit`` would let a tenant rewrite the servers' policies)."""
+    ours = {SYSTEM_NAMESPACE, LUPINE_NAMESPACE}
+    return UserGrant(except_namespaces=UserGrant().except_namespaces | ours)
 
 
 def refused(sim: SimApiServer) -> tuple[Refusal, ...]:

@@ -370,6 +370,7 @@ async def test_discovery_lists_exactly_what_is_served(client: httpx.AsyncClient)
         "policy",
         "rbac.authorization.k8s.io",
         "authorization.k8s.io",
+        "networking.k8s.io",
     }
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
     assert [r["name"] for r in leases["resources"]] == ["leases"]

@@ -4,11 +4,12 @@
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
 tokenreviews, rbac.authorization.k8s.io/v1 roles and bindings, authorization.k8s.io/v1 access
-reviews and admissionregistration.k8s.io/v1 mutating- and validatingwebhookconfigurations and
-validatingadmissionpolicies (+bindings) with kube-apiserver's semantics (resourceVersions,
-selectors, watches, patches, RBAC on every request, admission webhooks and CEL, scheduling
-gates, bearer tokens, Status errors), so unmodified clients (kubectl, kubernetes_asyncio) work
-against it.
+reviews, networking.k8s.io/v1 networkpolicies (enforced in front of fake lupine servers by
+``PodNetwork``) and admissionregistration.k8s.io/v1 mutating- and
+validatingwebhookconfigurations and validatingadmissionpolicies (+bindings) with
+kube-apiserver's semantics (resourceVersions, selectors, watches, patches, RBAC on every
+request, admission webhooks and CEL, scheduling gates, bearer tokens, Status errors), so
+unmodified clients (kubectl, kubernetes_asyncio) work against it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rgpu_kubesim.fleet import (
 )
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator, RunRecord
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
+from rgpu_kubesim.network import PodNetwork
 from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator, Step
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "LupineFleet",
     "LupineNotFound",
     "LupineSpec",
+    "PodNetwork",
     "PodPlan",
     "PodRecord",
     "Refusal",

@@ -14,6 +14,7 @@ from rgpu_kubesim import (
     _admission_policy_parse,
     _configmaps,
     _disruption,
+    _network_policies,
     _priority,
     _rbac_validation,
     _status,
@@ -81,6 +82,8 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _rbac_validation.apply_defaults(resource.kind, obj)
     elif resource.plural in _POLICY_KINDS:
         _admission_policy_parse.apply_defaults(resource.kind, obj)
+    elif resource.plural == "networkpolicies":
+        _network_policies.default_policy(obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -267,6 +270,8 @@ def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[
         causes += _priority.class_causes(obj, old)
     elif resource.plural == "poddisruptionbudgets":
         causes += _disruption.budget_causes(obj)
+    elif resource.plural == "networkpolicies":
+        causes += _network_policies.policy_causes(obj)
     elif resource.plural == "configmaps":
         causes += _configmaps.causes(obj, old)
     elif resource.group == _RBAC:

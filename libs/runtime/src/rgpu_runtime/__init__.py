@@ -93,6 +93,7 @@ from ._settings import (
     PeerSettings,
     ResourceSettings,
     SchedulingSettings,
+    ServerPolicySettings,
     Settings,
 )
 from ._telemetry import instrument_app, setup_telemetry, tracer
@@ -214,6 +215,7 @@ __all__ = [
     "ResourceSettings",
     "RgpuError",
     "SchedulingSettings",
+    "ServerPolicySettings",
     "ServiceLifespan",
     "Settings",
     "SettingsError",
