@@ -40,7 +40,7 @@ import orjson
 from bench_extender import FIXTURES, stack
 
 from rgpu_extender.reviewshape import MAX_POD_CONTAINERS, MAX_REVIEW_VALUES, count_values
-from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES
+from rgpu_runtime.serving import ADMISSION_REVIEW_MAX_BYTES
 
 TARGET_MS = 100.0
 """The CPU one accepted review may cost at most, however it is shaped."""

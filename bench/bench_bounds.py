@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_runtime import (
+from rgpu_runtime.serving import (
     Listener,
     body_limit,
     create_service_app,

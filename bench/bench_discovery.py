@@ -55,7 +55,9 @@ from rgpu_discovery.nodes import NodeNotices
 from rgpu_discovery.topology import TopologyState
 from rgpu_discovery.watching import Catalog
 from rgpu_kubesim import run_apiserver, run_lupine
-from rgpu_runtime import Listener, ObjectChange, Settings, running
+from rgpu_runtime.kube import ObjectChange
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import claim, pod_ref
 
 BUILD_TARGET_S = 1.0

@@ -44,7 +44,9 @@ from starlette.routing import Route
 
 from rgpu_extender import create_app, listeners
 from rgpu_kubesim import run_apiserver
-from rgpu_runtime import Listener, Settings, http_client, running
+from rgpu_runtime.peers import http_client
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 TARGETS_MS = {
     "filter, loopback": 3.0,

@@ -47,7 +47,8 @@ from rgpu_discovery import create_app
 from rgpu_discovery.state_writer import HEARTBEAT_SECONDS, WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_kubesim.lupine import LupineFleet, LupineSpec, open_lupine_fleet
-from rgpu_runtime import MembershipTiming, Settings, member_lease_name
+from rgpu_runtime.replicas import MembershipTiming, member_lease_name
+from rgpu_runtime.settings import Settings
 
 NAMESPACE = "rgpu-system"
 GPUS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")

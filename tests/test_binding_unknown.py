@@ -27,7 +27,7 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio

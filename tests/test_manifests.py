@@ -53,7 +53,9 @@ from rgpu_cli.stack import (
 )
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
-from rgpu_runtime import Listener, Settings, audience_of, running
+from rgpu_runtime.peers import audience_of
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.process
 

@@ -41,7 +41,8 @@ import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import EXEMPLAR_TRACE_ID, Settings, instrument_app
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio

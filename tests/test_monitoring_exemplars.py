@@ -36,7 +36,9 @@ from rgpu_cli.processes import free_port
 from rgpu_cli.span_receiver import receiving
 from rgpu_cli.spans import read_spans
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import EXEMPLAR_TRACE_ID, Listener, Settings, instrument_app, running
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.timeout(120)]

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from rgpu_runtime import EXEMPLAR_TRACE_ID, TraceSettings
+from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, TraceSettings
 
 pytestmark = pytest.mark.process
 

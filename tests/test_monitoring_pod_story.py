@@ -43,14 +43,9 @@ from rgpu_cli.stack import (
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
-from rgpu_runtime import (
-    CREATION_LINK,
-    TRACE_ANNOTATION,
-    Settings,
-    creation_of,
-    instrument_app,
-    running,
-)
+from rgpu_runtime.serving import running
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, creation_of, instrument_app
 from rgpu_testkit import container_manifest, eventually, pod_manifest
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]

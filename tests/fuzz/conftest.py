@@ -40,7 +40,7 @@ import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
 from rgpu_kubesim import FakeLupine, SimApiServer, run_apiserver, run_lupine
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 
 PROFILE_ENV = "RGPU_FUZZ_PROFILE"
 PROFILES: Mapping[str, Mapping[str, Any]] = {

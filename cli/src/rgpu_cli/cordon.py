@@ -32,7 +32,9 @@ from rgpu_contracts import (
     encode_device_cordon,
     node_of_server,
 )
-from rgpu_runtime import KubeClient, KubeConflict, KubeError, RgpuError, Settings, kube_client
+from rgpu_runtime.errors import KubeConflict, KubeError, RgpuError
+from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.settings import Settings
 
 __all__ = ["CordonError", "Cordoned", "cordon", "server_cards"]
 

@@ -25,15 +25,11 @@ from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
 from rgpu_discovery.state_writer import WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import (
-    DISCOVERY_AUDIENCE,
-    Backoff,
-    BearerAuth,
-    MembershipTiming,
-    Settings,
-    TokenRequestSource,
-    kube_client,
-)
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.peers import DISCOVERY_AUDIENCE, BearerAuth, TokenRequestSource
+from rgpu_runtime.replicas import MembershipTiming
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 NAMESPACE = "rgpu-system"

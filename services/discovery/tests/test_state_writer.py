@@ -29,7 +29,9 @@ from rgpu_discovery.state_watch import StateWatch
 from rgpu_discovery.state_writer import StateWriter, WriterPolicy
 from rgpu_discovery.topology import TopologyState
 from rgpu_kubesim.lupine import run_lupine
-from rgpu_runtime import Backoff, Settings, kube_client
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -46,7 +46,9 @@ from rgpu_contracts import (
 )
 from rgpu_extender import create_app, listeners
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings, Versioned, running
+from rgpu_runtime.feeds import Versioned
+from rgpu_runtime.serving import running
+from rgpu_runtime.settings import Settings
 
 COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"

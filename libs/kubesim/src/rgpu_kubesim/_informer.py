@@ -22,16 +22,9 @@ import httpx
 import orjson
 from anyio.abc import TaskStatus
 
-from rgpu_runtime import (
-    Backoff,
-    KubeExpired,
-    KubeUnavailable,
-    Listing,
-    ObjectChange,
-    Reflector,
-    ReflectorTiming,
-    WatchEvent,
-)
+from rgpu_runtime.errors import KubeExpired, KubeUnavailable
+from rgpu_runtime.kube import Listing, ObjectChange, Reflector, ReflectorTiming, WatchEvent
+from rgpu_runtime.pacing import Backoff
 
 __all__ = [
     "ADDED",

@@ -30,7 +30,7 @@ from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
-from rgpu_runtime import EmbeddedServer
+from rgpu_runtime.serving import EmbeddedServer
 
 _STARTUP_SECONDS = 10.0
 _SHUTDOWN_GRACE_SECONDS = 2

@@ -27,16 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_contracts import ErrorBody, Fleet, Server, Topology
-from rgpu_runtime import (
-    FLEET_FEED,
-    TOPOLOGY_FEED,
-    Listener,
-    Poll,
-    Unavailable,
-    Versioned,
-    create_service_app,
-    running,
-)
+from rgpu_runtime.errors import Unavailable
+from rgpu_runtime.feeds import FLEET_FEED, TOPOLOGY_FEED, Poll, Versioned
+from rgpu_runtime.serving import Listener, create_service_app, running
 
 __all__ = ["FakeDiscovery"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rgpu_runtime import run_service
+from rgpu_runtime.serving import run_service
 
 from .app import create_app
 

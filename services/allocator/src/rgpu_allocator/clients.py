@@ -24,20 +24,17 @@ import httpx
 from kubernetes_asyncio.client import PolicyV1Api
 
 from rgpu_contracts import PodRef, Server
-from rgpu_runtime import (
+from rgpu_runtime.errors import KubeError, KubeNotFound, Unavailable, UpstreamError
+from rgpu_runtime.kube import (
     EventRecorder,
     KubeClient,
-    KubeError,
     KubeEvent,
-    KubeNotFound,
     Listing,
     ObjectRef,
-    Unavailable,
-    UpstreamError,
     WatchEvent,
     kube_pages,
-    request_json,
 )
+from rgpu_runtime.peers import request_json
 
 from .errors import DiscoveryUnavailable, EvictionRefused
 

@@ -25,7 +25,8 @@ from typing import Final
 import orjson
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_runtime import CLAIMS_FEED, Changes, Entry, ObjectChange, Published, Versioned
+from rgpu_runtime.feeds import CLAIMS_FEED, Changes, Entry, Published, Versioned
+from rgpu_runtime.kube import ObjectChange
 
 from .claims import LeaseRecord
 

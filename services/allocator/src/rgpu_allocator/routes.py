@@ -47,18 +47,9 @@ from rgpu_contracts import (
     PodRef,
 )
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    CALLER_AUTH_STATE,
-    CLAIMS_FEED,
-    CallerAuth,
-    DiscoveryMirror,
-    Poll,
-    body_limit,
-    json_response,
-    read_json,
-    require_caller,
-    state_value,
-)
+from rgpu_runtime.feeds import CLAIMS_FEED, DiscoveryMirror, Poll
+from rgpu_runtime.peers import CALLER_AUTH_STATE, CallerAuth, require_caller
+from rgpu_runtime.serving import body_limit, json_response, read_json, state_value
 
 from .admitting import Admitter
 from .booking import Booking

@@ -32,7 +32,7 @@ from opentelemetry import trace
 
 from rgpu_contracts import ClaimState, NodeName, PodUID
 from rgpu_placement import Validity, winner
-from rgpu_runtime import KubeError, RgpuError
+from rgpu_runtime.errors import KubeError, RgpuError
 
 from .claims import LeaseRecord
 from .clients import KubeApi

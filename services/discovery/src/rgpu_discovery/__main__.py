@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from rgpu_runtime import run_service
+from rgpu_runtime.serving import run_service
 
 from .app import create_app
 

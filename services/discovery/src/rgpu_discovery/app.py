@@ -16,16 +16,12 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import (
-    Backoff,
-    Membership,
-    MembershipTiming,
-    Readiness,
-    Settings,
-    caller_auth,
-    create_service_app,
-    kube_client,
-)
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.peers import caller_auth
+from rgpu_runtime.replicas import Membership, MembershipTiming
+from rgpu_runtime.serving import Readiness, create_service_app
+from rgpu_runtime.settings import Settings
 
 from .clients import StateLeaseApi, event_recorder, node_event
 from .fleet import FleetState

@@ -44,16 +44,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_runtime import (
-    FLEET_FEED,
-    TOPOLOGY_FEED,
-    CallerAuth,
-    Poll,
-    Published,
-    Versioned,
-    require_caller,
-    state_value,
-)
+from rgpu_runtime.feeds import FLEET_FEED, TOPOLOGY_FEED, Poll, Published, Versioned
+from rgpu_runtime.peers import CallerAuth, require_caller
+from rgpu_runtime.serving import state_value
 
 from .errors import NotListedYet
 from .fleet import FleetState

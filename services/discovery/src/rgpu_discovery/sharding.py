@@ -17,7 +17,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Membership, Readiness
+from rgpu_runtime.replicas import Membership
+from rgpu_runtime.serving import Readiness
 
 from .fleet import FleetState
 from .instruments import Instruments

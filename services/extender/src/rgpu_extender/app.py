@@ -20,20 +20,12 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    ALLOCATOR_AUDIENCE,
-    DiscoveryMirror,
-    EventRecorder,
-    Listener,
-    PodCreations,
-    Readiness,
-    Settings,
-    bearer_auth,
-    create_service_app,
-    http_client,
-    kube_client,
-    run_service,
-)
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import EventRecorder, kube_client
+from rgpu_runtime.peers import ALLOCATOR_AUDIENCE, bearer_auth, http_client
+from rgpu_runtime.serving import Listener, Readiness, create_service_app, run_service
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import PodCreations
 
 from .admission import AdmissionPolicy
 from .binding import Binding

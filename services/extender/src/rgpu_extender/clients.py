@@ -27,7 +27,9 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
 )
-from rgpu_runtime import KubeClient, Unavailable, response_error, upstream_error
+from rgpu_runtime.errors import Unavailable
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.peers import response_error, upstream_error
 
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid
 

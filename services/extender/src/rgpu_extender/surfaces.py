@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_contracts import ErrorBody
-from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES, BodyLimitMiddleware, json_response
+from rgpu_runtime.serving import ADMISSION_REVIEW_MAX_BYTES, BodyLimitMiddleware, json_response
 
 from .webhookguard import webhook_guard
 

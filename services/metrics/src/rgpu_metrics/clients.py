@@ -18,7 +18,7 @@ from typing import Final
 import httpx
 
 from rgpu_contracts import ClaimSet, Fleet
-from rgpu_runtime import CLAIMS_FEED, FLEET_FEED, Follower, FollowPolicy, Mirror
+from rgpu_runtime.feeds import CLAIMS_FEED, FLEET_FEED, Follower, FollowPolicy, Mirror
 
 from .board import Board
 

@@ -1,0 +1,11 @@
+"""Settings read from the environment once, at start, and refused with the key that is wrong.
+
+The pieces a service composes its own settings from, and the one list of ``RGPU_*`` keys that
+every service accepts (one ConfigMap configures them all).
+"""
+
+from __future__ import annotations
+
+from ._settings import ResourceSettings, Settings
+
+__all__ = ["ResourceSettings", "Settings"]

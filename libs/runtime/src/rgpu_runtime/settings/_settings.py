@@ -1,0 +1,570 @@
+"""One ConfigMap configures every service, read once, checked at start.
+
+``Settings.from_env(environ, service=...)`` turns the ``RGPU_*`` variables (docs/design.md §6) into
+a frozen value grouped by concern. An empty value counts as unset (ConfigMaps often carry ``""``). A
+bad value, or an ``RGPU_*`` key nobody knows (a typo would otherwise silently fall back to a
+default), raises ``SettingsError`` naming the key, the value and what is expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar, cast
+
+from rgpu_runtime.errors import SettingsError
+from rgpu_runtime.serving._limits import LIMIT_KEYS, ListenerLimits, read_limits
+from rgpu_runtime.telemetry._sampling import TraceSettings
+
+from . import _parse as p
+from ._parse import HostPort
+
+Granularity = Literal["server", "card"]
+LogFormat = Literal["json", "text"]
+AuthMode = Literal["tokenreview", "none"]
+AdmissionMode = Literal["gate", "filter"]
+OnServerLost = Literal["keep", "evict"]
+T = TypeVar("T")
+
+SERVICES = ("discovery", "allocator", "extender", "metrics")
+
+_DEFAULT_LISTEN = {
+    "discovery": "127.0.0.1:8081",
+    "allocator": "127.0.0.1:8082",
+    "extender": "127.0.0.1:8083",
+    "metrics": "127.0.0.1:9400",
+}
+
+KNOWN_KEYS = (
+    "RGPU_ADMISSION",
+    "RGPU_ADMISSION_AHEAD",
+    "RGPU_ADMISSION_CONCURRENCY",
+    "RGPU_ADMISSION_TTL_SECONDS",
+    "RGPU_ALLOCATION_CALLERS",
+    "RGPU_ALLOCATOR_URL",
+    "RGPU_AUTH",
+    "RGPU_AUTH_CACHE_SECONDS",
+    "RGPU_BOOKING_TTL_SECONDS",
+    "RGPU_DEFAULT_PORT",
+    "RGPU_DISCOVERY_URL",
+    "RGPU_EXTENDER_BUDGET_SECONDS",
+    "RGPU_GRANULARITY",
+    *LIMIT_KEYS,
+    "RGPU_KUBE_URL",
+    "RGPU_LIB_IMAGE",
+    "RGPU_LISTEN",
+    "RGPU_LOG_FORMAT",
+    "RGPU_LOG_LEVEL",
+    "RGPU_MAX_BODY_BYTES",
+    "RGPU_NAMESPACE",
+    "RGPU_ON_SERVER_LOST",
+    "RGPU_PREEMPTION",
+    "RGPU_PROBE_CALLERS",
+    "RGPU_PROBE_INTERVAL_SECONDS",
+    "RGPU_PROBE_TIMEOUT_SECONDS",
+    "RGPU_RESOURCE_COUNT",
+    "RGPU_RESOURCE_MEMORY",
+    "RGPU_SCHEDULER_CLIENT_CA_FILE",
+    "RGPU_SCHEDULER_MAX_BODY_BYTES",
+    "RGPU_SCHEDULER_NAME",
+    "RGPU_SERVER_LOST_GRACE_SECONDS",
+    "RGPU_TLS_CERT_FILE",
+    "RGPU_TLS_KEY_FILE",
+    "RGPU_TOKEN_ACCOUNT",
+    "RGPU_TOKEN_DIR",
+    "RGPU_TOPOLOGY_KEYS",
+    "RGPU_TRACE_BACKGROUND_RATIO",
+    "RGPU_TRUSTED_USERS",
+    "RGPU_WEBHOOK_CLIENT_CA_FILE",
+    "RGPU_WEBHOOK_LISTEN",
+)
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_MAX_BODY_BYTES_CEILING = 1 << 30
+_SCHEDULER_MAX_BODY_BYTES = 4 << 20
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceSettings:
+    """Extended resource names pods request; HAMi's names by default for compatibility."""
+
+    count: str = "nvidia.com/remote-gpu"
+    """``RGPU_RESOURCE_COUNT``: cards per container; HAMi's remote-gpu name so pods move over."""
+    memory: str = "nvidia.com/remote-gpu-memory"
+    """``RGPU_RESOURCE_MEMORY``: MiB per card a container needs; HAMi's name, same reason."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LupineSettings:
+    """How servers are reached and probed."""
+
+    default_port: int = 14833
+    """``RGPU_DEFAULT_PORT``: lupine port when the server label has none; lupine's own default."""
+    probe_interval_seconds: float = 15.0
+    """``RGPU_PROBE_INTERVAL_SECONDS``: seconds between probes; a dead server is noticed within
+    one scrape interval of Prometheus' usual 15 s, at one cheap GET per server."""
+    probe_timeout_seconds: float = 2.0
+    """``RGPU_PROBE_TIMEOUT_SECONDS``: seconds a probe may take; a healthy lupine answers in ms,
+    and HAMi uses 2 s."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulingSettings:
+    """Placement policy shared by the allocator, extender and webhook."""
+
+    granularity: Granularity = "server"
+    """``RGPU_GRANULARITY``: ``server`` (a pod gets a whole server; lupine shows clients every
+    GPU of it, so this is the safe isolation unit) or ``card`` (trusted tenants only)."""
+    scheduler_name: str = "rgpu-scheduler"
+    """``RGPU_SCHEDULER_NAME``: the second scheduler the webhook assigns GPU pods to."""
+    namespace: str = "rgpu-system"
+    """``RGPU_NAMESPACE``: where claim Leases live; rgpu's own namespace so RBAC stays narrow."""
+    booking_ttl_seconds: float = 30.0
+    """``RGPU_BOOKING_TTL_SECONDS``: seconds a booked, unbound claim survives; long enough for
+    kube-scheduler's filter-to-bind gap, short enough that an abandoned booking frees fast."""
+    topology_keys: tuple[str, ...] = (
+        "topology.rgpu.io/rack",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+    )
+    """``RGPU_TOPOLOGY_KEYS``: node labels for locality, finest first; rack before zone before
+    region because a closer GPU is a faster GPU."""
+    lib_image: str | None = None
+    """``RGPU_LIB_IMAGE``: HAMi-core library image the webhook injects; unset (off) because
+    memory limits inside the client are optional."""
+    trusted_users: tuple[str, ...] = ()
+    """``RGPU_TRUSTED_USERS``: the exact usernames allowed to change scheduler-owned annotations
+    and lift rgpu's scheduling gate, rgpu's own service accounts included (nothing is trusted
+    implicitly); empty so nobody can forge an allocation unless listed."""
+    extender_budget_seconds: float = 4.0
+    """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
+    kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
+    preemption: bool = True
+    """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
+    GPU's holder for an urgent pod (docs/design.md §11) and pods without a priority never
+    preempt."""
+    server_lost_grace_seconds: float = 60.0
+    """``RGPU_SERVER_LOST_GRACE_SECONDS``: how long a held server may be unreachable or its
+    Node NotReady before its holders are told (and, with ``evict``, evicted); a minute rides
+    out a lupine restart or a kubelet hiccup, and is short next to a job stuck on a dead GPU."""
+    on_server_lost: OnServerLost = "keep"
+    """``RGPU_ON_SERVER_LOST``: ``keep`` (Warning Event and readiness gate only) or ``evict``
+    (also evict the holders through the Eviction API, so their controllers run them
+    elsewhere); keep, because evicting is the owner's call: a job may survive a short outage."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionSettings:
+    """Whether rgpu admits GPU pods itself, behind a scheduling gate, before kube-scheduler."""
+
+    mode: AdmissionMode = "gate"
+    """``RGPU_ADMISSION``: ``gate`` (the webhook gates every GPU pod with ``rgpu.io/admission``;
+    the elected allocator books a server, then lifts the gate, so kube-scheduler's serial cycle
+    only reads the booking) or ``filter`` (HAMi's flow: the booking is made inside
+    kube-scheduler's ``/filter``). Gate by default: a burst is admitted at the apiserver's
+    write rate instead of one pod per scheduler cycle, and waiting pods cost nothing."""
+    ttl_seconds: float = 60.0
+    """``RGPU_ADMISSION_TTL_SECONDS``: seconds an admitted pod's booking survives unbound; it
+    covers kube-scheduler's queue after the gate is lifted (seconds in a burst), and past it
+    the booking lapses and the pod takes the filter path."""
+    concurrency: int = 64
+    """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
+    once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
+    thousands does not open thousands of requests."""
+    ahead: int = 256
+    """``RGPU_ADMISSION_AHEAD``: admitted pods kube-scheduler has not bound yet, at most.
+    Admitting further ahead of the scheduler gains nothing (it binds one pod per cycle) and
+    lets bookings lapse in its queue: each such pod then costs a second cycle on the filter
+    path. 256 within a 60 s TTL needs the scheduler to bind 4.3 pods/s; raise it with the
+    TTL for a slower scheduler, or for one that binds far faster than 256 per TTL."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerSettings:
+    """Where the services find each other."""
+
+    discovery_url: str = "http://127.0.0.1:8081"
+    """``RGPU_DISCOVERY_URL``: discovery's base URL; its default listen address."""
+    allocator_url: str = "http://127.0.0.1:8082"
+    """``RGPU_ALLOCATOR_URL``: allocator's base URL; its default listen address."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSettings:
+    """How to reach the Kubernetes API (see ``kube_client``)."""
+
+    url: str | None = None
+    """``RGPU_KUBE_URL``: explicit apiserver URL (the simulated cluster); unset means in-cluster
+    config, then kubeconfig, as any Kubernetes controller does."""
+    kubeconfig: str | None = None
+    """``KUBECONFIG``: kubeconfig path(s) for out-of-cluster runs; unset means ~/.kube/config."""
+    service_host: str | None = None
+    """``KUBERNETES_SERVICE_HOST``: set in every pod by the kubelet; present means in-cluster."""
+    service_port: str | None = None
+    """``KUBERNETES_SERVICE_PORT``: the apiserver port that goes with ``service_host``."""
+    pod_namespace: str | None = None
+    """``POD_NAMESPACE``: this pod's namespace (downward API) when present, for events and ids."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpSettings:
+    """Where this process listens."""
+
+    listen: HostPort
+    """``RGPU_LISTEN``: this service's address; loopback by default so nothing is exposed by
+    accident (discovery :8081, allocator :8082, extender :8083, metrics :9400)."""
+    webhook_listen: HostPort = field(default_factory=lambda: HostPort(host="127.0.0.1", port=8443))
+    """``RGPU_WEBHOOK_LISTEN``: the extender's TLS webhook; 8443, the usual webhook port."""
+    tls_cert_file: str | None = None
+    """``RGPU_TLS_CERT_FILE``: PEM certificate for the webhook; unset means no TLS listener."""
+    tls_key_file: str | None = None
+    """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
+    scheduler_client_ca_file: str | None = None
+    """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
+    listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
+    certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
+    and no client certificate (only the NetworkPolicy keeps other pods off the port)."""
+    webhook_client_ca_file: str | None = None
+    """``RGPU_WEBHOOK_CLIENT_CA_FILE``: PEM CA bundle; when set the webhook listener answers
+    ``/mutate`` only to a caller presenting a client certificate signed by it (the apiserver,
+    given one through its AdmissionConfiguration); health stays open for the kubelet. Unset
+    means any caller that reaches the port may send reviews."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
+    1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
+    ``nodeCacheCapable`` sends) with room, and bounds memory per request. Raise it when
+    kube-scheduler sends full Nodes to the extender."""
+    scheduler_max_body_bytes: int = _SCHEDULER_MAX_BODY_BYTES
+    """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
+    4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
+    (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
+    """``RGPU_HTTP_*``: what one client may hold on each of this process's listeners."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthSettings:
+    """How services prove who they are to each other (docs/design.md §10)."""
+
+    mode: AuthMode = "tokenreview"
+    """``RGPU_AUTH``: ``tokenreview`` (guarded routes require a ServiceAccount token with the
+    receiving service's audience, ``rgpu-<service>``, that TokenReview confirms) or ``none``
+    (any caller; an explicit choice, logged as a warning at start). Secure by default."""
+    allocation_callers: tuple[str, ...] = ()
+    """``RGPU_ALLOCATION_CALLERS``: exact usernames (``system:serviceaccount:<ns>:<name>``) that
+    may book, commit and release at the allocator (the extender's); empty so nobody is trusted
+    unless listed. No wildcards."""
+    probe_callers: tuple[str, ...] = ()
+    """``RGPU_PROBE_CALLERS``: exact usernames that may ask discovery for a probe (the
+    allocator's); empty so nobody is trusted unless listed. No wildcards."""
+    cache_seconds: float = 60.0
+    """``RGPU_AUTH_CACHE_SECONDS``: how long a TokenReview verdict is reused; a minute keeps the
+    apiserver off the booking path yet lets a deleted account lose access quickly (never
+    longer than the token's own expiry)."""
+    token_dir: str = "/var/run/secrets/rgpu"
+    """``RGPU_TOKEN_DIR``: where a caller finds its projected tokens, one file per audience it
+    calls (``rgpu-allocator``, ``rgpu-discovery``), re-read as the kubelet rotates them. Where
+    the k8s/ Deployments mount them."""
+    token_account: str | None = None
+    """``RGPU_TOKEN_ACCOUNT``: a service-account name in ``RGPU_NAMESPACE`` to mint tokens for
+    through TokenRequest instead of reading ``token_dir``; for the simulated cluster, where
+    no kubelet projects tokens. Unset in a real cluster."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogSettings:
+    """How the process logs."""
+
+    level: str = "INFO"
+    """``RGPU_LOG_LEVEL``: DEBUG, INFO, WARNING, ERROR or CRITICAL; INFO logs decisions, not
+    every request."""
+    format: LogFormat = "json"
+    """``RGPU_LOG_FORMAT``: ``json`` (one object per line, for log pipelines) or ``text``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything a service reads from its environment, once, at start."""
+
+    service: str
+    """Which service this process runs (discovery, allocator, extender, metrics)."""
+    http: HttpSettings
+    resources: ResourceSettings = field(default_factory=ResourceSettings)
+    lupine: LupineSettings = field(default_factory=LupineSettings)
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    peers: PeerSettings = field(default_factory=PeerSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    traces: TraceSettings = field(default_factory=TraceSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Settings:
+        """Read and check every setting; raises ``SettingsError`` on the first bad one."""
+        if service not in SERVICES:
+            raise SettingsError(f"service={service!r}: expected one of {', '.join(SERVICES)}")
+        env = _Env(environ)
+        _refuse_unknown(environ)
+        return cls(
+            service=service,
+            http=_http(env, service),
+            resources=_resources(env),
+            lupine=_lupine(env),
+            scheduling=_scheduling(env),
+            admission=_admission(env),
+            peers=_peers(env),
+            kube=_kube(env),
+            auth=_auth(env),
+            log=_log(env),
+            traces=TraceSettings.from_env(environ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Env:
+    environ: Mapping[str, str]
+
+    def get(self, key: str) -> str | None:
+        value = self.environ.get(key, "")
+        return value if value.strip() else None
+
+
+RETIRED_KEYS = {
+    "RGPU_ALLOWED_CALLERS": (
+        "one allow-list for every guarded route is gone: list the extender's account in "
+        "RGPU_ALLOCATION_CALLERS (the allocator's writes) and the allocator's in "
+        "RGPU_PROBE_CALLERS (discovery's probe)"
+    ),
+    "RGPU_TOKEN_FILE": (
+        "each caller now reads one token per audience it calls from RGPU_TOKEN_DIR "
+        "(<dir>/rgpu-allocator, <dir>/rgpu-discovery): project them there"
+    ),
+}
+"""Keys an older ConfigMap may still carry, with what replaced them."""
+
+
+def _refuse_unknown(environ: Mapping[str, str]) -> None:
+    for key in sorted(environ):
+        if key in RETIRED_KEYS:
+            raise SettingsError(f"{key}: no longer read; {RETIRED_KEYS[key]}")
+        if key.startswith("RGPU_") and key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise SettingsError(
+                f"{key}: unknown setting; {hint}known keys are {', '.join(KNOWN_KEYS)}"
+            )
+
+
+def _resources(env: _Env) -> ResourceSettings:
+    d = ResourceSettings()
+    count = env.get("RGPU_RESOURCE_COUNT")
+    memory = env.get("RGPU_RESOURCE_MEMORY")
+    return ResourceSettings(
+        count=d.count if count is None else p.label_key("RGPU_RESOURCE_COUNT", count, count),
+        memory=d.memory if memory is None else p.label_key("RGPU_RESOURCE_MEMORY", memory, memory),
+    )
+
+
+def _lupine(env: _Env) -> LupineSettings:
+    d = LupineSettings()
+    return LupineSettings(
+        default_port=_read(env, "RGPU_DEFAULT_PORT", p.port, d.default_port),
+        probe_interval_seconds=_read(
+            env, "RGPU_PROBE_INTERVAL_SECONDS", p.seconds, d.probe_interval_seconds
+        ),
+        probe_timeout_seconds=_read(
+            env, "RGPU_PROBE_TIMEOUT_SECONDS", p.seconds, d.probe_timeout_seconds
+        ),
+    )
+
+
+def _scheduling(env: _Env) -> SchedulingSettings:
+    d = SchedulingSettings()
+    granularity = env.get("RGPU_GRANULARITY")
+    users = env.get("RGPU_TRUSTED_USERS")
+    preemption = env.get("RGPU_PREEMPTION")
+    return SchedulingSettings(
+        granularity=d.granularity
+        if granularity is None
+        else cast(Granularity, p.choice("RGPU_GRANULARITY", granularity, ("server", "card"))),
+        scheduler_name=_read(env, "RGPU_SCHEDULER_NAME", p.word, d.scheduler_name),
+        namespace=_read(env, "RGPU_NAMESPACE", p.dns_label, d.namespace),
+        booking_ttl_seconds=_read(
+            env, "RGPU_BOOKING_TTL_SECONDS", p.seconds, d.booking_ttl_seconds
+        ),
+        topology_keys=_read(env, "RGPU_TOPOLOGY_KEYS", p.label_keys, d.topology_keys),
+        lib_image=_read(env, "RGPU_LIB_IMAGE", p.word, None),
+        trusted_users=d.trusted_users if users is None else p.csv(users),
+        extender_budget_seconds=_read(
+            env, "RGPU_EXTENDER_BUDGET_SECONDS", p.seconds, d.extender_budget_seconds
+        ),
+        preemption=d.preemption
+        if preemption is None
+        else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
+        server_lost_grace_seconds=_read(
+            env, "RGPU_SERVER_LOST_GRACE_SECONDS", p.seconds, d.server_lost_grace_seconds
+        ),
+        on_server_lost=_on_server_lost(env, d.on_server_lost),
+    )
+
+
+def _admission(env: _Env) -> AdmissionSettings:
+    d = AdmissionSettings()
+    mode = env.get("RGPU_ADMISSION")
+    return AdmissionSettings(
+        mode=d.mode
+        if mode is None
+        else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
+        ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
+        concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
+        ahead=_read(env, "RGPU_ADMISSION_AHEAD", _ahead, d.ahead),
+    )
+
+
+def _concurrency(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
+        raise p.bad(key, value, "expected a whole number from 1 to 1024")
+    return int(text)
+
+
+def _ahead(key: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or len(text) > 5 or not 1 <= int(text) <= 10_000:
+        raise p.bad(key, value, "expected a whole number from 1 to 10000")
+    return int(text)
+
+
+def _on_server_lost(env: _Env, default: OnServerLost) -> OnServerLost:
+    value = env.get("RGPU_ON_SERVER_LOST")
+    if value is None:
+        return default
+    return cast(OnServerLost, p.choice("RGPU_ON_SERVER_LOST", value, ("keep", "evict")))
+
+
+def _peers(env: _Env) -> PeerSettings:
+    d = PeerSettings()
+    return PeerSettings(
+        discovery_url=_read(env, "RGPU_DISCOVERY_URL", p.url, d.discovery_url),
+        allocator_url=_read(env, "RGPU_ALLOCATOR_URL", p.url, d.allocator_url),
+    )
+
+
+def _kube(env: _Env) -> KubeSettings:
+    return KubeSettings(
+        url=_read(env, "RGPU_KUBE_URL", p.url, None),
+        kubeconfig=env.get("KUBECONFIG"),
+        service_host=env.get("KUBERNETES_SERVICE_HOST"),
+        service_port=env.get("KUBERNETES_SERVICE_PORT"),
+        pod_namespace=_read(env, "POD_NAMESPACE", p.dns_label, None),
+    )
+
+
+def _http(env: _Env, service: str) -> HttpSettings:
+    cert = env.get("RGPU_TLS_CERT_FILE")
+    key = env.get("RGPU_TLS_KEY_FILE")
+    if (cert is None) != (key is None):
+        given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
+        raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
+    client_ca = _read(env, "RGPU_SCHEDULER_CLIENT_CA_FILE", p.word, None)
+    if client_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
+    webhook_ca = _read(env, "RGPU_WEBHOOK_CLIENT_CA_FILE", p.word, None)
+    if webhook_ca is not None and cert is None:
+        raise SettingsError(
+            f"RGPU_WEBHOOK_CLIENT_CA_FILE={webhook_ca!r} asks the webhook listener for client "
+            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
+        )
+    return HttpSettings(
+        listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
+        webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
+        tls_cert_file=cert.strip() if cert else None,
+        tls_key_file=key.strip() if key else None,
+        scheduler_client_ca_file=client_ca,
+        webhook_client_ca_file=webhook_ca,
+        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
+        scheduler_max_body_bytes=_read(
+            env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
+        ),
+        limits=read_limits(env.get),
+    )
+
+
+def _byte_count(key: str, value: str) -> int:
+    text = value.strip()
+    expected = f"expected a whole number of bytes, 1024..{_MAX_BODY_BYTES_CEILING}"
+    # Digits are counted before int() so a huge value is refused, not converted.
+    if not text.isdigit() or len(text) > 10:
+        raise p.bad(key, value, expected)
+    number = int(text)
+    if not 1024 <= number <= _MAX_BODY_BYTES_CEILING:
+        raise p.bad(key, value, expected)
+    return number
+
+
+def _auth(env: _Env) -> AuthSettings:
+    d = AuthSettings()
+    mode = env.get("RGPU_AUTH")
+    return AuthSettings(
+        mode=d.mode
+        if mode is None
+        else cast(AuthMode, p.choice("RGPU_AUTH", mode, ("tokenreview", "none"))),
+        allocation_callers=_read(env, "RGPU_ALLOCATION_CALLERS", _usernames, d.allocation_callers),
+        probe_callers=_read(env, "RGPU_PROBE_CALLERS", _usernames, d.probe_callers),
+        cache_seconds=_read(env, "RGPU_AUTH_CACHE_SECONDS", p.seconds, d.cache_seconds),
+        token_dir=_read(env, "RGPU_TOKEN_DIR", p.word, d.token_dir),
+        token_account=_read(env, "RGPU_TOKEN_ACCOUNT", _account_name, None),
+    )
+
+
+def _account_name(key: str, value: str) -> str:
+    text = value.strip()
+    if len(text) > 253 or not _DNS_SUBDOMAIN.fullmatch(text):
+        raise p.bad(key, value, "expected a service-account name (a DNS-1123 subdomain)")
+    return text
+
+
+def _usernames(key: str, value: str) -> tuple[str, ...]:
+    names = p.csv(value)
+    for name in names:
+        if "*" in name or any(c.isspace() for c in name):
+            raise p.bad(
+                key,
+                value,
+                f"{name!r}: list exact usernames, e.g. "
+                "system:serviceaccount:rgpu-system:rgpu-extender (no wildcards or spaces)",
+            )
+    return names
+
+
+def _address(env: _Env, key: str, default: str) -> HostPort:
+    return HostPort.parse((env.get(key) or default).strip(), key=key)
+
+
+def _log(env: _Env) -> LogSettings:
+    d = LogSettings()
+    level = env.get("RGPU_LOG_LEVEL")
+    if level is not None and level.strip().upper() == "WARN":
+        level = "WARNING"
+    fmt = env.get("RGPU_LOG_FORMAT")
+    return LogSettings(
+        level=d.level if level is None else p.choice("RGPU_LOG_LEVEL", level, _LOG_LEVELS),
+        format=d.format
+        if fmt is None
+        else cast(LogFormat, p.choice("RGPU_LOG_FORMAT", fmt, ("json", "text"))),
+    )
+
+
+def _read(env: _Env, key: str, parse: Callable[[str, str], T], default: T) -> T:
+    value = env.get(key)
+    return default if value is None else parse(key, value)

@@ -1,0 +1,39 @@
+"""Logs, traces and latency, set up the same way in every service.
+
+``main`` configures logging and the tracer provider; everything else only asks for a tracer,
+observes a histogram with ``trace_exemplar()``, or tells a pod's story (``pod_span``,
+``TRACE_ANNOTATION``), so one pod's scheduling reads as one trace across services.
+"""
+
+from __future__ import annotations
+
+from ._exemplar import EXEMPLAR_TRACE_ID, trace_exemplar
+from ._podtrace import (
+    CREATION_LINK,
+    TRACE_ANNOTATION,
+    PodCreations,
+    creation_context,
+    creation_of,
+    link_creation,
+    pod_attributes,
+    pod_span,
+    traceparent_of,
+)
+from ._sampling import TraceSettings
+from ._tracing import instrument_app
+
+__all__ = [
+    "CREATION_LINK",
+    "EXEMPLAR_TRACE_ID",
+    "TRACE_ANNOTATION",
+    "PodCreations",
+    "TraceSettings",
+    "creation_context",
+    "creation_of",
+    "instrument_app",
+    "link_creation",
+    "pod_attributes",
+    "pod_span",
+    "trace_exemplar",
+    "traceparent_of",
+]
