@@ -19,7 +19,7 @@ from rgpu_runtime.kube import KubeClient
 from rgpu_runtime.kube._spans import KubeRequest, trace_requests
 from rgpu_runtime.serving import Listener, running
 
-from .conftest import Apiserver
+from ..conftest import Apiserver
 
 pytestmark = pytest.mark.anyio
 

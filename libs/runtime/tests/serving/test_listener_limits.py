@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_runtime.serving import Listener, create_service_app, json_response, running
-from rgpu_runtime.serving._limits import ListenerLimits
+from rgpu_runtime.settings import ListenerLimits
 
 pytestmark = pytest.mark.anyio
 

@@ -60,7 +60,7 @@ def test_a_settings_error_while_starting_exits_2(tmp_path: object) -> None:
 
 
 SERVICE = """
-from rgpu_runtime import create_service_app, run_service
+from rgpu_runtime.serving import create_service_app, run_service
 
 def create_app(settings):
     return create_service_app(service=settings.service, routes=[])

@@ -6,8 +6,7 @@ import os
 import pytest
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.serving._limits import ListenerLimits
-from rgpu_runtime.settings import Settings
+from rgpu_runtime.settings import ListenerLimits, Settings
 from rgpu_runtime.settings._parse import HostPort
 from rgpu_runtime.settings._settings import KNOWN_KEYS
 

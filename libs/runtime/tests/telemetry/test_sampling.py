@@ -11,7 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind
 
 from rgpu_contracts import PodRef, PodUID
-from rgpu_runtime.telemetry import TraceSettings, pod_span
+from rgpu_runtime.settings import TraceSettings
+from rgpu_runtime.telemetry import pod_span
 from rgpu_runtime.telemetry._sampling import trace_sampler
 
 ROOTS = 2000

@@ -30,12 +30,12 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings._parse import HostPort
+from rgpu_runtime.settings import HostPort, ListenerLimits
 
 from ._draining import Draining
 from ._groups import lone_errors
 from ._lifespan import app_lifespan, with_state
-from ._limits import LISTENER_METRICS_STATE, ListenerLimits, ListenerMetrics
+from ._limits import LISTENER_METRICS_STATE, ListenerMetrics
 from ._uvicorn import EmbeddedServer
 
 __all__ = ["Listener", "running", "serve", "serve_listeners"]

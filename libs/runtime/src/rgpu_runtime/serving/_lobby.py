@@ -24,7 +24,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Protocol
 
-from ._limits import ListenerLimits, ListenerMetrics
+from rgpu_runtime.settings import ListenerLimits
+
+from ._limits import ListenerMetrics
 
 __all__ = ["Doorway", "HttpSide", "Lobby", "Seat"]
 

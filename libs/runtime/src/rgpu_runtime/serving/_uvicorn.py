@@ -22,8 +22,9 @@ from collections.abc import Generator
 import anyio
 import uvicorn
 
+from rgpu_runtime.settings import ListenerLimits
+
 from ._guardedhttp import GuardedHttp
-from ._limits import ListenerLimits
 from ._lobby import Lobby, Seat
 
 __all__ = ["EmbeddedServer"]

@@ -6,6 +6,9 @@ every service accepts (one ConfigMap configures them all).
 
 from __future__ import annotations
 
+from ._listener_limits import ListenerLimits
+from ._parse import HostPort
 from ._settings import ResourceSettings, Settings
+from ._traces import TraceSettings
 
-__all__ = ["ResourceSettings", "Settings"]
+__all__ = ["HostPort", "ListenerLimits", "ResourceSettings", "Settings", "TraceSettings"]

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar, cast
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.serving._limits import LIMIT_KEYS, ListenerLimits, read_limits
-from rgpu_runtime.telemetry._sampling import TraceSettings
 
 from . import _parse as p
+from ._listener_limits import LIMIT_KEYS, ListenerLimits, read_limits
 from ._parse import HostPort
+from ._traces import TraceSettings
 
 Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]

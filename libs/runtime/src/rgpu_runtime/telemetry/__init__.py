@@ -19,7 +19,6 @@ from ._podtrace import (
     pod_span,
     traceparent_of,
 )
-from ._sampling import TraceSettings
 from ._tracing import instrument_app
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
     "EXEMPLAR_TRACE_ID",
     "TRACE_ANNOTATION",
     "PodCreations",
-    "TraceSettings",
     "creation_context",
     "creation_of",
     "instrument_app",

@@ -27,8 +27,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rgpu_runtime.settings import TraceSettings
+
 from ._latency import UNMATCHED, route_template
-from ._sampling import TraceSettings, trace_sampler
+from ._sampling import trace_sampler
 
 __all__ = ["instrument_app", "setup_telemetry", "tracer"]
 
