@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
+from libs.runtime.tests.conftest import Apiserver
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -18,8 +19,6 @@ from rgpu_runtime.errors import KubeNotFound
 from rgpu_runtime.kube import KubeClient
 from rgpu_runtime.kube._spans import KubeRequest, trace_requests
 from rgpu_runtime.serving import Listener, running
-
-from ..conftest import Apiserver
 
 pytestmark = pytest.mark.anyio
 

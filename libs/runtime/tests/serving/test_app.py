@@ -20,13 +20,13 @@ from starlette.routing import Mount, Route
 from rgpu_contracts import ErrorBody
 from rgpu_runtime.errors import Unavailable
 from rgpu_runtime.serving import (
-    MAX_BODY_BYTES,
     Readiness,
     create_service_app,
     json_response,
     read_json,
     state_value,
 )
+from rgpu_runtime.settings import DEFAULT_MAX_BODY_BYTES as MAX_BODY_BYTES
 
 pytestmark = pytest.mark.anyio
 

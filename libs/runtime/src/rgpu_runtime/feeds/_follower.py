@@ -59,8 +59,8 @@ from anyio.abc import TaskStatus
 
 from rgpu_contracts import ContractError, UpdateKind
 from rgpu_runtime.errors import Unavailable, UpstreamError
-from rgpu_runtime.pacing._backoff import Backoff
-from rgpu_runtime.peers._http import response_error, upstream_error
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.peers import response_error, upstream_error
 
 from ._feed import Revisioned, Update
 from ._mirror import FollowStatus, Mirror

@@ -24,8 +24,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
 from rgpu_runtime.errors import KubeError, SettingsError
-from rgpu_runtime.pacing._backoff import Backoff
-from rgpu_runtime.settings._settings import Settings
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.settings import Settings
 
 from ._failures import kube_error, transport_error
 from ._spans import trace_requests

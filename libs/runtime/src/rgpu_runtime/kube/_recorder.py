@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
 from rgpu_runtime.errors import KubeError
-from rgpu_runtime.pacing._bucket import TokenBucket
+from rgpu_runtime.pacing import TokenBucket
 
 from ._client import KubeClient
 

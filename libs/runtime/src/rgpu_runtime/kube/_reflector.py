@@ -27,7 +27,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_runtime.errors import KubeError, KubeExpired
-from rgpu_runtime.pacing._backoff import Backoff
+from rgpu_runtime.pacing import Backoff
 
 from ._client import ApiCall, KubeClient, Listing
 from ._watch import WatchEvent

@@ -21,7 +21,7 @@ import anyio
 import orjson
 
 from rgpu_runtime.errors import KubeUnavailable
-from rgpu_runtime.pacing._backoff import Backoff
+from rgpu_runtime.pacing import Backoff
 
 from ._failures import status_error
 

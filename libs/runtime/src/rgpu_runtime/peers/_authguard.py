@@ -40,8 +40,8 @@ from rgpu_runtime.errors import (
     Unauthorized,
     Unavailable,
 )
-from rgpu_runtime.kube._client import KubeClient
-from rgpu_runtime.settings._settings import Settings
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
 
 from ._tokencheck import ReviewBudget, Verdict, VerdictCache, Verdicts, expiry, unreviewable
 

@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import orjson
 
-from rgpu_runtime.pacing._bucket import TokenBucket
+from rgpu_runtime.pacing import TokenBucket
 
 __all__ = [
     "MAX_CONFIRMED_VERDICTS",

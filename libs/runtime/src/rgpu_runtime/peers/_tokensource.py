@@ -21,8 +21,8 @@ import anyio
 import httpx
 
 from rgpu_runtime.errors import KubeError, SettingsError, Unavailable
-from rgpu_runtime.kube._client import KubeClient
-from rgpu_runtime.settings._settings import Settings
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
 
 __all__ = [
     "BearerAuth",

@@ -43,8 +43,8 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound, SettingsError
-from rgpu_runtime.kube._client import KubeClient
-from rgpu_runtime.serving._readiness import Readiness, Standing
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.serving import Readiness, Standing
 
 __all__ = ["Election", "ElectionTiming", "LeaseRecord", "replica_identity"]
 

@@ -41,11 +41,17 @@ from anyio.abc import TaskStatus
 
 from rgpu_contracts import prefixed_name
 from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
-from rgpu_runtime.feeds._versioned import Versioned
-from rgpu_runtime.kube._client import KubeClient, Listing
-from rgpu_runtime.kube._reflector import ObjectChange, Reflector, ReflectorTiming, kube_pages
-from rgpu_runtime.kube._watch import WatchEvent
-from rgpu_runtime.serving._readiness import Readiness, Standing
+from rgpu_runtime.feeds import Versioned
+from rgpu_runtime.kube import (
+    KubeClient,
+    Listing,
+    ObjectChange,
+    Reflector,
+    ReflectorTiming,
+    WatchEvent,
+    kube_pages,
+)
+from rgpu_runtime.serving import Readiness, Standing
 
 __all__ = ["HashRing", "Membership", "MembershipTiming", "member_lease_name"]
 

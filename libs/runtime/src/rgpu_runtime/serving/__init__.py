@@ -7,28 +7,24 @@ from __future__ import annotations
 
 from ._app import create_service_app
 from ._bodylimit import BodyLimitMiddleware, body_limit
-from ._bounds import ADMISSION_REVIEW_MAX_BYTES, decode_json, read_bounded_json
-from ._edge import MAX_BODY_BYTES, json_response, read_json, state_value
+from ._edge import json_response, read_json, state_value
 from ._limits import LISTENER_METRICS_STATE, ListenerMetrics
 from ._listeners import Listener, running
 from ._main import run_service
-from ._readiness import Readiness
+from ._readiness import Readiness, Standing
 from ._uvicorn import EmbeddedServer
 
 __all__ = [
-    "ADMISSION_REVIEW_MAX_BYTES",
     "LISTENER_METRICS_STATE",
-    "MAX_BODY_BYTES",
     "BodyLimitMiddleware",
     "EmbeddedServer",
     "Listener",
     "ListenerMetrics",
     "Readiness",
+    "Standing",
     "body_limit",
     "create_service_app",
-    "decode_json",
     "json_response",
-    "read_bounded_json",
     "read_json",
     "run_service",
     "running",

@@ -47,11 +47,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_contracts import ContractError
 from rgpu_runtime.errors import RgpuError
-from rgpu_runtime.telemetry._latency import LatencyMiddleware, latency_histogram
+from rgpu_runtime.settings import DEFAULT_MAX_BODY_BYTES
+from rgpu_runtime.telemetry import LatencyMiddleware, latency_histogram
 
 from ._bodylimit import BodyLimitMiddleware
 from ._edge import (
-    MAX_BODY_BYTES,
     json_response,
     on_contract_error,
     on_http_exception,
@@ -74,7 +74,7 @@ def create_service_app(
     lifespan: ServiceLifespan | None = None,
     readiness: Readiness | None = None,
     registry: CollectorRegistry | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """Build the Starlette app for ``service`` around its ``routes`` and ``lifespan``.
 

@@ -25,18 +25,9 @@ from starlette.responses import Response
 from rgpu_contracts import ContractError, ErrorBody
 from rgpu_runtime.errors import BadRequest, RgpuError
 
-__all__ = [
-    "MAX_BODY_BYTES",
-    "json_response",
-    "read_json",
-    "state_value",
-]
+__all__ = ["json_response", "read_json", "state_value"]
 
 logger = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 1 << 20
-"""Request bodies above 1 MiB get 413: our largest legitimate body (an ExtenderArgs with a
-full pod and thousands of node names) is well below, and the limit bounds memory per request."""
 
 T = TypeVar("T")
 

@@ -21,9 +21,8 @@ import anyio
 from starlette.types import ASGIApp
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings._settings import Settings
-from rgpu_runtime.telemetry._logging import configure_logging
-from rgpu_runtime.telemetry._tracing import instrument_app, setup_telemetry
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import configure_logging, instrument_app, setup_telemetry
 
 from ._groups import lone
 from ._listeners import Listener, serve_listeners

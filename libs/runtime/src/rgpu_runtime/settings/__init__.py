@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from ._listener_limits import ListenerLimits
 from ._parse import HostPort
-from ._settings import ResourceSettings, Settings
+from ._settings import DEFAULT_MAX_BODY_BYTES, ResourceSettings, Settings
 from ._traces import TraceSettings
 
-__all__ = ["HostPort", "ListenerLimits", "ResourceSettings", "Settings", "TraceSettings"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "HostPort",
+    "ListenerLimits",
+    "ResourceSettings",
+    "Settings",
+    "TraceSettings",
+]

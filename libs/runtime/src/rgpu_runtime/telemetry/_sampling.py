@@ -31,7 +31,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from rgpu_runtime.settings._traces import TraceSettings
+from rgpu_runtime.settings import TraceSettings
 
 __all__ = ["trace_sampler"]
 
