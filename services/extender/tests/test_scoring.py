@@ -9,6 +9,7 @@ import pytest
 from rgpu_contracts import NoFit
 from rgpu_extender.scoring import closeness
 from rgpu_runtime.feeds import Versioned
+from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -175,3 +176,23 @@ def test_keys_beyond_the_third_score_one() -> None:
 
 def test_nothing_shared_scores_zero() -> None:
     assert closeness({RACK: "r1"}, {ZONE: "z1"}, KEYS) == 0
+
+
+async def test_scores_remembered_for_one_pod_follow_a_relabelled_node_for_the_next(
+    open_extender, allocator, discovery, make, build
+) -> None:
+    allocator.hold(UID)  # on gpu-node-2: rack r1, zone z1, region eu
+    same_rack = {RACK: "r1", ZONE: "z1", REGION: "eu"}
+    nodes = {"client-a": same_rack, "client-b": {REGION: "eu"}}
+    discovery.publish_topology(make.topology(nodes, revision=2))
+    async with open_extender() as extender:
+        args = build.filter_args(build.pod(), list(nodes))
+        first = await scores(extender, args)
+        assert await scores(extender, args) == first == {"client-a": 10, "client-b": 2}
+        moved = {"client-a": {REGION: "us"}, "client-b": same_rack}
+        discovery.publish_topology(make.topology(moved, revision=3))
+
+        async def relabelled() -> bool:
+            return await scores(extender, args) == {"client-a": 0, "client-b": 10}
+
+        await eventually(relabelled, what="the new labels scored")

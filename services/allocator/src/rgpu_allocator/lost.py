@@ -42,6 +42,7 @@ from rgpu_runtime.settings import Settings
 from .clients import pod_event
 from .errors import EvictionRefused
 from .ledger import Ledger
+from .losses import Loss, Losses
 from .pods import PodIndex, PodInfo
 from .readiness import GateApi
 
@@ -91,12 +92,6 @@ class LostPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Loss:
-    since: float
-    why: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Retry:
     at: float
     attempt: int
@@ -133,7 +128,7 @@ class LostServers:
         self._policy = policy
         self._leading = leading
         self._clock = clock
-        self._losses: dict[ServerName, _Loss] = {}
+        self._losses = Losses()
         self._told: dict[PodUID, ServerName] = {}
         self._written: dict[PodUID, tuple[bool, float]] = {}
         self._retries: dict[PodUID, _Retry] = {}
@@ -189,7 +184,7 @@ class LostServers:
 
     def _deadlines(self) -> Iterable[float]:
         grace = self._policy.grace
-        yield from (loss.since + grace for loss in self._losses.values())
+        yield from self._losses.deadlines(grace)
         yield from (retry.at for retry in self._retries.values())
         yield from (at + REWRITE_SECONDS for _, at in self._written.values())
 
@@ -204,33 +199,12 @@ class LostServers:
         self._seen = (view, self._ledger.revision)
         now = self._clock()
         servers = {s.name: s for s in view.fleet.servers}
-        self._track(servers.values(), now)
-        self._track_unlisted(servers, now)
+        self._losses.track(servers, self._held_servers(), now)
         holders = list(self._holders(servers))
         self._export(holders, now)
         for holder in holders:
             await self._judge(holder, now)
         self._forget(holders)
-
-    def _track(self, servers: Iterable[Server], now: float) -> None:
-        listed: set[ServerName] = set()
-        for server in servers:
-            listed.add(server.name)
-            self._lose(server.name, _lost_because(server), now)
-        for name in self._losses.keys() - listed - self._held_servers():
-            del self._losses[name]
-
-    def _track_unlisted(self, servers: dict[ServerName, Server], now: float) -> None:
-        why = "it is no longer in the fleet (its Node was deleted or lost its lupine label)"
-        for name in self._held_servers() - servers.keys():
-            self._lose(name, why, now)
-
-    def _lose(self, name: ServerName, why: str | None, now: float) -> None:
-        if why is None:
-            self._losses.pop(name, None)
-        elif name not in self._losses:
-            logger.warning("remote GPU server %s is lost: %s", name, why)
-            self._losses[name] = _Loss(since=now, why=why)
 
     def _held_servers(self) -> set[ServerName]:
         return {r.server for r in self._ledger.leases() if r.claims}
@@ -244,16 +218,10 @@ class LostServers:
                 if pod is not None and pod.bound and not pod.finished:
                     yield _Holder(claim=claim, pod=pod, server=record.server, endpoint=endpoint)
 
-    def _lost_past_grace(self, server: ServerName, now: float) -> _Loss | None:
-        loss = self._losses.get(server)
-        if loss is None or now - loss.since < self._policy.grace:
-            return None
-        return loss
-
     def _export(self, holders: list[_Holder], now: float) -> None:
         counts: dict[ServerName, int] = {}
         for holder in holders:
-            if self._lost_past_grace(holder.server, now) is not None:
+            if self._losses.past(holder.server, now, self._policy.grace) is not None:
                 counts[holder.server] = counts.get(holder.server, 0) + 1
         self._lost_gauge.clear()
         for server, count in counts.items():
@@ -261,13 +229,13 @@ class LostServers:
 
     async def _judge(self, holder: _Holder, now: float) -> None:
         name = holder.server
-        loss = self._lost_past_grace(name, now)
+        loss = self._losses.past(name, now, self._policy.grace)
         if loss is not None:
             await self._lost(holder, loss, now)
-        elif name not in self._losses:
+        elif not self._losses.lost(name):
             await self._fine(holder, now)
 
-    async def _lost(self, holder: _Holder, loss: _Loss, now: float) -> None:
+    async def _lost(self, holder: _Holder, loss: Loss, now: float) -> None:
         pod, server = holder.pod, holder.server
         lasted = now - loss.since
         message = (
@@ -349,11 +317,3 @@ class LostServers:
             self._evicted.clear()
         self._lost_gauge.clear()
         self._seen = (None, -1)
-
-
-def _lost_because(server: Server) -> str | None:
-    if not server.ready:
-        return f"Node {server.node_name} is not Ready"
-    if not server.reachable:
-        return f"lupine at {server.endpoint} does not answer probes"
-    return None
