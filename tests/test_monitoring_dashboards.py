@@ -40,10 +40,17 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery reads settings of its own besides every service's.
+    return DiscoverySettings if service == "discovery" else Settings
+
 
 pytestmark = pytest.mark.anyio
 
@@ -140,7 +147,7 @@ async def stack(spans: InMemorySpanExporter) -> AsyncIterator[Stack]:
 
         def settings(service: str) -> Settings:
             account = {"RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}
-            return Settings.from_env({**env, **account}, service=service)
+            return _kind(service).from_env({**env, **account}, service=service)
 
         discovery = rgpu_discovery.create_app(settings("discovery"))
         async with LifespanManager(instrument_app(discovery)) as d:

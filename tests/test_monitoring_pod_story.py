@@ -40,6 +40,7 @@ from rgpu_cli.stack import (
     _write_certs,
     service_account,
 )
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -47,6 +48,12 @@ from rgpu_runtime.serving import running
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, creation_of, instrument_app
 from rgpu_testkit import container_manifest, eventually, pod_manifest
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery reads settings of its own besides every service's.
+    return DiscoverySettings if service == "discovery" else Settings
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -120,7 +127,7 @@ def settings(service: str, sim: SimApiServer, **extra: str) -> Settings:
         "RGPU_PROBE_INTERVAL_SECONDS": "0.5",
         **extra,
     }
-    return Settings.from_env(env, service=service)
+    return _kind(service).from_env(env, service=service)
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,10 @@ def plain_app(settings: Settings) -> Starlette:
 
 
 def test_a_bad_setting_exits_2_with_the_key_and_value(capsys: pytest.CaptureFixture[str]) -> None:
-    status = run_service("metrics", plain_app, environ={"RGPU_DEFAULT_PORT": "http"})
+    status = run_service("metrics", plain_app, settings=Settings, environ={"RGPU_LISTEN": "http"})
     assert status == 2
     err = capsys.readouterr().err
-    assert err.startswith("rgpu-metrics: RGPU_DEFAULT_PORT='http': expected a port number")
+    assert err.startswith("rgpu-metrics: RGPU_LISTEN='http': expected host:port")
     assert "Traceback" not in err
 
 
@@ -56,16 +56,17 @@ def test_a_settings_error_while_starting_exits_2(tmp_path: object) -> None:
         "RGPU_LOG_FORMAT": "text",
         "KUBECONFIG": f"{tmp_path}/absent",
     }
-    assert run_service("allocator", needs_kube, environ=environ) == 2
+    assert run_service("allocator", needs_kube, settings=Settings, environ=environ) == 2
 
 
 SERVICE = """
 from rgpu_runtime.serving import create_service_app, run_service
+from rgpu_runtime.settings import Settings
 
 def create_app(settings):
     return create_service_app(service=settings.service, routes=[])
 
-raise SystemExit(run_service("metrics", create_app))
+raise SystemExit(run_service("metrics", create_app, settings=Settings))
 """
 
 

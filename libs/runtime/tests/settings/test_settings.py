@@ -69,9 +69,6 @@ def test_every_key_is_read_into_its_field() -> None:
     s = Settings.from_env(EVERY_KEY, service="extender")
     assert s.resources.count == "example.com/gpu"
     assert s.resources.memory == "example.com/gpu-mem"
-    assert s.lupine.default_port == 15000
-    assert s.lupine.probe_interval_seconds == 5.0
-    assert s.lupine.probe_timeout_seconds == 0.5
     assert s.scheduling.granularity == "card"
     assert s.scheduling.scheduler_name == "my-scheduler"
     assert s.scheduling.namespace == "gpu-system"
@@ -120,6 +117,11 @@ def test_every_key_is_read_into_its_field() -> None:
     assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
 
+def test_a_key_only_another_service_reads_is_accepted_and_left_to_it() -> None:
+    s = Settings.from_env({"RGPU_DEFAULT_PORT": "not-a-port"}, service="metrics")
+    assert s.service == "metrics"
+
+
 def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
     assert {k for k in EVERY_KEY if k.startswith("RGPU_")} == set(KNOWN_KEYS)
 
@@ -130,8 +132,6 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.admission.ahead == 256
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
-    assert s.lupine.default_port == 14833
-    assert (s.lupine.probe_interval_seconds, s.lupine.probe_timeout_seconds) == (15.0, 2.0)
     assert s.scheduling.granularity == "server"
     assert s.scheduling.scheduler_name == "rgpu-scheduler"
     assert s.scheduling.namespace == "rgpu-system"
@@ -202,9 +202,9 @@ def test_listen_defaults_per_service(service: str, listen: str) -> None:
 
 
 def test_empty_values_count_as_unset() -> None:
-    s = Settings.from_env({"RGPU_LIB_IMAGE": "", "RGPU_DEFAULT_PORT": "  "}, service="metrics")
+    s = Settings.from_env({"RGPU_LIB_IMAGE": "", "RGPU_SCHEDULER_NAME": "  "}, service="metrics")
     assert s.scheduling.lib_image is None
-    assert s.lupine.default_port == 14833
+    assert s.scheduling.scheduler_name == "rgpu-scheduler"
 
 
 def test_settings_are_frozen() -> None:
@@ -214,19 +214,14 @@ def test_settings_are_frozen() -> None:
 
 
 def test_default_environ_is_os_environ() -> None:
-    os.environ["RGPU_DEFAULT_PORT"] = "15001"
-    assert Settings.from_env(service="metrics").lupine.default_port == 15001
+    os.environ["RGPU_SCHEDULER_NAME"] = "from-environ"
+    assert Settings.from_env(service="metrics").scheduling.scheduler_name == "from-environ"
 
 
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("RGPU_DEFAULT_PORT", "abc", "expected a port number 1..65535"),
-        ("RGPU_DEFAULT_PORT", "70000", "expected a port number 1..65535"),
-        ("RGPU_DEFAULT_PORT", "0", "expected a port number 1..65535"),
         ("RGPU_BOOKING_TTL_SECONDS", "abc", "expected a positive number of seconds"),
-        ("RGPU_PROBE_TIMEOUT_SECONDS", "-1", "expected a positive number of seconds"),
-        ("RGPU_PROBE_INTERVAL_SECONDS", "inf", "expected a positive number of seconds"),
         ("RGPU_GRANULARITY", "gpu", "expected one of server, card"),
         ("RGPU_LOG_FORMAT", "xml", "expected one of json, text"),
         ("RGPU_LOG_LEVEL", "loud", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),

@@ -212,4 +212,4 @@ def main() -> None:
     # httpx logs every request at INFO: one line per filter and bind, which would drown the
     # decisions the extender logs itself.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    raise SystemExit(run_service("extender", create_app, listeners=listeners))
+    raise SystemExit(run_service("extender", create_app, settings=Settings, listeners=listeners))

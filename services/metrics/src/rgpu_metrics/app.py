@@ -166,4 +166,4 @@ async def _ready_once_answered(
 
 def main() -> None:
     """Run the metrics service (``python -m rgpu_metrics``) until SIGTERM."""
-    raise SystemExit(run_service(SERVICE, create_app))
+    raise SystemExit(run_service(SERVICE, create_app, settings=Settings))

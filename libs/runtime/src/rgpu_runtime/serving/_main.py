@@ -6,7 +6,7 @@ traceback), configure logging, set up telemetry, build the app with the service'
 one line::
 
     def main() -> None:
-        raise SystemExit(run_service("allocator", create_app))
+        raise SystemExit(run_service("allocator", create_app, settings=Settings))
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import anyio
 from starlette.types import ASGIApp
@@ -28,6 +29,8 @@ from ._groups import lone
 from ._listeners import Listener, serve_listeners
 
 __all__ = ["default_listeners", "run_service"]
+
+S = TypeVar("S", bound=Settings)
 
 logger = logging.getLogger(__name__)
 
@@ -45,28 +48,30 @@ def default_listeners(settings: Settings) -> Sequence[Listener]:
 
 def run_service(
     service: str,
-    create_app: Callable[[Settings], ASGIApp],
+    create_app: Callable[[S], ASGIApp],
     *,
+    settings: type[S],
     environ: Mapping[str, str] = os.environ,
-    listeners: Callable[[Settings], Sequence[Listener]] = default_listeners,
+    listeners: Callable[[S], Sequence[Listener]] = default_listeners,
 ) -> int:
     """Run ``service`` until SIGTERM; returns the process exit status.
 
-    ``listeners`` chooses the sockets from the settings (the extender adds its TLS webhook
-    listener). Returns 2 for unusable settings (including an unusable TLS certificate, listen
-    address or Kubernetes configuration found while starting) and 1 for other failures,
-    which are logged with their traceback.
+    ``settings`` is the service's settings class (``Settings`` or its own subclass), read
+    from ``environ``. ``listeners`` chooses the sockets from the settings (the extender adds
+    its TLS webhook listener). Returns 2 for unusable settings (including an unusable TLS
+    certificate, listen address or Kubernetes configuration found while starting) and 1 for
+    other failures, which are logged with their traceback.
     """
     try:
-        settings = Settings.from_env(environ, service=service)
+        read = settings.from_env(environ, service=service)
     except SettingsError as exc:
         print(f"rgpu-{service}: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    configure_logging(settings.log.level, settings.log.format)
-    provider = setup_telemetry(f"rgpu-{service}", environ, traces=settings.traces)
+    configure_logging(read.log.level, read.log.format)
+    provider = setup_telemetry(f"rgpu-{service}", environ, traces=read.traces)
     try:
-        app = instrument_app(create_app(settings), provider)
-        anyio.run(_serve, app, listeners(settings), backend_options={"use_uvloop": True})
+        app = instrument_app(create_app(read), provider)
+        anyio.run(_serve, app, listeners(read), backend_options={"use_uvloop": True})
     except Exception as exc:
         return _failed(service, lone(exc))
     finally:

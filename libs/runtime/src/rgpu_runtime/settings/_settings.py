@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar, cast
+from typing import Literal, Self, TypeVar, cast
 
 from rgpu_runtime.errors import SettingsError
 
@@ -38,6 +38,8 @@ _DEFAULT_LISTEN = {
     "metrics": "127.0.0.1:9400",
 }
 
+# Every service's keys, its own and the others': one ConfigMap configures them all, so a key is
+# refused as unknown only when no service reads it.
 KNOWN_KEYS = (
     "RGPU_ADMISSION",
     "RGPU_ADMISSION_AHEAD",
@@ -98,20 +100,6 @@ class ResourceSettings:
     """``RGPU_RESOURCE_COUNT``: cards per container; HAMi's remote-gpu name so pods move over."""
     memory: str = "nvidia.com/remote-gpu-memory"
     """``RGPU_RESOURCE_MEMORY``: MiB per card a container needs; HAMi's name, same reason."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LupineSettings:
-    """How servers are reached and probed."""
-
-    default_port: int = 14833
-    """``RGPU_DEFAULT_PORT``: lupine port when the server label has none; lupine's own default."""
-    probe_interval_seconds: float = 15.0
-    """``RGPU_PROBE_INTERVAL_SECONDS``: seconds between probes; a dead server is noticed within
-    one scrape interval of Prometheus' usual 15 s, at one cheap GET per server."""
-    probe_timeout_seconds: float = 2.0
-    """``RGPU_PROBE_TIMEOUT_SECONDS``: seconds a probe may take; a healthy lupine answers in ms,
-    and HAMi uses 2 s."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,13 +278,18 @@ class LogSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """Everything a service reads from its environment, once, at start."""
+    """What every service reads from its environment, once, at start.
+
+    A service with settings of its own subclasses this and adds them (discovery's
+    ``DiscoverySettings`` adds how lupine servers are probed); ``run_service`` is given that
+    class. ``KNOWN_KEYS`` still lists every service's keys, because one ConfigMap configures
+    them all: a key another service reads is accepted here, and only its reader checks it.
+    """
 
     service: str
     """Which service this process runs (discovery, allocator, extender, metrics)."""
     http: HttpSettings
     resources: ResourceSettings = field(default_factory=ResourceSettings)
-    lupine: LupineSettings = field(default_factory=LupineSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
@@ -306,17 +299,16 @@ class Settings:
     traces: TraceSettings = field(default_factory=TraceSettings)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] = os.environ, *, service: str) -> Self:
         """Read and check every setting; raises ``SettingsError`` on the first bad one."""
         if service not in SERVICES:
             raise SettingsError(f"service={service!r}: expected one of {', '.join(SERVICES)}")
-        env = _Env(environ)
+        env = Env(environ)
         _refuse_unknown(environ)
         return cls(
             service=service,
             http=_http(env, service),
             resources=_resources(env),
-            lupine=_lupine(env),
             scheduling=_scheduling(env),
             admission=_admission(env),
             peers=_peers(env),
@@ -328,12 +320,20 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
-class _Env:
+class Env:
+    """The environment as settings read it: an empty or blank value counts as unset."""
+
     environ: Mapping[str, str]
 
     def get(self, key: str) -> str | None:
+        """The value of ``key``, or None when it is unset, empty or blank."""
         value = self.environ.get(key, "")
         return value if value.strip() else None
+
+    def read(self, key: str, parse: Callable[[str, str], T], default: T) -> T:
+        """``parse(key, value)``, or ``default`` when ``key`` is unset."""
+        value = self.get(key)
+        return default if value is None else parse(key, value)
 
 
 RETIRED_KEYS = {
@@ -362,7 +362,7 @@ def _refuse_unknown(environ: Mapping[str, str]) -> None:
             )
 
 
-def _resources(env: _Env) -> ResourceSettings:
+def _resources(env: Env) -> ResourceSettings:
     d = ResourceSettings()
     count = env.get("RGPU_RESOURCE_COUNT")
     memory = env.get("RGPU_RESOURCE_MEMORY")
@@ -372,20 +372,7 @@ def _resources(env: _Env) -> ResourceSettings:
     )
 
 
-def _lupine(env: _Env) -> LupineSettings:
-    d = LupineSettings()
-    return LupineSettings(
-        default_port=_read(env, "RGPU_DEFAULT_PORT", p.port, d.default_port),
-        probe_interval_seconds=_read(
-            env, "RGPU_PROBE_INTERVAL_SECONDS", p.seconds, d.probe_interval_seconds
-        ),
-        probe_timeout_seconds=_read(
-            env, "RGPU_PROBE_TIMEOUT_SECONDS", p.seconds, d.probe_timeout_seconds
-        ),
-    )
-
-
-def _scheduling(env: _Env) -> SchedulingSettings:
+def _scheduling(env: Env) -> SchedulingSettings:
     d = SchedulingSettings()
     granularity = env.get("RGPU_GRANULARITY")
     users = env.get("RGPU_TRUSTED_USERS")
@@ -415,7 +402,7 @@ def _scheduling(env: _Env) -> SchedulingSettings:
     )
 
 
-def _admission(env: _Env) -> AdmissionSettings:
+def _admission(env: Env) -> AdmissionSettings:
     d = AdmissionSettings()
     mode = env.get("RGPU_ADMISSION")
     return AdmissionSettings(
@@ -442,14 +429,14 @@ def _ahead(key: str, value: str) -> int:
     return int(text)
 
 
-def _on_server_lost(env: _Env, default: OnServerLost) -> OnServerLost:
+def _on_server_lost(env: Env, default: OnServerLost) -> OnServerLost:
     value = env.get("RGPU_ON_SERVER_LOST")
     if value is None:
         return default
     return cast(OnServerLost, p.choice("RGPU_ON_SERVER_LOST", value, ("keep", "evict")))
 
 
-def _peers(env: _Env) -> PeerSettings:
+def _peers(env: Env) -> PeerSettings:
     d = PeerSettings()
     return PeerSettings(
         discovery_url=_read(env, "RGPU_DISCOVERY_URL", p.url, d.discovery_url),
@@ -457,7 +444,7 @@ def _peers(env: _Env) -> PeerSettings:
     )
 
 
-def _kube(env: _Env) -> KubeSettings:
+def _kube(env: Env) -> KubeSettings:
     return KubeSettings(
         url=_read(env, "RGPU_KUBE_URL", p.url, None),
         kubeconfig=env.get("KUBECONFIG"),
@@ -467,7 +454,7 @@ def _kube(env: _Env) -> KubeSettings:
     )
 
 
-def _http(env: _Env, service: str) -> HttpSettings:
+def _http(env: Env, service: str) -> HttpSettings:
     cert = env.get("RGPU_TLS_CERT_FILE")
     key = env.get("RGPU_TLS_KEY_FILE")
     if (cert is None) != (key is None):
@@ -512,7 +499,7 @@ def _byte_count(key: str, value: str) -> int:
     return number
 
 
-def _auth(env: _Env) -> AuthSettings:
+def _auth(env: Env) -> AuthSettings:
     d = AuthSettings()
     mode = env.get("RGPU_AUTH")
     return AuthSettings(
@@ -547,11 +534,11 @@ def _usernames(key: str, value: str) -> tuple[str, ...]:
     return names
 
 
-def _address(env: _Env, key: str, default: str) -> HostPort:
+def _address(env: Env, key: str, default: str) -> HostPort:
     return HostPort.parse((env.get(key) or default).strip(), key=key)
 
 
-def _log(env: _Env) -> LogSettings:
+def _log(env: Env) -> LogSettings:
     d = LogSettings()
     level = env.get("RGPU_LOG_LEVEL")
     if level is not None and level.strip().upper() == "WARN":
@@ -565,6 +552,5 @@ def _log(env: _Env) -> LogSettings:
     )
 
 
-def _read(env: _Env, key: str, parse: Callable[[str, str], T], default: T) -> T:
-    value = env.get(key)
-    return default if value is None else parse(key, value)
+def _read(env: Env, key: str, parse: Callable[[str, str], T], default: T) -> T:
+    return env.read(key, parse, default)
