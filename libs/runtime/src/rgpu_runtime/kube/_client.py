@@ -5,7 +5,7 @@
 ``KubeClient``: the kubernetes_asyncio APIs (``core``, ``coordination``, ``api_client``)
 plus wrappers that put a timeout on every call and turn ``ApiException``, aiohttp and
 timeout errors into the ``KubeError`` family; every request gets a client span
-(``_kubespans``). Hot paths use the raw variants, which skip
+(``_spans``). Hot paths use the raw variants, which skip
 kubernetes_asyncio's model deserialisation (an order of magnitude slower than orjson for pods)
 and return plain dicts.
 """

@@ -23,7 +23,7 @@ from ._groups import lone_errors
 SHUTDOWN_SECONDS = 2.0
 """Seconds the app's shutdown may take before its lifespan is cancelled: our shutdowns only
 cancel their task groups and close clients, and a service must be gone within about 5 s of
-SIGTERM (requests get ``_serving.DRAIN_SECONDS`` before this)."""
+SIGTERM (requests get ``_listeners.DRAIN_SECONDS`` before this)."""
 
 
 class LifespanError(RuntimeError):

@@ -8,7 +8,7 @@ provider is installed: spans stay non-recording and cost next to nothing, yet an
 ``traceparent`` still flows on to peers, so traces survive a service that does not export.
 ``instrument_app`` wraps the ASGI app so each request continues its caller's trace, in a
 span named after its route template; the HTTP client side lives in ``http_client``, the
-apiserver's in ``_kubespans``. Tests build their own provider and pass it.
+apiserver's in ``rgpu_runtime.kube`` (``_spans``). Tests build their own provider and pass it.
 """
 
 from __future__ import annotations
