@@ -27,6 +27,7 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
@@ -236,7 +237,7 @@ async def _serving(
                 "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
             }
             extender = rgpu_extender.create_app(
-                Settings.from_env(extender_env, service="extender"),
+                ExtenderSettings.from_env(extender_env),
                 allocator_transport=to_allocator,
                 discovery_transport=to_discovery,
             )

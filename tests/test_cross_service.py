@@ -17,6 +17,7 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
@@ -82,9 +83,7 @@ async def wired() -> AsyncIterator[Wired]:
             async with LifespanManager(allocator) as a:
                 to_allocator = httpx.ASGITransport(app=a.app)
                 extender = rgpu_extender.create_app(
-                    Settings.from_env(
-                        {**env, "RGPU_TOKEN_ACCOUNT": "rgpu-extender"}, service="extender"
-                    ),
+                    ExtenderSettings.from_env({**env, "RGPU_TOKEN_ACCOUNT": "rgpu-extender"}),
                     allocator_transport=to_allocator,
                     discovery_transport=to_discovery,
                 )

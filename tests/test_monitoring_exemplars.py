@@ -36,6 +36,7 @@ from rgpu_cli.processes import free_port
 from rgpu_cli.span_receiver import receiving
 from rgpu_cli.spans import read_spans
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.serving import Listener, running
 from rgpu_runtime.settings import Settings
@@ -44,8 +45,9 @@ from rgpu_testkit import eventually, node_manifest, register_annotation, registe
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery reads settings of its own besides every service's.
-    return DiscoverySettings if service == "discovery" else Settings
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
 
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.timeout(120)]

@@ -41,6 +41,7 @@ from rgpu_cli.stack import (
     service_account,
 )
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -51,8 +52,9 @@ from rgpu_testkit import container_manifest, eventually, pod_manifest
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery reads settings of its own besides every service's.
-    return DiscoverySettings if service == "discovery" else Settings
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
 
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]

@@ -34,6 +34,7 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import instrument_app
@@ -41,8 +42,9 @@ from rgpu_testkit import eventually, node_manifest, register_annotation, registe
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery reads settings of its own besides every service's.
-    return DiscoverySettings if service == "discovery" else Settings
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
 
 
 pytestmark = pytest.mark.anyio

@@ -40,13 +40,15 @@ import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
 from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import FakeLupine, SimApiServer, run_apiserver, run_lupine
 from rgpu_runtime.settings import Settings
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery reads settings of its own besides every service's.
-    return DiscoverySettings if service == "discovery" else Settings
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
 
 
 PROFILE_ENV = "RGPU_FUZZ_PROFILE"

@@ -87,11 +87,6 @@ def test_every_key_is_read_into_its_field() -> None:
     assert (s.kube.service_host, s.kube.service_port) == ("10.0.0.1", "443")
     assert s.kube.pod_namespace == "rgpu-system"
     assert s.http.listen == HostPort(host="0.0.0.0", port=9000)
-    assert s.http.webhook_listen == HostPort(host="::1", port=9443)
-    assert str(s.http.webhook_listen) == "[::1]:9443"
-    assert (s.http.tls_cert_file, s.http.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
-    assert s.http.scheduler_client_ca_file == "/tls/scheduler-ca.crt"
-    assert s.http.scheduler_max_body_bytes == 64 << 20
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
     assert s.auth.mode == "none"
     assert s.auth.allocation_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
@@ -99,7 +94,6 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.auth.cache_seconds == 30.0
     assert (s.auth.token_dir, s.auth.token_account) == ("/tokens", "rgpu-extender")
     assert s.http.max_body_bytes == 8 << 20
-    assert s.http.webhook_client_ca_file == "/tls/apiserver-ca.crt"
     assert s.http.limits == ListenerLimits(
         max_header_bytes=32768,
         header_seconds=5.0,
@@ -148,17 +142,11 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     assert s.peers.allocator_url == "http://127.0.0.1:8082"
     assert s.kube.url is None
     assert s.kube.pod_namespace is None
-    assert str(s.http.webhook_listen) == "127.0.0.1:8443"
-    assert s.http.tls_cert_file is None
-    assert s.http.scheduler_client_ca_file is None
-    assert s.http.scheduler_max_body_bytes == 4 << 20
     assert (s.log.level, s.log.format) == ("INFO", "json")
     assert (s.auth.mode, s.auth.cache_seconds) == ("tokenreview", 60.0)
     assert (s.auth.allocation_callers, s.auth.probe_callers) == ((), ())
     assert (s.auth.token_dir, s.auth.token_account) == ("/var/run/secrets/rgpu", None)
-    assert s.http.scheduler_client_ca_file is None
     assert s.http.max_body_bytes == 1 << 20
-    assert s.http.webhook_client_ca_file is None
     assert s.http.limits == ListenerLimits(
         max_header_bytes=64 << 10,
         header_seconds=10.0,
@@ -168,24 +156,6 @@ def test_defaults_match_the_design_when_nothing_is_set() -> None:
     )
     assert (s.traces.sampler, s.traces.ratio) == ("parentbased_always_on", 1.0)
     assert s.traces.background_ratio == 0.1
-
-
-@pytest.mark.parametrize("value", ["12", "1e9", "-5", "9" * 5000, "4 MiB"])
-def test_a_scheduler_body_limit_that_is_not_a_byte_count_is_refused(value: str) -> None:
-    with pytest.raises(SettingsError, match="RGPU_SCHEDULER_MAX_BODY_BYTES"):
-        Settings.from_env({"RGPU_SCHEDULER_MAX_BODY_BYTES": value}, service="extender")
-
-
-def test_a_webhook_client_ca_without_a_certificate_is_refused() -> None:
-    env = {"RGPU_WEBHOOK_CLIENT_CA_FILE": "/tls/ca.crt"}
-    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
-        Settings.from_env(env, service="extender")
-
-
-def test_a_scheduler_client_ca_without_a_certificate_is_refused() -> None:
-    env = {"RGPU_SCHEDULER_CLIENT_CA_FILE": "/tls/ca.crt"}
-    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE"):
-        Settings.from_env(env, service="extender")
 
 
 @pytest.mark.parametrize(
@@ -227,7 +197,6 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_LOG_LEVEL", "loud", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("RGPU_LISTEN", "localhost", "expected host:port"),
         ("RGPU_LISTEN", "::1:8080", "expected an IPv6 host in brackets"),
-        ("RGPU_WEBHOOK_LISTEN", "127.0.0.1:http", "expected a port number 0..65535"),
         ("RGPU_ALLOCATOR_URL", "allocator:8082", "expected an absolute http:// or https:// URL"),
         ("RGPU_KUBE_URL", "ftp://apiserver", "expected an absolute http:// or https:// URL"),
         ("RGPU_DISCOVERY_URL", "http://host:99999", "expected an absolute http:// or https:// URL"),
@@ -303,21 +272,6 @@ def test_a_retired_key_is_refused_naming_what_replaced_it(key: str, replacement:
 
 def test_keys_without_the_rgpu_prefix_are_ignored() -> None:
     Settings.from_env({"HOME": "/root", "OTEL_SERVICE_NAME": "x"}, service="allocator")
-
-
-def test_tls_cert_without_key_is_refused() -> None:
-    with pytest.raises(SettingsError, match="RGPU_TLS_KEY_FILE is not: set both or neither"):
-        Settings.from_env({"RGPU_TLS_CERT_FILE": "/tls/tls.crt"}, service="extender")
-
-
-def test_a_client_ca_without_a_serving_certificate_is_refused() -> None:
-    with pytest.raises(SettingsError, match=r"RGPU_SCHEDULER_CLIENT_CA_FILE='/ca\.crt' asks"):
-        Settings.from_env({"RGPU_SCHEDULER_CLIENT_CA_FILE": "/ca.crt"}, service="extender")
-
-
-def test_tls_key_without_cert_is_refused() -> None:
-    with pytest.raises(SettingsError, match="RGPU_TLS_CERT_FILE is not: set both or neither"):
-        Settings.from_env({"RGPU_TLS_KEY_FILE": "/tls/tls.key"}, service="extender")
 
 
 def test_unknown_service_is_refused() -> None:

@@ -13,7 +13,9 @@ from ._listener_limits import ListenerLimits
 from ._parse import HostPort
 from ._parse import port as parse_port
 from ._parse import seconds as parse_seconds
+from ._parse import word as parse_word
 from ._settings import DEFAULT_MAX_BODY_BYTES, KNOWN_KEYS, Env, ResourceSettings, Settings
+from ._settings import byte_count as parse_byte_count
 from ._traces import TraceSettings
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "ResourceSettings",
     "Settings",
     "TraceSettings",
+    "parse_byte_count",
     "parse_port",
     "parse_seconds",
+    "parse_word",
 ]

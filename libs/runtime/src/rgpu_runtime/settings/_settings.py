@@ -87,7 +87,6 @@ KNOWN_KEYS = (
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _MAX_BODY_BYTES_CEILING = 1 << 30
-_SCHEDULER_MAX_BODY_BYTES = 4 << 20
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -202,36 +201,16 @@ class KubeSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpSettings:
-    """Where this process listens."""
+    """Where this process listens, and what a request may hold on every listener."""
 
     listen: HostPort
     """``RGPU_LISTEN``: this service's address; loopback by default so nothing is exposed by
     accident (discovery :8081, allocator :8082, extender :8083, metrics :9400)."""
-    webhook_listen: HostPort = field(default_factory=lambda: HostPort(host="127.0.0.1", port=8443))
-    """``RGPU_WEBHOOK_LISTEN``: the extender's TLS webhook; 8443, the usual webhook port."""
-    tls_cert_file: str | None = None
-    """``RGPU_TLS_CERT_FILE``: PEM certificate for the webhook; unset means no TLS listener."""
-    tls_key_file: str | None = None
-    """``RGPU_TLS_KEY_FILE``: PEM key for ``tls_cert_file``; set both or neither."""
-    scheduler_client_ca_file: str | None = None
-    """``RGPU_SCHEDULER_CLIENT_CA_FILE``: PEM CA bundle; when set the extender's scheduler
-    listener serves TLS with ``tls_cert_file``/``tls_key_file`` and requires a client
-    certificate signed by it (kube-scheduler's extender ``tlsConfig``). Unset means plain HTTP
-    and no client certificate (only the NetworkPolicy keeps other pods off the port)."""
-    webhook_client_ca_file: str | None = None
-    """``RGPU_WEBHOOK_CLIENT_CA_FILE``: PEM CA bundle; when set the webhook listener answers
-    ``/mutate`` only to a caller presenting a client certificate signed by it (the apiserver,
-    given one through its AdmissionConfiguration); health stays open for the kubelet. Unset
-    means any caller that reaches the port may send reviews."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """``RGPU_MAX_BODY_BYTES``: the request body limit of routes that do not set their own;
     1 MiB holds our largest ordinary body (an ExtenderArgs with node names only, as
     ``nodeCacheCapable`` sends) with room, and bounds memory per request. Raise it when
     kube-scheduler sends full Nodes to the extender."""
-    scheduler_max_body_bytes: int = _SCHEDULER_MAX_BODY_BYTES
-    """``RGPU_SCHEDULER_MAX_BODY_BYTES``: largest ``/filter``, ``/prioritize`` or ``/bind`` body;
-    4 MiB holds a pod at etcd's 1.5 MiB object limit plus thousands of ``NodeNames``
-    (``nodeCacheCapable: true``); raise it when kube-scheduler sends full Nodes."""
     limits: ListenerLimits = field(default_factory=ListenerLimits)
     """``RGPU_HTTP_*``: what one client may hold on each of this process's listeners."""
 
@@ -455,39 +434,15 @@ def _kube(env: Env) -> KubeSettings:
 
 
 def _http(env: Env, service: str) -> HttpSettings:
-    cert = env.get("RGPU_TLS_CERT_FILE")
-    key = env.get("RGPU_TLS_KEY_FILE")
-    if (cert is None) != (key is None):
-        given, missing = ("RGPU_TLS_CERT_FILE", "RGPU_TLS_KEY_FILE")[:: 1 if cert else -1]
-        raise SettingsError(f"{given} is set but {missing} is not: set both or neither")
-    client_ca = _read(env, "RGPU_SCHEDULER_CLIENT_CA_FILE", p.word, None)
-    if client_ca is not None and cert is None:
-        raise SettingsError(
-            f"RGPU_SCHEDULER_CLIENT_CA_FILE={client_ca!r} asks the scheduler listener for client "
-            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
-        )
-    webhook_ca = _read(env, "RGPU_WEBHOOK_CLIENT_CA_FILE", p.word, None)
-    if webhook_ca is not None and cert is None:
-        raise SettingsError(
-            f"RGPU_WEBHOOK_CLIENT_CA_FILE={webhook_ca!r} asks the webhook listener for client "
-            "certificates, which needs TLS: set RGPU_TLS_CERT_FILE and RGPU_TLS_KEY_FILE too"
-        )
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
-        webhook_listen=_address(env, "RGPU_WEBHOOK_LISTEN", "127.0.0.1:8443"),
-        tls_cert_file=cert.strip() if cert else None,
-        tls_key_file=key.strip() if key else None,
-        scheduler_client_ca_file=client_ca,
-        webhook_client_ca_file=webhook_ca,
-        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", _byte_count, DEFAULT_MAX_BODY_BYTES),
-        scheduler_max_body_bytes=_read(
-            env, "RGPU_SCHEDULER_MAX_BODY_BYTES", _byte_count, _SCHEDULER_MAX_BODY_BYTES
-        ),
+        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", byte_count, DEFAULT_MAX_BODY_BYTES),
         limits=read_limits(env.get),
     )
 
 
-def _byte_count(key: str, value: str) -> int:
+def byte_count(key: str, value: str) -> int:
+    """A body limit in bytes, 1 KiB..1 GiB, its digits counted before it is converted."""
     text = value.strip()
     expected = f"expected a whole number of bytes, 1024..{_MAX_BODY_BYTES_CEILING}"
     # Digits are counted before int() so a huge value is refused, not converted.
