@@ -6,9 +6,8 @@ import os
 import pytest
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import ListenerLimits, Settings
+from rgpu_runtime.settings import KNOWN_KEYS, ListenerLimits, Settings
 from rgpu_runtime.settings._parse import HostPort
-from rgpu_runtime.settings._settings import KNOWN_KEYS
 
 EVERY_KEY = {
     "RGPU_ADMISSION": "filter",

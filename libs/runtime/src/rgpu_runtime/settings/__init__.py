@@ -9,13 +9,15 @@ read with, so its refusals name the key, the value and the fix like every other.
 
 from __future__ import annotations
 
+from ._env import Env
+from ._keys import KNOWN_KEYS
 from ._listener_limits import ListenerLimits
 from ._parse import HostPort
+from ._parse import byte_count as parse_byte_count
 from ._parse import port as parse_port
 from ._parse import seconds as parse_seconds
 from ._parse import word as parse_word
-from ._settings import DEFAULT_MAX_BODY_BYTES, KNOWN_KEYS, Env, ResourceSettings, Settings
-from ._settings import byte_count as parse_byte_count
+from ._settings import DEFAULT_MAX_BODY_BYTES, ResourceSettings, Settings
 from ._traces import TraceSettings
 
 __all__ = [

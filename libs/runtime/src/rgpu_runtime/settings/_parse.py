@@ -140,3 +140,19 @@ def word(key: str, value: str) -> str:
     if any(c.isspace() for c in text):
         raise bad(key, value, "expected a single word without spaces")
     return text
+
+
+_MAX_BODY_BYTES_CEILING = 1 << 30
+
+
+def byte_count(key: str, value: str) -> int:
+    """A body limit in bytes, 1 KiB..1 GiB, its digits counted before it is converted."""
+    text = value.strip()
+    expected = f"expected a whole number of bytes, 1024..{_MAX_BODY_BYTES_CEILING}"
+    # Digits are counted before int() so a huge value is refused, not converted.
+    if not text.isdigit() or len(text) > 10:
+        raise bad(key, value, expected)
+    number = int(text)
+    if not 1024 <= number <= _MAX_BODY_BYTES_CEILING:
+        raise bad(key, value, expected)
+    return number

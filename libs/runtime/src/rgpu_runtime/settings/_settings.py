@@ -8,7 +8,6 @@ default), raises ``SettingsError`` naming the key, the value and what is expecte
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -18,7 +17,9 @@ from typing import Literal, Self, TypeVar, cast
 from rgpu_runtime.errors import SettingsError
 
 from . import _parse as p
-from ._listener_limits import LIMIT_KEYS, ListenerLimits, read_limits
+from ._env import Env
+from ._keys import refuse_unknown
+from ._listener_limits import ListenerLimits, read_limits
 from ._parse import HostPort
 from ._traces import TraceSettings
 
@@ -38,55 +39,8 @@ _DEFAULT_LISTEN = {
     "metrics": "127.0.0.1:9400",
 }
 
-# Every service's keys, its own and the others': one ConfigMap configures them all, so a key is
-# refused as unknown only when no service reads it.
-KNOWN_KEYS = (
-    "RGPU_ADMISSION",
-    "RGPU_ADMISSION_AHEAD",
-    "RGPU_ADMISSION_CONCURRENCY",
-    "RGPU_ADMISSION_TTL_SECONDS",
-    "RGPU_ALLOCATION_CALLERS",
-    "RGPU_ALLOCATOR_URL",
-    "RGPU_AUTH",
-    "RGPU_AUTH_CACHE_SECONDS",
-    "RGPU_BOOKING_TTL_SECONDS",
-    "RGPU_DEFAULT_PORT",
-    "RGPU_DISCOVERY_URL",
-    "RGPU_EXTENDER_BUDGET_SECONDS",
-    "RGPU_GRANULARITY",
-    *LIMIT_KEYS,
-    "RGPU_KUBE_URL",
-    "RGPU_LIB_IMAGE",
-    "RGPU_LISTEN",
-    "RGPU_LOG_FORMAT",
-    "RGPU_LOG_LEVEL",
-    "RGPU_MAX_BODY_BYTES",
-    "RGPU_NAMESPACE",
-    "RGPU_ON_SERVER_LOST",
-    "RGPU_PREEMPTION",
-    "RGPU_PROBE_CALLERS",
-    "RGPU_PROBE_INTERVAL_SECONDS",
-    "RGPU_PROBE_TIMEOUT_SECONDS",
-    "RGPU_RESOURCE_COUNT",
-    "RGPU_RESOURCE_MEMORY",
-    "RGPU_SCHEDULER_CLIENT_CA_FILE",
-    "RGPU_SCHEDULER_MAX_BODY_BYTES",
-    "RGPU_SCHEDULER_NAME",
-    "RGPU_SERVER_LOST_GRACE_SECONDS",
-    "RGPU_TLS_CERT_FILE",
-    "RGPU_TLS_KEY_FILE",
-    "RGPU_TOKEN_ACCOUNT",
-    "RGPU_TOKEN_DIR",
-    "RGPU_TOPOLOGY_KEYS",
-    "RGPU_TRACE_BACKGROUND_RATIO",
-    "RGPU_TRUSTED_USERS",
-    "RGPU_WEBHOOK_CLIENT_CA_FILE",
-    "RGPU_WEBHOOK_LISTEN",
-)
-
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_MAX_BODY_BYTES_CEILING = 1 << 30
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -283,7 +237,7 @@ class Settings:
         if service not in SERVICES:
             raise SettingsError(f"service={service!r}: expected one of {', '.join(SERVICES)}")
         env = Env(environ)
-        _refuse_unknown(environ)
+        refuse_unknown(environ)
         return cls(
             service=service,
             http=_http(env, service),
@@ -296,49 +250,6 @@ class Settings:
             log=_log(env),
             traces=TraceSettings.from_env(environ),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Env:
-    """The environment as settings read it: an empty or blank value counts as unset."""
-
-    environ: Mapping[str, str]
-
-    def get(self, key: str) -> str | None:
-        """The value of ``key``, or None when it is unset, empty or blank."""
-        value = self.environ.get(key, "")
-        return value if value.strip() else None
-
-    def read(self, key: str, parse: Callable[[str, str], T], default: T) -> T:
-        """``parse(key, value)``, or ``default`` when ``key`` is unset."""
-        value = self.get(key)
-        return default if value is None else parse(key, value)
-
-
-RETIRED_KEYS = {
-    "RGPU_ALLOWED_CALLERS": (
-        "one allow-list for every guarded route is gone: list the extender's account in "
-        "RGPU_ALLOCATION_CALLERS (the allocator's writes) and the allocator's in "
-        "RGPU_PROBE_CALLERS (discovery's probe)"
-    ),
-    "RGPU_TOKEN_FILE": (
-        "each caller now reads one token per audience it calls from RGPU_TOKEN_DIR "
-        "(<dir>/rgpu-allocator, <dir>/rgpu-discovery): project them there"
-    ),
-}
-"""Keys an older ConfigMap may still carry, with what replaced them."""
-
-
-def _refuse_unknown(environ: Mapping[str, str]) -> None:
-    for key in sorted(environ):
-        if key in RETIRED_KEYS:
-            raise SettingsError(f"{key}: no longer read; {RETIRED_KEYS[key]}")
-        if key.startswith("RGPU_") and key not in KNOWN_KEYS:
-            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise SettingsError(
-                f"{key}: unknown setting; {hint}known keys are {', '.join(KNOWN_KEYS)}"
-            )
 
 
 def _resources(env: Env) -> ResourceSettings:
@@ -436,22 +347,9 @@ def _kube(env: Env) -> KubeSettings:
 def _http(env: Env, service: str) -> HttpSettings:
     return HttpSettings(
         listen=_address(env, "RGPU_LISTEN", _DEFAULT_LISTEN[service]),
-        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", byte_count, DEFAULT_MAX_BODY_BYTES),
+        max_body_bytes=_read(env, "RGPU_MAX_BODY_BYTES", p.byte_count, DEFAULT_MAX_BODY_BYTES),
         limits=read_limits(env.get),
     )
-
-
-def byte_count(key: str, value: str) -> int:
-    """A body limit in bytes, 1 KiB..1 GiB, its digits counted before it is converted."""
-    text = value.strip()
-    expected = f"expected a whole number of bytes, 1024..{_MAX_BODY_BYTES_CEILING}"
-    # Digits are counted before int() so a huge value is refused, not converted.
-    if not text.isdigit() or len(text) > 10:
-        raise p.bad(key, value, expected)
-    number = int(text)
-    if not 1024 <= number <= _MAX_BODY_BYTES_CEILING:
-        raise p.bad(key, value, expected)
-    return number
 
 
 def _auth(env: Env) -> AuthSettings:
