@@ -17,7 +17,14 @@ import orjson
 import pytest
 
 from rgpu_cli.stack import SERVICES, Stack, StackOptions, run_stack
-from rgpu_kubesim.kubelet import KubeletConfig
+from rgpu_kubesim.kubelet import (
+    DIAL_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+    Dialed,
+    KubeletConfig,
+    RunRecord,
+    dial,
+)
 from rgpu_testkit import allocation_request, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -266,3 +273,98 @@ async def _dripped_away(out: httpx.AsyncClient, metrics_url: str) -> bool:
     text = (await out.get(metrics_url)).text
     cut = _sample(text, "rgpu_http_rejected_total", listener="webhook", reason="tls_handshake")
     return cut >= 3 * 256 - 16 and _sample(text, "rgpu_http_connections", listener="webhook") < 16
+
+
+async def test_a_pod_going_to_a_servers_lupine_it_does_not_hold_is_refused_by_the_network() -> None:
+    """lupine has no access control: without server policies any pod that learns a server's
+    endpoint uses it. With them (on a cluster that enforces NetworkPolicy), only the holder's
+    address gets through, and discovery keeps probing."""
+    options = StackOptions(
+        servers=2,
+        cards=2,
+        clients=2,
+        seed=5,
+        kubelet=KubeletConfig(start_delay_seconds=0.1),
+        server_policies=True,
+    )
+    async with run_stack(options) as stack, httpx.AsyncClient(timeout=10) as out:
+        holder = _pod("holder", gpus=1)
+        holder["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: "600"}
+        assert (await stack.create_pod(holder)).status_code == 201
+
+        def running(key: str) -> RunRecord | None:
+            found = [r for r in stack.kubelet.records.values() if r.key == key]
+            return found[0] if found and found[0].gpus else None
+
+        await eventually(lambda: running("default/holder"), timeout=60, what="the holder ran")
+        record = running("default/holder")
+        assert record is not None and record.phase == "Running", record
+        lupine = stack.fleet.lupine.by_endpoint(record.endpoint)
+        assert lupine.clients[record.uid].address == record.address
+        # A pod that asked for nothing copies the holder's endpoint: the network resets it.
+        copycat = _pod("copycat", nodeName=stack.fleet.plan.clients[0].name)
+        copycat["metadata"]["annotations"] = {DIAL_ANNOTATION: record.endpoint}
+        assert (await stack.create_pod(copycat)).status_code == 201
+        await eventually(
+            lambda: any(
+                r.key == "default/copycat" and r.dials for r in stack.kubelet.records.values()
+            ),
+            timeout=60,
+            what="the copycat dialled",
+        )
+        (copied,) = [r for r in stack.kubelet.records.values() if r.key == "default/copycat"]
+        assert copied.dials == {record.endpoint: "reset"}
+        assert await stack.kubelet.dial(copied.uid, record.endpoint) is Dialed.RESET
+        assert await stack.kubelet.dial(record.uid, record.endpoint) is Dialed.CONNECTED
+        assert stack.network is not None
+        assert any(r.source_pod == "default/copycat" for r in stack.network.refusals)
+        # Discovery still probes every server: none is reported unreachable.
+        fleet = (await out.get(stack.url("discovery") + "/v1/fleet")).json()
+        assert all(s["reachable"] for s in fleet["servers"]), fleet
+        await _widened_and_deleted_policies_are_put_back(stack, lupine.name, record, copied)
+        # Released: the old holder's address is reset like anyone else's.
+        gone = await stack.apiserver.delete("/api/v1/namespaces/default/pods/holder")
+        assert gone.status_code == 200, gone.text
+        await eventually(
+            lambda: _holders(stack, lupine.name) == "", timeout=30, what="the holder left"
+        )
+        assert await dial(record.endpoint, record.address, timeout=2) is Dialed.RESET
+
+
+POLICIES = "/apis/networking.k8s.io/v1/namespaces/rgpu-lupine/networkpolicies"
+
+
+def _holders(stack: Stack, server: str) -> str | None:
+    """The holders the server's policy admits, as the store has it (None: no policy)."""
+    found = [
+        p
+        for p in stack.sim.store.list("networkpolicies", namespace="rgpu-lupine")
+        if p["metadata"]["name"] == f"rgpu-server-{server}"
+    ]
+    return found[0]["metadata"]["annotations"]["rgpu.io/holders"] if found else None
+
+
+async def _widened_and_deleted_policies_are_put_back(
+    stack: Stack, server: str, holder: RunRecord, copycat: RunRecord
+) -> None:
+    """Someone with rights on NetworkPolicies opens the server's policy to every source, then
+    deletes it (cutting the holder off: the standing policy admits discovery only). The
+    allocator narrows the first and recreates the second; neither lasts."""
+    path = f"{POLICIES}/rgpu-server-{server}"
+    opened = [{"op": "add", "path": "/spec/ingress/-", "value": {}}]
+    widen = await stack.apiserver.patch(
+        path, content=orjson.dumps(opened), headers={"Content-Type": "application/json-patch+json"}
+    )
+    assert widen.status_code == 200, widen.text
+
+    async def narrowed() -> bool:
+        rules = (await stack.apiserver.get(path)).json()["spec"]["ingress"]
+        return all(rule.get("from") for rule in rules)
+
+    await eventually(narrowed, timeout=30, what="the widened policy narrowed again")
+    assert await stack.kubelet.dial(copycat.uid, holder.endpoint) is Dialed.RESET
+    assert (await stack.apiserver.delete(path)).status_code == 200
+    await eventually(
+        lambda: _holders(stack, server) == "default/holder", timeout=30, what="policy put back"
+    )
+    assert await stack.kubelet.dial(holder.uid, holder.endpoint) is Dialed.CONNECTED

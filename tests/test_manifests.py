@@ -36,6 +36,7 @@ from kubernetes_asyncio.client import (
     CoordinationV1Api,
     CoreV1Api,
     EventsV1Api,
+    NetworkingV1Api,
     PolicyV1Api,
 )
 from starlette.applications import Starlette
@@ -43,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rgpu_allocator.policy_objects import DISCOVERY_LABELS
 from rgpu_cli.stack import (
     MATCH_CONDITION,
     MATCH_CONDITION_NAME,
@@ -51,6 +53,7 @@ from rgpu_cli.stack import (
     SUBRESOURCE_MATCH_CONDITION,
     SUBRESOURCE_MATCH_CONDITION_NAME,
 )
+from rgpu_cli.stack_network import STANDING_POLICY
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
@@ -325,6 +328,11 @@ def test_namespaced_objects_live_in_rgpu_system_unless_they_must_live_elsewhere(
     allowed = {
         ("RoleBinding", "rgpu-scheduler-authentication-reader", "kube-system"),
         ("DaemonSet", "lupine-server", "rgpu-lupine"),
+        # The server-policies component: the allocator's grant and the standing policy live
+        # where the lupine pods they are about do.
+        ("Role", "rgpu-allocator-server-policies", "rgpu-lupine"),
+        ("RoleBinding", "rgpu-allocator-server-policies", "rgpu-lupine"),
+        ("NetworkPolicy", "rgpu-lupine-probes-only", "rgpu-lupine"),
     }
     assert elsewhere <= allowed
 
@@ -1062,11 +1070,34 @@ _API_METHODS: Mapping[tuple[str, str, str], tuple[str, ...]] = {
     ("coordination.k8s.io", "leases", "deletecollection"): ("delete_collection_namespaced_lease",),
     ("authentication.k8s.io", "tokenreviews", "create"): ("create_token_review",),
     ("", "serviceaccounts/token", "create"): ("create_namespaced_service_account_token",),
+    ("networking.k8s.io", "networkpolicies", "list"): ("list_namespaced_network_policy",),
+    ("networking.k8s.io", "networkpolicies", "create"): ("create_namespaced_network_policy",),
+    ("networking.k8s.io", "networkpolicies", "update"): ("replace_namespaced_network_policy",),
+    ("networking.k8s.io", "networkpolicies", "delete"): ("delete_namespaced_network_policy",),
 }
 """Which kubernetes_asyncio methods need which (apiGroup, resource, verb). ``watch`` is the
 list method passed to a watch (``KubeClient.watch(core.list_node, ...)`` or ``watch=True``)."""
 
-_API_CLASSES = (CoreV1Api, CoordinationV1Api, EventsV1Api, AuthenticationV1Api, PolicyV1Api)
+_API_CLASSES = (
+    CoreV1Api,
+    CoordinationV1Api,
+    EventsV1Api,
+    AuthenticationV1Api,
+    PolicyV1Api,
+    NetworkingV1Api,
+)
+_MODE_METHODS: Mapping[tuple[str, str], frozenset[str]] = {
+    ("RoleBinding", "rgpu-allocator-server-policies"): frozenset(
+        {
+            "list_namespaced_network_policy",
+            "create_namespaced_network_policy",
+            "replace_namespaced_network_policy",
+            "delete_namespaced_network_policy",
+        }
+    ),
+}
+"""Calls made only in a mode a component turns on, with the binding the component brings:
+without it (the component not rendered) the mode is off and the calls are never made."""
 _RUNTIME_ENTRY_POINTS: Mapping[str, frozenset[str]] = {
     "caller_auth": frozenset({"create_token_review"}),
 }
@@ -1209,8 +1240,11 @@ def test_every_api_call_of_a_service_is_granted(render: Render, service: str) ->
     unknown = sorted(code.api_methods - set(by_method))
     assert not unknown, f"add {unknown} to _API_METHODS with the RBAC they need"
     granted = {(g.group, g.resource, g.verb) for g in _granted(render, f"rgpu-{service}")}
-    needed = {by_method[m] for m in code.api_methods}
-    needed |= {(*by_method[m][:2], "watch") for m in code.watched if m in by_method}
+    off = {
+        m for (kind, name), ms in _MODE_METHODS.items() if not render.has(kind, name) for m in ms
+    }
+    needed = {by_method[m] for m in code.api_methods - off}
+    needed |= {(*by_method[m][:2], "watch") for m in code.watched - off if m in by_method}
     assert needed <= granted, f"rgpu-{service} lacks {sorted(needed - granted)}"
 
 
@@ -1279,6 +1313,71 @@ def test_the_webhook_from_apiserver_component_admits_only_its_cidrs(everything: 
     (rule,) = [rule for rule, p in _ingress_rules(everything, "extender") if p == port]
     assert [peer["ipBlock"]["cidr"] for peer in rule["from"]] == ["192.0.2.0/24", "2001:db8::/64"]
     assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Server policies (k8s/components/server-policies)
+
+
+def test_server_policies_are_off_unless_the_component_turns_them_on(
+    overlay: Render, everything: Render
+) -> None:
+    assert overlay.settings()["RGPU_SERVER_POLICIES"] == "off"
+    assert everything.settings()["RGPU_SERVER_POLICIES"] == "on"
+
+
+def test_with_server_policies_lupine_runs_on_the_pod_network_at_its_host_port(
+    everything: Render,
+) -> None:
+    spec = everything.get("DaemonSet", "lupine-server")["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is False and spec["dnsPolicy"] == "ClusterFirst"
+    (port,) = spec["containers"][0]["ports"]
+    assert port["containerPort"] == port["hostPort"] == 14833
+
+
+def test_the_allocator_finds_the_lupine_pods_where_the_daemonset_puts_them(
+    everything: Render,
+) -> None:
+    daemonset = everything.get("DaemonSet", "lupine-server")
+    labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    mode = Settings.from_env(everything.settings(), service="allocator").server_policies
+    assert mode.enabled
+    assert mode.lupine_namespace == daemonset["metadata"]["namespace"]
+    assert all(labels.get(key) == value for key, value in mode.lupine_labels)
+
+
+def test_the_standing_policy_admits_only_discoverys_pods_to_every_lupine_pod(
+    everything: Render,
+) -> None:
+    policy = everything.get("NetworkPolicy", "rgpu-lupine-probes-only")
+    daemonset = everything.get("DaemonSet", "lupine-server")
+    assert _selects(
+        policy["spec"]["podSelector"], daemonset["spec"]["template"]["metadata"]["labels"]
+    )
+    ((peer,),) = [rule["from"] for rule in policy["spec"]["ingress"]]
+    discovery = everything.deployment("discovery")["spec"]["template"]["metadata"]["labels"]
+    assert _selects(peer["podSelector"], discovery)
+    assert _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": NAMESPACE})
+    assert peer["podSelector"]["matchLabels"] == DISCOVERY_LABELS
+    # The simulated cluster installs the very same policy (rgpu up --sim --server-policies).
+    rendered = {k: v for k, v in policy.items() if k != "metadata"}
+    assert rendered == {k: v for k, v in STANDING_POLICY.items() if k != "metadata"}
+    assert policy["metadata"]["name"] == STANDING_POLICY["metadata"]["name"]
+
+
+def test_the_allocators_policy_grant_is_networkpolicies_in_the_lupine_namespace_only(
+    everything: Render,
+) -> None:
+    role = everything.get("Role", "rgpu-allocator-server-policies")
+    assert role["metadata"]["namespace"] == "rgpu-lupine"
+    assert set(_expand(role["rules"])) == {
+        Grant("networking.k8s.io", "networkpolicies", verb, "")
+        for verb in ("list", "watch", "create", "update", "delete")
+    }
+    binding = everything.get("RoleBinding", "rgpu-allocator-server-policies")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rgpu-allocator", "namespace": NAMESPACE}
+    ]
 
 
 def test_every_pod_may_resolve_dns_and_api_clients_may_reach_the_apiserver(
@@ -1485,7 +1584,10 @@ def test_lupine_server_listens_probes_and_advertises_one_port(everything: Render
     assert next(p["hostPort"] for p in container["ports"] if p["name"] == "lupine") == port
     for probe in ("livenessProbe", "readinessProbe"):
         assert _container_port(container, container[probe]["tcpSocket"]["port"]) == port
-    assert spec["hostNetwork"] is True
+    # The component alone runs lupine on the host network; server-policies (also rendered
+    # here) takes it off, which its own test checks.
+    shipped = yaml.safe_load((K8S / "components" / "lupine-server" / "daemonset.yaml").read_text())
+    assert shipped["spec"]["template"]["spec"]["hostNetwork"] is True
 
 
 def test_lupine_server_runs_only_on_labelled_server_nodes(everything: Render) -> None:

@@ -98,7 +98,7 @@ def _stop_group(process: subprocess.Popen[str]) -> None:
 
 
 def test_the_readme_marks_its_walkthroughs() -> None:
-    assert set(walkthroughs(README.read_text())) == {"sim", "one-service"}
+    assert set(walkthroughs(README.read_text())) == {"sim", "one-service", "server-policies"}
 
 
 def test_the_port_shift_moves_every_well_known_port_and_rgpu_up() -> None:
@@ -114,6 +114,14 @@ def test_the_simulated_cluster_walkthrough_runs_as_written(tmp_path: Path) -> No
     (a quota, `rgpu queue`, `rgpu explain`), then the preemption walk-through on the same
     one-server stack, and `rgpu down`."""
     output = run_walkthrough("sim", tmp_path, timeout=840)
+    assert "stopped the stack" in output
+
+
+@pytest.mark.timeout(300)
+def test_the_server_policies_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """`rgpu up --sim --server-policies`: the holder gets in, a copycat pod is reset, a deleted
+    policy is put back, the old holder is reset after release, discovery still probes."""
+    output = run_walkthrough("server-policies", tmp_path, timeout=240)
     assert "stopped the stack" in output
 
 

@@ -20,7 +20,7 @@ import anyio
 import httpx
 import trustme
 
-from rgpu_kubesim import ApiOptions, SimApiServer, Store, run_apiserver
+from rgpu_kubesim import ApiOptions, PodNetwork, SimApiServer, Store, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
@@ -34,6 +34,7 @@ from .processes import (
 from .service_proxy import ServiceProxy
 from .span_receiver import receiving
 from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of, scheme
+from .stack_network import SERVER_POLICIES_ENV, enforce, fence_servers
 
 __all__ = [
     "REPLICATED",
@@ -103,6 +104,10 @@ class StackOptions:
     otlp_endpoint: str | None = None
     """Send the services' spans to this OTLP/HTTP base URL (a collector or trace store)
     instead; it wins over ``spans_file``."""
+    server_policies: bool = False
+    """Run the server-policies mode on a cluster that enforces NetworkPolicy: lupine as pods,
+    the standing policy, ``RGPU_SERVER_POLICIES=on`` and the simulated network in front of
+    every fake lupine server (``rgpu_cli.stack_network``)."""
 
 
 def loop_options() -> dict[str, bool]:
@@ -138,6 +143,8 @@ class Stack:
     to call ``url("extender")``)."""
     ca_file: Path
     """The CA of the extender's serving certificate (the webhook's ``caBundle``)."""
+    network: PodNetwork | None = None
+    """The simulated network enforcing NetworkPolicy (``StackOptions.server_policies``)."""
 
     def url(self, service: str) -> str:
         """Where clients reach ``service``: its Service with replicas, else its process."""
@@ -336,6 +343,7 @@ def _service_env(options: StackOptions, sim_url: str, urls: Mapping[str, str]) -
         "RGPU_PROBE_CALLERS": PROBE_CALLERS,
         "RGPU_LOG_FORMAT": "json",
         "RGPU_NAMESPACE": SYSTEM_NAMESPACE,
+        **(SERVER_POLICIES_ENV if options.server_policies else {}),
     }
 
 
@@ -441,6 +449,8 @@ async def run_stack(
         )
         progress(f"seeding {options.servers} lupine servers and {options.clients} client nodes")
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
+        if options.server_policies:
+            fence_servers(sim, fleet, SYSTEM_NAMESPACE)
         if options.prepare is not None:
             options.prepare(sim.store)
         certs = _write_certs(work_dir)
@@ -496,6 +506,7 @@ async def run_stack(
         stack.callback(tg.cancel_scope.cancel)
         await tg.start(scheduler.run)
         await tg.start(kubelet.run)
+        network = await enforce(tg, sim, fleet) if options.server_policies else None
         yield Stack(
             options=options,
             sim=sim,
@@ -509,4 +520,5 @@ async def run_stack(
             apiserver=apiserver,
             scheduler_tls=certs.scheduler_tls(),
             ca_file=certs.ca,
+            network=network,
         )

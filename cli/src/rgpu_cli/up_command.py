@@ -73,6 +73,12 @@ def up(
     otlp_endpoint: str | None = typer.Option(
         None, help="send the services' traces to this OTLP/HTTP URL instead of keeping them"
     ),
+    server_policies: bool = typer.Option(
+        False,
+        "--server-policies",
+        help="RGPU_SERVER_POLICIES=on on a cluster that enforces NetworkPolicy: only a "
+        "server's holders reach its lupine",
+    ),
     in_background: bool = typer.Option(False, "--in-background", hidden=True),
 ) -> None:
     """Bring the stack up and leave it running (Ctrl-C or `rgpu down` stops it)."""
@@ -103,6 +109,7 @@ def up(
         ports=ports,
         spans_file=None if otlp_endpoint else work_dir / SPANS_FILE,
         otlp_endpoint=otlp_endpoint,
+        server_policies=server_policies,
     )
     options = UpOptions(stack=stack, work_dir=work_dir, run_seconds=run_seconds)
     if not in_background:

@@ -368,6 +368,7 @@ async def test_discovery_lists_exactly_what_is_served(client: httpx.AsyncClient)
         "authentication.k8s.io",
         "scheduling.k8s.io",
         "policy",
+        "networking.k8s.io",
     }
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
     assert [r["name"] for r in leases["resources"]] == ["leases"]

@@ -257,3 +257,32 @@ async def test_delete_namespace_waits_for_it_to_terminate_and_go(
     assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
     names = [n["metadata"]["name"] for n in sim.store.list("namespaces")]
     assert "team" not in names and sim.store.list("pods", namespace="team") == []
+
+
+NETWORK_POLICY = """
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: holders-only}
+spec:
+  podSelector:
+    matchLabels: {app.kubernetes.io/name: lupine-server}
+    matchExpressions: [{key: rgpu.io/server-node, operator: Exists}]
+  ingress:
+  - from: [{ipBlock: {cidr: 10.0.0.5/32}}]
+    ports: [{port: 14833}]
+"""
+
+
+async def test_network_policies_are_applied_and_listed_with_their_pod_selector(
+    kubectl: Kubectl,
+) -> None:
+    await kubectl("apply", "-f", "-", stdin=NETWORK_POLICY)
+    table = (await kubectl("get", "netpol")).splitlines()
+    assert table[0].split() == ["NAME", "POD-SELECTOR", "AGE"]
+    assert table[1].split()[:2] == [
+        "holders-only",
+        "app.kubernetes.io/name=lupine-server,rgpu.io/server-node",
+    ]
+    stored = json.loads(await kubectl("get", "netpol", "holders-only", "-o", "json"))
+    assert stored["spec"]["policyTypes"] == ["Ingress"]
+    assert stored["spec"]["ingress"][0]["ports"] == [{"port": 14833, "protocol": "TCP"}]

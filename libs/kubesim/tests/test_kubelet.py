@@ -390,8 +390,9 @@ async def test_running_pod_has_a_kubelets_status_with_addresses_and_ready_contai
         await eventually(lambda: phase(sim, "plain") == phase(sim, "second") == "Running")
         status, other = pod_status(sim, "plain"), pod_status(sim, "second")
     assert status["hostIP"] == "192.0.2.7" and status["hostIPs"] == [{"ip": "192.0.2.7"}]
-    assert status["podIP"].startswith("10.") and status["podIPs"] == [{"ip": status["podIP"]}]
-    assert {status["podIP"], other["podIP"]} == {"10.128.0.2", "10.128.0.3"}
+    # Each pod its own loopback address (its connections really come from it).
+    assert status["podIP"].startswith("127.") and status["podIPs"] == [{"ip": status["podIP"]}]
+    assert {status["podIP"], other["podIP"]} == {"127.130.0.2", "127.130.0.3"}
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {
         "PodReadyToStartContainers": "True",

@@ -193,6 +193,10 @@ async def test_refused_pod_is_nudged_when_a_server_frees_up(build, kit, sim, clu
         await client.post("/v1/allocations", json=kit.ask(holder))
         assert (await client.post("/v1/allocations", json=kit.ask(waiter))).status_code == 409
         assert ANNOTATION_RETRY_AT not in cluster.annotations(waiter)
+        # The holder ran and ended; a pod still pending with no booking would be a waiting pod
+        # the leader nudges too.
+        await client.post(f"/v1/allocations/{holder.uid}/commit", json={"node": "client-1"})
+        cluster.bind(holder, phase="Succeeded")
         await client.delete(f"/v1/allocations/{holder.uid}")
 
         async def nudged() -> bool:

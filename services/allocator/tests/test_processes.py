@@ -185,6 +185,8 @@ async def test_a_leader_killed_mid_burst_loses_no_admission_and_books_nothing_tw
     assert sorted(n for names in stored.values() for n in names) == sorted(p.name for p in pods)
 
 
+# A Lease to run out (15 s) and up to 60 s for the survivor's passes on a loaded machine.
+@pytest.mark.timeout(120)
 async def test_a_quota_holds_under_a_burst_and_across_a_leader_kill(build, kit, sim, cluster):
     import importlib
 

@@ -3,7 +3,9 @@
 ``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding, +eviction),
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
-tokenreviews and admissionregistration.k8s.io/v1 mutating- and validatingwebhookconfigurations with
+tokenreviews, networking.k8s.io/v1 networkpolicies (enforced in front of fake lupine servers
+by ``PodNetwork``) and admissionregistration.k8s.io/v1 mutating- and
+validatingwebhookconfigurations with
 kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
 and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
 clients (kubectl, kubernetes_asyncio) work against it.
@@ -35,6 +37,7 @@ from rgpu_kubesim.fleet import (
 )
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator, RunRecord
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
+from rgpu_kubesim.network import PodNetwork
 from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator, Step
 
 __all__ = [
@@ -53,6 +56,7 @@ __all__ = [
     "LupineFleet",
     "LupineNotFound",
     "LupineSpec",
+    "PodNetwork",
     "PodPlan",
     "PodRecord",
     "RequestCount",

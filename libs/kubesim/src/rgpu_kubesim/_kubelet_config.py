@@ -7,7 +7,7 @@ and read run records without the machinery that watches and runs pods.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ._lupine_errors import SimOptionError
@@ -29,6 +29,7 @@ class LupineClientSink(Protocol):
         gpu_uuids: Sequence[str],
         *,
         memory_bytes: int = ...,
+        address: str = ...,
         hostname: str | None = ...,
     ) -> object: ...
 
@@ -58,6 +59,12 @@ class KubeletConfig:
     lupine client disconnects then. None: ``shutdown_fraction`` of the pod's grace period."""
     shutdown_fraction: float = 0.1
     """A well-behaved container exits well within its grace period, so a tenth by default."""
+    lupine_connect_seconds: float = 10.0
+    """How long a GPU container's lupine client keeps trying to connect while its connection
+    is reset or unanswered (a policy admitting the pod may still be on its way); nothing
+    listening fails the pod at once."""
+    lupine_dial_timeout_seconds: float = 2.0
+    """One connection attempt's limit: lupine answers the HTTP/2 preface in microseconds."""
 
     def __post_init__(self) -> None:
         if self.shutdown_seconds is not None and not self.shutdown_seconds >= 0:
@@ -68,10 +75,10 @@ class KubeletConfig:
             raise SimOptionError(
                 "shutdown_fraction", f"must be between 0 and 1, got {self.shutdown_fraction!r}"
             )
-        for name in ("start_delay_seconds", "default_run_seconds"):
+        for name in ("start_delay_seconds", "default_run_seconds", "lupine_connect_seconds"):
             if not getattr(self, name) >= 0:
                 raise SimOptionError(name, f"must be >= 0 seconds, got {getattr(self, name)!r}")
-        for name in ("retry_initial_seconds", "retry_max_seconds"):
+        for name in ("retry_initial_seconds", "retry_max_seconds", "lupine_dial_timeout_seconds"):
             if not getattr(self, name) > 0:
                 raise SimOptionError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
         for name in ("count_resource", "endpoint_env"):
@@ -114,3 +121,8 @@ class RunRecord:
     """``time.monotonic()`` when the kubelet saw the pod's deletionTimestamp (None: never)."""
     exit_code: int | None = None
     """The containers' exit code once they ended (137 when killed at deletion)."""
+    address: str = ""
+    """The pod's address, which its connections come from (empty before it has one)."""
+    dials: Mapping[str, str] = field(default_factory=dict)
+    """``sim.rgpu.io/dial`` endpoint -> how connecting to it went (``connected``, ``reset``,
+    ``refused`` or ``timeout``)."""

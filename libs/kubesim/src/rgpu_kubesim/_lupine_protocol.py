@@ -64,11 +64,25 @@ class LupineProtocol(asyncio.Protocol):
         # uvloop's TCP transports implement asyncio.Transport without subclassing it.
         stream = cast(asyncio.Transport, transport)
         self._transport = stream
+        if not self._admitted(stream):
+            # Refused by the network, not by lupine: reset before a byte is read, as a CNI
+            # rejecting the packets makes the client see it.
+            self._state.refused += 1
+            self._pending = None
+            _reset(stream)
+            return
         self._live.add(stream)
         self._state.connections += 1
         if self._state.mode == "h2only" and not self._hangs():
             # An h2-only server greets first: its SETTINGS frame goes out before it reads.
             self._side = _Http2Side(self._state, stream)
+
+    def _admitted(self, transport: asyncio.Transport) -> bool:
+        admit = self._state.admit
+        if admit is None:
+            return True
+        peer = transport.get_extra_info("peername")
+        return bool(peer) and admit(str(peer[0]))
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport

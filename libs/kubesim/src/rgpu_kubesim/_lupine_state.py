@@ -5,7 +5,7 @@ while connections are open — so it lives in one small object the protocol read
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal, TypeAlias
@@ -16,6 +16,7 @@ __all__ = [
     "FAULTS",
     "HANGUPS",
     "MODES",
+    "Admit",
     "Fault",
     "Hangup",
     "LupineClient",
@@ -34,6 +35,9 @@ Hangup: TypeAlias = Literal["reset", "close"]
 """How an ``h2only`` server ends a connection: ``reset`` as the released lupine build does
 (it answers, then resets the connection with ``SO_LINGER{1,0}``), or ``close`` (keeps it open
 for more requests and closes cleanly: the fake's behaviour before the real build was seen)."""
+
+Admit: TypeAlias = Callable[[str], bool]
+"""Whether the network lets a connection from this source address reach the server."""
 
 MODES: Final[tuple[Mode, ...]] = ("sniff", "h2only")
 FAULTS: Final[tuple[Fault, ...]] = ("down", "hang", "error500", "truncated")
@@ -96,12 +100,14 @@ class LupineState:
         "_clients",
         "_revision",
         "_serial",
+        "admit",
         "connections",
         "cuda_version",
         "fault",
         "gpus",
         "hangup",
         "mode",
+        "refused",
         "rendered",
     )
 
@@ -117,6 +123,10 @@ class LupineState:
         self.hangup: Hangup = hangup
         # Accepted connections: the released server forks a process for each one.
         self.connections = 0
+        # The network in front of the server (a NetworkPolicy-enforcing CNI): sources it
+        # refuses never reach lupine; ``None`` lets every source through.
+        self.admit: Admit | None = None
+        self.refused = 0
         self.gpus = gpus
         self.cuda_version = cuda_version
         self.fault: Fault | None = None

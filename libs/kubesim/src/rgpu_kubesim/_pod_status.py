@@ -148,6 +148,19 @@ def _init_statuses(pod: Mapping[str, Any], where: Placement) -> JsonObj:
     return {"initContainerStatuses": [_container(pod, c, state) for c in init]}
 
 
+def starting(pod: Mapping[str, Any], where: Placement) -> JsonObj:
+    """The status once the sandbox has its address and the containers are being created."""
+    state = {"waiting": {"reason": "ContainerCreating"}}
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    return {
+        "phase": "Pending",
+        "conditions": _conditions(pod, where.started_at, False, "ContainersNotReady"),
+        **_addresses(where),
+        **_init_statuses(pod, where),
+        "containerStatuses": [_container(pod, c, state) for c in containers],
+    }
+
+
 def running(pod: Mapping[str, Any], where: Placement) -> JsonObj:
     """The status once every container has started."""
     state = {"running": {"startedAt": where.started_at}}
@@ -159,6 +172,19 @@ def running(pod: Mapping[str, Any], where: Placement) -> JsonObj:
         **_init_statuses(pod, where),
         "containerStatuses": [_container(pod, c, state) for c in containers],
     }
+
+
+def unavailable(pod: Mapping[str, Any], where: Placement, message: str, now: str) -> JsonObj:
+    """The status of a pod whose GPU containers could not reach their server (exit 1)."""
+    end = Exit(
+        phase="Failed",
+        exit_code=1,
+        reason="Error",
+        finished_at=now,
+        message=message,
+        pod_reason="RemoteGPUUnavailable",
+    )
+    return terminated(pod, where, end)
 
 
 def terminated(pod: Mapping[str, Any], where: Placement, end: Exit) -> JsonObj:

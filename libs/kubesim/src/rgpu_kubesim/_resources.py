@@ -176,6 +176,14 @@ RESOURCES: tuple[Resource, ...] = (
         status_is_subresource=True,
     ),
     Resource(
+        plural="networkpolicies",
+        singular="networkpolicy",
+        kind="NetworkPolicy",
+        namespaced=True,
+        group="networking.k8s.io",
+        short_names=("netpol",),
+    ),
+    Resource(
         plural="tokenreviews",
         singular="tokenreview",
         kind="TokenReview",

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpu_kubesim import _configmaps, _disruption, _priority, _status, _validation
+from rgpu_kubesim import (
+    _configmaps,
+    _disruption,
+    _network_policies,
+    _priority,
+    _status,
+    _validation,
+)
 from rgpu_kubesim._cel import match_condition_causes
 from rgpu_kubesim._quantity import parse_quantity
 from rgpu_kubesim._resources import Resource
@@ -67,6 +74,8 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _priority.default_class(obj)
     elif resource.plural == "configmaps":
         _configmaps.check_decodable(resource, obj)
+    elif resource.plural == "networkpolicies":
+        _network_policies.default_policy(obj)
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -253,6 +262,8 @@ def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[
         causes += _priority.class_causes(obj, old)
     elif resource.plural == "poddisruptionbudgets":
         causes += _disruption.budget_causes(obj)
+    elif resource.plural == "networkpolicies":
+        causes += _network_policies.policy_causes(obj)
     elif resource.plural == "configmaps":
         causes += _configmaps.causes(obj, old)
     elif resource.plural in WEBHOOK_CONFIGURATIONS:

@@ -68,6 +68,11 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Age", "string", 0),
         ("PreemptionPolicy", "string", 0),
     ),
+    "networkpolicies": (
+        ("Name", "string", 0),
+        ("Pod-Selector", "string", 0),
+        ("Age", "string", 0),
+    ),
     "poddisruptionbudgets": (
         ("Name", "string", 0),
         ("Min Available", "string", 0),
@@ -235,10 +240,29 @@ def _budget_row(pdb: JsonObj, now: float) -> list[Any]:
     ]
 
 
+def _selector_text(policy: JsonObj) -> str:
+    """kubectl's column (``FormatLabelSelector``): ``k=v,k in (a,b),!k``; ``<none>`` if empty."""
+    selector = (policy.get("spec") or {}).get("podSelector") or {}
+    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    terms.extend(_expression_text(e) for e in selector.get("matchExpressions") or ())
+    return ",".join(terms) or "<none>"
+
+
+def _expression_text(expression: JsonObj) -> str:
+    key, operator = expression.get("key", ""), expression.get("operator")
+    values = ",".join(sorted(expression.get("values") or ()))
+    if operator == "Exists":
+        return str(key)
+    if operator == "DoesNotExist":
+        return f"!{key}"
+    return f"{key} {str(operator).lower()} ({values})"
+
+
 _BUDGET_BOUNDS = ("minAvailable", "maxUnavailable")
 _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "priorityclasses": _priority_class_row,
     "poddisruptionbudgets": _budget_row,
+    "networkpolicies": _simple_row(lambda o: [_selector_text(o)]),
     "pods": _pod_row,
     "nodes": _node_row,
     "events": _event_row,

@@ -26,20 +26,29 @@ import httpx
 import orjson
 from anyio.abc import TaskGroup, TaskStatus
 
+from rgpu_contracts import ContractError
+from rgpu_contracts.hami import split_endpoint
+
 from . import _pod_status
 from ._container_env import resolve_env
 from ._container_gpus import StartFailure, containers_asking, devices, endpoint_of, memory_bytes
 from ._informer import DELETED, TRANSPORT_ERRORS, Informer, KubeHttp, Reply, base_url_of
 from ._kubelet_config import KubeletConfig, LupineClientSink, RunRecord
+from ._lupine_dial import Dialed, dial
+from ._lupine_errors import SimOptionError
 from ._pod_addresses import PodAddresses
+from ._pod_connections import DIAL_ANNOTATION, Attachment, attach, dial_all, dial_targets
 
 __all__ = [
+    "DIAL_ANNOTATION",
     "ENV_ANNOTATION",
     "RUN_SECONDS_ANNOTATION",
+    "Dialed",
     "KubeletConfig",
     "KubeletEmulator",
     "LupineClientSink",
     "RunRecord",
+    "dial",
     "resolve_env",
 ]
 
@@ -237,22 +246,26 @@ class KubeletEmulator:
             await self._remove(path, uid)
             return
         current = self._cached(path, uid)
-        record = self._start(current)
+        record, attachment = self._start(current)
         where = await self._placement(current)
         # The env as resolved goes with the first status write: metadata changes through
         # pods/status are kept, so one write (one event for every pod watcher) carries both.
         env = {ENV_ANNOTATION: orjson.dumps(record.env).decode()}
         if record.phase == "Failed":
-            end = _pod_status.Exit(
-                phase="Failed",
-                exit_code=1,
-                reason="Error",
-                finished_at=_now_rfc3339(),
-                message=record.message,
-                pod_reason="RemoteGPUUnavailable",
-            )
-            await self._write_status(path, _pod_status.terminated(current, where, end), env)
+            unavailable = _pod_status.unavailable(current, where, record.message, _now_rfc3339())
+            await self._write_status(path, unavailable, env)
             return
+        if attachment is not None or dial_targets(record.annotations):
+            # The sandbox's address is reported before anything connects from it: only then
+            # can the cluster (a NetworkPolicy, say) admit the pod's connections.
+            await self._write_status(path, _pod_status.starting(current, where), env)
+            env = {}
+        failure = await self._connect(uid, where.pod_ip, attachment)
+        if failure is not None:
+            unavailable = _pod_status.unavailable(current, where, failure, _now_rfc3339())
+            await self._write_status(path, unavailable, env)
+            return
+        await self._dial_targets(uid, where.pod_ip, current)
         await self._write_status(path, _pod_status.running(current, where), env)
         run = self._run_seconds(current)
         if not await _stopped_within(running, run):
@@ -310,7 +323,7 @@ class KubeletEmulator:
 
     # -- starting and stopping containers ----------------------------------------------------
 
-    def _start(self, pod: dict[str, Any]) -> RunRecord:
+    def _start(self, pod: dict[str, Any]) -> tuple[RunRecord, Attachment | None]:
         meta = pod["metadata"]
         record = RunRecord(
             uid=str(meta["uid"]),
@@ -324,32 +337,58 @@ class KubeletEmulator:
         )
         requesting = containers_asking(pod, self.config.count_resource)
         names = [str(c["name"]) for c in requesting]
+        attachment = None
         try:
             if names:
                 endpoint = endpoint_of(record.env, names, self.config.endpoint_env)
                 record = replace(record, endpoint=endpoint)
-                record = self._connect(record, requesting, names, str(meta["name"]))
+                attachment = self._attachment(record, requesting, names, str(meta["name"]))
         except StartFailure as failure:
             record = replace(
                 record, phase="Failed", message=str(failure), finished_at=record.started_at
             )
         self._records[record.uid] = record
-        return record
+        return record, attachment
 
-    def _connect(
+    def _attachment(
         self,
         record: RunRecord,
         requesting: list[Mapping[str, Any]],
         names: list[str],
         hostname: str,
-    ) -> RunRecord:
+    ) -> Attachment:
         server = self.lupine(record.endpoint)
         if server is None or server.fault == "down":
             raise StartFailure(f"cannot connect to lupine at {record.endpoint}: nothing answers")
         gpus = devices(server.gpus, record.env, names, self.config.visible_devices_env)
         memory = memory_bytes(requesting, self.config.memory_resource)
-        server.add_client(record.uid, gpus, memory_bytes=memory, hostname=hostname)
-        return replace(record, gpus=tuple(gpus))
+        return Attachment(server=server, gpus=tuple(gpus), memory_bytes=memory, hostname=hostname)
+
+    async def _connect(self, uid: str, address: str, attachment: Attachment | None) -> str | None:
+        """Connect the pod's lupine client from ``address``; why it could not, else None."""
+        record = replace(self._records[uid], address=address)
+        self._records[uid] = record
+        if attachment is not None:
+            record = self._records[uid] = await attach(record, attachment, self.config)
+        return record.message if record.phase == "Failed" else None
+
+    async def _dial_targets(self, uid: str, address: str, pod: Mapping[str, Any]) -> None:
+        outcomes = await dial_all(pod["metadata"].get("annotations") or {}, address, self.config)
+        if outcomes:
+            self._records[uid] = replace(self._records[uid], dials=outcomes)
+
+    async def dial(self, uid: str, endpoint: str) -> Dialed:
+        """Connect once from running pod ``uid``'s address to ``endpoint`` (``host:port``), as
+        a process of that pod would. Raises ``SimOptionError`` when the pod does not run here
+        or has no address yet."""
+        record = self._records.get(uid)
+        if uid not in self._running or record is None or not record.address:
+            raise SimOptionError("uid", f"pod {uid!r} is not running on this kubelet")
+        try:
+            split_endpoint(endpoint)
+        except ContractError:
+            raise SimOptionError("endpoint", f"{endpoint!r} is not host:port") from None
+        return await dial(endpoint, record.address, timeout=self.config.lupine_dial_timeout_seconds)
 
     def _disconnect(self, uid: str) -> None:
         record = self._records.get(uid)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -158,6 +158,16 @@ class FakeLupine:
     def connections(self) -> int:
         """Connections accepted so far: the released server forks a process for each one."""
         return self._state.connections
+
+    @property
+    def refused(self) -> int:
+        """Connections the network refused (``guard``) before lupine saw a byte."""
+        return self._state.refused
+
+    def guard(self, admit: Callable[[str], bool] | None) -> None:
+        """Put a network in front of the server: ``admit(source_address)`` decides whether a
+        connection reaches it (refused ones are reset at once); ``None`` removes it."""
+        self._state.admit = admit
 
     @property
     def gpus(self) -> tuple[LupineGpu, ...]:
@@ -331,6 +341,14 @@ class LupineFleet:
         self._stack = stack
         self._by_name: dict[str, FakeLupine] = {}
         self._by_endpoint: dict[str, FakeLupine] = {}
+        self._network: Network | None = None
+
+    def guard(self, network: Network | None) -> None:
+        """Put ``network`` in front of every server, those started later included:
+        ``network(server, source_address)`` decides whether a connection reaches it."""
+        self._network = network
+        for lupine in self._by_endpoint.values():
+            lupine.guard(_gate(network, lupine))
 
     def __len__(self) -> int:
         return len(self._by_endpoint)
@@ -344,6 +362,7 @@ class LupineFleet:
         if spec.name and not spec.instance and spec.name in self._by_name:
             raise SimOptionError("name", f"a fake lupine named {spec.name!r} already runs")
         lupine = await start_lupine(spec)
+        lupine.guard(_gate(self._network, lupine))
         self._stack.push_async_callback(lupine.aclose)
         if lupine.name in self._by_name:
             raise SimOptionError("name", f"a fake lupine named {lupine.name!r} already runs")
@@ -369,6 +388,16 @@ class LupineFleet:
             return self._by_endpoint[endpoint]
         except KeyError:
             raise LupineNotFound(f"no fake lupine listens on {endpoint!r}") from None
+
+
+Network = Callable[[FakeLupine, str], bool]
+"""Whether a connection from a source address may reach a fake server (see ``guard``)."""
+
+
+def _gate(network: Network | None, lupine: FakeLupine) -> Callable[[str], bool] | None:
+    if network is None:
+        return None
+    return lambda source: network(lupine, source)
 
 
 @asynccontextmanager

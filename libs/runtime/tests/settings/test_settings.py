@@ -39,6 +39,9 @@ EVERY_KEY = {
     "RGPU_PREEMPTION": "Off",
     "RGPU_SERVER_LOST_GRACE_SECONDS": "20",
     "RGPU_ON_SERVER_LOST": "evict",
+    "RGPU_SERVER_POLICIES": "On",
+    "RGPU_LUPINE_NAMESPACE": "gpu-servers",
+    "RGPU_LUPINE_POD_LABELS": "app=lupine, example.com/tier = gpu",
     "RGPU_LOG_LEVEL": "debug",
     "RGPU_LOG_FORMAT": "text",
     "RGPU_AUTH": "None",
@@ -105,6 +108,9 @@ def test_every_key_is_read_into_its_field() -> None:
         90,
         16,
     )
+    assert s.server_policies.enabled is True
+    assert s.server_policies.lupine_namespace == "gpu-servers"
+    assert s.server_policies.lupine_labels == (("app", "lupine"), ("example.com/tier", "gpu"))
     assert s.admission.ahead == 512
     assert s.traces.sampler == "parentbased_traceidratio"
     assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
@@ -311,3 +317,26 @@ def test_a_lost_server_is_kept_after_a_minute_by_default_and_bad_values_name_the
         Settings.from_env({"RGPU_ON_SERVER_LOST": "delete"}, service="allocator")
     with pytest.raises(SettingsError, match=r"RGPU_SERVER_LOST_GRACE_SECONDS.*-1"):
         Settings.from_env({"RGPU_SERVER_LOST_GRACE_SECONDS": "-1"}, service="allocator")
+
+
+def test_server_policies_are_off_by_default_and_name_the_lupine_daemonset() -> None:
+    s = Settings.from_env({}, service="allocator").server_policies
+    assert s.enabled is False
+    assert s.lupine_namespace == "rgpu-lupine"
+    assert s.lupine_labels == (("app.kubernetes.io/name", "lupine-server"),)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("RGPU_SERVER_POLICIES", "yes"),
+        ("RGPU_LUPINE_NAMESPACE", "Not_A_Namespace"),
+        ("RGPU_LUPINE_POD_LABELS", "app"),
+        ("RGPU_LUPINE_POD_LABELS", "app=lupine server"),
+        ("RGPU_LUPINE_POD_LABELS", "bad key=x"),
+        ("RGPU_LUPINE_POD_LABELS", ","),
+    ],
+)
+def test_a_bad_server_policies_setting_stops_the_service_naming_it(key: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=key):
+        Settings.from_env({key: value}, service="allocator")

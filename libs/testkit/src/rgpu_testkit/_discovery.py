@@ -1,6 +1,6 @@
 """Services that follow discovery (the allocator, the extender, metrics, the CLI) are tested
 against a discovery that the test controls: this one serves ``GET /v1/fleet`` and
-``GET /v1/topology`` with discovery's long-poll rules (``rgpu_runtime.Poll`` over a
+``GET /v1/topology`` with discovery's long-poll rules (``rgpu_runtime.feeds.Poll`` over a
 ``Versioned`` value, the same code the real routes run) and ``POST /v1/servers/{name}/probe``,
 from contract values the test publishes.
 

@@ -50,6 +50,7 @@ from .removal import Remover
 from .repair import Repairer
 from .revalidation import Reprober, Revalidator
 from .routes import Deps
+from .server_policies import ServerPolicies, lupine_api
 from .sweeping import Reconciler, Sweeper
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
@@ -112,6 +113,8 @@ class Parts:
     booking: Booking
     lease_watch: Reflector[LeaseRecord]
     pod_watch: Reflector[PodInfo]
+    server_policies: ServerPolicies | None
+    """One NetworkPolicy per server (``RGPU_SERVER_POLICIES=on``); ``None`` when off."""
 
 
 class _Collect(Collector):
@@ -126,13 +129,15 @@ class _Collect(Collector):
 
 def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
     """Which background activity hears which event: the allocator's whole wiring."""
+    fences = () if p.server_policies is None else (p.server_policies,)
     return {
-        Signal.CAPACITY_FREED: (p.nudger.notify, p.admitter.notify),
+        Signal.CAPACITY_FREED: (p.nudger.notify, p.admitter.notify, *(f.notify for f in fences)),
         Signal.POD_CHANGED: (
             p.reconciler.pod_changed,
             p.nudger.pod_changed,
             p.admitter.pod_changed,
             p.lost.pod_changed,
+            *(f.pod_changed for f in fences),
         ),
         Signal.CLAIMS_TOUCHED: (p.reconciler.enqueue,),
         Signal.LEADERSHIP: (
@@ -140,6 +145,7 @@ def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
             p.nudger.leadership,
             p.admitter.leadership,
             p.lost.leadership,
+            *(f.leadership for f in fences),
         ),
         Signal.ADMISSION_LAPSED: (p.admitter.lapsed,),
     }
@@ -307,6 +313,24 @@ def assemble(
         committer=committer,
         lease_watch=lease_watch,
         pod_watch=pod_watch,
+        server_policies=_server_policies(settings, m, kube, leading),
+    )
+
+
+def _server_policies(
+    settings: Settings, m: Memory, kube: KubeClient, leading: Callable[[], bool]
+) -> ServerPolicies | None:
+    if not settings.server_policies.enabled:
+        return None
+    return ServerPolicies(
+        lupine_api(kube, settings.server_policies),
+        ledger=m.ledger,
+        pods=m.pods,
+        discovery=m.discovery,
+        settings=settings.server_policies,
+        system_namespace=m.policy.namespace,
+        leading=leading,
+        registry=m.registry,
     )
 
 
@@ -345,3 +369,5 @@ async def start(tg: TaskGroup, p: Parts, *, kube: KubeClient, http: httpx.AsyncC
     await tg.start(p.queues.run)
     await tg.start(p.pod_watch.run)
     await tg.start(p.sweeper.run)
+    if p.server_policies is not None:
+        await tg.start(p.server_policies.run)

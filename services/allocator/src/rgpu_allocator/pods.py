@@ -8,6 +8,7 @@ scheduler names) are interned so thousands of pods share one copy.
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -62,6 +63,10 @@ class PodInfo:
     """The pod declares the readiness gate ``rgpu.io/remote-gpu-ready``."""
     ready_gate_status: str | None = None
     """That condition's ``status`` as last written (``None`` when absent)."""
+    ips: tuple[str, ...] = ()
+    """``status.podIPs`` (``podIP`` when that is all there is), valid addresses only: where
+    the pod's connections come from, once the kubelet reported them. Server policies admit
+    holders by them."""
 
     @property
     def ref(self) -> PodRef:
@@ -137,7 +142,38 @@ def pod_info(
         gated=read_gated(raw, resources),
         ready_gate=_declares_gate(spec),
         ready_gate_status=_gate_status(status),
+        ips=_addresses(status),
     )
+
+
+def _addresses(status: Mapping[str, object]) -> tuple[str, ...]:
+    """The pod's IP addresses as reported; anything that is not one is dropped here, once,
+    so a policy is never written from it. ``podIPs[0]`` is ``podIP``: a single-stack pod (the
+    common case, on every pod event) reads just that."""
+    listed = status.get("podIPs")
+    if isinstance(listed, list) and len(listed) > 1:
+        found = tuple(
+            ip
+            for entry in listed
+            if isinstance(ip := _mapping(entry).get("ip"), str) and _is_address(ip)
+        )
+        if found:
+            return found
+    single = status.get("podIP")
+    if isinstance(single, str) and single and _is_address(single):
+        return (single,)
+    return ()
+
+
+def _is_address(text: str) -> bool:
+    # inet_pton, not ipaddress: this runs for every pod event, and is ten times cheaper.
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
 
 
 def _declares_gate(spec: Mapping[str, object]) -> bool:

@@ -17,7 +17,7 @@ from ._parse import byte_count as parse_byte_count
 from ._parse import port as parse_port
 from ._parse import seconds as parse_seconds
 from ._parse import word as parse_word
-from ._settings import DEFAULT_MAX_BODY_BYTES, ResourceSettings, Settings
+from ._settings import DEFAULT_MAX_BODY_BYTES, ResourceSettings, ServerPolicySettings, Settings
 from ._traces import TraceSettings
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "HostPort",
     "ListenerLimits",
     "ResourceSettings",
+    "ServerPolicySettings",
     "Settings",
     "TraceSettings",
     "parse_byte_count",

@@ -126,6 +126,22 @@ def label_keys(key: str, value: str) -> tuple[str, ...]:
     return tuple(label_key(key, value, item) for item in keys)
 
 
+def labels(key: str, value: str) -> tuple[tuple[str, str], ...]:
+    """Read a non-empty comma list of ``key=value`` labels (an equality label selector)."""
+    pairs = []
+    for item in csv(value):
+        name, sep, text = item.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not _LABEL_NAME.fullmatch(text):
+            raise bad(key, value, f"{item!r} is not key=value with a label value (a-z, 0-9, -_.)")
+        pairs.append((label_key(key, value, name), text))
+    if not pairs:
+        raise bad(
+            key, value, "expected key=value labels, e.g. app.kubernetes.io/name=lupine-server"
+        )
+    return tuple(pairs)
+
+
 def dns_label(key: str, value: str) -> str:
     """Read a DNS-1123 label (namespaces): lowercase, digits and '-', at most 63 characters."""
     text = value.strip()

@@ -127,6 +127,23 @@ class AdmissionSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServerPolicySettings:
+    """Whether the allocator keeps one NetworkPolicy per lupine server (docs/security.md)."""
+
+    enabled: bool = False
+    """``RGPU_SERVER_POLICIES``: ``on`` (only a server's current holders, and discovery's
+    probes, may reach its lupine port) or ``off``. Off, because it needs what rgpu cannot
+    check from inside: lupine running as pods on the pod network, and a CNI that enforces
+    NetworkPolicy, ``ipBlock`` on pod addresses included."""
+    lupine_namespace: str = "rgpu-lupine"
+    """``RGPU_LUPINE_NAMESPACE``: where the lupine server pods run, and so where their
+    policies go; k8s/components/lupine-server's namespace."""
+    lupine_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "lupine-server"),)
+    """``RGPU_LUPINE_POD_LABELS``: ``key=value[,key=value]`` that every lupine server pod
+    carries; the lupine-server DaemonSet's selector."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PeerSettings:
     """Where the services find each other."""
 
@@ -225,6 +242,7 @@ class Settings:
     resources: ResourceSettings = field(default_factory=ResourceSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    server_policies: ServerPolicySettings = field(default_factory=ServerPolicySettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -244,6 +262,7 @@ class Settings:
             resources=_resources(env),
             scheduling=_scheduling(env),
             admission=_admission(env),
+            server_policies=_server_policies(env),
             peers=_peers(env),
             kube=_kube(env),
             auth=_auth(env),
@@ -302,6 +321,18 @@ def _admission(env: Env) -> AdmissionSettings:
         ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
         concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
         ahead=_read(env, "RGPU_ADMISSION_AHEAD", _ahead, d.ahead),
+    )
+
+
+def _server_policies(env: Env) -> ServerPolicySettings:
+    d = ServerPolicySettings()
+    mode = env.get("RGPU_SERVER_POLICIES")
+    return ServerPolicySettings(
+        enabled=d.enabled
+        if mode is None
+        else p.choice("RGPU_SERVER_POLICIES", mode, ("on", "off")) == "on",
+        lupine_namespace=_read(env, "RGPU_LUPINE_NAMESPACE", p.dns_label, d.lupine_namespace),
+        lupine_labels=_read(env, "RGPU_LUPINE_POD_LABELS", p.labels, d.lupine_labels),
     )
 
 
