@@ -138,6 +138,8 @@ async def test_queued_events_are_written_as_core_v1_events() -> None:
         await tg.start(recorder.run, kube)
         recorder.record(event())
         (found,) = await written(sim, 1)
+        # The store holds the Event before the writer's call has returned and counted it.
+        await eventually(lambda: recorder.counts.get("written"))
         tg.cancel_scope.cancel()
     assert found["reason"] == "RemoteGPUUnavailable"
     assert found["type"] == "Warning"
