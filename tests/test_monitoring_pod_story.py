@@ -41,18 +41,22 @@ from rgpu_cli.stack import (
     service_account,
 )
 from rgpu_cli.stack_rbac import apply_rbac, refused
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
-from rgpu_runtime import (
-    CREATION_LINK,
-    TRACE_ANNOTATION,
-    Settings,
-    creation_of,
-    instrument_app,
-    running,
-)
+from rgpu_runtime.serving import running
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, creation_of, instrument_app
 from rgpu_testkit import container_manifest, eventually, pod_manifest
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -126,7 +130,7 @@ def settings(service: str, sim: SimApiServer, **extra: str) -> Settings:
         "RGPU_PROBE_INTERVAL_SECONDS": "0.5",
         **extra,
     }
-    return Settings.from_env(env, service=service)
+    return _kind(service).from_env(env, service=service)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ import pytest
 
 from rgpu_cli.kube import cli_kube_client
 from rgpu_kubesim import ApiOptions, run_apiserver
-from rgpu_runtime import KubeError, Settings, kube_client
+from rgpu_runtime.errors import KubeError
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

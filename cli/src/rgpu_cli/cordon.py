@@ -32,7 +32,9 @@ from rgpu_contracts import (
     encode_device_cordon,
     node_of_server,
 )
-from rgpu_runtime import KubeClient, KubeConflict, KubeError, RgpuError, Settings
+from rgpu_runtime.errors import KubeConflict, KubeError, RgpuError
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
 
 from .kube import cli_kube_client
 

@@ -22,7 +22,10 @@ from typing import Any, Final
 import anyio
 
 from rgpu_contracts import INSTANCE_SEPARATOR, Claim, ContractError, PodRef
-from rgpu_runtime import Backoff, KubeClient, KubeError, Settings
+from rgpu_runtime.errors import KubeError
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.settings import Settings
 
 from .cordon import cordon
 from .kube import cli_kube_client

@@ -48,7 +48,9 @@ from rgpu_placement import (
     read_demand,
     scheduling_gates,
 )
-from rgpu_runtime import KubeClient, Settings, creation_of
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import creation_of
 
 from .kube import cli_kube_client
 from .queue import Queued, find_queued, render_queued

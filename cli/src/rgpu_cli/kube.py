@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 
-from rgpu_runtime import KubeClient, Settings, kube_client
+from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.settings import Settings
 
 __all__ = ["CLI_USER_AGENT", "cli_kube_client"]
 

@@ -19,7 +19,7 @@ import pytest
 
 from rgpu_extender.admission import AdmissionPolicy, decide
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 from rgpu_contracts import PodRef, PodUID
 from rgpu_extender.events import UNAVAILABLE, event_recorder, pod_event
 from rgpu_extender.instruments import ExtenderMetrics
-from rgpu_runtime import KubeClient, KubeEvent, TokenBucket, kube_client
+from rgpu_runtime.kube import KubeClient, KubeEvent, kube_client
+from rgpu_runtime.pacing import TokenBucket
 
 pytestmark = pytest.mark.anyio
 

@@ -36,7 +36,7 @@ from rgpu_kubesim._rbac_bootstrap import seed
 from rgpu_kubesim._refusals import Refusals
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
-from rgpu_runtime import EmbeddedServer
+from rgpu_runtime.serving import EmbeddedServer
 
 _STARTUP_SECONDS = 10.0
 _SHUTDOWN_GRACE_SECONDS = 2
