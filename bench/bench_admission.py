@@ -40,7 +40,7 @@ import orjson
 from bench_extender import FIXTURES, stack
 
 from rgpu_extender.reviewshape import MAX_POD_CONTAINERS, MAX_REVIEW_VALUES, count_values
-from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES
+from rgpu_extender.surfaces import WEBHOOK_MAX_BODY_BYTES
 
 TARGET_MS = 100.0
 """The CPU one accepted review may cost at most, however it is shaped."""
@@ -127,7 +127,7 @@ def shapes() -> dict[str, tuple[bytes, bool]]:
         ),
     }
     for name, (body, _) in built.items():
-        if len(body) > ADMISSION_REVIEW_MAX_BYTES:
+        if len(body) > WEBHOOK_MAX_BODY_BYTES:
             raise SystemExit(f"{name}: {len(body)} bytes is over the body limit; fix the bench")
     return built
 

@@ -82,7 +82,9 @@ from rgpu_contracts import (
 )
 from rgpu_kubesim import ApiOptions, run_apiserver
 from rgpu_placement import Choice, FleetView, Granularity, Refusal, choose, demand_of
-from rgpu_runtime import Listener, Reflector, Settings, WatchEvent, running
+from rgpu_runtime.kube import Reflector, WatchEvent
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 DECISION_TARGET_MS = 1.0
 FLEET_CHANGE_TARGET_MS = 3.0

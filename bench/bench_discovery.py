@@ -52,10 +52,12 @@ from rgpu_contracts import ClaimSet, ClaimsUpdate, Fleet, FleetUpdate, ServerNam
 from rgpu_discovery import create_app
 from rgpu_discovery.fleet import FleetState
 from rgpu_discovery.nodes import NodeNotices
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_discovery.topology import TopologyState
 from rgpu_discovery.watching import Catalog
 from rgpu_kubesim import run_apiserver, run_lupine
-from rgpu_runtime import Listener, ObjectChange, Settings, running
+from rgpu_runtime.kube import ObjectChange
+from rgpu_runtime.serving import Listener, running
 from rgpu_testkit import claim, pod_ref
 
 BUILD_TARGET_S = 1.0
@@ -314,9 +316,7 @@ async def bench_fanout(servers: int, cards: int, waiters: int) -> list[FanOut]:
         for i in range(servers):
             sim.store.create("nodes", server_node(i, cards))
         env = {"RGPU_KUBE_URL": sim.url, "RGPU_PROBE_INTERVAL_SECONDS": "3600"}
-        settings = Settings.from_env(
-            env | {"RGPU_TOPOLOGY_KEYS": ",".join(KEYS)}, service="discovery"
-        )
+        settings = DiscoverySettings.from_env(env | {"RGPU_TOPOLOGY_KEYS": ",".join(KEYS)})
         # Every probe reaches one fake lupine that reports no clients: the fan-out is measured.
         async with run_lupine() as lupine:
 

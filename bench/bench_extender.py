@@ -43,8 +43,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_extender import create_app, listeners
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import run_apiserver
-from rgpu_runtime import Listener, Settings, http_client, running
+from rgpu_runtime.peers import http_client
+from rgpu_runtime.serving import Listener, running
 
 TARGETS_MS = {
     "filter, loopback": 3.0,
@@ -187,8 +189,8 @@ async def measure(call: Call, rounds: int) -> tuple[float, float]:
     return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
 
 
-def settings(sim_url: str, peers: str, certs: tuple[Path, Path]) -> Settings:
-    return Settings.from_env(
+def settings(sim_url: str, peers: str, certs: tuple[Path, Path]) -> ExtenderSettings:
+    return ExtenderSettings.from_env(
         {
             "RGPU_KUBE_URL": sim_url,
             "RGPU_ALLOCATOR_URL": peers,
@@ -200,7 +202,6 @@ def settings(sim_url: str, peers: str, certs: tuple[Path, Path]) -> Settings:
             # The peers here are stand-ins that check no token; the extender sends none.
             "RGPU_AUTH": "none",
         },
-        service="extender",
     )
 
 
@@ -289,7 +290,7 @@ async def in_process_figure(rounds: int) -> tuple[float, float]:
     app_peers = peers_app()
     transport = httpx.ASGITransport(app=app_peers)
     env = {"RGPU_KUBE_URL": "http://127.0.0.1:9", "RGPU_AUTH": "none"}
-    settings_ = Settings.from_env(env, service="extender")
+    settings_ = ExtenderSettings.from_env(env)
     app = create_app(
         settings_,
         allocator_transport=transport,

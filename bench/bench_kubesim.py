@@ -107,11 +107,13 @@ def node_manifest(index: int) -> dict[str, Any]:
 # -- client roles (run in a separate process) --------------------------------------------------
 
 
-async def role_create(url: str, pods: int) -> dict[str, Any]:
+async def role_create(url: str, pods: int, user: str) -> dict[str, Any]:
     bodies = [orjson.dumps(pod_manifest(i)) for i in range(pods)]
     failures = 0
     next_index = 0
     headers = {"Content-Type": "application/json"}
+    if user:
+        headers["X-Sim-User"] = user
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal failures, next_index
@@ -243,7 +245,7 @@ async def _measure(args: argparse.Namespace) -> None:
             f"target < {SEED_TARGET_S:.0f} s",
             seed < SEED_TARGET_S,
         )
-        created = await _client(sim.url, "create", "--pods", str(args.pods))
+        created = await _client(sim.url, "create", "--pods", str(args.pods), "--user", args.user)
         rate = args.pods / created["seconds"]
         value = f"{rate:.0f}/s ({created['seconds']:.1f} s)"
         _row(
@@ -297,6 +299,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--watchers", type=int, default=100)
     parser.add_argument("--writes", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--user", default="", help="create the pods as this user (authorized by RBAC: edit)"
+    )
     parser.add_argument("--role", choices=["create", "list", "watch"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--query", default="", help=argparse.SUPPRESS)
@@ -305,7 +310,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 async def _run_role(args: argparse.Namespace) -> dict[str, Any]:
     if args.role == "create":
-        return await role_create(args.url, args.pods)
+        return await role_create(args.url, args.pods, args.user)
     if args.role == "list":
         return await role_list(args.url, args.rounds, args.query)
     return await role_watch(args.url, args.watchers, args.writes)

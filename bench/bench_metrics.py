@@ -44,7 +44,8 @@ from rgpu_metrics import FollowPolicy, create_app
 from rgpu_metrics.board import Board
 from rgpu_metrics.routes import expose
 from rgpu_placement import CardState, claims_by_server, holding_claims, view_cards
-from rgpu_runtime import Listener, Settings, running
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 SCRAPE_TARGET_MS = 50.0
 MEMORY_TARGET_MB = 200.0

@@ -35,19 +35,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_runtime import (
-    Listener,
-    Settings,
-    Versioned,
-    create_service_app,
-    http_client,
-    json_response,
-    kube_client,
-    read_json,
-    request_json,
-    running,
-)
-from rgpu_runtime._watch import decode_event
+from rgpu_runtime.feeds import Versioned
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.kube._watch import decode_event
+from rgpu_runtime.peers import http_client, request_json
+from rgpu_runtime.serving import Listener, create_service_app, json_response, read_json, running
+from rgpu_runtime.settings import Settings
 
 HOP_TARGET_MS = 1.0
 """One hop between two services (docs/design.md §9): httpx over httpx-aiohttp to a starlette app,

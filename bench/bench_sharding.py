@@ -44,10 +44,11 @@ from prometheus_client import CollectorRegistry
 import rgpu_testkit as testkit
 from rgpu_contracts import Fleet
 from rgpu_discovery import create_app
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_discovery.state_writer import HEARTBEAT_SECONDS, WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_kubesim.lupine import LupineFleet, LupineSpec, open_lupine_fleet
-from rgpu_runtime import MembershipTiming, Settings, member_lease_name
+from rgpu_runtime.replicas import MembershipTiming, member_lease_name
 
 NAMESPACE = "rgpu-system"
 GPUS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
@@ -86,7 +87,7 @@ async def replica(sim: SimApiServer, name: str, args: argparse.Namespace) -> Asy
     }
     registry = CollectorRegistry()
     app = create_app(
-        Settings.from_env(env, service="discovery"),
+        DiscoverySettings.from_env(env),
         registry=registry,
         identity=name,
         membership=MembershipTiming(lease_seconds=LEASE_SECONDS, renew_seconds=0.5),

@@ -26,8 +26,10 @@ from asgi_lifespan import LifespanManager
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
@@ -218,7 +220,7 @@ async def _serving(
     for account in ("rgpu-allocator", "rgpu-extender"):
         meta = {"name": account, "namespace": "rgpu-system"}
         sim.store.create("serviceaccounts", {"metadata": meta})
-    discovery = rgpu_discovery.create_app(Settings.from_env(env, service="discovery"))
+    discovery = rgpu_discovery.create_app(DiscoverySettings.from_env(env))
     async with LifespanManager(discovery) as d:
         to_discovery = httpx.ASGITransport(app=d.app)
         allocator = rgpu_allocator.create_app(
@@ -235,7 +237,7 @@ async def _serving(
                 "RGPU_TOKEN_ACCOUNT": "rgpu-extender",
             }
             extender = rgpu_extender.create_app(
-                Settings.from_env(extender_env, service="extender"),
+                ExtenderSettings.from_env(extender_env),
                 allocator_transport=to_allocator,
                 discovery_transport=to_discovery,
             )

@@ -16,8 +16,10 @@ from asgi_lifespan import LifespanManager
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +71,7 @@ async def wired() -> AsyncIterator[Wired]:
             meta = {"name": account, "namespace": "rgpu-system"}
             sim.store.create("serviceaccounts", {"metadata": meta})
         env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text", **AUTH}
-        discovery = rgpu_discovery.create_app(Settings.from_env(env, service="discovery"))
+        discovery = rgpu_discovery.create_app(DiscoverySettings.from_env(env))
         async with LifespanManager(discovery) as d:
             to_discovery = httpx.ASGITransport(app=d.app)
             allocator = rgpu_allocator.create_app(
@@ -81,9 +83,7 @@ async def wired() -> AsyncIterator[Wired]:
             async with LifespanManager(allocator) as a:
                 to_allocator = httpx.ASGITransport(app=a.app)
                 extender = rgpu_extender.create_app(
-                    Settings.from_env(
-                        {**env, "RGPU_TOKEN_ACCOUNT": "rgpu-extender"}, service="extender"
-                    ),
+                    ExtenderSettings.from_env({**env, "RGPU_TOKEN_ACCOUNT": "rgpu-extender"}),
                     allocator_transport=to_allocator,
                     discovery_transport=to_discovery,
                 )

@@ -21,7 +21,7 @@ from rgpu_cli.stack import Stack, StackOptions, run_stack
 from rgpu_cli.status import card_rows, fetch_snapshot, render_servers
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]

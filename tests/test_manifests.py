@@ -54,9 +54,12 @@ from rgpu_cli.stack import (
     SUBRESOURCE_MATCH_CONDITION_NAME,
 )
 from rgpu_cli.stack_network import STANDING_POLICY
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
-from rgpu_runtime import Listener, Settings, audience_of, running
+from rgpu_runtime.peers import audience_of
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.process
 
@@ -469,12 +472,12 @@ def test_service_settings_parse_and_listen_on_the_container_port(
 
 
 def test_extender_webhook_listens_with_tls_from_the_mounted_secret(render: Render) -> None:
-    settings = Settings.from_env(_environment(render, "extender"), service="extender")
+    settings = ExtenderSettings.from_env(_environment(render, "extender"))
     container = render.container("extender")
-    assert settings.http.webhook_listen.port == _port_of(container, "webhook")
+    assert settings.edge.webhook_listen.port == _port_of(container, "webhook")
     mount = _secret_mount(render, "rgpu-extender-webhook-tls")
-    assert settings.http.tls_cert_file == f"{mount}/tls.crt"
-    assert settings.http.tls_key_file == f"{mount}/tls.key"
+    assert settings.edge.tls_cert_file == f"{mount}/tls.crt"
+    assert settings.edge.tls_key_file == f"{mount}/tls.key"
 
 
 def _secret_mount(render: Render, secret_prefix: str) -> str:
@@ -567,10 +570,10 @@ def test_in_every_overlay_kube_scheduler_presents_a_client_certificate_the_exten
         f"{mount}/tls.key",
         f"{mount}/ca.crt",
     )
-    settings = Settings.from_env(_environment(overlay, "extender"), service="extender")
+    settings = ExtenderSettings.from_env(_environment(overlay, "extender"))
     extender_tls = _secret_mount(overlay, "rgpu-extender-webhook-tls")
-    assert settings.http.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
-    assert settings.http.tls_cert_file == f"{extender_tls}/tls.crt"
+    assert settings.edge.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
+    assert settings.edge.tls_cert_file == f"{extender_tls}/tls.crt"
 
 
 def test_the_dev_client_certificate_is_signed_by_the_ca_the_extender_trusts(dev: Render) -> None:
@@ -599,10 +602,10 @@ def test_production_issues_the_scheduler_client_certificate_from_the_serving_ca(
     assert "client auth" in client["spec"]["usages"]
     # One CA signs both sides, so each verifies the other with the same ca.crt.
     assert client["spec"]["issuerRef"] == serving["spec"]["issuerRef"]
-    settings = Settings.from_env(_environment(production, "extender"), service="extender")
+    settings = ExtenderSettings.from_env(_environment(production, "extender"))
     extender_tls = _secret_mount(production, "rgpu-extender-webhook-tls")
-    assert settings.http.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
-    assert settings.http.tls_cert_file == f"{extender_tls}/tls.crt"
+    assert settings.edge.scheduler_client_ca_file == f"{extender_tls}/ca.crt"
+    assert settings.edge.tls_cert_file == f"{extender_tls}/tls.crt"
 
 
 def _mount_of_secret(render: Render, service: str, secret: str) -> str:

@@ -35,9 +35,20 @@ import rgpu_extender
 from rgpu_cli.processes import free_port
 from rgpu_cli.span_receiver import receiving
 from rgpu_cli.spans import read_spans
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import EXEMPLAR_TRACE_ID, Listener, Settings, instrument_app, running
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.timeout(120)]
 
@@ -86,7 +97,7 @@ async def capture(tmp_path: Path) -> AsyncIterator[tuple[Path, Callable[[], Any]
 
 def settings(service: str, sim: SimApiServer, **extra: str) -> Settings:
     env = {"RGPU_KUBE_URL": sim.url, "RGPU_LOG_FORMAT": "text", "RGPU_AUTH": "none", **extra}
-    return Settings.from_env(env, service=service)
+    return _kind(service).from_env(env, service=service)
 
 
 @pytest.fixture

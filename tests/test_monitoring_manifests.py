@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from rgpu_runtime import EXEMPLAR_TRACE_ID, TraceSettings
+from rgpu_runtime.settings import TraceSettings
+from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID
 
 pytestmark = pytest.mark.process
 

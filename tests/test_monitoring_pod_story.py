@@ -40,18 +40,23 @@ from rgpu_cli.stack import (
     _write_certs,
     service_account,
 )
+from rgpu_cli.stack_rbac import apply_rbac, refused
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet, seed_fleet
 from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
-from rgpu_runtime import (
-    CREATION_LINK,
-    TRACE_ANNOTATION,
-    Settings,
-    creation_of,
-    instrument_app,
-    running,
-)
+from rgpu_runtime.serving import running
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, creation_of, instrument_app
 from rgpu_testkit import container_manifest, eventually, pod_manifest
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -125,7 +130,7 @@ def settings(service: str, sim: SimApiServer, **extra: str) -> Settings:
         "RGPU_PROBE_INTERVAL_SECONDS": "0.5",
         **extra,
     }
-    return Settings.from_env(env, service=service)
+    return _kind(service).from_env(env, service=service)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +139,8 @@ async def sim() -> AsyncIterator[SimApiServer]:
     async with run_apiserver(options=ApiOptions(seed=5, user_agents=agents)) as api:
         for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
             api.store.create("namespaces", {"metadata": {"name": namespace}})
+        # The services act as their accounts, with exactly the grants k8s/ gives them.
+        apply_rbac(api.store)
         plan = plan_fleet(FleetSpec(servers=2, cards=2, clients=2, seed=5))
         async with seed_fleet(api.store, plan):
             yield api
@@ -258,6 +265,12 @@ async def test_a_scheduled_pod_reads_as_one_connected_story(run: Run) -> None:
 
     steps = [creation, admitted, filtered, bound]
     assert [s.start_time for s in steps] == sorted(s.start_time for s in steps)
+
+
+async def test_the_services_were_refused_nothing_under_k8s_rbac(
+    run: Run, sim: SimApiServer
+) -> None:
+    assert [r.describe() for r in refused(sim)] == []
 
 
 async def test_the_pods_event_is_written_in_the_verb_that_decided_it(run: Run) -> None:

@@ -33,9 +33,19 @@ from starlette.routing import Route
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings, instrument_app
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import instrument_app
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
+
 
 pytestmark = pytest.mark.anyio
 
@@ -136,7 +146,7 @@ async def wired() -> AsyncIterator[Wired]:
 
         def settings(service: str) -> Settings:
             account = {"RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}
-            return Settings.from_env({**env, **account}, service=service)
+            return _kind(service).from_env({**env, **account}, service=service)
 
         discovery = instrument_app(rgpu_discovery.create_app(settings("discovery")))
         async with LifespanManager(discovery) as d:

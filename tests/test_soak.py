@@ -21,10 +21,11 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 CHECK_LINE = re.compile(r"^(PASS|FAIL) ", re.MULTILINE)
-CHECKS = {"gate": 20, "filter": 14}
-"""Ten of correctness (a lost server's holders told among them) and four of scaling
-(soak_scaling) on both paths; on the gate path three of admission (soak_admission) and three
-of the queue workload (soak_queues)."""
+CHECKS = {"gate": 21, "filter": 15}
+"""Eleven of correctness (a lost server's holders told among them, and no request of rgpu's
+accounts refused by the apiserver's RBAC) and four of scaling (soak_scaling) on both paths; on
+the gate path three of admission (soak_admission) and three of the queue workload
+(soak_queues)."""
 WAKE_UPS = re.compile(
     r"wake-up \(capacity freed → bound\) +│ (?:p50 \d+\.\d\ds, p99 \d+\.\d\ds \((\d+) (.+?)\)"
     r"|none: no pod waited for capacity to free \(0 (.+?)\))"

@@ -32,7 +32,8 @@ from rgpu_contracts import (
 )
 from rgpu_kubesim import run_apiserver
 from rgpu_placement import ANNOTATION_NOMINATION, Nomination
-from rgpu_runtime import Settings, kube_client
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import flat
 
 URGENT = PodRef(uid=PodUID("uid-urgent"), namespace="ml", name="urgent")

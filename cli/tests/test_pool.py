@@ -23,7 +23,8 @@ from rgpu_cli.main import app
 from rgpu_cli.usage import SpanError, from_claims, from_prometheus, parse_since
 from rgpu_contracts import ClaimSet, PodRef, PodUID
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Listener, Settings, running
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

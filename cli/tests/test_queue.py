@@ -15,7 +15,8 @@ import rgpu_testkit as testkit
 from rgpu_allocator import create_app
 from rgpu_cli.main import app as cli
 from rgpu_kubesim import run_apiserver
-from rgpu_runtime import Listener, Settings, running
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

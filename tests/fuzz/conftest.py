@@ -39,8 +39,17 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
+from rgpu_discovery.settings import DiscoverySettings
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import FakeLupine, SimApiServer, run_apiserver, run_lupine
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
+
+
+def _kind(service: str) -> type[Settings]:
+    # Discovery and the extender read settings of their own besides every service's.
+    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    return own.get(service, Settings)
+
 
 PROFILE_ENV = "RGPU_FUZZ_PROFILE"
 PROFILES: Mapping[str, Mapping[str, Any]] = {
@@ -256,7 +265,7 @@ FIXED_BUGS: tuple[KnownBug, ...] = (
         reason="a Content-Length of 5000 digits reaches int() in the body limit: ValueError "
         "(uvicorn's httptools refuses such a header first; in process it is a 500)",
         raised="ValueError",
-        where="rgpu_runtime/_bodylimit.py:_declared_length",
+        where="rgpu_runtime/serving/_bodylimit.py:_declared_length",
         minimal=Request(
             service="discovery",
             method="GET",
@@ -452,7 +461,9 @@ async def _start(exits: AsyncExitStack, sim: SimApiServer) -> dict[str, httpx.As
         )
 
     def settings_for(service: str) -> Settings:
-        return Settings.from_env({**env, "RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}, service=service)
+        return _kind(service).from_env(
+            {**env, "RGPU_TOKEN_ACCOUNT": f"rgpu-{service}"}, service=service
+        )
 
     async def serve(app: Any) -> httpx.ASGITransport:
         manager = await exits.enter_async_context(LifespanManager(app))

@@ -32,7 +32,11 @@ from rgpu_contracts import (
     encode_device_cordon,
     node_of_server,
 )
-from rgpu_runtime import KubeClient, KubeConflict, KubeError, RgpuError, Settings, kube_client
+from rgpu_runtime.errors import KubeConflict, KubeError, RgpuError
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
+
+from .kube import cli_kube_client
 
 __all__ = ["CordonError", "Cordoned", "cordon", "server_cards"]
 
@@ -94,7 +98,7 @@ async def cordon(
 ) -> Cordoned:
     """Cordon (``on``) or uncordon ``server`` or its ``cards``; raises ``CordonError`` or
     ``KubeError``."""
-    async with kube_client(settings) as kube:
+    async with cli_kube_client(settings) as kube:
         for _ in range(ATTEMPTS):
             try:
                 return await _once(kube, server, tuple(cards), on)

@@ -19,6 +19,7 @@ from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 
 from .checks import CheckResult, check_endpoints, check_no_sharing
 from .stack import Stack, StackOptions, run_stack
+from .stack_rbac import check_authorized
 from .steps import PIPED_EVERY, Steps
 from .timeline import Hold, Panel
 from .utilisation import Held, utilisation, utilisation_table
@@ -191,6 +192,7 @@ def _report(
         ),
         check_no_sharing(records, now, per_card=per_card),
         check_endpoints(records, stack.fleet.endpoints()),
+        check_authorized(stack.sim),
     )
     waits = tuple(
         r.wait_seconds for r in stack.scheduler.records.values() if r.wait_seconds is not None

@@ -22,9 +22,13 @@ from typing import Any, Final
 import anyio
 
 from rgpu_contracts import INSTANCE_SEPARATOR, Claim, ContractError, PodRef
-from rgpu_runtime import Backoff, KubeClient, KubeError, Settings, kube_client
+from rgpu_runtime.errors import KubeError
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.settings import Settings
 
 from .cordon import cordon
+from .kube import cli_kube_client
 
 __all__ = ["CLAIM_LEASES", "DrainReport", "drain", "holders_in"]
 
@@ -86,7 +90,7 @@ async def drain(settings: Settings, server: str, *, timeout: float, say: Say) ->
     seconds pass; raises ``CordonError`` or ``KubeError`` when it cannot start."""
     done = await cordon(settings, server)
     say(done.describe(server, on=True))
-    async with kube_client(settings) as kube:
+    async with cli_kube_client(settings) as kube:
         listing = await kube.call_raw(
             kube.coordination.list_namespaced_lease,
             settings.scheduling.namespace,

@@ -48,8 +48,11 @@ from rgpu_placement import (
     read_demand,
     scheduling_gates,
 )
-from rgpu_runtime import KubeClient, Settings, creation_of, kube_client
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import creation_of
 
+from .kube import cli_kube_client
 from .queue import Queued, find_queued, render_queued
 
 __all__ = [
@@ -216,7 +219,7 @@ async def explain(
     """Gather the explanation; raises ``KubeError``, ``httpx.HTTPError`` or ``ContractError``.
 
     ``transport`` replaces the network to the allocator and discovery (tests)."""
-    async with kube_client(settings) as kube:
+    async with cli_kube_client(settings) as kube:
         pod = await kube.call_raw(kube.core.read_namespaced_pod, name, namespace)
         meta = pod["metadata"]
         ref = PodRef(uid=PodUID(meta["uid"]), namespace=namespace, name=name)

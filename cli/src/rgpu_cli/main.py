@@ -18,7 +18,8 @@ from rich.console import Console
 
 from rgpu_contracts import ContractError
 from rgpu_placement import PlacementError
-from rgpu_runtime import RgpuError, Settings
+from rgpu_runtime.errors import RgpuError
+from rgpu_runtime.settings import Settings
 
 from .demo import DemoOptions, DemoReport, print_report, run_demo
 from .explain import explain, render_explanation

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rgpu_contracts import ClaimSet, ContractError
-from rgpu_runtime import RgpuError, Settings
+from rgpu_runtime.errors import RgpuError
+from rgpu_runtime.settings import Settings
 
 from .cordon import cordon
 from .drain import drain

@@ -62,6 +62,7 @@ from .soak_workload import (
     priority_class_manifests,
 )
 from .stack import SERVICES, SYSTEM_NAMESPACE, Stack, StackOptions, run_stack
+from .stack_rbac import check_authorized
 from .steps import Steps
 from .verdict import (
     WAKE_LIMIT_SECONDS,
@@ -246,6 +247,7 @@ def _verdict(
         check_restarts(kills, starts, alive),
         *(_priority_checks(evidence, driver, log, per_card, judged) if _mixed(options) else ()),
         *judged.checks,
+        check_authorized(stack.sim),
         CheckResult(
             name="the evidence is complete (no watch had to relist)",
             passed=not evidence.gaps,

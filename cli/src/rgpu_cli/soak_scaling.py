@@ -27,7 +27,7 @@ from anyio.abc import TaskStatus
 
 from rgpu_contracts import Claim, ClaimState, ContainerAssignment, Fleet, PodRef, PodUID
 from rgpu_kubesim import SimApiServer
-from rgpu_runtime import MembershipTiming
+from rgpu_runtime.replicas import MembershipTiming
 
 from .checks import CheckResult
 from .soak_evidence import ANNOTATION_CLAIMS, ANNOTATION_SERVER

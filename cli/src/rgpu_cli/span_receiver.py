@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from rgpu_runtime import Listener, running
+from rgpu_runtime.serving import Listener, running
 
 from .spans import records_of
 

@@ -35,6 +35,8 @@ from .service_proxy import ServiceProxy
 from .span_receiver import receiving
 from .stack_layout import REPLICATED, SERVICES, Layout, endpoints_of, scheme
 from .stack_network import SERVER_POLICIES_ENV, enforce, fence_servers
+from .stack_rbac import SYSTEM_NAMESPACE as SYSTEM_NAMESPACE
+from .stack_rbac import apply_rbac, user_grant
 
 __all__ = [
     "REPLICATED",
@@ -44,8 +46,6 @@ __all__ = [
     "run_stack",
     "service_account",
 ]
-
-SYSTEM_NAMESPACE = "rgpu-system"
 
 
 def service_account(service: str) -> str:
@@ -428,15 +428,13 @@ async def run_stack(
         # Each service's kube client announces itself as rgpu-<service>; the simulated
         # apiserver maps that to its service account, as token authentication would.
         agents = {f"rgpu-{s}": service_account(s) for s in SERVICES}
-        api_options = ApiOptions(seed=options.seed, user_agents=agents)
+        api_options = ApiOptions(seed=options.seed, user_agents=agents, user_grant=user_grant())
         progress("starting the simulated apiserver")
         sim = await stack.enter_async_context(
             run_apiserver(port=options.apiserver_port, options=api_options)
         )
         sim.store.create("namespaces", {"metadata": {"name": SYSTEM_NAMESPACE}})
-        for name in SERVICES:
-            account = {"name": f"rgpu-{name}", "namespace": SYSTEM_NAMESPACE}
-            sim.store.create("serviceaccounts", {"metadata": account})
+        apply_rbac(sim.store)
         plan = plan_fleet(
             FleetSpec(
                 servers=options.servers,
@@ -451,6 +449,7 @@ async def run_stack(
         fleet = await stack.enter_async_context(seed_fleet(sim.store, plan))
         if options.server_policies:
             fence_servers(sim, fleet, SYSTEM_NAMESPACE)
+            apply_rbac(sim.store, part="components/server-policies")
         if options.prepare is not None:
             options.prepare(sim.store)
         certs = _write_certs(work_dir)

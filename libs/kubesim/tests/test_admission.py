@@ -21,6 +21,7 @@ from starlette.routing import Route
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._admission import CONNECTIONS_PER_WEBHOOK
 from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -277,12 +278,13 @@ async def test_namespace_and_object_selectors_choose_what_is_sent(
 
 
 async def test_username_comes_from_the_sim_user_header(
-    client: httpx.AsyncClient, webhook: Webhook, pod: Manifest
+    client: httpx.AsyncClient, sim: SimApiServer, webhook: Webhook, pod: Manifest
 ) -> None:
+    account = "system:serviceaccount:rgpu-system:allocator"
+    sim.store.create("rolebindings", binding_manifest("allocator", role="edit", user=account))
     await _configure(client, _configuration(webhook))
-    await client.post(
-        PODS, json=pod("a"), headers={"X-Sim-User": "system:serviceaccount:rgpu-system:allocator"}
-    )
+    created = await client.post(PODS, json=pod("a"), headers={"X-Sim-User": account})
+    assert created.status_code == 201, created.text
     assert (
         webhook.reviews[0]["request"]["userInfo"]["username"]
         == "system:serviceaccount:rgpu-system:allocator"
@@ -566,6 +568,7 @@ async def test_username_comes_from_a_mapped_user_agent_when_no_header_names_one(
     service = "system:serviceaccount:rgpu-system:rgpu-allocator"
     options = ApiOptions(user_agents={"rgpu-allocator": service})
     async with run_apiserver(options=options) as sim, httpx.AsyncClient(base_url=sim.url) as client:
+        sim.store.create("rolebindings", binding_manifest("allocator", role="edit", user=service))
         await _configure(client, _configuration(webhook))
         await client.post(PODS, json=pod("a"), headers={"User-Agent": "rgpu-allocator/0.1"})
         await client.post(PODS, json=pod("b"), headers={"User-Agent": "kubectl/v1.32"})

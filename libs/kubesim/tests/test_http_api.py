@@ -368,6 +368,8 @@ async def test_discovery_lists_exactly_what_is_served(client: httpx.AsyncClient)
         "authentication.k8s.io",
         "scheduling.k8s.io",
         "policy",
+        "rbac.authorization.k8s.io",
+        "authorization.k8s.io",
         "networking.k8s.io",
     }
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()

@@ -19,12 +19,14 @@ from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions
 from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio
 
 Manifest = Any
 CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 PODS = "/api/v1/namespaces/default/pods"
+BINDINGS = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
 K8S_WEBHOOK = Path(__file__).resolve().parents[3] / "k8s" / "base" / "extender" / "webhook.yaml"
 MARK = {"op": "add", "path": "/metadata/labels", "value": {"webhook": "called"}}
 
@@ -261,6 +263,8 @@ async def test_request_variable_and_review_carry_a_bearer_accounts_user_info(
     await configure(client, hook, "request.userInfo.username.startsWith('system:serviceaccount:')")
     accounts = "/api/v1/namespaces/default/serviceaccounts"
     await client.post(accounts, json={"metadata": {"name": "robot"}})
+    robot = binding_manifest("robot", role="edit", user="system:serviceaccount:default:robot")
+    await client.post(BINDINGS, json=robot)
     issued = await client.post(f"{accounts}/robot/token", json={"spec": {}})
     bearer = {"Authorization": f"Bearer {issued.json()['status']['token']}"}
     assert not called(await client.post(PODS, json=pod("by-admin")))
@@ -282,7 +286,9 @@ async def test_the_deployed_conditions_skip_the_allocators_own_updates_only(
     webhook.pop("namespaceSelector", None)
     assert (await client.post(CONFIGS, json=deployed)).status_code == 201
     assert called(await client.post(PODS, json=gpu_pod(pod, "p")))
-    allocator = {"X-Sim-User": "system:serviceaccount:rgpu-system:rgpu-allocator"}
+    account = "system:serviceaccount:rgpu-system:rgpu-allocator"
+    await client.post(BINDINGS, json=binding_manifest("allocator", role="edit", user=account))
+    allocator = {"X-Sim-User": account}
     patch = {"metadata": {"annotations": {"rgpu.io/booking": "{}"}}}
     merge = {"Content-Type": "application/merge-patch+json"}
     by_allocator = await client.patch(f"{PODS}/p", json=patch, headers=allocator | merge)

@@ -35,7 +35,19 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def options(clock: FakeClock) -> ApiOptions:
-    return ApiOptions(clock=clock, token_reviewers=frozenset({"kubernetes-admin", "reviewer"}))
+    return ApiOptions(clock=clock)
+
+
+def _cluster_binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+    return {"metadata": {"name": name}, "roleRef": ref, "subjects": [subject]}
+
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+NODE_READER = {
+    "metadata": {"name": "node-reader"},
+    "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+}
 
 
 @pytest.fixture
@@ -45,6 +57,19 @@ async def api(sim: SimApiServer) -> AsyncIterator[httpx.AsyncClient]:
         for name in ("allocator", "extender"):
             url = f"/api/v1/namespaces/{NS}/serviceaccounts"
             created = await client.post(url, json={"metadata": {"name": name}})
+            assert created.status_code == 201, created.text
+        # RBAC: "reviewer" may review tokens (kube's auth-delegator), the allocator list nodes.
+        reviewer = {"kind": "User", "name": "reviewer"}
+        allocator = {"kind": "ServiceAccount", "name": "allocator", "namespace": NS}
+        for body, plural in (
+            (
+                _cluster_binding("reviewers", "system:auth-delegator", reviewer),
+                "clusterrolebindings",
+            ),
+            (NODE_READER, "clusterroles"),
+            (_cluster_binding("node-readers", "node-reader", allocator), "clusterrolebindings"),
+        ):
+            created = await client.post(f"{RBAC}/{plural}", json=body)
             assert created.status_code == 201, created.text
         yield client
 

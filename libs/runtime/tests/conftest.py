@@ -17,7 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rgpu_runtime import KubeClient, Listener, Settings, kube_client, running
+from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 K8S = FIXTURES / "k8s"

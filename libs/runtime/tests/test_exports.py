@@ -1,9 +1,16 @@
+"""Each room's ``__all__`` is sorted and lists exactly the room's public names."""
+
 from __future__ import annotations
 
+import importlib
 import types
+
+import pytest
 
 import rgpu_runtime
 from rgpu_runtime import errors
+
+ROOMS = ("feeds", "kube", "pacing", "peers", "replicas", "serving", "settings", "telemetry")
 
 
 def _isort_key(name: str) -> tuple[int, str]:
@@ -13,20 +20,34 @@ def _isort_key(name: str) -> tuple[int, str]:
     return (1, name) if name[0].isupper() else (2, name)
 
 
-def test_all_is_sorted() -> None:
-    assert rgpu_runtime.__all__ == sorted(rgpu_runtime.__all__, key=_isort_key)
-    assert errors.__all__ == sorted(errors.__all__, key=_isort_key)
-
-
-def test_all_lists_every_public_name_and_nothing_else() -> None:
-    public = {
+def _public(module: types.ModuleType) -> set[str]:
+    names = {
         name
-        for name, value in vars(rgpu_runtime).items()
+        for name, value in vars(module).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    public.discard("annotations")
-    assert public == set(rgpu_runtime.__all__)
+    names.discard("annotations")
+    return names
 
 
-def test_every_error_is_exported_at_the_top() -> None:
-    assert set(errors.__all__) <= set(rgpu_runtime.__all__)
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_rooms_all_is_sorted_and_lists_every_public_name(room: str) -> None:
+    module = importlib.import_module(f"rgpu_runtime.{room}")
+    assert module.__all__ == sorted(module.__all__, key=_isort_key)
+    assert _public(module) == set(module.__all__)
+
+
+def test_the_error_tree_is_sorted_and_complete() -> None:
+    assert errors.__all__ == sorted(errors.__all__, key=_isort_key)
+    defined = {
+        n
+        for n in _public(errors)
+        if getattr(getattr(errors, n), "__module__", "") == errors.__name__
+    }
+    assert defined == set(errors.__all__)
+
+
+def test_the_package_itself_exports_nothing_but_its_rooms() -> None:
+    for room in ROOMS:
+        importlib.import_module(f"rgpu_runtime.{room}")
+    assert _public(rgpu_runtime) == set()

@@ -33,13 +33,9 @@ from rgpu_contracts import (
     Topology,
 )
 from rgpu_kubesim import ApiError, ApiOptions, SimApiServer, run_apiserver
-from rgpu_runtime import (
-    ALLOCATOR_AUDIENCE,
-    BearerAuth,
-    Settings,
-    TokenRequestSource,
-    kube_client,
-)
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.peers import ALLOCATOR_AUDIENCE, BearerAuth, TokenRequestSource
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import FakeDiscovery, eventually
 
 MODEL = "A100"

@@ -11,15 +11,10 @@ import pytest
 from rgpu_allocator.policy import Policy
 from rgpu_contracts import Fleet
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    DiscoveryMirror,
-    Follower,
-    FollowPolicy,
-    Settings,
-    Unavailable,
-    UpstreamError,
-    http_client,
-)
+from rgpu_runtime.errors import Unavailable, UpstreamError
+from rgpu_runtime.feeds import DiscoveryMirror, Follower, FollowPolicy
+from rgpu_runtime.peers import http_client
+from rgpu_runtime.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 

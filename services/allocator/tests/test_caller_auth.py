@@ -19,7 +19,7 @@ import pytest
 
 from rgpu_allocator import create_app
 from rgpu_kubesim import ApiOptions, run_apiserver
-from rgpu_runtime import Listener, running
+from rgpu_runtime.serving import Listener, running
 
 pytestmark = pytest.mark.anyio
 

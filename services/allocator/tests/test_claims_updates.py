@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from rgpu_contracts import ClaimSet, ClaimsUpdate, UpdateKind
-from rgpu_runtime import CLAIMS_FEED, Follower, FollowPolicy, Mirror, http_client
+from rgpu_runtime.feeds import CLAIMS_FEED, Follower, FollowPolicy, Mirror
+from rgpu_runtime.peers import http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rgpu_runtime import MAX_BODY_BYTES
+from rgpu_runtime.settings import DEFAULT_MAX_BODY_BYTES as MAX_BODY_BYTES
 
 pytestmark = pytest.mark.anyio
 

@@ -35,7 +35,9 @@ from rgpu_allocator.revalidation import Revalidator
 from rgpu_allocator.sweeping import Reconciler, Sweeper
 from rgpu_contracts import Claim, ClaimState, ServerName
 from rgpu_placement import FleetView, Validity
-from rgpu_runtime import DiscoveryMirror, EventRecorder, ResourceSettings, kube_client
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import EventRecorder, kube_client
+from rgpu_runtime.settings import ResourceSettings
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,8 @@ from rgpu_allocator.clients import KubeApi
 from rgpu_allocator.nudging import COOL_DOWN, Nudger, Refused, Waiting
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import EventRecorder, Settings, kube_client
+from rgpu_runtime.kube import EventRecorder, kube_client
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

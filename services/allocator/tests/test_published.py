@@ -10,7 +10,7 @@ import rgpu_testkit as testkit
 from rgpu_allocator.claims import LeaseRecord
 from rgpu_allocator.published import PublishedClaims, revision_of
 from rgpu_contracts import ClaimSet, ClaimsUpdate, ServerName, UpdateKind
-from rgpu_runtime import ObjectChange
+from rgpu_runtime.kube import ObjectChange
 
 
 def lease(server: str, *pods: str, version: str = "1") -> LeaseRecord:

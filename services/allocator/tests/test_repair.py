@@ -12,7 +12,7 @@ from rgpu_allocator.pods import pod_info
 from rgpu_allocator.vetting import Untrusted, vet
 from rgpu_contracts import ANNOTATION_ALLOCATED, Claim, PodRef, PodUID
 from rgpu_placement import FleetView
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime.settings import ResourceSettings
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rgpu_allocator import create_app
 from rgpu_allocator.app import LEADER_LEASE
-from rgpu_runtime import ElectionTiming
+from rgpu_runtime.replicas import ElectionTiming
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.revalidation import MAX_SERVERS, PROBES_PER_SECOND, Reprober
 from rgpu_placement import FleetView
-from rgpu_runtime import DiscoveryMirror
+from rgpu_runtime.feeds import DiscoveryMirror
 
 pytestmark = pytest.mark.anyio
 

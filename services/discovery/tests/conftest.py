@@ -23,17 +23,14 @@ from rgpu_discovery import create_app
 from rgpu_discovery.lupine import Dialer, dial_tcp
 from rgpu_discovery.nodes import NodeView, node_view
 from rgpu_discovery.probing import REPROBE_MIN_INTERVAL
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_discovery.state_writer import WriterPolicy
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import (
-    DISCOVERY_AUDIENCE,
-    Backoff,
-    BearerAuth,
-    MembershipTiming,
-    Settings,
-    TokenRequestSource,
-    kube_client,
-)
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.peers import DISCOVERY_AUDIENCE, BearerAuth, TokenRequestSource
+from rgpu_runtime.replicas import MembershipTiming
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 NAMESPACE = "rgpu-system"
@@ -134,7 +131,7 @@ def make_settings() -> Callable[..., Settings]:
             "RGPU_TOPOLOGY_KEYS": ",".join(TOPOLOGY_KEYS),
             **overrides,
         }
-        return Settings.from_env(env, service="discovery")
+        return DiscoverySettings.from_env(env)
 
     return make
 

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from rgpu_contracts import Fleet, FleetUpdate, UpdateKind
-from rgpu_runtime import CHANGELOG_LIMIT, FLEET_FEED, Follower, FollowPolicy, Mirror, http_client
+from rgpu_runtime.feeds import CHANGELOG_LIMIT, FLEET_FEED, Follower, FollowPolicy, Mirror
+from rgpu_runtime.peers import http_client
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

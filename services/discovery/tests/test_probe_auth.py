@@ -16,7 +16,7 @@ import pytest
 
 from rgpu_discovery import create_app
 from rgpu_kubesim import ApiOptions, run_apiserver
-from rgpu_runtime import Listener, running
+from rgpu_runtime.serving import Listener, running
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,7 @@ from rgpu_discovery import create_app
 from rgpu_discovery.sharding import NOT_JOINED
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet
-from rgpu_runtime import MembershipTiming, member_lease_name
+from rgpu_runtime.replicas import MembershipTiming, member_lease_name
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

@@ -25,11 +25,13 @@ from rgpu_discovery.probe_states import (
     encode_state,
     state_lease_name,
 )
+from rgpu_discovery.settings import DiscoverySettings
 from rgpu_discovery.state_watch import StateWatch
 from rgpu_discovery.state_writer import StateWriter, WriterPolicy
 from rgpu_discovery.topology import TopologyState
 from rgpu_kubesim.lupine import run_lupine
-from rgpu_runtime import Backoff, Settings, kube_client
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +57,7 @@ class Rig:
 async def writer_rig(sim, policy: WriterPolicy) -> AsyncIterator[Rig]:
     """A writer and a fleet on ``sim``, without the state watch running (so the fleet keeps
     whatever the test feeds it, stale on purpose)."""
-    settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="discovery")
+    settings = DiscoverySettings.from_env({"RGPU_KUBE_URL": sim.url})
     fleet, registry = FleetState(default_port=14833), CollectorRegistry()
     instruments = Instruments.create(registry, fleet, TopologyState())
     async with kube_client(settings) as kube:

@@ -45,8 +45,11 @@ from rgpu_contracts import (
     card_id,
 )
 from rgpu_extender import create_app, listeners
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings, Versioned, running
+from rgpu_runtime.feeds import Versioned
+from rgpu_runtime.serving import running
+from rgpu_runtime.settings import Settings
 
 COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"
@@ -172,7 +175,7 @@ class Build:
             "RGPU_LOG_FORMAT": "text",
             "RGPU_AUTH": "none",
         }
-        return Settings.from_env({**base, **env}, service="extender")
+        return ExtenderSettings.from_env({**base, **env})
 
 
 class Make:

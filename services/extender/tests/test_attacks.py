@@ -58,9 +58,21 @@ async def admitting_cluster(
         httpx.AsyncClient(base_url=cluster.url, trust_env=False) as kube,
     ):
         cluster.store.create("namespaces", {"metadata": {"name": "ml-team"}})
+        # Service accounts may edit pods in ml-team, so what refuses them below is the webhook's
+        # trust, not RBAC (tests/test_attacks_rbac_e2e.py attacks RBAC itself).
+        cluster.store.create("rolebindings", ACCOUNTS_EDIT, namespace="ml-team")
         config = webhook_configuration(webhook, ["CREATE", "UPDATE"])
         cluster.store.create("mutatingwebhookconfigurations", config)
         yield cluster, kube
+
+
+ACCOUNTS_EDIT = {
+    "metadata": {"name": "service-accounts-edit"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+    "subjects": [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts"}
+    ],
+}
 
 
 def as_user(user: str, content_type: str = "application/json") -> dict[str, str]:

@@ -25,7 +25,8 @@ from rgpu_extender.errors import (
     ClaimNotHeld,
     PeerReplyInvalid,
 )
-from rgpu_runtime import RgpuError, http_client
+from rgpu_runtime.errors import RgpuError
+from rgpu_runtime.peers import http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ import pytest
 
 from rgpu_extender.admission import AdmissionPolicy, decide
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +47,31 @@ async def cluster_with_webhook(
         config["webhooks"].append(status)
         cluster.store.create("mutatingwebhookconfigurations", config)
         yield cluster, kube
+
+
+STATUS_WRITER = (
+    (
+        "roles",
+        {
+            "metadata": {"name": "pod-status-writer"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update"]}],
+        },
+    ),
+    (
+        "rolebindings",
+        {
+            "metadata": {"name": "mallory-pod-status-writer"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-status-writer",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}
+            ],
+        },
+    ),
+)
 
 
 def new_pod(build, *containers: Json, name: str = "trainer-0") -> Json:
@@ -125,6 +150,10 @@ async def test_owned_annotations_written_through_pods_status_are_refused(
         current = (await kube.get(f"{PODS}/trainer-0")).json()
         current["metadata"]["annotations"] = {**current["metadata"].get("annotations", {})}
         current["metadata"]["annotations"][ENDPOINT] = "10.6.6.6:14833"
+        # mallory's RBAC lets her write pods/status (kube's edit does not), so what refuses her
+        # below is the webhook, not RBAC.
+        for plural, grant in STATUS_WRITER:
+            cluster.store.create(plural, grant, namespace="ml-team")
         headers = {"x-sim-user": "mallory"}
         refused = await kube.put(f"{PODS}/trainer-0/status", json=current, headers=headers)
         assert refused.status_code == 403, refused.text

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 from rgpu_contracts import PodRef, PodUID
 from rgpu_extender.events import UNAVAILABLE, event_recorder, pod_event
 from rgpu_extender.instruments import ExtenderMetrics
-from rgpu_runtime import KubeClient, KubeEvent, TokenBucket, kube_client
+from rgpu_runtime.kube import KubeClient, KubeEvent, kube_client
+from rgpu_runtime.pacing import TokenBucket
 
 pytestmark = pytest.mark.anyio
 
@@ -105,6 +106,10 @@ async def test_queued_events_are_written_as_core_v1_events(sim, kube) -> None:
         await tg.start(recorded.recorder.run, kube)
         recorded.recorder.record(event())
         (written_event,) = await written(sim, 1)
+        # The apiserver stores the Event before it answers; the recorder counts it on the answer.
+        with anyio.fail_after(5):
+            while recorded.count("written") < 1:
+                await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
     assert written_event["reason"] == UNAVAILABLE
     assert written_event["type"] == "Warning"

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from rgpu_extender import create_app
 from rgpu_extender.instruments import label_attributes
-from rgpu_runtime import CREATION_LINK, TRACE_ANNOTATION, instrument_app, traceparent_of
+from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, instrument_app, traceparent_of
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

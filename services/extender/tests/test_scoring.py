@@ -8,7 +8,7 @@ import pytest
 
 from rgpu_contracts import NoFit
 from rgpu_extender.scoring import closeness
-from rgpu_runtime import Versioned
+from rgpu_runtime.feeds import Versioned
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

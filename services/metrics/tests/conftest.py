@@ -28,7 +28,7 @@ from rgpu_contracts import (
     Server,
 )
 from rgpu_metrics import FollowPolicy, create_app
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 T = TypeVar("T", Fleet, ClaimSet)

@@ -16,7 +16,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from rgpu_contracts import ClaimSet, Fleet
 from rgpu_metrics.board import Board
 from rgpu_metrics.clients import POLICY, follow_claims, follow_fleet
-from rgpu_runtime import Follower, FollowPolicy, UpstreamError, http_client
+from rgpu_runtime.errors import UpstreamError
+from rgpu_runtime.feeds import Follower, FollowPolicy
+from rgpu_runtime.peers import http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from rgpu_metrics.board import Board
 from rgpu_metrics.instruments import SourceCollector
-from rgpu_runtime import FollowStatus
+from rgpu_runtime.feeds import FollowStatus
 
 pytestmark = pytest.mark.anyio
 

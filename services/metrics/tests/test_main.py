@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rgpu_runtime import Listener, running
+from rgpu_runtime.serving import Listener, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_metrics import FollowPolicy, create_app
-from rgpu_runtime import ElectionTiming, Settings
+from rgpu_runtime.replicas import ElectionTiming
+from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio

@@ -3,12 +3,13 @@
 ``run_apiserver`` serves core/v1 namespaces, nodes, pods (+status, +binding, +eviction),
 configmaps, events and serviceaccounts (+token), coordination.k8s.io/v1 leases,
 scheduling.k8s.io/v1 priorityclasses, policy/v1 poddisruptionbudgets, authentication.k8s.io/v1
-tokenreviews, networking.k8s.io/v1 networkpolicies (enforced in front of fake lupine servers
-by ``PodNetwork``) and admissionregistration.k8s.io/v1 mutating- and
-validatingwebhookconfigurations with
-kube-apiserver's semantics (resourceVersions, selectors, watches, patches, admission webhooks
-and their CEL matchConditions, scheduling gates, bearer tokens, Status errors), so unmodified
-clients (kubectl, kubernetes_asyncio) work against it.
+tokenreviews, rbac.authorization.k8s.io/v1 roles and bindings, authorization.k8s.io/v1 access
+reviews, networking.k8s.io/v1 networkpolicies (enforced in front of fake lupine servers by
+``PodNetwork``) and admissionregistration.k8s.io/v1 mutating- and
+validatingwebhookconfigurations and validatingadmissionpolicies (+bindings) with
+kube-apiserver's semantics (resourceVersions, selectors, watches, patches, RBAC on every
+request, admission webhooks and CEL, scheduling gates, bearer tokens, Status errors), so
+unmodified clients (kubectl, kubernetes_asyncio) work against it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from rgpu_kubesim._lupine_errors import (
     SimSetupError,
 )
 from rgpu_kubesim._metering import RequestCount, RequestKey, RequestMeter
+from rgpu_kubesim._namespace_grants import UserGrant
+from rgpu_kubesim._refusals import Refusal, Refusals
 from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
 from rgpu_kubesim._store import Store
 from rgpu_kubesim.certs import CertFiles, write_certs
@@ -59,6 +62,8 @@ __all__ = [
     "PodNetwork",
     "PodPlan",
     "PodRecord",
+    "Refusal",
+    "Refusals",
     "RequestCount",
     "RequestKey",
     "RequestMeter",
@@ -71,6 +76,7 @@ __all__ = [
     "SimSetupError",
     "Step",
     "Store",
+    "UserGrant",
     "WorkloadSpec",
     "open_lupine_fleet",
     "plan_fleet",

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_kubesim import _discovery, _openapi, _status
 from rgpu_kubesim._authn import BearerAuth
+from rgpu_kubesim._authorization import NonResourceAuthorization
 from rgpu_kubesim._handlers import Deps, ResourceHandlers
 from rgpu_kubesim._metering import RequestMetering
 from rgpu_kubesim._responses import error_response, json_response
@@ -177,6 +178,7 @@ def create_app(deps: Deps) -> ASGIApp:
     middleware = [
         Middleware(RequestMetering, meter=deps.meter),
         Middleware(BearerAuth, authenticator=deps.authn),
+        Middleware(NonResourceAuthorization, authorizer=deps.authorizer),
     ]
     rest = Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
     fast = RequestMetering(BearerAuth(_Resources(resources), deps.authn), meter=deps.meter)

@@ -74,8 +74,11 @@ def _operator(name: str) -> bool:
     return not name[:1].isalpha()
 
 
-def compile_condition(name: str, expression: str) -> MatchCondition:
-    """The compiled condition; ConditionError with kube's wording if kube would refuse it."""
+def compile_condition(
+    name: str, expression: str, declared: frozenset[str] = DECLARED_VARIABLES
+) -> MatchCondition:
+    """The compiled condition; ConditionError with kube's wording if kube would refuse it
+    (a reference to a variable outside ``declared`` included)."""
     # Imported on first use: the package's own import pulls in its command-line interface,
     # close to a second of start-up that only configurations with matchConditions need.
     import cel
@@ -87,7 +90,7 @@ def compile_condition(name: str, expression: str) -> MatchCondition:
         detail = text[text.find("ERROR:") :] if "ERROR:" in text else f"ERROR: {text}"
         raise ConditionError(f"compilation failed: {detail}") from exc
     bound = set(_MACRO_BINDING.findall(expression))
-    unknown = sorted(set(program.variables()) - bound - DECLARED_VARIABLES)
+    unknown = sorted(set(program.variables()) - bound - declared)
     unknown += sorted(
         f for f in program.functions() if not _operator(f) and f not in _DECLARED_FUNCTIONS
     )
@@ -106,13 +109,37 @@ def compile_conditions(raw: object) -> tuple[MatchCondition, ...]:
     )
 
 
-def _outcome(condition: MatchCondition, variables: Mapping[str, Any]) -> bool | str:
+class EvaluationError(Exception):
+    """An expression that failed at run time; the message is kube's ("... resulted in error")."""
+
+
+def context_of(variables: Mapping[str, Any]) -> cel.Context:
+    """The variables converted to CEL once, for several expressions to run against (each run
+    over a plain mapping converts all of it again)."""
+    import cel
+
+    return cel.Context(variables=dict(variables))
+
+
+def value_of(condition: MatchCondition, variables: Mapping[str, Any] | cel.Context) -> object:
+    """What the expression evaluates to, over a mapping or a ``context_of``; EvaluationError
+    when it fails."""
+    if isinstance(variables, Mapping):
+        variables = dict(variables)
     try:
-        result = condition.program.execute(dict(variables))
+        return condition.program.execute(variables)
     except KeyError as exc:
-        return _failed(condition, f"no such key: {exc.args[0] if exc.args else ''}")
+        why = f"no such key: {exc.args[0] if exc.args else ''}"
+        raise EvaluationError(_failed(condition, why)) from exc
     except (RuntimeError, TypeError, ValueError, ArithmeticError) as exc:
-        return _failed(condition, str(exc))
+        raise EvaluationError(_failed(condition, str(exc))) from exc
+
+
+def _outcome(condition: MatchCondition, variables: Mapping[str, Any] | cel.Context) -> bool | str:
+    try:
+        result = value_of(condition, variables)
+    except EvaluationError as exc:
+        return str(exc)
     if not isinstance(result, bool):
         return _failed(condition, f"expected a bool, got {type(result).__name__}")
     return result
@@ -122,7 +149,9 @@ def _failed(condition: MatchCondition, why: str) -> str:
     return f"expression '{condition.expression}' resulted in error: {why}"
 
 
-def evaluate(conditions: Sequence[MatchCondition], variables: Mapping[str, Any]) -> Verdict:
+def evaluate(
+    conditions: Sequence[MatchCondition], variables: Mapping[str, Any] | cel.Context
+) -> Verdict:
     """kube's matcher: any false skips; else any error is for the failurePolicy; else call."""
     errors: list[str] = []
     for condition in conditions:

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rgpu_kubesim import (
+    _access_reviews,
     _eviction,
     _fields,
     _graceful,
@@ -29,7 +30,9 @@ from rgpu_kubesim import (
     _token_api,
 )
 from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._admission_policy import AdmissionPolicies
 from rgpu_kubesim._authn import Authenticator
+from rgpu_kubesim._authorization import Authorizer
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._metering import RequestMeter
 from rgpu_kubesim._objects import Entry, full_object
@@ -62,8 +65,10 @@ class Deps:
     user_agents: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
     authn: Authenticator
-    token_reviewers: frozenset[str] | None = None
-    """Users allowed to create TokenReviews (None: everyone, as without RBAC)."""
+    authorizer: Authorizer
+    """RBAC: who the requester is and what it may do."""
+    policies: AdmissionPolicies
+    """ValidatingAdmissionPolicies, enforced on writes after the mutating webhooks."""
     meter: RequestMeter = field(default_factory=RequestMeter)
     """Counts requests and bytes by client, verb and resource."""
 
@@ -87,6 +92,7 @@ class ResourceHandlers:
     async def handle(self, request: Request) -> Response:
         target = parse_target(request.scope["path"])
         verb = verb_for(request.method, target, _requests.flag(request.query_params, "watch"))
+        user = self.deps.authorizer.authorize(request, verb, target)
         decision = self.deps.faults.decide(verb, target.fault_key)
         if decision.latency:
             await anyio.sleep(decision.latency)
@@ -103,10 +109,9 @@ class ResourceHandlers:
                 self.deps.storage, self.deps.authn, target, request
             )
         if verb == "create" and target.resource.plural == "tokenreviews":
-            user = _requests.user_of(request, self.deps.default_user, self.deps.user_agents)
-            return await _token_api.token_review(
-                self.deps.authn, user, self.deps.token_reviewers, request
-            )
+            return await _token_api.token_review(self.deps.authn, request)
+        if verb == "create" and target.resource.group == "authorization.k8s.io":
+            return await _access_reviews.review(self.deps.authorizer, user, target, request)
         return await self._verbs[verb](target, request)
 
     # -- reads -------------------------------------------------------------------------------
@@ -320,8 +325,9 @@ class ResourceHandlers:
         name: str = "",
         dry_run: bool = False,
     ) -> JsonObj | None:
-        admission = self.deps.admission
-        if not admission.needed(operation, target.resource, target.subresource):
+        admission, policies = self.deps.admission, self.deps.policies
+        webhooks = admission.needed(operation, target.resource, target.subresource)
+        if not webhooks and not policies.needed(operation, target.resource, target.subresource):
             return obj
         resource, namespace = target.resource, target.namespace or ""
         kind = SUBRESOURCE_KINDS.get(target.subresource) or resource.kind
@@ -340,10 +346,16 @@ class ResourceHandlers:
             user_info=_requests.user_info_of(request),
             dry_run=dry_run,
         )
+        if not webhooks:
+            policies.validate(attrs)
+            return obj
         # Read back by the write's answer as Warning headers (``_warned``), whatever happens next.
         request.state.admission_warnings = attrs.warnings
         admitted = await admission.admit(attrs)
-        await admission.validate(attrs if admitted is attrs.obj else replace(attrs, obj=admitted))
+        mutated = attrs if admitted is attrs.obj else replace(attrs, obj=admitted)
+        # kube's order: mutating webhooks, then admission policies, then validating webhooks.
+        policies.validate(mutated)
+        await admission.validate(mutated)
         # The very object sent in comes back when no webhook patched it: the caller's own
         # (already normalized) copy is then still the object to store.
         return obj if admitted is attrs.obj else admitted

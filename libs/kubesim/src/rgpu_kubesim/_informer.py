@@ -1,7 +1,7 @@
 """The scheduler and kubelet emulators are *clients* of the simulated
 apiserver, exactly like the real components are of kube-apiserver — they list and watch over
 HTTP, never peek into the store. They follow it with the same reflector as the rgpu services
-(``rgpu_runtime.Reflector``: resume from the last resourceVersion, relist by diff only when
+(``rgpu_runtime.kube.Reflector``: resume from the last resourceVersion, relist by diff only when
 that version expired, back off while the apiserver fails); this module is their HTTP client
 (aiohttp: the emulators send several requests per scheduled pod, and httpx's own layers cost
 about as much CPU again as the apiserver answering them) and the ``handler(event, obj, old)``
@@ -22,16 +22,9 @@ import httpx
 import orjson
 from anyio.abc import TaskStatus
 
-from rgpu_runtime import (
-    Backoff,
-    KubeExpired,
-    KubeUnavailable,
-    Listing,
-    ObjectChange,
-    Reflector,
-    ReflectorTiming,
-    WatchEvent,
-)
+from rgpu_runtime.errors import KubeExpired, KubeUnavailable
+from rgpu_runtime.kube import Listing, ObjectChange, Reflector, ReflectorTiming, WatchEvent
+from rgpu_runtime.pacing import Backoff
 
 __all__ = [
     "ADDED",

@@ -1,4 +1,4 @@
-"""Kubernetes name grammars (RFC 1123 names, qualified label keys, label values).
+"""Kubernetes name grammars (RFC 1123 names, path segments, qualified label keys, label values).
 
 Object names, namespaces, label keys and label values each have their own grammar and their own
 error message in apimachinery; selectors and validation both need them, so they live here once.
@@ -59,6 +59,17 @@ def qualified_name_error(value: str) -> str | None:
     if len(name) > 63:
         return "name part must be no more than 63 characters"
     return None if _QUALIFIED_NAME.match(name) else _QUALIFIED_MSG
+
+
+def path_segment_error(value: str) -> str | None:
+    """The grammar of RBAC object names (``system:basic-user``): anything that is one URL path
+    segment."""
+    if value in (".", ".."):
+        return f"may not be '{value}'"
+    for banned in ("/", "%"):
+        if banned in value:
+            return f"may not contain '{banned}'"
+    return None
 
 
 def label_value_error(value: str) -> str | None:

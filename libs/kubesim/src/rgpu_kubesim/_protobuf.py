@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rgpu_kubesim import _status
+from rgpu_kubesim._protobuf_rbac import RBAC_KINDS
 from rgpu_kubesim._protobuf_schema import KINDS, Field, Message
 from rgpu_kubesim.errors import ApiError
 
@@ -43,7 +44,7 @@ def decode(body: bytes) -> dict[str, Any]:
     try:
         type_meta, raw = _envelope(body[len(_MAGIC) :])
         api_version, kind = type_meta.get("apiVersion", ""), type_meta.get("kind", "")
-        schema = KINDS.get(kind)
+        schema = KINDS.get(kind) or RBAC_KINDS.get(kind)
         if schema is None:
             raise _unsupported(api_version, kind)
         return {"kind": kind, "apiVersion": api_version, **_message(raw, schema)}
@@ -68,7 +69,7 @@ def _envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def _unsupported(api_version: str, kind: str) -> ApiError:
-    served = ", ".join(sorted(KINDS))
+    served = ", ".join(sorted({*KINDS, *RBAC_KINDS}))
     return _status.failure(
         415,
         f"the simulator decodes protobuf bodies of {served}, not {api_version} {kind or '?'}; "

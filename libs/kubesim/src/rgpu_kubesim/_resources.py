@@ -191,6 +191,55 @@ RESOURCES: tuple[Resource, ...] = (
         group="authentication.k8s.io",
         verbs=("create",),
     ),
+    *(
+        Resource(
+            plural=f"{singular}s",
+            singular=singular,
+            kind=kind,
+            namespaced=kind.startswith("Role"),
+            group="rbac.authorization.k8s.io",
+        )
+        for singular, kind in (
+            ("role", "Role"),
+            ("rolebinding", "RoleBinding"),
+            ("clusterrole", "ClusterRole"),
+            ("clusterrolebinding", "ClusterRoleBinding"),
+        )
+    ),
+    *(
+        Resource(
+            plural=f"{singular}s",
+            singular=singular,
+            kind=kind,
+            namespaced=kind.startswith("Local"),
+            group="authorization.k8s.io",
+            verbs=("create",),
+        )
+        for singular, kind in (
+            ("selfsubjectaccessreview", "SelfSubjectAccessReview"),
+            ("subjectaccessreview", "SubjectAccessReview"),
+            ("localsubjectaccessreview", "LocalSubjectAccessReview"),
+            ("selfsubjectrulesreview", "SelfSubjectRulesReview"),
+        )
+    ),
+    Resource(
+        plural="validatingadmissionpolicies",
+        singular="validatingadmissionpolicy",
+        kind="ValidatingAdmissionPolicy",
+        namespaced=False,
+        group="admissionregistration.k8s.io",
+        categories=("api-extensions",),
+        subresources=("status",),
+        status_is_subresource=True,
+    ),
+    Resource(
+        plural="validatingadmissionpolicybindings",
+        singular="validatingadmissionpolicybinding",
+        kind="ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+        group="admissionregistration.k8s.io",
+        categories=("api-extensions",),
+    ),
 )
 
 SUBRESOURCE_KINDS: Mapping[str, str] = MappingProxyType(

@@ -22,15 +22,21 @@ from starlette.types import ASGIApp
 
 from rgpu_kubesim import _namespaces
 from rgpu_kubesim._admission import Admission
+from rgpu_kubesim._admission_policy import AdmissionPolicies
 from rgpu_kubesim._app import create_app
 from rgpu_kubesim._authn import Authenticator
+from rgpu_kubesim._authorization import Authorizer
 from rgpu_kubesim._coalescing import CoalescingHttpToolsProtocol
 from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._handlers import Deps
 from rgpu_kubesim._metering import RequestMeter
+from rgpu_kubesim._namespace_grants import NamespaceGrants, UserGrant
+from rgpu_kubesim._rbac_aggregation import Aggregator
+from rgpu_kubesim._rbac_bootstrap import seed
+from rgpu_kubesim._refusals import Refusals
 from rgpu_kubesim._storage import Storage
 from rgpu_kubesim._store import Store
-from rgpu_runtime import EmbeddedServer
+from rgpu_runtime.serving import EmbeddedServer
 
 _STARTUP_SECONDS = 10.0
 _SHUTDOWN_GRACE_SECONDS = 2
@@ -53,7 +59,8 @@ class ApiOptions:
     webhook's serving certificate must carry that DNS name.
     """
     default_user: str = "kubernetes-admin"
-    """userInfo.username sent to webhooks; the ``X-Sim-User`` request header overrides it."""
+    """Who a request that names no one is: a member of ``system:masters`` (cluster admin, as
+    ``kubectl proxy`` acts); the ``X-Sim-User`` request header names someone else."""
     user_agents: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """User-Agent prefix -> username, for clients that cannot send ``X-Sim-User`` (the
     services' kubernetes_asyncio clients announce ``rgpu-<service>``), standing in for the
@@ -62,8 +69,9 @@ class ApiOptions:
     """Events a watcher may have pending before it is cut as too slow."""
     clock: Callable[[], float] = time.time
     """Wall clock in epoch seconds; tokens are issued and expire by it (a seam for tests)."""
-    token_reviewers: frozenset[str] | None = None
-    """Users allowed to create TokenReviews; None lets everyone (the simulator has no RBAC)."""
+    user_grant: UserGrant | None = field(default_factory=UserGrant)
+    """The ClusterRole every user named by ``X-Sim-User`` gets in each namespace but kube's
+    own (``edit``); None: users get only what RBAC objects written later grant them."""
     namespace_finalize_seconds: float = 0.2
     """How long a deleted namespace stays Terminating before the namespace controller removes
     it (kube's takes a few seconds); new content in it is refused meanwhile."""
@@ -81,6 +89,8 @@ class SimApiServer:
     """Fault injection, also reachable as ``/_sim/faults``."""
     meter: RequestMeter
     """Requests and response bytes so far, by client, verb and resource."""
+    refusals: Refusals
+    """Requests refused as Forbidden (by RBAC or an admission policy), newest kept."""
 
 
 class _EmbeddedServer(EmbeddedServer):
@@ -153,6 +163,21 @@ async def serving(app: ASGIApp, sock: socket.socket, **config: Any) -> AsyncIter
         sock.close()
 
 
+def _authorizer(storage: Storage, options: ApiOptions, refusals: Refusals) -> Authorizer:
+    """RBAC with kube's bootstrap policy (aggregated as it is written) and the users' grant."""
+    authorizer = Authorizer(
+        storage,
+        default_user=options.default_user,
+        user_agents=options.user_agents,
+        refusals=refusals,
+    )
+    Aggregator(storage)
+    seed(storage)
+    if options.user_grant is not None:
+        NamespaceGrants(storage, options.user_grant)
+    return authorizer
+
+
 @contextlib.asynccontextmanager
 async def run_apiserver(
     *, host: str = "127.0.0.1", port: int = 0, options: ApiOptions | None = None
@@ -165,6 +190,7 @@ async def run_apiserver(
     faults = Faults(storage, seed=options.seed)
     admission = Admission(storage, service_address_map=options.service_address_map)
     meter = RequestMeter()
+    refusals = Refusals()
     deps = Deps(
         storage=storage,
         faults=faults,
@@ -174,7 +200,8 @@ async def run_apiserver(
         bookmark_interval=options.bookmark_interval_seconds,
         clock=options.clock,
         authn=Authenticator(storage, clock=options.clock),
-        token_reviewers=options.token_reviewers,
+        authorizer=_authorizer(storage, options, refusals),
+        policies=AdmissionPolicies(storage, refusals),
         meter=meter,
     )
     sock = listening_socket(host, port)
@@ -183,7 +210,11 @@ async def run_apiserver(
             await tg.start(_namespaces.run_controller, storage, options.namespace_finalize_seconds)
             try:
                 yield SimApiServer(
-                    url=socket_url(sock), store=Store(storage), faults=faults, meter=meter
+                    url=socket_url(sock),
+                    store=Store(storage),
+                    faults=faults,
+                    meter=meter,
+                    refusals=refusals,
                 )
             finally:
                 tg.cancel_scope.cancel()

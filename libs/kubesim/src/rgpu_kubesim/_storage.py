@@ -101,10 +101,17 @@ class Storage:
         self._terminating: set[str] = set()
         self._revisions: dict[str, int] = {}
         self._syncing_budgets = False
+        self._observers: dict[str, list[Callable[[Change], None]]] = {}
         for name in SYSTEM_NAMESPACES:
             self.create(_NAMESPACES, "", {"metadata": {"name": name}})
         for priority_class in _priority.SYSTEM_CLASSES:
             self.create(_CLASSES, "", priority_class)
+
+    def observe(self, plural: str, observer: Callable[[Change], None]) -> None:
+        """Call ``observer`` with every change of ``plural`` as it commits, before the write
+        returns: in-process controllers (RBAC's index and aggregation, namespace grants) that
+        must never lag the write a request is authorized against next."""
+        self._observers.setdefault(plural, []).append(observer)
 
     @property
     def resource_version(self) -> int:
@@ -429,6 +436,8 @@ class Storage:
         change = Change(resource, kind, entry, prev)
         self._logs[resource.plural].append(change)
         self.hub.dispatch(change)
+        for observer in self._observers.get(resource.plural, ()):
+            observer(change)
         if resource in (_PODS, _BUDGETS) and self._objects[_BUDGETS.plural]:
             self._sync_budgets(entry.namespace, None if resource is _BUDGETS else (entry, prev))
         return entry

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from rgpu_kubesim import (
+    _admission_policy_parse,
     _configmaps,
     _disruption,
     _network_policies,
     _priority,
+    _rbac_validation,
     _status,
     _validation,
 )
@@ -50,6 +52,8 @@ _CONTAINER_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("terminationMessagePath", "/dev/termination-log"),
     ("terminationMessagePolicy", "File"),
 )
+_RBAC = "rbac.authorization.k8s.io"
+_POLICY_KINDS = frozenset({"validatingadmissionpolicies", "validatingadmissionpolicybindings"})
 _WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("failurePolicy", "Fail"),
     ("matchPolicy", "Equivalent"),
@@ -74,6 +78,10 @@ def apply_defaults(resource: Resource, obj: JsonObj) -> None:
         _priority.default_class(obj)
     elif resource.plural == "configmaps":
         _configmaps.check_decodable(resource, obj)
+    elif resource.group == _RBAC:
+        _rbac_validation.apply_defaults(resource.kind, obj)
+    elif resource.plural in _POLICY_KINDS:
+        _admission_policy_parse.apply_defaults(resource.kind, obj)
     elif resource.plural == "networkpolicies":
         _network_policies.default_policy(obj)
 
@@ -266,6 +274,10 @@ def _kind_causes(resource: Resource, obj: JsonObj, old: JsonObj | None) -> list[
         causes += _network_policies.policy_causes(obj)
     elif resource.plural == "configmaps":
         causes += _configmaps.causes(obj, old)
+    elif resource.group == _RBAC:
+        causes += _rbac_validation.causes(resource.kind, obj, old)
+    elif resource.plural in _POLICY_KINDS:
+        causes += _admission_policy_parse.causes(resource.kind, obj)
     elif resource.plural in WEBHOOK_CONFIGURATIONS:
         mutating = resource.plural == "mutatingwebhookconfigurations"
         causes += _validation.webhook_configuration_causes(obj, mutating=mutating)

@@ -80,7 +80,21 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         ("Allowed Disruptions", "integer", 0),
         ("Age", "string", 0),
     ),
+    "rolebindings": (("Name", "string", 0), ("Role", "string", 0), ("Age", "string", 0)),
+    "clusterrolebindings": (("Name", "string", 0), ("Role", "string", 0), ("Age", "string", 0)),
+    "validatingadmissionpolicies": (
+        ("Name", "string", 0),
+        ("Validations", "integer", 0),
+        ("Age", "string", 0),
+    ),
+    "validatingadmissionpolicybindings": (
+        ("Name", "string", 0),
+        ("PolicyName", "string", 0),
+        ("Age", "string", 0),
+    ),
 }
+_NAME_AND_AGE_COLUMNS: tuple[Column, ...] = (("Name", "string", 0), ("Age", "string", 0))
+"""Roles, ClusterRoles and any kind without printer columns of its own."""
 
 
 def human_age(seconds: float) -> str:
@@ -240,6 +254,11 @@ def _budget_row(pdb: JsonObj, now: float) -> list[Any]:
     ]
 
 
+def _role_ref(binding: JsonObj) -> list[Any]:
+    ref = binding.get("roleRef") or {}
+    return [f"{ref.get('kind', '')}/{ref.get('name', '')}"]
+
+
 def _selector_text(policy: JsonObj) -> str:
     """kubectl's column (``FormatLabelSelector``): ``k=v,k in (a,b),!k``; ``<none>`` if empty."""
     selector = (policy.get("spec") or {}).get("podSelector") or {}
@@ -259,6 +278,7 @@ def _expression_text(expression: JsonObj) -> str:
 
 
 _BUDGET_BOUNDS = ("minAvailable", "maxUnavailable")
+_NAME_AND_AGE = _simple_row(lambda o: [])
 _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "priorityclasses": _priority_class_row,
     "poddisruptionbudgets": _budget_row,
@@ -272,6 +292,14 @@ _ROWS: dict[str, Callable[[JsonObj, float], list[Any]]] = {
     "validatingwebhookconfigurations": _simple_row(lambda o: [len(o.get("webhooks") or ())]),
     "serviceaccounts": _simple_row(lambda o: [len(o.get("secrets") or ())]),
     "configmaps": _simple_row(lambda o: [entry_count(o)]),
+    "rolebindings": _simple_row(_role_ref),
+    "clusterrolebindings": _simple_row(_role_ref),
+    "validatingadmissionpolicies": _simple_row(
+        lambda o: [len((o.get("spec") or {}).get("validations") or ())]
+    ),
+    "validatingadmissionpolicybindings": _simple_row(
+        lambda o: [(o.get("spec") or {}).get("policyName", "")]
+    ),
 }
 
 
@@ -295,8 +323,9 @@ def table(
             "apiVersion": "meta.k8s.io/v1",
             "metadata": obj["metadata"],
         }
-        rows.append({"cells": _ROWS[resource.plural](obj, now), "object": partial})
-    columns = [_column(*c) for c in _COLUMNS[resource.plural]]
+        row = _ROWS.get(resource.plural, _NAME_AND_AGE)
+        rows.append({"cells": row(obj, now), "object": partial})
+    columns = [_column(*c) for c in _COLUMNS.get(resource.plural, _NAME_AND_AGE_COLUMNS)]
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

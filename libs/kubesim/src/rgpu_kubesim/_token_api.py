@@ -7,7 +7,6 @@ to. Both refuse bad bodies with the 400/422 kube-apiserver would send, naming th
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 from starlette.requests import Request
@@ -30,7 +29,6 @@ MIN_EXPIRATION_SECONDS = 600
 MAX_EXPIRATION_SECONDS = 2**32
 _ACCOUNTS = require("serviceaccounts")
 _PODS = require("pods")
-_REVIEWS = require("tokenreviews")
 
 
 async def _body(request: Request, kind: str) -> JsonObj:
@@ -117,22 +115,9 @@ async def token_request(
     return json_response(answer, 201)
 
 
-def _require_reviewer(user: str, reviewers: Collection[str] | None) -> None:
-    if reviewers is None or user in reviewers:
-        return
-    message = (
-        f'{_REVIEWS.qualified} is forbidden: User "{user}" cannot create resource "tokenreviews" '
-        'in API group "authentication.k8s.io" at the cluster scope'
-    )
-    details = {"group": "authentication.k8s.io", "kind": "tokenreviews"}
-    raise _status.failure(403, message, details=details)
-
-
-async def token_review(
-    authn: Authenticator, user: str, reviewers: Collection[str] | None, request: Request
-) -> Response:
-    """POST tokenreviews: 201 with status.authenticated, user and audiences, or the error."""
-    _require_reviewer(user, reviewers)
+async def token_review(authn: Authenticator, request: Request) -> Response:
+    """POST tokenreviews: 201 with status.authenticated, user and audiences, or the error
+    (who may ask is RBAC's: ``create tokenreviews``)."""
     body = await _body(request, "TokenReview")
     spec = body.get("spec") or {}
     token = spec.get("token")

@@ -16,6 +16,7 @@ from rgpu_kubesim._names import (
     dns_label_error,
     dns_subdomain_error,
     label_value_error,
+    path_segment_error,
     qualified_name_error,
 )
 from rgpu_kubesim._quantity import is_integer, parse_quantity
@@ -71,6 +72,8 @@ def _name_causes(resource: Resource, meta: Mapping[str, Any]) -> Iterator[Cause]
         yield required("metadata.name", "name or generateName is required")
         return
     check = dns_label_error if resource.plural == "namespaces" else dns_subdomain_error
+    if resource.group == "rbac.authorization.k8s.io":
+        check = path_segment_error
     problem = check(name)
     if problem:
         yield invalid_value("metadata.name", name, problem)

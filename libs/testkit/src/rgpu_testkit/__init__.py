@@ -2,7 +2,8 @@
 
 ``eventually`` waits for state a test cannot await; ``FakeDiscovery`` is discovery's HTTP
 API (long-poll included) over values the test publishes; the builders make contract values
-(``card``, ``server``, ``fleet``, ...) and raw Kubernetes objects (``pod_manifest``, ...)
+(``card``, ``server``, ``fleet``, ...) and raw Kubernetes objects (``pod_manifest``,
+``binding_manifest``, ...)
 with defaults, so a test states only what it is about; ``flat`` reads a command's output
 whatever width the terminal wrapped it at. Tests import it; production code
 never does (an import-linter contract says so).
@@ -27,6 +28,7 @@ from ._discovery import FakeDiscovery
 from ._eventually import eventually
 from ._manifests import (
     Json,
+    binding_manifest,
     container_manifest,
     node_manifest,
     pod_manifest,
@@ -40,6 +42,7 @@ __all__ = [
     "FakeDiscovery",
     "Json",
     "allocation_request",
+    "binding_manifest",
     "card",
     "claim",
     "claim_set",

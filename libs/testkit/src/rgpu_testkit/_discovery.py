@@ -1,6 +1,6 @@
 """Services that follow discovery (the allocator, the extender, metrics, the CLI) are tested
 against a discovery that the test controls: this one serves ``GET /v1/fleet`` and
-``GET /v1/topology`` with discovery's long-poll rules (``rgpu_runtime.Poll`` over a
+``GET /v1/topology`` with discovery's long-poll rules (``rgpu_runtime.feeds.Poll`` over a
 ``Versioned`` value, the same code the real routes run) and ``POST /v1/servers/{name}/probe``,
 from contract values the test publishes.
 
@@ -27,16 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_contracts import ErrorBody, Fleet, Server, Topology
-from rgpu_runtime import (
-    FLEET_FEED,
-    TOPOLOGY_FEED,
-    Listener,
-    Poll,
-    Unavailable,
-    Versioned,
-    create_service_app,
-    running,
-)
+from rgpu_runtime.errors import Unavailable
+from rgpu_runtime.feeds import FLEET_FEED, TOPOLOGY_FEED, Poll, Versioned
+from rgpu_runtime.serving import Listener, create_service_app, running
 
 __all__ = ["FakeDiscovery"]
 

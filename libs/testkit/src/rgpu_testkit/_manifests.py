@@ -133,3 +133,16 @@ def register_card(
 def register_annotation(cards: Iterable[Json]) -> str:
     """The register annotation's value for ``cards``: compact JSON, as Go writes it."""
     return json.dumps(list(cards), separators=(",", ":"))
+
+
+def binding_manifest(name: str, *, role: str, user: str, role_kind: str = "ClusterRole") -> Json:
+    """A RoleBinding or ClusterRoleBinding (the same body) of ``role`` to ``user``: a
+    ``system:serviceaccount:<ns>:<name>`` user is bound as that ServiceAccount, any other as a
+    User. Create it as ``rolebindings`` (with a namespace) or ``clusterrolebindings``."""
+    parts = user.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+        subject = {"kind": "ServiceAccount", "name": parts[3], "namespace": parts[2]}
+    else:
+        subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}
+    return {"metadata": {"name": name}, "roleRef": ref, "subjects": [subject]}

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from rgpu_runtime import run_service
+from rgpu_runtime.serving import run_service
+from rgpu_runtime.settings import Settings
 
 from .app import create_app
 
 
 def main() -> None:
     """Serve the allocator under uvicorn until SIGTERM; exits 2 on a bad setting."""
-    raise SystemExit(run_service("allocator", create_app))
+    raise SystemExit(run_service("allocator", create_app, settings=Settings))
 
 
 if __name__ == "__main__":

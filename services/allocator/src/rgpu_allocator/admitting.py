@@ -32,7 +32,8 @@ from prometheus_client.core import Metric
 
 from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
 from rgpu_placement import FleetView, expires_at
-from rgpu_runtime import RgpuError, creation_context, link_creation, pod_span, trace_exemplar
+from rgpu_runtime.errors import RgpuError
+from rgpu_runtime.telemetry import creation_context, link_creation, pod_span, trace_exemplar
 
 from .booker import Booker
 from .clients import KubeApi, pod_event

@@ -20,18 +20,11 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import (
-    DISCOVERY_AUDIENCE,
-    ElectionTiming,
-    KubeClient,
-    Readiness,
-    Settings,
-    bearer_auth,
-    caller_auth,
-    create_service_app,
-    http_client,
-    kube_client,
-)
+from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.peers import DISCOVERY_AUDIENCE, bearer_auth, caller_auth, http_client
+from rgpu_runtime.replicas import ElectionTiming
+from rgpu_runtime.serving import Readiness, create_service_app
+from rgpu_runtime.settings import Settings
 
 from .assembly import Memory, assemble, deps, reactions, start
 from .routes import ROUTES, State

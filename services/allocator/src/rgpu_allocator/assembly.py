@@ -16,16 +16,11 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    DiscoveryMirror,
-    Election,
-    ElectionTiming,
-    EventRecorder,
-    KubeClient,
-    Readiness,
-    Reflector,
-    Settings,
-)
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import EventRecorder, KubeClient, Reflector
+from rgpu_runtime.replicas import Election, ElectionTiming
+from rgpu_runtime.serving import Readiness
+from rgpu_runtime.settings import Settings
 
 from .admitting import Admitter
 from .answers import Answers

@@ -31,7 +31,7 @@ from rgpu_placement import (
     demand_of,
     winner,
 )
-from rgpu_runtime import pod_attributes
+from rgpu_runtime.telemetry import pod_attributes
 
 from .answers import Answers
 from .booker import Booked, Booker

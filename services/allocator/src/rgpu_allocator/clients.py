@@ -14,7 +14,7 @@ with its node, and writes rgpu's NetworkPolicies, all in the lupine servers' nam
 
 Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
 pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
-(The fleet and the topology are followed by long-poll: ``rgpu_runtime.DiscoveryMirror``.)
+(The fleet and the topology are followed by long-poll: ``rgpu_runtime.feeds.DiscoveryMirror``.)
 """
 
 from __future__ import annotations
@@ -27,20 +27,17 @@ import httpx
 from kubernetes_asyncio.client import NetworkingV1Api, PolicyV1Api
 
 from rgpu_contracts import PodRef, Server
-from rgpu_runtime import (
+from rgpu_runtime.errors import KubeError, KubeNotFound, Unavailable, UpstreamError
+from rgpu_runtime.kube import (
     EventRecorder,
     KubeClient,
-    KubeError,
     KubeEvent,
-    KubeNotFound,
     Listing,
     ObjectRef,
-    Unavailable,
-    UpstreamError,
     WatchEvent,
     kube_pages,
-    request_json,
 )
+from rgpu_runtime.peers import request_json
 
 from .errors import DiscoveryUnavailable, EvictionRefused
 

@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from rgpu_contracts import NodeName, PodRef, ServerName
 from rgpu_placement import Choice, Demand, FleetView, Holdings, Refusal, choose
-from rgpu_runtime import trace_exemplar
+from rgpu_runtime.telemetry import trace_exemplar
 
 from .instruments import Instruments
 from .policy import Policy

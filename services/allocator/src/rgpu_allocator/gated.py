@@ -25,7 +25,8 @@ from rgpu_placement import (
     scheduling_gates,
     waits_for_rgpu,
 )
-from rgpu_runtime import TRACE_ANNOTATION, ResourceSettings
+from rgpu_runtime.settings import ResourceSettings
+from rgpu_runtime.telemetry import TRACE_ANNOTATION
 
 __all__ = ["Expression", "Gated", "Placement", "read_gated"]
 

@@ -12,7 +12,7 @@ import enum
 
 from rgpu_contracts import ANNOTATION_BOOKING, BookingNote
 from rgpu_placement import gates_after_admission
-from rgpu_runtime import KubeConflict, KubeNotFound
+from rgpu_runtime.errors import KubeConflict, KubeNotFound
 
 from .clients import KubeApi
 from .pods import PodInfo, pod_info

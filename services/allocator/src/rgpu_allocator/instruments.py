@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from rgpu_contracts import ClaimState
 from rgpu_placement import FleetView
-from rgpu_runtime import DiscoveryMirror
+from rgpu_runtime.feeds import DiscoveryMirror
 
 from .ledger import Ledger
 from .pods import PodIndex

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rgpu_contracts import Claim, PodUID
 from rgpu_placement import FleetView, Validity, judge
-from rgpu_runtime import DiscoveryMirror
+from rgpu_runtime.feeds import DiscoveryMirror
 
 from .leases import Pending
 from .ledger import Ledger

@@ -38,7 +38,7 @@ from opentelemetry import trace
 
 from rgpu_contracts import Claim, PodUID, ServerName
 from rgpu_placement import Nomination
-from rgpu_runtime import KubeConflict, KubeNotFound
+from rgpu_runtime.errors import KubeConflict, KubeNotFound
 
 from .claims import LeaseRecord, decode_lease, encode_lease, lease_name
 from .clients import KubeApi

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, PodUID, ServerName
 from rgpu_placement import Nomination
-from rgpu_runtime import Versioned
+from rgpu_runtime.feeds import Versioned
 
 from .claims import LeaseRecord, newer_or_equal, placed
 

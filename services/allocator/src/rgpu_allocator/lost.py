@@ -34,7 +34,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_contracts import Claim, PodUID, Server, ServerName
 from rgpu_placement import FleetView
-from rgpu_runtime import Backoff, DiscoveryMirror, KubeError, Settings
+from rgpu_runtime.errors import KubeError
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.settings import Settings
 
 from .clients import pod_event
 from .errors import EvictionRefused

@@ -28,7 +28,7 @@ from anyio.abc import TaskStatus
 from opentelemetry import trace
 
 from rgpu_contracts import PodRef, PodUID
-from rgpu_runtime import KubeError, KubeNotFound
+from rgpu_runtime.errors import KubeError, KubeNotFound
 
 from .annotations import ANNOTATION_RETRY_AT
 from .clients import KubeApi

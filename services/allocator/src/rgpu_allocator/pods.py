@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rgpu_contracts import ANNOTATION_ALLOCATED, READINESS_GATE, PodRef, PodUID
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime.settings import ResourceSettings
 
 from .gated import Gated, read_gated
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rgpu_placement import Granularity
-from rgpu_runtime import Settings
+from rgpu_runtime.settings import Settings
 
 __all__ = ["Policy"]
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from rgpu_runtime import KubeConflict, KubeError, KubeNotFound
+from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
 
 from .clients import LupineApi
 from .policy_objects import NODE_LABEL, PolicyRecord, read_policy

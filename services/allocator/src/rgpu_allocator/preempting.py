@@ -45,7 +45,8 @@ from rgpu_placement import (
     Standing,
     preemptions,
 )
-from rgpu_runtime import KubeError, RgpuError, pod_attributes
+from rgpu_runtime.errors import KubeError, RgpuError
+from rgpu_runtime.telemetry import pod_attributes
 
 from .budgets import afford
 from .claims import LeaseRecord

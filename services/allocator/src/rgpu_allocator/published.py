@@ -8,9 +8,9 @@ Lease exactly as the Lease watch delivered it, and its revision is the watch's p
 the resourceVersion of the last change (or of the list after a relist). Every replica
 watching the same Leases reaches the same revision with the same claims, so a revision
 means the same thing whichever replica answers it, and a follower that moves to a replica
-behind it is held until that replica has caught up (``rgpu_runtime.Poll``).
+behind it is held until that replica has caught up (``rgpu_runtime.feeds.Poll``).
 
-Each snapshot (``rgpu_runtime.Published`` of ``CLAIMS_FEED``) keeps every server's claims as
+Each snapshot (``rgpu_runtime.feeds.Published`` of ``CLAIMS_FEED``) keeps every server's claims as
 JSON from the moment its Lease changed, and the servers each recent revision changed, so an
 update (``rgpu_contracts.ClaimsUpdate``) is the claims of the servers changed since the
 revision a follower holds, joined from cached JSON.
@@ -25,7 +25,8 @@ from typing import Final
 import orjson
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_runtime import CLAIMS_FEED, Changes, Entry, ObjectChange, Published, Versioned
+from rgpu_runtime.feeds import CLAIMS_FEED, Changes, Entry, Published, Versioned
+from rgpu_runtime.kube import ObjectChange
 
 from .claims import LeaseRecord
 

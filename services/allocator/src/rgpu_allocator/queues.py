@@ -20,7 +20,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from rgpu_placement import MAX_CONFIG_BYTES, NO_QUEUES, QueueConfig, QueueConfigError
-from rgpu_runtime import KubeEvent, ObjectChange, ObjectRef, Reflector
+from rgpu_runtime.kube import KubeEvent, ObjectChange, ObjectRef, Reflector
 
 from .clients import QUEUES_CONFIG, KubeApi
 

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from rgpu_contracts import READINESS_GATE, PodRef
-from rgpu_runtime import KubeClient, KubeEvent, KubeNotFound
+from rgpu_runtime.errors import KubeNotFound
+from rgpu_runtime.kube import KubeClient, KubeEvent
 
 from .clients import CALL_TIMEOUT, KubeApi
 

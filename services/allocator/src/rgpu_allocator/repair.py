@@ -30,7 +30,8 @@ from rgpu_contracts import (
     Claim,
     PodUID,
 )
-from rgpu_runtime import ResourceSettings, pod_attributes
+from rgpu_runtime.settings import ResourceSettings
+from rgpu_runtime.telemetry import pod_attributes
 
 from .claims import LeaseRecord
 from .clients import KubeApi, pod_event

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from rgpu_runtime import Backoff
+from rgpu_runtime.pacing import Backoff
 
 __all__ = ["RETRY", "Retries"]
 

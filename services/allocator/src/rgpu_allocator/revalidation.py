@@ -33,7 +33,7 @@ from opentelemetry import trace
 
 from rgpu_contracts import Claim, PodUID, Server
 from rgpu_placement import FleetView, Validity
-from rgpu_runtime import TokenBucket
+from rgpu_runtime.pacing import TokenBucket
 
 from .clients import DiscoveryClient, KubeApi
 from .errors import DiscoveryUnavailable

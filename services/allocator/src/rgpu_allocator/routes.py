@@ -6,7 +6,7 @@ kept to reading requests and writing answers; every decision lives below.
   Binding's annotations | ``404`` no claim | ``409`` expired or taken
 * ``DELETE /v1/allocations/{uid}`` → ``204`` (idempotent)
 * ``GET /v1/allocations/{uid}`` → ``200 Allocation`` | ``404``
-* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.Poll``), as
+* ``GET /v1/claims[?since=R&wait=S]`` → ``ClaimSet`` (long-poll, ``rgpu_runtime.feeds.Poll``), as
   the Lease watch delivered it, its revision the watch's resourceVersion (``published``), so
   every replica means the same by a revision; with ``delta=1`` a ``ClaimsUpdate``: the
   claims of the servers changed since ``R``, the whole set marked ``full`` when ``R`` is
@@ -47,18 +47,9 @@ from rgpu_contracts import (
     PodRef,
 )
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    CALLER_AUTH_STATE,
-    CLAIMS_FEED,
-    CallerAuth,
-    DiscoveryMirror,
-    Poll,
-    body_limit,
-    json_response,
-    read_json,
-    require_caller,
-    state_value,
-)
+from rgpu_runtime.feeds import CLAIMS_FEED, DiscoveryMirror, Poll
+from rgpu_runtime.peers import CALLER_AUTH_STATE, CallerAuth, require_caller
+from rgpu_runtime.serving import body_limit, json_response, read_json, state_value
 
 from .admitting import Admitter
 from .booking import Booking

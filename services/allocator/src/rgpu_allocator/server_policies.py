@@ -7,7 +7,7 @@ the bind; a pod that finished has none) and the fleet (each server's node and po
 nothing about it is remembered anywhere else, and a restarted allocator rebuilds every policy
 from claims the moment its caches are in.
 
-The elected replica writes (``rgpu_runtime.Election``), like all the allocator's background
+The elected replica writes (``rgpu_runtime.replicas.Election``), like all the allocator's background
 writes. Not the replica that commits a claim: the holder's address only exists after the
 kubelet started the pod, which every replica learns from its pod watch, not from the commit;
 one writer never has two replicas with caches a moment apart undo each other's policy; and the
@@ -36,13 +36,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rgpu_contracts import Server, ServerName
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    DiscoveryMirror,
-    KubeClient,
-    ObjectChange,
-    Reflector,
-    ServerPolicySettings,
-)
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import KubeClient, ObjectChange, Reflector
+from rgpu_runtime.settings import ServerPolicySettings
 
 from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
 from .clients import LupineApi

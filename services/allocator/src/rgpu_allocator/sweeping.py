@@ -12,7 +12,7 @@ are removed, claims whose pod the cache cannot see are checked with a fresh read
 with duplicate, unbound-marked or missing claims are queued for reconciliation.
 
 Both write to the apiserver on their own initiative, so with several replicas only the elected
-one does either (``rgpu_runtime.Election``), or every replica would write the same fix: the
+one does either (``rgpu_runtime.replicas.Election``), or every replica would write the same fix: the
 apiserver's background writes would grow with the replica count, and all but one would lose
 the compare-and-swap. Decisions stay active-active; a follower only watches. A follower's
 queue is empty, so nothing it saw is lost at a handover: the new leader sweeps at once, which
@@ -32,7 +32,7 @@ from opentelemetry import trace
 
 from rgpu_contracts import ClaimState, NodeName, PodUID
 from rgpu_placement import Validity, winner
-from rgpu_runtime import KubeError, RgpuError
+from rgpu_runtime.errors import KubeError, RgpuError
 
 from .claims import LeaseRecord
 from .clients import KubeApi

@@ -35,7 +35,7 @@ from rgpu_placement import (
     demand_of,
     read_demand,
 )
-from rgpu_runtime import ResourceSettings
+from rgpu_runtime.settings import ResourceSettings
 
 from .pods import PodInfo
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from rgpu_runtime import ObjectChange, Reflector, ReflectorTiming, ResourceSettings, WatchTrouble
+from rgpu_runtime.kube import ObjectChange, Reflector, ReflectorTiming, WatchTrouble
+from rgpu_runtime.settings import ResourceSettings
 
 from .claims import LeaseRecord, decode_lease
 from .clients import KubeApi

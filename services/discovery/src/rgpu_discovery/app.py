@@ -16,16 +16,11 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import (
-    Backoff,
-    Membership,
-    MembershipTiming,
-    Readiness,
-    Settings,
-    caller_auth,
-    create_service_app,
-    kube_client,
-)
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.peers import caller_auth
+from rgpu_runtime.replicas import Membership, MembershipTiming
+from rgpu_runtime.serving import Readiness, create_service_app
 
 from .clients import StateLeaseApi, event_recorder, node_event
 from .fleet import FleetState
@@ -36,6 +31,7 @@ from .nodes import NodeNotices
 from .probe_states import COMPONENT_SELECTOR
 from .probing import REPROBE_MIN_INTERVAL, ProbeFlights, ProbeLoop, Reprober
 from .routes import ROUTES, Deps, State
+from .settings import DiscoverySettings
 from .sharding import GROUP, Shard
 from .state_watch import StateWatch
 from .state_writer import HEARTBEAT_SECONDS, StateWriter, WriterPolicy
@@ -50,7 +46,7 @@ WATCH_BACKOFF = Backoff(initial=0.2, maximum=10.0)
 
 
 def create_app(
-    settings: Settings,
+    settings: DiscoverySettings,
     *,
     probe_dialer: Dialer = dial_tcp,
     registry: CollectorRegistry | None = None,

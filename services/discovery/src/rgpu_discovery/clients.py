@@ -25,7 +25,7 @@ from typing import Any, Final, cast
 from opentelemetry import trace
 from prometheus_client import Counter
 
-from rgpu_runtime import (
+from rgpu_runtime.kube import (
     EventRecorder,
     KubeClient,
     KubeEvent,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from rgpu_contracts.fleet import Fleet, Server
 from rgpu_contracts.hami import join_endpoint
 from rgpu_contracts.ids import NodeName, ServerName
-from rgpu_runtime import FLEET_FEED, Entry, Published, Versioned
+from rgpu_runtime.feeds import FLEET_FEED, Entry, Published, Versioned
 
 from .listeners import Layout, Listener, listeners, read_layout
 from .lupine import ProbeOutcome

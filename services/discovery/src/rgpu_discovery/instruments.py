@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import trace_exemplar
+from rgpu_runtime.telemetry import trace_exemplar
 
 from .fleet import FleetState
 from .lupine import ProbeOutcome, ProbeResult

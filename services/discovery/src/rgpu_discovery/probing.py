@@ -42,7 +42,7 @@ from opentelemetry import trace
 
 from rgpu_contracts.fleet import Server
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Entry
+from rgpu_runtime.feeds import Entry
 
 from .errors import NoEndpoint, NotListedYet, UnknownServer
 from .fleet import FleetState, ProbeReport

@@ -4,7 +4,7 @@ state behind it is built.
 
 * ``GET /v1/fleet[?since=R&wait=S]`` and ``GET /v1/topology[?since=R&wait=S]``: the ``Fleet``
   and ``Topology`` contracts; with ``since`` the request is held until the revision is past
-  ``R`` or ``S`` seconds passed (``rgpu_runtime.Poll``); ``503`` before the first
+  ``R`` or ``S`` seconds passed (``rgpu_runtime.feeds.Poll``); ``503`` before the first
   Node list.
 * ``GET /v1/fleet?delta=1[&since=R&wait=S]``: a ``FleetUpdate`` instead — the servers
   changed and removed since ``R`` when the fleet's changelog reaches back to ``R``, else the
@@ -26,7 +26,7 @@ state behind it is built.
 Every answer carries ``X-Rgpu-Revision``: the fleet's (or topology's) revision it reflects;
 after a re-probe, the fleet revision once the probe's result was applied, so a caller can
 long-poll ``/v1/fleet`` from it. Fleet and topology bodies are the published snapshots'
-cached JSON (``rgpu_runtime.Published``), so fifty waiters woken by one change cost one
+cached JSON (``rgpu_runtime.feeds.Published``), so fifty waiters woken by one change cost one
 serialisation, not fifty.
 
 A 5,000-server fleet is 10 MB of JSON, sent to every long-poll waiter on every change; gzip
@@ -44,16 +44,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from rgpu_runtime import (
-    FLEET_FEED,
-    TOPOLOGY_FEED,
-    CallerAuth,
-    Poll,
-    Published,
-    Versioned,
-    require_caller,
-    state_value,
-)
+from rgpu_runtime.feeds import FLEET_FEED, TOPOLOGY_FEED, Poll, Published, Versioned
+from rgpu_runtime.peers import CallerAuth, require_caller
+from rgpu_runtime.serving import state_value
 
 from .errors import NotListedYet
 from .fleet import FleetState

@@ -1,6 +1,6 @@
 """Discovery replicas divide the servers among themselves so each server is probed once per
 interval, not once per replica: membership Leases tell who is alive, a consistent-hash ring
-over the live members tells who owns which server (``rgpu_runtime.Membership``).
+over the live members tells who owns which server (``rgpu_runtime.replicas.Membership``).
 
 When the ring changes — a replica joins, leaves (its Lease deleted) or dies (its Lease not
 renewed for the membership lease time) — the probe loop is woken at once, and a server this
@@ -17,7 +17,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Membership, Readiness
+from rgpu_runtime.replicas import Membership
+from rgpu_runtime.serving import Readiness
 
 from .fleet import FleetState
 from .instruments import Instruments

@@ -15,7 +15,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import Backoff, ObjectChange, Reflector, ReflectorTiming, Versioned
+from rgpu_runtime.feeds import Versioned
+from rgpu_runtime.kube import ObjectChange, Reflector, ReflectorTiming
+from rgpu_runtime.pacing import Backoff
 
 from .clients import StateLeaseApi
 from .fleet import FleetState

@@ -31,7 +31,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_contracts.ids import ServerName
-from rgpu_runtime import KubeConflict, KubeError, KubeNotFound, TokenBucket
+from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
+from rgpu_runtime.pacing import TokenBucket
 
 from .clients import StateLeaseApi
 from .fleet import FleetState, ProbeReport

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from rgpu_contracts.ids import NodeName
 from rgpu_contracts.topology import NodeTopology, Topology
-from rgpu_runtime import TOPOLOGY_FEED, Entry, Published, Versioned, initial_revision
+from rgpu_runtime.feeds import TOPOLOGY_FEED, Entry, Published, Versioned, initial_revision
 
 from .nodes import NodeView
 

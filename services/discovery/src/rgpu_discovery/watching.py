@@ -26,15 +26,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from rgpu_runtime import (
-    Backoff,
-    KubeClient,
-    ObjectChange,
-    Readiness,
-    Reflector,
-    ReflectorTiming,
-    WatchTrouble,
-)
+from rgpu_runtime.kube import KubeClient, ObjectChange, Reflector, ReflectorTiming, WatchTrouble
+from rgpu_runtime.pacing import Backoff
+from rgpu_runtime.serving import Readiness
 
 from .clients import NodeApi
 from .errors import MalformedNode

@@ -46,7 +46,8 @@ from rgpu_contracts import (
     pointer,
 )
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, lookalikes, read_demand
-from rgpu_runtime import TRACE_ANNOTATION, Settings, creation_context, traceparent_of
+from rgpu_runtime.settings import Settings
+from rgpu_runtime.telemetry import TRACE_ANNOTATION, creation_context, traceparent_of
 
 from .affinity import affinity_ops
 from .container_env import (

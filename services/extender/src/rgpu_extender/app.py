@@ -20,20 +20,11 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rgpu_placement import FleetView
-from rgpu_runtime import (
-    ALLOCATOR_AUDIENCE,
-    DiscoveryMirror,
-    EventRecorder,
-    Listener,
-    PodCreations,
-    Readiness,
-    Settings,
-    bearer_auth,
-    create_service_app,
-    http_client,
-    kube_client,
-    run_service,
-)
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import EventRecorder, kube_client
+from rgpu_runtime.peers import ALLOCATOR_AUDIENCE, bearer_auth, http_client
+from rgpu_runtime.serving import Listener, Readiness, create_service_app, run_service
+from rgpu_runtime.telemetry import PodCreations
 
 from .admission import AdmissionPolicy
 from .binding import Binding
@@ -44,6 +35,7 @@ from .instruments import ExtenderMetrics
 from .recent import RecentBookings
 from .routes import ROUTES, Deps
 from .scoring import Scoring
+from .settings import ExtenderSettings
 from .surfaces import WEBHOOK_MAX_BODY_BYTES, scheduler_surface, webhook_surface
 
 __all__ = ["State", "create_app", "listeners", "main"]
@@ -58,7 +50,7 @@ class State(TypedDict):
 
 
 def create_app(
-    settings: Settings,
+    settings: ExtenderSettings,
     *,
     allocator_transport: httpx.AsyncBaseTransport | None = None,
     discovery_transport: httpx.AsyncBaseTransport | None = None,
@@ -124,12 +116,12 @@ def create_app(
         lifespan=lifespan,
         readiness=readiness,
         registry=registry,
-        max_body_bytes=max(settings.http.scheduler_max_body_bytes, WEBHOOK_MAX_BODY_BYTES),
+        max_body_bytes=max(settings.edge.scheduler_max_body_bytes, WEBHOOK_MAX_BODY_BYTES),
     )
 
 
 def _deps(
-    settings: Settings,
+    settings: ExtenderSettings,
     *,
     allocator: AllocatorClient,
     apiserver: Apiserver,
@@ -174,11 +166,11 @@ def _deps(
     )
 
 
-def listeners(settings: Settings) -> Sequence[Listener]:
+def listeners(settings: ExtenderSettings) -> Sequence[Listener]:
     """The scheduler listener, plus the TLS webhook listener when a certificate is set."""
-    http = settings.http
+    http, edge = settings.http, settings.edge
     scheduler = _scheduler_listener(settings)
-    if http.tls_cert_file is None or http.tls_key_file is None:
+    if edge.tls_cert_file is None or edge.tls_key_file is None:
         logger.warning(
             "RGPU_TLS_CERT_FILE/RGPU_TLS_KEY_FILE unset: no TLS webhook listener, so the "
             "apiserver cannot call /mutate; GPU pods will not be mutated"
@@ -187,29 +179,29 @@ def listeners(settings: Settings) -> Sequence[Listener]:
     # The apiserver's client certificate is checked per path (health stays open to the
     # kubelet), so the handshake verifies one only when it is offered.
     webhook = Listener(
-        listen=http.webhook_listen,
-        ssl_certfile=http.tls_cert_file,
-        ssl_keyfile=http.tls_key_file,
-        client_ca_file=http.webhook_client_ca_file,
+        listen=edge.webhook_listen,
+        ssl_certfile=edge.tls_cert_file,
+        ssl_keyfile=edge.tls_key_file,
+        client_ca_file=edge.webhook_client_ca_file,
         client_cert="optional",
-        face=webhook_surface(require_client_cert=http.webhook_client_ca_file is not None),
+        face=webhook_surface(require_client_cert=edge.webhook_client_ca_file is not None),
         name="webhook",
         limits=http.limits,
     )
     return [scheduler, webhook]
 
 
-def _scheduler_listener(settings: Settings) -> Listener:
-    http = settings.http
-    face = scheduler_surface(http.scheduler_max_body_bytes)
-    if http.scheduler_client_ca_file is None:
+def _scheduler_listener(settings: ExtenderSettings) -> Listener:
+    http, edge = settings.http, settings.edge
+    face = scheduler_surface(edge.scheduler_max_body_bytes)
+    if edge.scheduler_client_ca_file is None:
         return Listener(listen=http.listen, face=face, name="scheduler", limits=http.limits)
     # kube-scheduler's extender tlsConfig presents its certificate; nobody else gets a reply.
     return Listener(
         listen=http.listen,
-        ssl_certfile=http.tls_cert_file,
-        ssl_keyfile=http.tls_key_file,
-        client_ca_file=http.scheduler_client_ca_file,
+        ssl_certfile=edge.tls_cert_file,
+        ssl_keyfile=edge.tls_key_file,
+        client_ca_file=edge.scheduler_client_ca_file,
         face=face,
         name="scheduler",
         limits=http.limits,
@@ -221,4 +213,6 @@ def main() -> None:
     # httpx logs every request at INFO: one line per filter and bind, which would drown the
     # decisions the extender logs itself.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    raise SystemExit(run_service("extender", create_app, listeners=listeners))
+    raise SystemExit(
+        run_service("extender", create_app, settings=ExtenderSettings, listeners=listeners)
+    )

@@ -32,13 +32,9 @@ from rgpu_contracts import (
     PodUID,
 )
 from rgpu_placement import InvalidQuantity, read_demand
-from rgpu_runtime import (
-    EventRecorder,
-    KubeConflict,
-    KubeError,
-    KubeNotFound,
-    ResourceSettings,
-)
+from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
+from rgpu_runtime.kube import EventRecorder
+from rgpu_runtime.settings import ResourceSettings
 
 from .clients import AllocatorClient, Apiserver
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid, PodNotServable

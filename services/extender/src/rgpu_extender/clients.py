@@ -6,7 +6,7 @@ The allocator's API answers in several contracts by status (an ``Allocation``, a
 transport failure, into a value or one of our errors. The extender makes two apiserver calls of
 its own — bind a pod, read it back when a bind's outcome is unknown — and ``Apiserver`` bounds
 each in time and fails with runtime's ``KubeError`` family, never a kubernetes_asyncio
-exception. (Discovery is followed by ``rgpu_runtime.DiscoveryMirror``; Events go through the
+exception. (Discovery is followed by ``rgpu_runtime.feeds.DiscoveryMirror``; Events go through the
 runtime's ``EventRecorder``.)
 """
 
@@ -27,7 +27,9 @@ from rgpu_contracts import (
     NodeName,
     NoFit,
 )
-from rgpu_runtime import KubeClient, Unavailable, response_error, upstream_error
+from rgpu_runtime.errors import Unavailable
+from rgpu_runtime.kube import KubeClient
+from rgpu_runtime.peers import response_error, upstream_error
 
 from .errors import AllocatorUnavailable, ClaimNotHeld, PeerReplyInvalid
 

@@ -8,7 +8,8 @@ as long as it stays pending and a slow apiserver must never slow a verb; the run
 from __future__ import annotations
 
 from rgpu_contracts import PodRef
-from rgpu_runtime import EventRecorder, KubeEvent, ObjectRef, TokenBucket
+from rgpu_runtime.kube import EventRecorder, KubeEvent, ObjectRef
+from rgpu_runtime.pacing import TokenBucket
 
 from .instruments import ExtenderMetrics
 

@@ -29,7 +29,9 @@ from rgpu_contracts import (
     ServerName,
 )
 from rgpu_placement import FleetView, PodDemand, read_demand
-from rgpu_runtime import DiscoveryMirror, EventRecorder, ResourceSettings
+from rgpu_runtime.feeds import DiscoveryMirror
+from rgpu_runtime.kube import EventRecorder
+from rgpu_runtime.settings import ResourceSettings
 
 from .booked import booked_server
 from .clients import AllocatorClient

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rgpu_runtime import pod_attributes, trace_exemplar
+from rgpu_runtime.telemetry import pod_attributes, trace_exemplar
 
 __all__ = ["ExtenderMetrics", "VerbOutcome", "label_attributes", "observed"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from rgpu_runtime import PodCreations, creation_of, link_creation, pod_attributes
+from rgpu_runtime.telemetry import PodCreations, creation_of, link_creation, pod_attributes
 
 from .objects import mapping
 

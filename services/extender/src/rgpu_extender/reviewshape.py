@@ -1,7 +1,7 @@
 """An AdmissionReview is refused by its shape before it is decoded, and before any work per
 container: one review of a pod with 1.5 million containers (4.6 MiB) cost 6.8 s of CPU, and
 eight at once held the webhook for nearly a minute. The body's size is already bounded while it
-streams in (``ADMISSION_REVIEW_MAX_BYTES``: what the apiserver can send); here its count of JSON
+streams in (``WEBHOOK_MAX_BODY_BYTES``: what the apiserver can send); here its count of JSON
 values is bounded before ``orjson`` builds them, and its containers right after, so the most
 expensive review the webhook accepts costs a bounded, measured amount of CPU
 (``bench/bench_admission.py``: under 100 ms).

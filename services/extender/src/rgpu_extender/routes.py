@@ -21,14 +21,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from rgpu_contracts import encode_host_priorities
-from rgpu_runtime import (
-    BadRequest,
-    PayloadTooLarge,
-    PodCreations,
-    json_response,
-    read_json,
-    state_value,
-)
+from rgpu_runtime.errors import BadRequest, PayloadTooLarge
+from rgpu_runtime.serving import json_response, read_json, state_value
+from rgpu_runtime.telemetry import PodCreations
 
 from .admission import AdmissionPolicy
 from .binding import Binding

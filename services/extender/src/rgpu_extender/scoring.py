@@ -17,7 +17,8 @@ import anyio
 
 from rgpu_contracts import ContractError, ExtenderArgs, HostPriority, ServerName
 from rgpu_placement import FleetView, shared_level
-from rgpu_runtime import BadRequest, DiscoveryMirror
+from rgpu_runtime.errors import BadRequest
+from rgpu_runtime.feeds import DiscoveryMirror
 
 from .booked import booked_server
 from .clients import AllocatorClient

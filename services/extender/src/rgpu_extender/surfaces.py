@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_contracts import ErrorBody
-from rgpu_runtime import ADMISSION_REVIEW_MAX_BYTES, BodyLimitMiddleware, json_response
+from rgpu_runtime.serving import BodyLimitMiddleware, json_response
 
 from .webhookguard import webhook_guard
 
@@ -34,9 +34,11 @@ HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 SCHEDULER_PATHS = HEALTH_PATHS | {"/filter", "/prioritize", "/bind", "/metrics"}
 WEBHOOK_PATHS = HEALTH_PATHS | {"/mutate"}
 
-WEBHOOK_MAX_BODY_BYTES = ADMISSION_REVIEW_MAX_BYTES
-"""An AdmissionReview is bounded by what the apiserver sends (see ``ADMISSION_REVIEW_MAX_BYTES``);
-anything larger is not from the apiserver and is refused while it streams in."""
+WEBHOOK_MAX_BODY_BYTES = (3 << 20) + (3 << 19) + (64 << 10)
+"""The body limit of the webhook's ``/mutate``: the apiserver refuses requests over 3 MiB, so the
+``object`` it sends is at most that; an UPDATE also carries ``oldObject``, at most what etcd
+stores (1.5 MiB); 64 KiB covers the review's envelope and userInfo. Anything larger did not
+come from the apiserver and is refused while it streams in."""
 
 
 @dataclass(frozen=True, slots=True)

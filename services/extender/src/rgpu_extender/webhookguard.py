@@ -40,7 +40,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rgpu_contracts import ErrorBody
-from rgpu_runtime import LISTENER_METRICS_STATE, ListenerMetrics, PayloadTooLarge
+from rgpu_runtime.errors import PayloadTooLarge
+from rgpu_runtime.serving import LISTENER_METRICS_STATE, ListenerMetrics
 
 from .reviewshape import count_values
 

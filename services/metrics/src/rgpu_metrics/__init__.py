@@ -6,7 +6,7 @@ from memory; it never calls the apiserver.
 
 from __future__ import annotations
 
-from rgpu_runtime import FollowPolicy
+from rgpu_runtime.feeds import FollowPolicy
 
 from .app import create_app, main
 

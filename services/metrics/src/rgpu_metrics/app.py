@@ -29,18 +29,12 @@ from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime import (
-    Election,
-    ElectionTiming,
-    FollowPolicy,
-    FollowStatus,
-    Readiness,
-    Settings,
-    create_service_app,
-    http_client,
-    kube_client,
-    run_service,
-)
+from rgpu_runtime.feeds import FollowPolicy, FollowStatus
+from rgpu_runtime.kube import kube_client
+from rgpu_runtime.peers import http_client
+from rgpu_runtime.replicas import Election, ElectionTiming
+from rgpu_runtime.serving import Readiness, create_service_app, run_service
+from rgpu_runtime.settings import Settings
 
 from .board import Board
 from .clients import POLICY, follow_claims, follow_fleet
@@ -172,4 +166,4 @@ async def _ready_once_answered(
 
 def main() -> None:
     """Run the metrics service (``python -m rgpu_metrics``) until SIGTERM."""
-    raise SystemExit(run_service(SERVICE, create_app))
+    raise SystemExit(run_service(SERVICE, create_app, settings=Settings))

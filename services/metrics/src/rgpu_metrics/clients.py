@@ -2,7 +2,7 @@
 claims — and must survive either going away; this names the two long-polls (the sources) and
 how the exporter paces them.
 
-Each is an ``rgpu_runtime.Follower`` of its feed's ``Mirror``, reading updates (``delta=1``:
+Each is an ``rgpu_runtime.feeds.Follower`` of its feed's ``Mirror``, reading updates (``delta=1``:
 one server changing costs the decoding of that server, not of the fleet or every claim, and
 unchanged servers reach the board as the same objects, so it re-renders only the changed
 ones); each new revision goes to the board at once, a failure leaves the last snapshot in
@@ -18,7 +18,7 @@ from typing import Final
 import httpx
 
 from rgpu_contracts import ClaimSet, Fleet
-from rgpu_runtime import CLAIMS_FEED, FLEET_FEED, Follower, FollowPolicy, Mirror
+from rgpu_runtime.feeds import CLAIMS_FEED, FLEET_FEED, Follower, FollowPolicy, Mirror
 
 from .board import Board
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rgpu_runtime import FollowStatus
+from rgpu_runtime.feeds import FollowStatus
 
 from .board import Board
 

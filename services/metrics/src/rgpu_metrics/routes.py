@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from rgpu_runtime import state_value
+from rgpu_runtime.serving import state_value
 
 from .board import Board
 

@@ -1,0 +1,23 @@
+"""The CLI's apiserver client: the services' settings and connection, under its own name.
+
+The CLI borrows a service's settings (``RGPU_KUBE_URL``, else in-cluster, else ``KUBECONFIG``)
+but acts as whoever runs it, with that kubeconfig's credentials; a User-Agent of its own keeps
+the simulated cluster, which takes ``rgpu-<service>`` for that service's ServiceAccount, from
+authorizing ``rgpu explain`` or ``rgpu cordon`` as the extender.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.settings import Settings
+
+__all__ = ["CLI_USER_AGENT", "cli_kube_client"]
+
+CLI_USER_AGENT = "rgpu-cli"
+
+
+def cli_kube_client(settings: Settings) -> AbstractAsyncContextManager[KubeClient]:
+    """``kube_client`` for the apiserver ``settings`` point at, announcing the CLI."""
+    return kube_client(settings, user_agent=CLI_USER_AGENT)
