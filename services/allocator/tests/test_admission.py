@@ -407,3 +407,23 @@ async def test_an_admitted_booking_committed_but_not_yet_bound_keeps_the_admissi
         [claim] = cluster.claims("gpu-a")
         assert claim["pod"]["name"] == "retried"
         assert claim["state"] == "committed"
+
+
+async def test_a_booking_released_behind_the_ledgers_back_lifts_no_gate_until_booked_again(
+    build, kit, sim, cluster
+):
+    # The ledger follows a Lease watch. A booking released where the watch cannot see it must
+    # not let the gate be lifted with nothing booked behind it (the pod would book again
+    # through kube-scheduler's filter, past its quota and apart from its gang).
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=500)
+        pod = gated_pod(cluster, "trainer")
+        await kit.wait_for(lambda: holders(cluster) == {"gpu-a": ["trainer"]}, what="booked")
+        for verb in ("watch", "list"):
+            sim.faults.set_error(verb=verb, resource="leases", rate=1.0, code=500)
+        sim.faults.cut_watches()
+        cluster.sim.store.delete("leases", "rgpu-gpu-a", namespace="rgpu-system")
+        sim.faults.set_error(verb="patch", resource="pods", rate=0.0)
+        await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted", timeout=30)
+        assert holders(cluster) == {"gpu-a": ["trainer"]}

@@ -48,6 +48,7 @@ from .queues import Queues
 from .queueview import QueueEntry, admission_queue
 from .removal import Remover
 from .retries import Retries
+from .standing import standing
 from .verdicts import Verdict, Wait
 from .waits import Waits, busy_in, gauges
 
@@ -248,7 +249,7 @@ class Admitter:
                     link_creation(span, _creation(other.pod))
                 span.set_attribute("rgpu.pods", len(unit))
                 claims = await self._book(unit)
-                if claims is not None:
+                if claims is not None and await self._standing(unit, claims):
                     await self._lift(unit, claims)
         except RgpuError as exc:
             self._retries.failed(v.pod.uid for v in unit)
@@ -275,6 +276,14 @@ class Admitter:
             if len(claims) < len(unit):
                 await self._release([c for c, v in zip(claims, unit, strict=False) if v.booked])
         return claims if len(claims) == len(unit) else None
+
+    async def _standing(self, unit: list[Verdict], claims: list[Claim]) -> bool:
+        found = [c for v, c in zip(unit, claims, strict=True) if v.booked is None]
+        if not found or await standing(self._api, self.judge, found):
+            return True
+        self._retries.failed(v.pod.uid for v in unit)
+        logger.info("not admitting %s: a booking the ledger showed is gone", _names(unit))
+        return False
 
     async def _release(self, claims: Sequence[Claim]) -> None:
         with anyio.CancelScope(shield=True):
