@@ -17,10 +17,10 @@ from rgpu_kubesim._cel import (
     value_of,
 )
 from rgpu_kubesim._resources import Resource
-from rgpu_kubesim._selectors import LabelSelector, labels_match, selector_from_object
+from rgpu_kubesim._selectors import LabelSelector, selector_from_object
 from rgpu_kubesim._status import Cause
 from rgpu_kubesim._validation import duplicate, invalid_value, not_supported, required
-from rgpu_kubesim._webhooks import Attributes, Rule
+from rgpu_kubesim._webhooks import Attributes, Rule, selected
 from rgpu_kubesim.errors import ApiError
 
 JsonObj = dict[str, Any]
@@ -82,18 +82,7 @@ class Matcher:
             return False
         if any(r.matches(attrs) for r in self.excluded):
             return False
-        return self._namespace_matches(attrs) and self._object_matches(attrs)
-
-    def _namespace_matches(self, attrs: Attributes) -> bool:
-        if attrs.resource.plural == "namespaces":
-            return labels_match(self.namespace_selector, _labels(attrs.obj or attrs.old))
-        if not attrs.resource.namespaced:
-            return True
-        return labels_match(self.namespace_selector, attrs.namespace_labels)
-
-    def _object_matches(self, attrs: Attributes) -> bool:
-        candidates = [o for o in (attrs.obj, attrs.old) if o is not None]
-        return any(labels_match(self.object_selector, _labels(o)) for o in candidates)
+        return selected(self.namespace_selector, self.object_selector, attrs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,10 +122,6 @@ class Binding:
     policy_name: str
     match: Matcher | None
     actions: frozenset[str]
-
-
-def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
-    return ((obj or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _compile(expression: object) -> MatchCondition:

@@ -85,18 +85,7 @@ class Webhook:
     def applies_to(self, attrs: Attributes) -> bool:
         if not any(rule.matches(attrs) for rule in self.rules):
             return False
-        return self._namespace_matches(attrs) and self._object_matches(attrs)
-
-    def _namespace_matches(self, attrs: Attributes) -> bool:
-        if attrs.resource.plural == "namespaces":
-            return labels_match(self.namespace_selector, _labels(attrs.obj or attrs.old))
-        if not attrs.resource.namespaced:
-            return True
-        return labels_match(self.namespace_selector, attrs.namespace_labels)
-
-    def _object_matches(self, attrs: Attributes) -> bool:
-        candidates = [o for o in (attrs.obj, attrs.old) if o is not None]
-        return any(labels_match(self.object_selector, _labels(o)) for o in candidates)
+        return selected(self.namespace_selector, self.object_selector, attrs)
 
 
 def _listed(allowed: frozenset[str], value: str) -> bool:
@@ -121,6 +110,29 @@ def _scope_matches(scope: str, resource: Resource) -> bool:
     if scope == "Cluster":
         return not resource.namespaced
     return True
+
+
+def selected(
+    namespace_selector: LabelSelector, object_selector: LabelSelector, attrs: Attributes
+) -> bool:
+    """Whether a request's namespace and object are in scope, as kube-apiserver scopes both its
+    admission webhooks and its admission policies."""
+    return _namespace_selected(namespace_selector, attrs) and _object_selected(
+        object_selector, attrs
+    )
+
+
+def _namespace_selected(selector: LabelSelector, attrs: Attributes) -> bool:
+    if attrs.resource.plural == "namespaces":
+        return labels_match(selector, _labels(attrs.obj or attrs.old))
+    if not attrs.resource.namespaced:
+        return True
+    return labels_match(selector, attrs.namespace_labels)
+
+
+def _object_selected(selector: LabelSelector, attrs: Attributes) -> bool:
+    candidates = [o for o in (attrs.obj, attrs.old) if o is not None]
+    return any(labels_match(selector, _labels(o)) for o in candidates)
 
 
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
