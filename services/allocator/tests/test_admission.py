@@ -427,3 +427,25 @@ async def test_a_booking_released_behind_the_ledgers_back_lifts_no_gate_until_bo
         sim.faults.set_error(verb="patch", resource="pods", rate=0.0)
         await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted", timeout=30)
         assert holders(cluster) == {"gpu-a": ["trainer"]}
+
+
+async def test_a_victim_still_behind_the_gate_loses_its_booking_not_the_pod(
+    build, kit, sim, cluster
+):
+    # A booked pod whose gate could not be lifted yet has never run: preempting it takes its
+    # booking back and leaves it waiting in the queue (evicting it would delete it, and a gang
+    # would wait forever for a member nobody recreates).
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=1)))
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=500)
+        low = gated_pod(cluster, "low", priority=10)
+        await kit.wait_for(lambda: holders(cluster) == {"gpu-a": ["low"]}, what="low booked")
+        urgent = gated_pod(cluster, "urgent", priority=1000)
+        await kit.wait_for(
+            lambda: holders(cluster) == {"gpu-a": ["urgent"]}, what="the booking taken back"
+        )
+        assert gates(cluster, low) == ["rgpu.io/admission"]
+        assert events(cluster, low, reason="Preempted")
+        sim.faults.clear()
+        await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
+        assert gates(cluster, low) == ["rgpu.io/admission"]

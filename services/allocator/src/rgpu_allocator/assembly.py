@@ -234,6 +234,7 @@ def assemble(
         api=api,
         instruments=m.instruments,
         nudge=signals.capacity_freed,
+        remover=remover,
         enabled=settings.scheduling.preemption,
     )
     decider = Decider(policy=policy, instruments=m.instruments)

@@ -21,7 +21,11 @@ are held, the allocator frees one itself (docs/design.md §11):
    is never evicted for a pod that then does not take the server freed for it. Victims that
    had not started are deleted by their eviction at once; the booking path reads them again
    right after and, finding them gone, books the server in the same request, since a refusal
-   would cost the pod a kube-scheduler backoff (1-2 s) while its server stood empty.
+   would cost the pod a kube-scheduler backoff (1-2 s) while its server stood empty. A victim
+   still behind rgpu's scheduling gate (a gang member whose siblings were being booked, a pod
+   whose gate lift failed) is not evicted: its booking is taken back and it waits in the
+   admission queue again — evicting it would delete a pod that never ran, and a gang would
+   wait forever for the member nobody recreates.
 
 The nomination expires after the booking TTL plus the victims' longest grace period, and
 stops counting once its pod books, is gone or finished.
@@ -57,6 +61,7 @@ from .judging import Judge
 from .leases import Edited, LeaseWriter
 from .pods import PodInfo, pod_info
 from .policy import Policy
+from .removal import Remover
 
 __all__ = ["MAX_CANDIDATES", "Outcome", "Preemptor", "may_preempt"]
 
@@ -120,6 +125,7 @@ class Preemptor:
     instruments: Instruments
     nudge: Callable[[], None]
     """Wakes the nudger, which moves refused pods (this one among them) back into the queue."""
+    remover: Remover
     enabled: bool = True
 
     async def preempt(self, request: AllocationRequest, demand: Demand, view: FleetView) -> Outcome:
@@ -239,9 +245,10 @@ class Preemptor:
     async def _rehearse(self, option: Preemption) -> None:
         """Ask every victim's eviction as a dry run, then whether the budgets let them all go
         together; raises ``EvictionRefused`` at the first refusal, before anyone is evicted."""
-        for victim in option.victims:
+        evicted = [v for v in option.victims if not self._gated(v)]
+        for victim in evicted:
             await self.api.evict_pod(victim.pod.namespace, victim.pod.name, dry_run=True)
-        await afford(self.api, tuple(v.pod for v in option.victims))
+        await afford(self.api, tuple(v.pod for v in evicted))
 
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
@@ -310,7 +317,15 @@ class Preemptor:
 
         await self.writer.edit(server, change, op="withdraw")
 
+    def _gated(self, victim: Claim) -> bool:
+        """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""
+        held = self.judge.pods.get(victim.pod.uid)
+        return held is not None and held.gated is not None
+
     async def _evict(self, victim: Claim, pod: PodInfo) -> None:
+        if self._gated(victim):
+            await self._take_back(victim, pod)
+            return
         evicted = await self.api.evict_pod(victim.pod.namespace, victim.pod.name)
         if not evicted:
             return
@@ -318,6 +333,18 @@ class Preemptor:
         message = f"preempted by {pod.ref.key} for a remote GPU on {victim.server}"
         self.api.record_event(pod_event(victim.pod, reason="Preempted", message=message))
         logger.info("evicted %s from %s for %s", victim.pod.key, victim.server, pod.ref.key)
+
+    async def _take_back(self, victim: Claim, pod: PodInfo) -> None:
+        await self.remover.release(victim.pod.uid)
+        self.instruments.preemption_victims.inc()
+        message = (
+            f"booking of remote GPU server {victim.server} taken back for {pod.ref.key} "
+            "(higher priority); the pod waits in rgpu's admission queue again"
+        )
+        self.api.record_event(pod_event(victim.pod, reason="Preempted", message=message))
+        logger.info(
+            "took back %s's booking of %s for %s", victim.pod.key, victim.server, pod.ref.key
+        )
 
     def _announce(self, pod: PodInfo, option: Preemption) -> None:
         victims = ", ".join(v.pod.key for v in option.victims)
