@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from rgpu_kubesim._protobuf_schema import OBJECT_META, Field, Message
+from rgpu_kubesim._protobuf_schema import LABEL_SELECTOR, OBJECT_META, Field, Message
 
 
 def _strings(name: str) -> Field:
@@ -26,19 +26,6 @@ def _metadata() -> Field:
     return Field("metadata", "message", OBJECT_META)
 
 
-_LABEL_SELECTOR = Message(
-    "LabelSelector",
-    {
-        1: Field("matchLabels", "map"),
-        2: _messages(
-            "matchExpressions",
-            Message(
-                "LabelSelectorRequirement",
-                {1: Field("key", "string"), 2: Field("operator", "string"), 3: _strings("values")},
-            ),
-        ),
-    },
-)
 _POLICY_RULE = Message(
     "PolicyRule",
     {
@@ -58,7 +45,7 @@ _CLUSTER_ROLE = Message(
         3: Field(
             "aggregationRule",
             "message",
-            Message("AggregationRule", {1: _messages("clusterRoleSelectors", _LABEL_SELECTOR)}),
+            Message("AggregationRule", {1: _messages("clusterRoleSelectors", LABEL_SELECTOR)}),
         ),
     },
 )

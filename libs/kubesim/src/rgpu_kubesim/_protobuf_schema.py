@@ -98,7 +98,7 @@ DELETE_OPTIONS = Message(
         5: _strings("dryRun"),
     },
 )
-_LABEL_SELECTOR = Message(
+LABEL_SELECTOR = Message(
     "LabelSelector",
     {
         1: Field("matchLabels", "map"),
@@ -201,7 +201,7 @@ _DISRUPTION_BUDGET = Message(
                 "PodDisruptionBudgetSpec",
                 {
                     1: _optional("minAvailable", "intstr"),
-                    2: _optional("selector", "message", _LABEL_SELECTOR),
+                    2: _optional("selector", "message", LABEL_SELECTOR),
                     3: _optional("maxUnavailable", "intstr"),
                     4: _optional("unhealthyPodEvictionPolicy", "string"),
                 },

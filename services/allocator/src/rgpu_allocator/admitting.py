@@ -279,7 +279,7 @@ class Admitter:
 
     async def _standing(self, unit: list[Verdict], claims: list[Claim]) -> bool:
         found = [c for v, c in zip(unit, claims, strict=True) if v.booked is None]
-        if not found or await standing(self._api, self.judge, found):
+        if not found or await standing(self._booker.writer, self.judge, found):
             return True
         self._retries.failed(v.pod.uid for v in unit)
         logger.info("not admitting %s: a booking the ledger showed is gone", _names(unit))

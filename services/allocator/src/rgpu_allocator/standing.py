@@ -13,27 +13,17 @@ from collections.abc import Sequence
 
 from rgpu_contracts import Claim
 
-from .claims import decode_lease, lease_name
-from .clients import KubeApi
 from .judging import Judge
+from .leases import LeaseWriter
 
 __all__ = ["standing"]
 
 
-async def standing(api: KubeApi, judge: Judge, claims: Sequence[Claim]) -> bool:
+async def standing(writer: LeaseWriter, judge: Judge, claims: Sequence[Claim]) -> bool:
     """Whether every one of ``claims`` is still in its server's Lease and holds its cards."""
     for claim in claims:
-        if not await _in_lease(api, judge, claim):
+        record = await writer.reread(claim.server)
+        found = None if record is None else record.claim_of(claim.pod.uid)
+        if found is None or not judge.validity(found).blocks:
             return False
     return True
-
-
-async def _in_lease(api: KubeApi, judge: Judge, claim: Claim) -> bool:
-    raw = await api.get_lease(lease_name(claim.server))
-    record = None if raw is None else decode_lease(raw)
-    if record is None:
-        judge.ledger.forget(claim.server)
-        return False
-    judge.ledger.apply(record)
-    found = record.claim_of(claim.pod.uid)
-    return found is not None and judge.validity(found).blocks
