@@ -31,7 +31,7 @@ sync:
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs/*/src services/*/src cli/src bench
+	$(RUN) mypy libs/*/src services/*/src cli/src sim/src bench
 	$(RUN) lint-imports
 	.ci/check-layers
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import _system_measure as m
 
-from rgpu_cli.stack import SERVICES, Stack
+from rgpu_sim.stack import SERVICES, Stack
 
 RATE_TARGET = 100.0
 FILTER_P50_MS, FILTER_P99_MS = 2.5, 10.0

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import anyio
 
-from rgpu_cli.processes import wait_ready
-from rgpu_cli.stack import SERVICES, StackOptions, run_stack
-from rgpu_cli.up import free_offset
+from rgpu_sim.processes import wait_ready
+from rgpu_sim.stack import SERVICES, StackOptions, run_stack
+from rgpu_sim.up import free_offset
 
 TARGET_SECONDS = 5.0
 

@@ -10,7 +10,7 @@ one-GPU pods bound in seconds) is this benchmark's burst alone, on the same stac
 ``rgpu up``'s probe interval: ``--servers 400 --clients 400 --background 0 --burst 400
 --rest-seconds 1 --stream-seconds 0 --granularity server --probe-interval 1``.
 
-The four services run as separate processes over real HTTP (``rgpu_cli.stack``); the simulated
+The four services run as separate processes over real HTTP (``rgpu_sim.stack``); the simulated
 apiserver, the fake lupine servers and the scheduler and kubelet emulators run in this process
 (reported together as ``kubesim+emulators``). Pods that ask for no GPU are written straight into
 the apiserver's store before the services start, bound and Running, as a cluster has them. GPU
@@ -58,10 +58,10 @@ import httpx
 import orjson
 from _system_report import Phase
 
-from rgpu_cli.stack import Stack, StackOptions, run_stack
 from rgpu_kubesim import Store
 from rgpu_kubesim.fleet import ContainerPlan, PodPlan, WorkloadSpec
 from rgpu_kubesim.kubelet import KubeletConfig
+from rgpu_sim.stack import Stack, StackOptions, run_stack
 
 PROBE_INTERVAL_SECONDS = 15.0
 """The deployed probe interval."""

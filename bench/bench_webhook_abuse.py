@@ -191,7 +191,7 @@ async def peak_memory(pid: int, stop: anyio.Event, peak: list[float]) -> None:
 
 
 async def measure(seconds: float, connections: int, rate: float) -> None:
-    from rgpu_cli.stack import StackOptions, run_stack
+    from rgpu_sim.stack import StackOptions, run_stack
 
     options = StackOptions(servers=4, cards=2, clients=4, seed=3)
     async with run_stack(options) as stack:

@@ -16,7 +16,6 @@ import httpx
 import orjson
 import pytest
 
-from rgpu_cli.stack import SERVICES, Stack, StackOptions, run_stack
 from rgpu_kubesim.kubelet import (
     DIAL_ANNOTATION,
     RUN_SECONDS_ANNOTATION,
@@ -25,6 +24,7 @@ from rgpu_kubesim.kubelet import (
     RunRecord,
     dial,
 )
+from rgpu_sim.stack import SERVICES, Stack, StackOptions, run_stack
 from rgpu_testkit import allocation_request, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from rgpu_allocator.claims import lease_name
-from rgpu_cli.stack import Stack, StackOptions, run_stack
-from rgpu_cli.stack_rbac import refused
 from rgpu_kubesim.kubelet import KubeletConfig
+from rgpu_sim.stack import Stack, StackOptions, run_stack
+from rgpu_sim.stack_rbac import refused
 from rgpu_testkit import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(240)]

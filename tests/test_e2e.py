@@ -12,16 +12,16 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from rgpu_cli.checks import check_endpoints, check_no_sharing
 from rgpu_cli.explain import explain
 from rgpu_cli.main import app as cli
-from rgpu_cli.span_receiver import receiving
-from rgpu_cli.spans import read_spans
-from rgpu_cli.stack import Stack, StackOptions, run_stack
 from rgpu_cli.status import card_rows, fetch_snapshot, render_servers
 from rgpu_kubesim.fleet import PodPlan, WorkloadSpec, plan_workload
 from rgpu_kubesim.kubelet import KubeletConfig
 from rgpu_runtime.settings import Settings
+from rgpu_sim.checks import check_endpoints, check_no_sharing
+from rgpu_sim.span_receiver import receiving
+from rgpu_sim.spans import read_spans
+from rgpu_sim.stack import Stack, StackOptions, run_stack
 from rgpu_testkit import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -45,7 +45,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_allocator.policy_objects import DISCOVERY_LABELS
-from rgpu_cli.stack import (
+from rgpu_extender.settings import ExtenderSettings
+from rgpu_kubesim import run_apiserver
+from rgpu_kubesim.certs import write_certs
+from rgpu_runtime.peers import audience_of
+from rgpu_runtime.serving import Listener, running
+from rgpu_runtime.settings import Settings
+from rgpu_sim.stack import (
     MATCH_CONDITION,
     MATCH_CONDITION_NAME,
     SKIP_CONDITION,
@@ -53,13 +59,7 @@ from rgpu_cli.stack import (
     SUBRESOURCE_MATCH_CONDITION,
     SUBRESOURCE_MATCH_CONDITION_NAME,
 )
-from rgpu_cli.stack_network import STANDING_POLICY
-from rgpu_extender.settings import ExtenderSettings
-from rgpu_kubesim import run_apiserver
-from rgpu_kubesim.certs import write_certs
-from rgpu_runtime.peers import audience_of
-from rgpu_runtime.serving import Listener, running
-from rgpu_runtime.settings import Settings
+from rgpu_sim.stack_network import STANDING_POLICY
 
 pytestmark = pytest.mark.process
 

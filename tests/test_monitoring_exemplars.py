@@ -32,15 +32,15 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
-from rgpu_cli.processes import free_port
-from rgpu_cli.span_receiver import receiving
-from rgpu_cli.spans import read_spans
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.serving import Listener, running
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import EXEMPLAR_TRACE_ID, instrument_app
+from rgpu_sim.processes import free_port
+from rgpu_sim.span_receiver import receiving
+from rgpu_sim.spans import read_spans
 from rgpu_testkit import eventually, node_manifest, register_annotation, register_card
 
 

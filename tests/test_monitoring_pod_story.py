@@ -31,16 +31,6 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 from rgpu_cli.main import app as cli
-from rgpu_cli.span_receiver import receiving
-from rgpu_cli.stack import (
-    SERVICES,
-    SYSTEM_NAMESPACE,
-    TRUSTED_USERS,
-    _webhook_configuration,
-    _write_certs,
-    service_account,
-)
-from rgpu_cli.stack_rbac import apply_rbac, refused
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
@@ -49,6 +39,16 @@ from rgpu_kubesim.scheduler import SchedulerConfig, SchedulerEmulator
 from rgpu_runtime.serving import running
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import CREATION_LINK, TRACE_ANNOTATION, creation_of, instrument_app
+from rgpu_sim.span_receiver import receiving
+from rgpu_sim.stack import (
+    SERVICES,
+    SYSTEM_NAMESPACE,
+    TRUSTED_USERS,
+    _webhook_configuration,
+    _write_certs,
+    service_account,
+)
+from rgpu_sim.stack_rbac import apply_rbac, refused
 from rgpu_testkit import container_manifest, eventually, pod_manifest
 
 

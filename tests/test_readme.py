@@ -28,7 +28,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rgpu_cli.main import app
-from rgpu_cli.up import DEFAULT_PORTS, free_offset
+from rgpu_sim.up import DEFAULT_PORTS, free_offset
 from rgpu_testkit import flat
 
 pytestmark = pytest.mark.e2e

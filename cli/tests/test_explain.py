@@ -397,3 +397,13 @@ async def test_an_unreadable_queue_is_said_and_the_dry_run_still_explains():
     text = flat(rendered(explanation))
     assert "the admission queue is unreadable" in text and "503" in text
     assert "held by default/holder-gpu-01" in text
+
+
+def test_explain_prints_the_trace_the_pods_story_starts_in() -> None:
+    pod = PodRef(uid=PodUID("u-1"), namespace="ml", name="trainer-0")
+    explanation = Explanation(
+        pod=pod, node=None, allocation=None, nofit=None, problem="", events=(), trace_id="ab" * 16
+    )
+    console = Console(width=80, record=True)
+    console.print(render_explanation(explanation))
+    assert f"trace {'ab' * 16} (rgpu trace ml/trainer-0)" in console.export_text()

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from rgpu_cli.checks import check_endpoints, check_no_sharing
 from rgpu_kubesim.kubelet import RunRecord
+from rgpu_sim.checks import check_endpoints, check_no_sharing
 
 
 def _run(

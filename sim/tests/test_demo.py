@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from rgpu_cli.checks import CheckResult
-from rgpu_cli.demo import DemoReport, print_report
+from rgpu_sim.checks import CheckResult
+from rgpu_sim.demo import DemoReport, print_report
 
 
 def _report(servers: int) -> DemoReport:

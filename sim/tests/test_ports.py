@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from rgpu_cli.processes import EPHEMERAL_RANGE, LOWEST_PORT, PortPicker
+from rgpu_sim.processes import EPHEMERAL_RANGE, LOWEST_PORT, PortPicker
 
 
 def test_picked_ports_are_distinct_free_and_below_the_ephemeral_range() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rgpu_cli.processes import ProcessGroup
+from rgpu_sim.processes import ProcessGroup
 
 pytestmark = [pytest.mark.process, pytest.mark.anyio]
 

@@ -8,7 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rgpu_cli.main import app
-from rgpu_cli.simulate import SpecError, load_spec, simulate
+from rgpu_sim.simulate import SpecError, load_spec, simulate
 from rgpu_testkit import flat
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -4,7 +4,8 @@ no booking, a pod that took several scheduling cycles, a gated pod nudged."""
 
 from __future__ import annotations
 
-from rgpu_cli.soak_admission import (
+from rgpu_kubesim import PodRecord
+from rgpu_sim.soak_admission import (
     ClaimHistory,
     check_admitted_before_filter,
     check_cycles,
@@ -12,8 +13,7 @@ from rgpu_cli.soak_admission import (
     count_cycles,
     gated_parked,
 )
-from rgpu_cli.soak_evidence import Evidence, LeaseVersion, PodLife
-from rgpu_kubesim import PodRecord
+from rgpu_sim.soak_evidence import Evidence, LeaseVersion, PodLife
 
 CARD = "gpu-01/GPU-a"
 

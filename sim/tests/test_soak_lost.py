@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from rgpu_cli.soak_evidence import Evidence, PodLife
-from rgpu_cli.soak_faults import FaultWindow
-from rgpu_cli.soak_lost import lost_at, replacements
-from rgpu_cli.verdict import LostRule, check_lost_holders
+from rgpu_sim.soak_evidence import Evidence, PodLife
+from rgpu_sim.soak_faults import FaultWindow
+from rgpu_sim.soak_lost import lost_at, replacements
+from rgpu_sim.verdict import LostRule, check_lost_holders
 
 LOST = FaultWindow(kind="server-lost", target="gpu-01", start=100.0, end=110.0)
 KEEP = LostRule(grace=2.0, deadline=8.0)

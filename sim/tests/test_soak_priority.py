@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from rgpu_cli.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
-from rgpu_cli.soak_faults import FaultWindow
-from rgpu_cli.soak_priority import (
+from rgpu_sim.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
+from rgpu_sim.soak_faults import FaultWindow
+from rgpu_sim.soak_priority import (
     check_budgets,
     check_no_inversion,
     check_no_wasted_evictions,
@@ -16,7 +16,7 @@ from rgpu_cli.soak_priority import (
     preemption_summary,
     preemption_waits,
 )
-from rgpu_cli.soak_workload import BUDGET_LABEL, BUDGETS, WorkloadShape, plan_soak_workload
+from rgpu_sim.soak_workload import BUDGET_LABEL, BUDGETS, WorkloadShape, plan_soak_workload
 
 CARD_A = "gpu-01/GPU-a"
 CARD_B = "gpu-01/GPU-b"

@@ -4,10 +4,11 @@ a namespace under its share passed over by one above it."""
 
 from __future__ import annotations
 
-from rgpu_cli.soak_admission import ClaimHistory
-from rgpu_cli.soak_evidence import LeaseVersion, NominationSeen, PodLife
-from rgpu_cli.soak_fairness import FairInputs, check_fair_share
-from rgpu_cli.soak_queues import (
+from rgpu_kubesim.kubelet import RunRecord
+from rgpu_sim.soak_admission import ClaimHistory
+from rgpu_sim.soak_evidence import LeaseVersion, NominationSeen, PodLife
+from rgpu_sim.soak_fairness import FairInputs, check_fair_share
+from rgpu_sim.soak_queues import (
     Holdings,
     QueueSetup,
     check_gangs_whole,
@@ -16,9 +17,8 @@ from rgpu_cli.soak_queues import (
     queue_problems,
     queue_waits,
 )
-from rgpu_cli.soak_workload import GANG_LABEL, SoakPod, WorkloadShape, plan_soak_workload
-from rgpu_cli.verdict import WakeUp
-from rgpu_kubesim.kubelet import RunRecord
+from rgpu_sim.soak_workload import GANG_LABEL, SoakPod, WorkloadShape, plan_soak_workload
+from rgpu_sim.verdict import WakeUp
 
 SETUP = QueueSetup(quotas={"team-a": 2}, weights={"team-a": 1, "team-b": 3})
 MEMORY = {f"gpu-0{s}/GPU-{c}": 40960 for s in (1, 2, 3, 4) for c in "ab"}

@@ -5,7 +5,7 @@ the same card, every allocator replica sweeping the same stale claim."""
 
 from __future__ import annotations
 
-from rgpu_cli.soak_scaling import (
+from rgpu_sim.soak_scaling import (
     FleetSample,
     SeriesSample,
     WriteWindow,

@@ -9,7 +9,7 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from rgpu_cli.service_proxy import ServiceProxy
+from rgpu_sim.service_proxy import ServiceProxy
 
 pytestmark = pytest.mark.anyio
 

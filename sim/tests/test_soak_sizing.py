@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from rgpu_cli.soak_plan import plan_soak
-from rgpu_cli.soak_sizing import LOAD, fleet_problems, pace, size
-from rgpu_cli.soak_workload import WorkloadShape, plan_soak_workload
-from rgpu_cli.stack import StackOptions
+from rgpu_sim.soak_plan import plan_soak
+from rgpu_sim.soak_sizing import LOAD, fleet_problems, pace, size
+from rgpu_sim.soak_workload import WorkloadShape, plan_soak_workload
+from rgpu_sim.stack import StackOptions
 
 EIGHT = [[81920] * 4] * 8
 

@@ -11,8 +11,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rgpu_cli.main import app
-from rgpu_cli.soak_trace import save_trace, trace_lines
 from rgpu_kubesim import PodRecord, Step
+from rgpu_sim.soak_trace import save_trace, trace_lines
 from rgpu_testkit import flat
 
 

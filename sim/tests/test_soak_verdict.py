@@ -8,11 +8,12 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from rgpu_cli.checks import check_no_sharing
-from rgpu_cli.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
-from rgpu_cli.soak_faults import FaultWindow
-from rgpu_cli.soak_report import SoakReport, print_soak_report
-from rgpu_cli.verdict import (
+from rgpu_kubesim.kubelet import RunRecord
+from rgpu_sim.checks import check_no_sharing
+from rgpu_sim.soak_evidence import Evidence, LeaseVersion, NominationSeen, PodLife
+from rgpu_sim.soak_faults import FaultWindow
+from rgpu_sim.soak_report import SoakReport, print_soak_report
+from rgpu_sim.verdict import (
     WakeUp,
     check_commits_held,
     check_completion,
@@ -22,7 +23,6 @@ from rgpu_cli.verdict import (
     check_wakeups,
     wake_seconds,
 )
-from rgpu_kubesim.kubelet import RunRecord
 
 CARD_A = "gpu-01/GPU-a"
 CARD_B = "gpu-01/GPU-b"

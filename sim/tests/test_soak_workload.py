@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rgpu_cli.soak_workload import WorkloadShape, plan_soak_workload
+from rgpu_sim.soak_workload import WorkloadShape, plan_soak_workload
 
 
 def test_the_same_seed_plans_the_same_stream_and_another_seed_another() -> None:

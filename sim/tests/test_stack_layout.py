@@ -4,8 +4,8 @@ ports never take a fixed one."""
 
 from __future__ import annotations
 
-from rgpu_cli.stack_layout import Layout
-from rgpu_cli.up import plan_ports
+from rgpu_sim.stack_layout import Layout
+from rgpu_sim.up import plan_ports
 
 FIXED = {name: port for name, port in plan_ports(0).items() if name != "apiserver"}
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rgpu_cli.stack_rbac import (
+from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
+from rgpu_kubesim.network import LUPINE_NAMESPACE
+from rgpu_sim.stack_rbac import (
     PLURALS,
     SYSTEM_NAMESPACE,
     apply_rbac,
@@ -17,8 +19,6 @@ from rgpu_cli.stack_rbac import (
     manifests,
     user_grant,
 )
-from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
-from rgpu_kubesim.network import LUPINE_NAMESPACE
 
 pytestmark = pytest.mark.anyio
 

@@ -25,10 +25,10 @@ import anyio.abc
 import httpx
 import pytest
 
-from rgpu_cli.processes import ServiceProcess, free_port, wait_ready
-from rgpu_cli.up import free_offset
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.fleet import FleetSpec, plan_fleet
+from rgpu_sim.processes import ServiceProcess, free_port, wait_ready
+from rgpu_sim.up import free_offset
 
 pytestmark = pytest.mark.process
 
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMAND = """
 import os, sys
 import anyio
-from rgpu_cli.processes import ProcessGroup, die_with_parent, run_until_stopped
+from rgpu_sim.processes import ProcessGroup, die_with_parent, run_until_stopped
 
 async def hold():
     group = ProcessGroup()

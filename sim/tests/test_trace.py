@@ -10,15 +10,12 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from rich.console import Console
 from typer.testing import CliRunner
 
-from rgpu_cli.explain import Explanation, render_explanation
 from rgpu_cli.main import app
-from rgpu_cli.span_receiver import MAX_EXPORT_BYTES, receiving
-from rgpu_cli.spans import SpanRecord, read_spans
-from rgpu_cli.trace import find_story, render_story
-from rgpu_contracts import PodRef, PodUID
+from rgpu_sim.span_receiver import MAX_EXPORT_BYTES, receiving
+from rgpu_sim.spans import SpanRecord, read_spans
+from rgpu_sim.trace import find_story, render_story
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 SECOND = 1_000_000_000
@@ -160,16 +157,6 @@ def test_an_empty_span_file_says_where_spans_went(tmp_path: Path) -> None:
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert "no spans in" in line and "--otlp-endpoint" in line
-
-
-def test_explain_prints_the_trace_the_pods_story_starts_in() -> None:
-    pod = PodRef(uid=PodUID("u-1"), namespace="ml", name="trainer-0")
-    explanation = Explanation(
-        pod=pod, node=None, allocation=None, nofit=None, problem="", events=(), trace_id="ab" * 16
-    )
-    console = Console(width=80, record=True)
-    console.print(render_explanation(explanation))
-    assert f"trace {'ab' * 16} (rgpu trace ml/trainer-0)" in console.export_text()
 
 
 def export(*names: str) -> bytes:

@@ -16,8 +16,8 @@ import yaml
 from typer.testing import CliRunner
 
 from rgpu_cli.main import app
-from rgpu_cli.stack_dir import StackDir
-from rgpu_cli.up import DEFAULT_PORTS, free_offset, plan_ports
+from rgpu_sim.stack_dir import StackDir
+from rgpu_sim.up import DEFAULT_PORTS, free_offset, plan_ports
 from rgpu_testkit import flat
 
 

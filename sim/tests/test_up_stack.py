@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rgpu_cli.up import free_offset
+from rgpu_sim.up import free_offset
 
 pytestmark = pytest.mark.process
 

@@ -4,7 +4,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from rgpu_cli.utilisation import (
+from rgpu_sim.utilisation import (
     EXTREMES,
     FULL_TABLE_MAX,
     Held,

@@ -13,9 +13,9 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from rgpu_cli.columns import columns
 from rgpu_placement import Granularity, NeverFits
 
-from .columns import columns
 from .simulate import (
     PodShape,
     SimResult,

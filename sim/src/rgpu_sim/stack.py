@@ -107,7 +107,7 @@ class StackOptions:
     server_policies: bool = False
     """Run the server-policies mode on a cluster that enforces NetworkPolicy: lupine as pods,
     the standing policy, ``RGPU_SERVER_POLICIES=on`` and the simulated network in front of
-    every fake lupine server (``rgpu_cli.stack_network``)."""
+    every fake lupine server (``rgpu_sim.stack_network``)."""
 
 
 def loop_options() -> dict[str, bool]:

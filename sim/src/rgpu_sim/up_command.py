@@ -18,18 +18,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from .arguments import check_granularity
 from .processes import die_with_parent, run_until_stopped
 from .stack import StackOptions, loop_options
 from .stack_dir import StackDir, StackDirError, default_work_dir
 from .up import SPANS_FILE, PortError, UpOptions, plan_ports, refuse_busy, run_up
 
 __all__ = ["down", "env", "up"]
-
-
-def _granularity(value: str) -> str:
-    if value not in ("server", "card"):
-        raise typer.BadParameter("must be 'server' or 'card'")
-    return value
 
 
 def _fail(console: Console, message: str, code: int = 2) -> typer.Exit:
@@ -43,7 +38,7 @@ def up(
     servers: int = typer.Option(6, min=1, help="lupine servers to simulate"),
     cards: int = typer.Option(4, min=1, help="GPUs per server"),
     clients: int = typer.Option(12, min=1, help="GPU-less client nodes"),
-    granularity: str = typer.Option("server", callback=_granularity, help="server | card"),
+    granularity: str = typer.Option("server", callback=check_granularity, help="server | card"),
     per_gpu: bool = typer.Option(
         False, "--per-gpu", help="one lupine per GPU on every server node (docs/lupine.md)"
     ),
