@@ -134,10 +134,10 @@ def test_running_one_service_runs_as_written(tmp_path: Path) -> None:
 def test_the_readmes_picture_is_what_its_documented_command_draws(tmp_path: Path) -> None:
     text = README.read_text()
     (image,) = IMAGE.findall(text)
-    command = f"rgpu simulate cli/examples/mixed-workload.yaml --timeline {image}"
+    command = f"rgpu simulate sim/examples/mixed-workload.yaml --timeline {image}"
     assert command in text, "the README must say how its picture is made"
     drawn = tmp_path / "timeline.svg"
-    args = ["simulate", str(ROOT / "cli/examples/mixed-workload.yaml"), "--timeline", str(drawn)]
+    args = ["simulate", str(ROOT / "sim/examples/mixed-workload.yaml"), "--timeline", str(drawn)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert drawn.read_text() == (ROOT / image).read_text(), f"regenerate it: {command}"

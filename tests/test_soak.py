@@ -4,7 +4,7 @@ faults, must end with every verdict line PASS and exit 0. The wake-up latency is
 judged here (``--wake-limit-seconds 0``): on a shared 2-core machine a timing verdict measures
 the machine; ``rgpu soak`` and ``make soak`` judge it. The priority mix is off here
 (``--priority-mix 0``): its checks are judged by ``rgpu soak`` runs and unit-tested on recorded
-evidence (``cli/tests/test_soak_priority.py``)."""
+evidence (``sim/tests/test_soak_priority.py``)."""
 
 from __future__ import annotations
 

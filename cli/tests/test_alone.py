@@ -1,5 +1,5 @@
-"""The operator's package installed alone, as ``pip install ./cli`` would: synced from the lock
-with nothing but its own dependencies into an environment of its own, ``rgpu`` runs the
+"""The operator's package installed alone (``uv sync --package rgpu-cli --no-dev``): synced from
+the lock with nothing but its own dependencies into an environment of its own, ``rgpu`` runs the
 operator's commands, the simulator is not there, and the proving ground's commands say what to
 install. (``.ci/check-members`` imports every module of it the same way.)"""
 

@@ -21,7 +21,7 @@ GROUP: Final = "rgpu.commands"
 PROVING_GROUND: Final = ("demo", "up", "env", "down", "soak", "simulate", "trace")
 """The commands rgpu-sim offers, in the order ``rgpu --help`` lists them."""
 
-INSTALL: Final = "install rgpu-sim (in a clone of rgpu: `make setup`, or `pip install ./sim`)"
+INSTALL: Final = "install rgpu-sim (in a clone of rgpu: `make setup`, or `uv sync --package rgpu-sim`)"
 
 HINTS: Final = {"up": "; on a real cluster rgpu runs from k8s/ (see the README), not `rgpu up`"}
 """What a command's absence means besides the install line, where it means more."""
