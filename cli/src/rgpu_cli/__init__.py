@@ -1,2 +1,4 @@
-"""The ``rgpu`` command: run the demo, bring the stack up on the embedded cluster, and look at
-what is held by whom (``status``), why a pod waits (``explain``), and what-ifs (``simulate``)."""
+"""The operator's ``rgpu`` command: what is held by whom (``status``), why a pod waits
+(``explain``, ``queue``), and running the pool (``cordon``, ``drain``, ``usage``). The proving
+ground's commands (``demo``, ``up --sim``, ``soak``, ``simulate``) are the rgpu-sim package's and
+join it when that is installed (``proving_ground``)."""

@@ -21,7 +21,9 @@ GROUP: Final = "rgpu.commands"
 PROVING_GROUND: Final = ("demo", "up", "env", "down", "soak", "simulate", "trace")
 """The commands rgpu-sim offers, in the order ``rgpu --help`` lists them."""
 
-INSTALL: Final = "install rgpu-sim (in a clone of rgpu: `make setup`, or `uv sync --package rgpu-sim`)"
+INSTALL: Final = (
+    "install rgpu-sim (in a clone of rgpu: `make setup`, or `uv sync --package rgpu-sim`)"
+)
 
 HINTS: Final = {"up": "; on a real cluster rgpu runs from k8s/ (see the README), not `rgpu up`"}
 """What a command's absence means besides the install line, where it means more."""
@@ -44,9 +46,8 @@ def add_commands(app: typer.Typer, found: Iterable[EntryPoint]) -> None:
         _add(app, point)
     for name in PROVING_GROUND:
         if name not in names and name not in taken:
-            _refuse(
-                app, name, f"the proving ground is not installed: {INSTALL}{HINTS.get(name, '')}"
-            )
+            hint = HINTS.get(name, "")
+            _refuse(app, name, f"the proving ground is not installed: {INSTALL}{hint}")
 
 
 def _add(app: typer.Typer, point: EntryPoint) -> None:
