@@ -38,7 +38,7 @@ __all__ = [
 
 SYSTEM_NAMESPACE = "rgpu-system"
 K8S = Path(__file__).resolve().parents[3] / "k8s"
-"""The repository's k8s/ (the CLI runs from its uv workspace)."""
+"""The repository's k8s/ (the proving ground runs from its uv workspace)."""
 PLURALS = {
     "ServiceAccount": "serviceaccounts",
     "ClusterRole": "clusterroles",
