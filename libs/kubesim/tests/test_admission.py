@@ -19,8 +19,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions, SimApiServer, run_apiserver
-from rgpu_kubesim._admission import CONNECTIONS_PER_WEBHOOK
-from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_kubesim.apiserver.admission._admission import CONNECTIONS_PER_WEBHOOK
+from rgpu_kubesim.apiserver.endpoints._server import listening_socket, serving, socket_url
 from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio

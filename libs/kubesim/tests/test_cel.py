@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rgpu_kubesim._cel import ConditionError, Verdict, compile_condition, evaluate
+from rgpu_kubesim.machinery._cel import ConditionError, Verdict, compile_condition, evaluate
 
 POD = {"metadata": {"name": "p", "annotations": {"rgpu.io/x": "1"}}, "spec": {"containers": []}}
 

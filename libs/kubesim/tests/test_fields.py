@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from rgpu_kubesim import SimApiServer
-from rgpu_kubesim._fields import prune
+from rgpu_kubesim.apiserver.endpoints._fields import prune
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_kubesim import ApiOptions
-from rgpu_kubesim._server import listening_socket, serving, socket_url
+from rgpu_kubesim.apiserver.endpoints._server import listening_socket, serving, socket_url
 from rgpu_testkit import binding_manifest
 
 pytestmark = pytest.mark.anyio

@@ -19,8 +19,8 @@ from rgpu_kubesim import (
     SimOptionError,
     open_lupine_fleet,
 )
-from rgpu_kubesim._lupine_dial import dial
 from rgpu_kubesim.kubelet import DIAL_ANNOTATION, Dialed, KubeletConfig, KubeletEmulator
+from rgpu_kubesim.lupine._dial import dial
 from rgpu_kubesim.network import LUPINE_LABELS, LUPINE_NAMESPACE, place_lupine_pods
 from rgpu_testkit import eventually
 

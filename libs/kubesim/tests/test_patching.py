@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rgpu_kubesim._patching import (
+from rgpu_kubesim.errors import ApiError
+from rgpu_kubesim.machinery._patching import (
     PatchError,
     json_patch,
     merge_patch,
     parse_pointer,
     strategic_merge_patch,
 )
-from rgpu_kubesim.errors import ApiError
 
 POD = {
     "metadata": {"name": "p", "resourceVersion": "4521", "annotations": {"keep": "1"}},

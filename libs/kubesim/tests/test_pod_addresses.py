@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from rgpu_kubesim._pod_addresses import PodAddresses
+from rgpu_kubesim.kubelet._pod_addresses import PodAddresses
 
 NODE = {"metadata": {"name": "n1"}}
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from rgpu_kubesim._quantity import is_integer, parse_quantity
+from rgpu_kubesim.machinery._quantity import is_integer, parse_quantity
 
 
 @pytest.mark.parametrize(

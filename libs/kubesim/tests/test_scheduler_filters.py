@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rgpu_kubesim._scheduling import (
+from rgpu_kubesim.scheduler._scheduling import (
     ExtenderError,
     NodeVerdicts,
     extender_pod,

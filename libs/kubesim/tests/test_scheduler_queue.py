@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
-from rgpu_kubesim._scheduling_queue import SchedulingQueue
+from rgpu_kubesim.scheduler._queue import SchedulingQueue
 
 
 @dataclass

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from rgpu_kubesim._resources import require
-from rgpu_kubesim._selectors import (
+from rgpu_kubesim.errors import ApiError
+from rgpu_kubesim.machinery._resources import require
+from rgpu_kubesim.machinery._selectors import (
     field_values,
     fields_match,
     labels_match,
@@ -16,7 +17,6 @@ from rgpu_kubesim._selectors import (
     parse_label_selector,
     selector_from_object,
 )
-from rgpu_kubesim.errors import ApiError
 
 GPU = {"app": "trainer", "tier": "gpu", "rank": "3"}
 PLAIN = {"app": "web"}

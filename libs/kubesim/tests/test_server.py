@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from rgpu_kubesim import run_apiserver
-from rgpu_kubesim._server import listening_socket, socket_url
+from rgpu_kubesim.apiserver.endpoints._server import listening_socket, socket_url
 
 pytestmark = pytest.mark.anyio
 

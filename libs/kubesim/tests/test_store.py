@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rgpu_kubesim import ApiError, Store
-from rgpu_kubesim._storage import Storage
+from rgpu_kubesim.apiserver.storage._storage import Storage
 
 Loader = Callable[[str], Any]
 Manifest = Callable[..., dict[str, Any]]

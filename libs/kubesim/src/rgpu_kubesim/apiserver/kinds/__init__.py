@@ -1,0 +1,49 @@
+"""What each kind means at write time: defaults, validation and the strategies storage
+applies per kind, including the models of the policy kinds it validates (RBAC rules, webhook
+configurations, admission policies), namespace lifecycle, graceful deletion, priority and
+disruption budgets.
+"""
+
+from __future__ import annotations
+
+from rgpu_kubesim.apiserver.kinds._admission_policy_parse import (
+    Binding,
+    Matcher,
+    Policy,
+    Validation,
+    binding_of,
+    policy_of,
+)
+from rgpu_kubesim.apiserver.kinds._configmaps import (
+    entry_count,
+)
+from rgpu_kubesim.apiserver.kinds._rbac import (
+    AllowedNames,
+    Grant,
+    PolicyRule,
+    Request,
+    RuleIndex,
+)
+from rgpu_kubesim.apiserver.kinds._webhooks import (
+    Attributes,
+    Webhook,
+    webhooks_of,
+)
+
+__all__ = [
+    "AllowedNames",
+    "Attributes",
+    "Binding",
+    "Grant",
+    "Matcher",
+    "Policy",
+    "PolicyRule",
+    "Request",
+    "RuleIndex",
+    "Validation",
+    "Webhook",
+    "binding_of",
+    "entry_count",
+    "policy_of",
+    "webhooks_of",
+]
