@@ -1,6 +1,10 @@
 """The API machinery the simulated cluster shares: the served resources, Status errors,
 names, quantities, label and field selectors, field validation, stored entries, patches, CEL,
 request routing and the record of refused requests. No storage and no I/O.
+
+Two modules are public because other rooms call them as namespaces: ``status`` (one builder per
+kube-apiserver error) and ``validation`` (field causes). Importers bind them to ``_status`` and
+``_validation``: ``status`` is also a common local name, and a private name is not re-exported.
 """
 
 from __future__ import annotations
@@ -70,10 +74,8 @@ from rgpu_kubesim.machinery._selectors import (
     parse_filter,
     selector_from_object,
 )
-from rgpu_kubesim.machinery._status import (
-    Cause,
-)
-from rgpu_kubesim.machinery._validation import (
+from rgpu_kubesim.machinery.status import Cause
+from rgpu_kubesim.machinery.validation import (
     duplicate,
     forbidden,
     invalid_value,

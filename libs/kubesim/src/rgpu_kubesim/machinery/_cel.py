@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rgpu_kubesim.machinery._names import qualified_name_error
-from rgpu_kubesim.machinery._status import Cause
-from rgpu_kubesim.machinery._validation import invalid_value, required
+from rgpu_kubesim.machinery.status import Cause
+from rgpu_kubesim.machinery.validation import invalid_value, required
 
 if TYPE_CHECKING:
     import cel

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 from rgpu_kubesim.machinery._resources import Resource
 from rgpu_kubesim.machinery._selectors import field_values
 

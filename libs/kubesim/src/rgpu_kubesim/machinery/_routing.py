@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 from rgpu_kubesim.machinery._resources import Resource, lookup, require
 
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})

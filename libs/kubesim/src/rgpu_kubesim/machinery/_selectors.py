@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 from rgpu_kubesim.machinery._names import label_value_error, qualified_name_error
 from rgpu_kubesim.machinery._resources import Resource
 

@@ -23,7 +23,8 @@ import orjson
 from rgpu_kubesim.apiserver.kinds import Attributes, Webhook, webhooks_of
 from rgpu_kubesim.apiserver.storage import Storage
 from rgpu_kubesim.errors import ApiError, WebhookCallError
-from rgpu_kubesim.machinery import PatchError, Resource, _status, evaluate, json_patch, require
+from rgpu_kubesim.machinery import PatchError, Resource, evaluate, json_patch, require
+from rgpu_kubesim.machinery import status as _status
 
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _MAX_CLIENTS = 32

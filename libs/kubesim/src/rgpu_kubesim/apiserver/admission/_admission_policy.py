@@ -38,12 +38,12 @@ from rgpu_kubesim.machinery import (
     Refusal,
     Refusals,
     Resource,
-    _status,
     context_of,
     evaluate,
     require,
     value_of,
 )
+from rgpu_kubesim.machinery import status as _status
 
 if TYPE_CHECKING:
     import cel

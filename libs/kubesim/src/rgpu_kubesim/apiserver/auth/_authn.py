@@ -19,7 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rgpu_kubesim.apiserver.auth._tokens import ISSUER, TokenError, TokenSigner
 from rgpu_kubesim.apiserver.storage import Storage
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Entry, Resource, _status, require
+from rgpu_kubesim.machinery import Entry, Resource, require
+from rgpu_kubesim.machinery import status as _status
 
 AUTHENTICATED_USER = "rgpu_kubesim.user"
 """The ASGI scope key under which a bearer-authenticated request carries its UserInfo."""

@@ -24,10 +24,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_kubesim.apiserver.auth._authn import AUTHENTICATED_USER, UserInfo
 from rgpu_kubesim.apiserver.auth._rbac_bootstrap import AUTHENTICATED, MASTERS
-from rgpu_kubesim.apiserver.kinds import AllowedNames, Grant, RuleIndex, _rbac
+from rgpu_kubesim.apiserver.kinds import AllowedNames, Grant, RuleIndex
+from rgpu_kubesim.apiserver.kinds import rbac as _rbac
 from rgpu_kubesim.apiserver.storage import Change, Storage
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Refusal, Refusals, Target, _status, require
+from rgpu_kubesim.machinery import Refusal, Refusals, Target, require
+from rgpu_kubesim.machinery import status as _status
 
 SIM_USERS = "kubesim:users"
 """The group of every human user named by ``X-Sim-User`` (never of a service account)."""

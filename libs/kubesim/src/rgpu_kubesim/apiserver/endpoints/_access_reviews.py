@@ -18,8 +18,10 @@ from starlette.responses import Response
 from rgpu_kubesim.apiserver.auth import Authorizer, UserInfo
 from rgpu_kubesim.apiserver.endpoints import _requests
 from rgpu_kubesim.apiserver.endpoints._responses import json_response
-from rgpu_kubesim.apiserver.kinds import PolicyRule, _rbac
-from rgpu_kubesim.machinery import Cause, Target, _status, invalid_value
+from rgpu_kubesim.apiserver.kinds import PolicyRule
+from rgpu_kubesim.apiserver.kinds import rbac as _rbac
+from rgpu_kubesim.machinery import Cause, Target, invalid_value
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 AUTHORIZATION = "authorization.k8s.io/v1"

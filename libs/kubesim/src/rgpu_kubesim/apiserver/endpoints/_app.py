@@ -22,7 +22,7 @@ from rgpu_kubesim.apiserver.endpoints._handlers import Deps, ResourceHandlers
 from rgpu_kubesim.apiserver.endpoints._metering import RequestMetering
 from rgpu_kubesim.apiserver.endpoints._responses import error_response, json_response
 from rgpu_kubesim.errors import ApiError, FaultSpecError
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rgpu_kubesim.apiserver.kinds import _disruption, _graceful
+from rgpu_kubesim.apiserver.kinds import disruption as _disruption
+from rgpu_kubesim.apiserver.kinds import graceful as _graceful
 from rgpu_kubesim.apiserver.storage import Storage
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Entry, _status, parse_filter, require, timestamp
+from rgpu_kubesim.machinery import Entry, parse_filter, require, timestamp
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 _PODS = require("pods")

@@ -15,7 +15,7 @@ from typing import Any
 
 from rgpu_kubesim.apiserver.storage import Storage
 from rgpu_kubesim.errors import ApiError, FaultSpecError
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 
 _MESSAGES = {
     429: "Too many requests, please try again later.",

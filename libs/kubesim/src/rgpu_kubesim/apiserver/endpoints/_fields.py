@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
-from rgpu_kubesim.machinery import Resource, _status
+from rgpu_kubesim.machinery import Resource
+from rgpu_kubesim.machinery import status as _status
 
 Shape: TypeAlias = "Mapping[str, Shape] | tuple[Shape] | None"
 """None: anything; a mapping: an object with exactly these fields; a 1-tuple: a list of it."""

@@ -37,7 +37,8 @@ from rgpu_kubesim.apiserver.endpoints._responses import (
     list_response,
     object_response,
 )
-from rgpu_kubesim.apiserver.kinds import Attributes, _graceful
+from rgpu_kubesim.apiserver.kinds import Attributes
+from rgpu_kubesim.apiserver.kinds import graceful as _graceful
 from rgpu_kubesim.apiserver.storage import ListPage, Storage, event_line
 from rgpu_kubesim.errors import ApiError
 from rgpu_kubesim.machinery import (
@@ -46,13 +47,13 @@ from rgpu_kubesim.machinery import (
     Entry,
     Filter,
     Target,
-    _status,
     full_object,
     parse_filter,
     parse_target,
     require,
     verb_for,
 )
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 _DEFAULT_WATCH_SECONDS = 1800

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from starlette.datastructures import QueryParams
 
-from rgpu_kubesim.machinery import Cause, _status, forbidden
+from rgpu_kubesim.machinery import Cause, forbidden
+from rgpu_kubesim.machinery import status as _status
 
 EXACT, NOT_OLDER_THAN = "Exact", "NotOlderThan"
 FIELD_VALIDATION = ("Ignore", "Strict", "Warn")

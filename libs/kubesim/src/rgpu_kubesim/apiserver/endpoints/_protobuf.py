@@ -21,7 +21,7 @@ from typing import Any
 from rgpu_kubesim.apiserver.endpoints._protobuf_rbac import RBAC_KINDS
 from rgpu_kubesim.apiserver.endpoints._protobuf_schema import KINDS, Field, Message
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import _status
+from rgpu_kubesim.machinery import status as _status
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 _MAGIC = b"k8s\x00"

@@ -15,7 +15,8 @@ from starlette.requests import Request
 
 from rgpu_kubesim.apiserver.auth import AUTHENTICATED_USER
 from rgpu_kubesim.apiserver.endpoints import _protobuf
-from rgpu_kubesim.machinery import PATCH_TYPES, _status
+from rgpu_kubesim.machinery import PATCH_TYPES
+from rgpu_kubesim.machinery import status as _status
 
 _JSON_TYPES = frozenset({"application/json", "*/*", ""})
 _YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})

@@ -34,7 +34,7 @@ from rgpu_kubesim.apiserver.endpoints._coalescing import CoalescingHttpToolsProt
 from rgpu_kubesim.apiserver.endpoints._faults import Faults
 from rgpu_kubesim.apiserver.endpoints._handlers import Deps
 from rgpu_kubesim.apiserver.endpoints._metering import RequestMeter
-from rgpu_kubesim.apiserver.kinds import _namespaces
+from rgpu_kubesim.apiserver.kinds import namespaces as _namespaces
 from rgpu_kubesim.apiserver.storage import Storage, Store
 from rgpu_kubesim.machinery import Refusals
 from rgpu_runtime.serving import EmbeddedServer

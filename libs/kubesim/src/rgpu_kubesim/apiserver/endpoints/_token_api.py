@@ -20,12 +20,12 @@ from rgpu_kubesim.machinery import (
     Cause,
     Entry,
     Target,
-    _status,
     invalid_value,
     not_supported,
     require,
     timestamp,
 )
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 AUTHENTICATION = "authentication.k8s.io/v1"

@@ -14,7 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rgpu_kubesim.machinery import Cause, Resource, _status, forbidden, invalid_value
+from rgpu_kubesim.machinery import Cause, Resource, forbidden, invalid_value
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rgpu_kubesim.apiserver.kinds._rbac import RBAC_GROUP
+from rgpu_kubesim.apiserver.kinds.rbac import RBAC_GROUP
 from rgpu_kubesim.machinery import Cause, invalid_value, not_supported, required
 
 JsonObj = Mapping[str, Any]

@@ -12,18 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from rgpu_kubesim.apiserver.kinds import _disruption, _namespaces
+from rgpu_kubesim.apiserver.kinds import disruption as _disruption
+from rgpu_kubesim.apiserver.kinds import namespaces as _namespaces
 from rgpu_kubesim.apiserver.storage._tables import Tables
 from rgpu_kubesim.apiserver.storage._watching import DELETED, MODIFIED
-from rgpu_kubesim.machinery import (
-    RESOURCES,
-    Entry,
-    LabelSelector,
-    Resource,
-    _status,
-    require,
-    timestamp,
-)
+from rgpu_kubesim.machinery import RESOURCES, Entry, LabelSelector, Resource, require, timestamp
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 

@@ -21,7 +21,8 @@ from rgpu_kubesim.apiserver.storage._paging import (
     parse_resource_version,
 )
 from rgpu_kubesim.apiserver.storage._watching import EventLog
-from rgpu_kubesim.machinery import Entry, Filter, Key, Resource, _status
+from rgpu_kubesim.machinery import Entry, Filter, Key, Resource
+from rgpu_kubesim.machinery import status as _status
 
 
 class Listing:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import orjson
 
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Entry, Key, _status
+from rgpu_kubesim.machinery import Entry, Key
+from rgpu_kubesim.machinery import status as _status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

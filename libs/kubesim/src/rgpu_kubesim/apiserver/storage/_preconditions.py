@@ -19,13 +19,13 @@ from rgpu_kubesim.machinery import (
     Entry,
     PatchError,
     Resource,
-    _status,
     full_object,
     invalid_value,
     json_patch,
     merge_patch,
     strategic_merge_patch,
 )
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 

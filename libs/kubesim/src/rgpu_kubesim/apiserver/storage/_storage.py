@@ -19,7 +19,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rgpu_kubesim.apiserver.kinds import _graceful, _namespaces, _priority, _strategies
+from rgpu_kubesim.apiserver.kinds import graceful as _graceful
+from rgpu_kubesim.apiserver.kinds import namespaces as _namespaces
+from rgpu_kubesim.apiserver.kinds import priority as _priority
+from rgpu_kubesim.apiserver.kinds import strategies as _strategies
 from rgpu_kubesim.apiserver.storage._controllers import DisruptionController, NamespaceController
 from rgpu_kubesim.apiserver.storage._paging import ListPage
 from rgpu_kubesim.apiserver.storage._preconditions import (
@@ -37,13 +40,13 @@ from rgpu_kubesim.machinery import (
     Entry,
     Filter,
     Resource,
-    _status,
     copy_object,
     make_entry,
     ordered,
     require,
     timestamp,
 )
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 

@@ -21,11 +21,11 @@ from rgpu_kubesim.machinery import (
     PATCH_TYPES,
     RESOURCES,
     Resource,
-    _status,
     by_plural,
     full_object,
     parse_filter,
 )
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 

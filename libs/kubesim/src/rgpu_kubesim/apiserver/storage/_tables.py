@@ -14,7 +14,8 @@ from typing import Any
 
 from rgpu_kubesim.apiserver.storage._listing import Listing
 from rgpu_kubesim.apiserver.storage._watching import DELETED, Change, EventLog
-from rgpu_kubesim.machinery import RESOURCES, Entry, Key, Resource, _status, make_entry, ordered
+from rgpu_kubesim.machinery import RESOURCES, Entry, Key, Resource, make_entry, ordered
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 Observer = Callable[[Change], None]

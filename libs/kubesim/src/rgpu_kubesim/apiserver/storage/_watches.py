@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from rgpu_kubesim.apiserver.storage._paging import parse_resource_version
 from rgpu_kubesim.apiserver.storage._tables import Tables
 from rgpu_kubesim.apiserver.storage._watching import ADDED, Watcher, WatchHub, event_line
-from rgpu_kubesim.machinery import Filter, Resource, _status, full_bytes
+from rgpu_kubesim.machinery import Filter, Resource, full_bytes
+from rgpu_kubesim.machinery import status as _status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

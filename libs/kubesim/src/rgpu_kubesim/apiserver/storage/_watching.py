@@ -14,14 +14,8 @@ from collections.abc import Iterable, Iterator
 
 import anyio
 
-from rgpu_kubesim.machinery import (
-    Entry,
-    Filter,
-    Resource,
-    _status,
-    full_bytes,
-    with_resource_version,
-)
+from rgpu_kubesim.machinery import Entry, Filter, Resource, full_bytes, with_resource_version
+from rgpu_kubesim.machinery import status as _status
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"

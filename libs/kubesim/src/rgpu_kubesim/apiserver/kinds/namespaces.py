@@ -17,7 +17,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Entry, Resource, _status
+from rgpu_kubesim.machinery import Entry, Resource
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 TERMINATING = "Terminating"

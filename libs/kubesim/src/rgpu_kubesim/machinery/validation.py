@@ -21,7 +21,7 @@ from rgpu_kubesim.machinery._names import (
 )
 from rgpu_kubesim.machinery._quantity import is_integer, parse_quantity
 from rgpu_kubesim.machinery._resources import Resource
-from rgpu_kubesim.machinery._status import Cause
+from rgpu_kubesim.machinery.status import Cause
 
 _MUTABLE_POD_SPEC = (
     "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"

@@ -13,18 +13,14 @@ from typing import Any
 from rgpu_kubesim.apiserver.kinds import (
     _admission_policy_parse,
     _configmaps,
-    _disruption,
     _network_policies,
-    _priority,
     _rbac_validation,
 )
-from rgpu_kubesim.machinery import (
-    Resource,
-    _status,
-    _validation,
-    match_condition_causes,
-    parse_quantity,
-)
+from rgpu_kubesim.apiserver.kinds import disruption as _disruption
+from rgpu_kubesim.apiserver.kinds import priority as _priority
+from rgpu_kubesim.machinery import Resource, match_condition_causes, parse_quantity
+from rgpu_kubesim.machinery import status as _status
+from rgpu_kubesim.machinery import validation as _validation
 
 JsonObj = dict[str, Any]
 

@@ -13,7 +13,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from rgpu_kubesim.machinery import _status, timestamp
+from rgpu_kubesim.machinery import status as _status
+from rgpu_kubesim.machinery import timestamp
 
 JsonObj = dict[str, Any]
 _DEFAULT_GRACE_SECONDS = 30

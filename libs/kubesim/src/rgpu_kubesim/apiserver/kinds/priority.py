@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rgpu_kubesim.errors import ApiError
-from rgpu_kubesim.machinery import Cause, _status, forbidden, invalid_value, not_supported, required
+from rgpu_kubesim.machinery import Cause, forbidden, invalid_value, not_supported, required
+from rgpu_kubesim.machinery import status as _status
 
 JsonObj = dict[str, Any]
 PREEMPT, NEVER = "PreemptLowerPriority", "Never"
