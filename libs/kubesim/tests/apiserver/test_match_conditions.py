@@ -27,7 +27,7 @@ Manifest = Any
 CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 PODS = "/api/v1/namespaces/default/pods"
 BINDINGS = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
-K8S_WEBHOOK = Path(__file__).resolve().parents[3] / "k8s" / "base" / "extender" / "webhook.yaml"
+K8S_WEBHOOK = Path(__file__).resolve().parents[4] / "k8s" / "base" / "extender" / "webhook.yaml"
 MARK = {"op": "add", "path": "/metadata/labels", "value": {"webhook": "called"}}
 
 ASKS = (

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 REGISTER_EXAMPLES = (
-    Path(__file__).resolve().parents[3] / "fixtures" / "hami" / "node-register-examples.json"
+    Path(__file__).resolve().parents[4] / "fixtures" / "hami" / "node-register-examples.json"
 )
 TOPOLOGY = ("topology.rgpu.io/rack", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 

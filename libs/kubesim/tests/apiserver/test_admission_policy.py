@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 LEASE_OWNERS = (
-    Path(__file__).resolve().parents[3] / "k8s" / "base" / "policies" / "lease-owners.yaml"
+    Path(__file__).resolve().parents[4] / "k8s" / "base" / "policies" / "lease-owners.yaml"
 )
 ACCOUNT = "system:serviceaccount:rgpu-system:rgpu-{}"
 

@@ -19,7 +19,7 @@ from rgpu_kubesim.lupine import FakeLupine, LupineSpec, open_lupine_fleet, run_l
 
 pytestmark = pytest.mark.anyio
 
-SAMPLE = Path(__file__).resolve().parents[3] / "fixtures" / "lupine" / "metrics-sample.txt"
+SAMPLE = Path(__file__).resolve().parents[4] / "fixtures" / "lupine" / "metrics-sample.txt"
 GPUS = ("GPU-aaaa-0001", "GPU-aaaa-0002", "GPU-aaaa-0003")
 BUSY_METRIC = "lupine_client_device_memory_used_bytes"
 
