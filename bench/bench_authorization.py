@@ -27,15 +27,18 @@ from pathlib import Path
 
 import yaml
 
-from rgpu_kubesim._admission_policy import AdmissionPolicies
-from rgpu_kubesim._authorization import Authorizer, named_user
-from rgpu_kubesim._namespace_grants import NamespaceGrants, UserGrant
-from rgpu_kubesim._rbac import Request
-from rgpu_kubesim._rbac_aggregation import Aggregator
-from rgpu_kubesim._rbac_bootstrap import seed
-from rgpu_kubesim._resources import require
-from rgpu_kubesim._storage import Storage
-from rgpu_kubesim._webhooks import Attributes
+from rgpu_kubesim.apiserver.admission import AdmissionPolicies
+from rgpu_kubesim.apiserver.auth import (
+    Aggregator,
+    Authorizer,
+    NamespaceGrants,
+    UserGrant,
+    named_user,
+    seed,
+)
+from rgpu_kubesim.apiserver.kinds import Attributes, Request
+from rgpu_kubesim.apiserver.storage import Storage
+from rgpu_kubesim.machinery import require
 
 CACHED_TARGET_US = 5.0
 UNCACHED_TARGET_US = 100.0

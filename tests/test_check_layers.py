@@ -113,6 +113,26 @@ def test_fails_on_a_new_placement_module(
     assert "[importlinter:contract:placement-layers]" in out
 
 
+def test_fails_on_a_new_kubesim_module_outside_its_rooms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = repository(tmp_path)
+    kubesim = root / "libs/kubesim/src/rgpu_kubesim"
+    (kubesim / "apiserver").mkdir(parents=True)
+    for name in ("__init__.py", "apiserver/__init__.py", "apiserver/_storage.py", "_gossip.py"):
+        (kubesim / name).write_text('"""A module."""\n')
+    config = root / ".importlinter"
+    rooms = "type = layers\nlayers =\n    rgpu_kubesim.apiserver\n"
+    config.write_text(f"{config.read_text()}\n[importlinter:contract:kubesim-layers]\n{rooms}")
+
+    code, out = run(root, capsys)
+
+    assert code == 1
+    assert "rgpu_kubesim/_gossip.py: module rgpu_kubesim._gossip is in no layer" in out
+    assert "[importlinter:contract:kubesim-layers]" in out
+    assert "rgpu_kubesim.apiserver._storage is" not in out
+
+
 def test_a_sub_package_named_in_a_layer_covers_its_modules(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

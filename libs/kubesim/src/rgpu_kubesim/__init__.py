@@ -14,18 +14,23 @@ unmodified clients (kubectl, kubernetes_asyncio) work against it.
 
 from __future__ import annotations
 
-from rgpu_kubesim._faults import Faults
 from rgpu_kubesim._lupine_errors import (
     AddressUnavailable,
     LupineNotFound,
     SimOptionError,
     SimSetupError,
 )
-from rgpu_kubesim._metering import RequestCount, RequestKey, RequestMeter
-from rgpu_kubesim._namespace_grants import UserGrant
-from rgpu_kubesim._refusals import Refusal, Refusals
-from rgpu_kubesim._server import ApiOptions, SimApiServer, run_apiserver
-from rgpu_kubesim._store import Store
+from rgpu_kubesim.apiserver import (
+    ApiOptions,
+    Faults,
+    RequestCount,
+    RequestKey,
+    RequestMeter,
+    SimApiServer,
+    Store,
+    UserGrant,
+    run_apiserver,
+)
 from rgpu_kubesim.certs import CertFiles, write_certs
 from rgpu_kubesim.errors import ApiError, FaultSpecError, KubesimError
 from rgpu_kubesim.fleet import (
@@ -40,6 +45,7 @@ from rgpu_kubesim.fleet import (
 )
 from rgpu_kubesim.kubelet import KubeletConfig, KubeletEmulator, RunRecord
 from rgpu_kubesim.lupine import FakeLupine, LupineFleet, LupineSpec, open_lupine_fleet, run_lupine
+from rgpu_kubesim.machinery import Refusal, Refusals
 from rgpu_kubesim.network import PodNetwork
 from rgpu_kubesim.scheduler import PodRecord, SchedulerConfig, SchedulerEmulator, Step
 

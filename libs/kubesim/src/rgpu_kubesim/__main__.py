@@ -16,10 +16,10 @@ from pathlib import Path
 
 import anyio
 
-from . import ApiOptions, run_apiserver
-from ._lupine_errors import SimSetupError
-from .certs import write_certs
-from .fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
+from rgpu_kubesim import ApiOptions, run_apiserver
+from rgpu_kubesim._lupine_errors import SimSetupError
+from rgpu_kubesim.certs import write_certs
+from rgpu_kubesim.fleet import FleetSpec, SeededFleet, plan_fleet, seed_fleet
 
 logger = logging.getLogger("rgpu_kubesim")
 

@@ -15,7 +15,7 @@ Every message names the offending field or address and says what would be accept
 
 from __future__ import annotations
 
-from .errors import KubesimError
+from rgpu_kubesim.errors import KubesimError
 
 __all__ = ["AddressUnavailable", "LupineNotFound", "SimOptionError", "SimSetupError"]
 

@@ -19,7 +19,7 @@ from typing import Final
 
 import trustme
 
-from ._lupine_errors import SimOptionError
+from rgpu_kubesim._lupine_errors import SimOptionError
 
 __all__ = [
     "CA_FILE",
