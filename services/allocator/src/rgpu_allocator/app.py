@@ -24,10 +24,10 @@ from rgpu_runtime.kube import KubeClient, kube_client
 from rgpu_runtime.peers import DISCOVERY_AUDIENCE, bearer_auth, caller_auth, http_client
 from rgpu_runtime.replicas import ElectionTiming
 from rgpu_runtime.serving import Readiness, create_service_app
-from rgpu_runtime.settings import Settings
 
 from .assembly import Memory, assemble, deps, reactions, start
 from .routes import ROUTES, State
+from .settings import AllocatorSettings
 
 __all__ = ["LEADER_LEASE", "LEADER_TIMING", "create_app"]
 
@@ -42,7 +42,7 @@ killed leader's successor should take over within seconds (one renewal a second 
 
 
 def create_app(
-    settings: Settings,
+    settings: AllocatorSettings,
     *,
     discovery_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
@@ -88,7 +88,7 @@ def create_app(
 
 @asynccontextmanager
 async def _clients(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None
+    settings: AllocatorSettings, transport: httpx.AsyncBaseTransport | None
 ) -> AsyncIterator[tuple[KubeClient, httpx.AsyncClient, httpx.AsyncClient]]:
     """The apiserver client, and two discovery clients: long-polls, and probes."""
     url = settings.peers.discovery_url

@@ -20,7 +20,6 @@ from rgpu_runtime.feeds import DiscoveryMirror
 from rgpu_runtime.kube import EventRecorder, KubeClient, Reflector
 from rgpu_runtime.replicas import Election, ElectionTiming
 from rgpu_runtime.serving import Readiness
-from rgpu_runtime.settings import Settings
 
 from .admitting import Admitter
 from .answers import Answers
@@ -51,6 +50,7 @@ from .repair import Repairer
 from .revalidation import Reprober, Revalidator
 from .routes import Deps
 from .server_policies import ServerPolicies, lupine_api
+from .settings import AllocatorSettings
 from .sweeping import Reconciler, Sweeper
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
@@ -77,7 +77,7 @@ class Memory:
     registry: CollectorRegistry
 
     @classmethod
-    def create(cls, settings: Settings, registry: CollectorRegistry) -> Memory:
+    def create(cls, settings: AllocatorSettings, registry: CollectorRegistry) -> Memory:
         ledger, pods = Ledger(), PodIndex()
         discovery = DiscoveryMirror(
             FleetView.build, topology_keys=settings.scheduling.topology_keys
@@ -152,7 +152,7 @@ def reactions(p: Parts) -> dict[Signal, tuple[Callable[..., None], ...]]:
 
 
 def assemble(
-    settings: Settings,
+    settings: AllocatorSettings,
     memory: Memory,
     *,
     kube: KubeClient,
@@ -319,7 +319,7 @@ def assemble(
 
 
 def _server_policies(
-    settings: Settings, m: Memory, kube: KubeClient, leading: Callable[[], bool]
+    settings: AllocatorSettings, m: Memory, kube: KubeClient, leading: Callable[[], bool]
 ) -> ServerPolicies | None:
     if not settings.server_policies.enabled:
         return None

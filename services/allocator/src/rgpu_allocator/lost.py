@@ -37,7 +37,6 @@ from rgpu_placement import FleetView
 from rgpu_runtime.errors import KubeError
 from rgpu_runtime.feeds import DiscoveryMirror
 from rgpu_runtime.pacing import Backoff
-from rgpu_runtime.settings import Settings
 
 from .clients import pod_event
 from .errors import EvictionRefused
@@ -45,6 +44,7 @@ from .ledger import Ledger
 from .losses import Loss, Losses
 from .pods import PodIndex, PodInfo
 from .readiness import GateApi
+from .settings import AllocatorSettings
 
 __all__ = [
     "REASON_BACK",
@@ -83,7 +83,7 @@ class LostPolicy:
     """Between evictions a PodDisruptionBudget refused (or the apiserver failed)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LostPolicy:
+    def from_settings(cls, settings: AllocatorSettings) -> LostPolicy:
         scheduling = settings.scheduling
         return cls(
             grace=scheduling.server_lost_grace_seconds,

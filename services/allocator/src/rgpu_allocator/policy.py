@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rgpu_placement import Granularity
-from rgpu_runtime.settings import Settings
+
+from .settings import AllocatorSettings
 
 __all__ = ["Policy"]
 
@@ -25,7 +26,7 @@ class Policy:
     """Where the claim Leases live."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Policy:
+    def from_settings(cls, settings: AllocatorSettings) -> Policy:
         s = settings.scheduling
         return cls(
             granularity=s.granularity,

@@ -38,7 +38,6 @@ from rgpu_contracts import Server, ServerName
 from rgpu_placement import FleetView
 from rgpu_runtime.feeds import DiscoveryMirror
 from rgpu_runtime.kube import KubeClient, ObjectChange, Reflector
-from rgpu_runtime.settings import ServerPolicySettings
 
 from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
 from .clients import LupineApi
@@ -55,6 +54,7 @@ from .policy_objects import (
     read_policy,
 )
 from .policy_writes import ACTIONS, PolicyWriter, Write
+from .settings import ServerPolicySettings
 
 __all__ = ["RECONCILE_SECONDS", "LupinePod", "ServerPolicies", "lupine_api"]
 
