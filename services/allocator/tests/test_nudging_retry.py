@@ -12,8 +12,9 @@ import pytest
 import rgpu_testkit
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
 from rgpu_allocator.clients import KubeApi
-from rgpu_allocator.nudging import COOL_DOWN, Nudger, Refused, Waiting
+from rgpu_allocator.nudging import Nudger
 from rgpu_allocator.settings import AllocatorSettings
+from rgpu_allocator.waiters import COOL_DOWN, Refused, Waiting
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.kube import EventRecorder, kube_client

@@ -30,11 +30,12 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext
 from prometheus_client.core import Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
+from rgpu_contracts import AdmissionQueue, BookingNote, Claim, PodUID
 from rgpu_placement import FleetView, expires_at
 from rgpu_runtime.errors import RgpuError
 from rgpu_runtime.telemetry import creation_context, link_creation, pod_span, trace_exemplar
 
+from .admission_preempting import Preempting
 from .booker import Booker
 from .clients import KubeApi, pod_event
 from .gates import Lifted, lift_gate
@@ -42,7 +43,7 @@ from .instruments import Instruments
 from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
-from .preempting import Preemptor, may_preempt
+from .preempting import Preemptor
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
@@ -60,8 +61,6 @@ tracer = trace.get_tracer(__name__)
 PERIOD = 2.0
 """Seconds between passes when nothing wakes the admitter: what only time changes (a booking
 lapsing, a nomination expiring) is looked at this often."""
-PREEMPTIONS_AT_ONCE = 4
-"""Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
 LAPSED = "RemoteGPUAdmissionLapsed"
 """The Event reason saying an admitted pod's booking lapsed before it was bound."""
 
@@ -86,7 +85,7 @@ class Admitter:
     ) -> None:
         self._planner, self._booker, self._remover = planner, booker, remover
         self._ahead = ahead
-        self._preemptor, self._queues = preemptor, queues
+        self._queues = queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
         self._queue: dict[PodUID, PodInfo] = {}
@@ -96,7 +95,7 @@ class Admitter:
         # Lifted, but the pod watch has not delivered the pod without its gate yet: another
         # pass must not lift it again.
         self._lifted: set[str] = set()
-        self._preempting: set[str] = set()
+        self._preempting = Preempting(preemptor, notify=self.notify)
         self._retries = Retries(clock)
         self._waits = Waits(api)
         self._due = True
@@ -201,7 +200,7 @@ class Admitter:
             # A pod whose preemption is under way books nothing meanwhile: the preemption
             # nominates a server only after rehearsing its evictions, and a booking made in
             # between would leave its victims evicted for nothing.
-            busy=self._flight | self._lifted | self._preempting | self._retries.waiting(),
+            busy=self._flight | self._lifted | self._preempting.pods | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
@@ -311,31 +310,7 @@ class Admitter:
 
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
         self._waits.announce(verdict)
-        if self._should_preempt(verdict):
-            self._preempting.add(verdict.pod.uid)
-            tg.start_soon(self._preempt, verdict, view)
-
-    def _should_preempt(self, verdict: Verdict) -> bool:
-        refusal = verdict.refusal
-        return (
-            verdict.wait is Wait.NO_FIT
-            and refusal is not None
-            and bool(refusal.blocked_by_claims)
-            and may_preempt(verdict.pod)
-            and verdict.pod.uid not in self._preempting
-            and len(self._preempting) < PREEMPTIONS_AT_ONCE
-        )
-
-    async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
-        pod, demand = verdict.pod, verdict.demand
-        try:
-            gated = pod.gated
-            if demand is not None and gated is not None:
-                request = AllocationRequest(pod=pod.ref, containers=gated.containers)
-                await self._preemptor.preempt(request, demand, view)
-        finally:
-            self._preempting.discard(pod.uid)
-            self.notify()
+        self._preempting.start(verdict, view, tg)
 
 
 def _creation(pod: PodInfo) -> SpanContext | None:

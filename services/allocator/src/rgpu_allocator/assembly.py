@@ -35,7 +35,8 @@ from .judging import Judge
 from .leases import Finder, LeaseWriter
 from .ledger import Ledger
 from .lost import LostPolicy, LostServers
-from .nudging import Nudger, Refused, Waiting
+from .lupine_pods import lupine_api
+from .nudging import Nudger
 from .planning import Planner
 from .pods import PodIndex, PodInfo
 from .policy import Policy
@@ -49,9 +50,10 @@ from .removal import Remover
 from .repair import Repairer
 from .revalidation import Reprober, Revalidator
 from .routes import Deps
-from .server_policies import ServerPolicies, lupine_api
+from .server_policies import ServerPolicies
 from .settings import AllocatorSettings
 from .sweeping import Reconciler, Sweeper
+from .waiters import Refused, Waiting
 from .watching import LeaseHooks, cache_trust, lease_reflector, pod_reflector, watch_timing
 
 __all__ = [

@@ -39,7 +39,7 @@ from .clients import KubeApi
 from .deciding import Decider, Seen
 from .errors import ClaimNotFound, Contended, NotSynced, StillRunning
 from .judging import Judge
-from .leases import KeyedLocks
+from .keyed_locks import KeyedLocks
 from .refusing import Again, Checks, Refusals
 from .removal import Remover, read_pod
 

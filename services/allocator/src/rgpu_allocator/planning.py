@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from rgpu_contracts import CardId, Claim, ContainerRequest, NodeName, ServerName
+from rgpu_contracts import Claim, ContainerRequest, NodeName, ServerName
 from rgpu_placement import (
     Choice,
     Demand,
@@ -37,7 +37,6 @@ from rgpu_placement import (
     Holdings,
     QueueConfig,
     Refusal,
-    ServerFacts,
     demand_of,
     winner,
 )
@@ -47,7 +46,8 @@ from .candidates import Candidates
 from .capacity import Capacity
 from .deciding import Decider, Seen
 from .judging import Judge
-from .leases import Layered, Pending
+from .passes import Pass, Reserved
+from .pending import Layered
 from .pods import PodInfo
 from .policy import Policy
 from .units import Unit, units_of
@@ -58,47 +58,6 @@ __all__ = ["MAX_DEMANDS", "Planner"]
 MAX_DEMANDS = 4096
 """Distinct asks remembered; past it the memory starts again (a queue of that many different
 asks is not one a pass repeats)."""
-
-
-@dataclass(slots=True)
-class _Pass:
-    """What one walk has learnt so far."""
-
-    pending: Pending
-    fair: FairWalk[Unit]
-    refused: dict[object, Verdict] = field(default_factory=dict)
-    reserved: dict[ServerName, int] = field(default_factory=dict)
-    admitted: int = 0
-
-
-class _Reserved:
-    """``held`` with the servers kept for higher-priority pods marked unusable."""
-
-    __slots__ = ("_held", "_priority", "_reserved")
-
-    def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
-        self._held, self._reserved, self._priority = held, reserved, priority
-
-    @property
-    def unreserved(self) -> Holdings:
-        return self._held
-
-    def blocking(self, server: str) -> tuple[Claim, ...]:
-        return self._held.blocking(server)
-
-    def problem(self, server: str) -> str | None:
-        if self._reserved.get(ServerName(server), self._priority) > self._priority:
-            return "kept for a waiting pod of higher priority"
-        return self._held.problem(server)
-
-    def taken(self, server: str) -> frozenset[CardId]:
-        return self._held.taken(server)
-
-    def busy(self, facts: ServerFacts) -> frozenset[str]:
-        return self._held.busy(facts)
-
-    def without_claims(self) -> Holdings:
-        return _Reserved(self._held.without_claims(), self._reserved, self._priority)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,7 +99,7 @@ class Planner:
             held=held,
             config=config,
         )
-        walk = _Pass(pending=Layered(self.judge.pending), fair=fair)
+        walk = Pass(pending=Layered(self.judge.pending), fair=fair)
         verdicts: list[Verdict] = []
         for unit in fair:
             if walk.admitted >= limit:
@@ -149,7 +108,7 @@ class Planner:
         return verdicts
 
     def _unit(
-        self, unit: Unit, view: FleetView, walk: _Pass, busy: Collection[str], config: QueueConfig
+        self, unit: Unit, view: FleetView, walk: Pass, busy: Collection[str], config: QueueConfig
     ) -> list[Verdict]:
         if any(p.uid in busy for p in unit.pods):
             return [
@@ -225,7 +184,7 @@ class Planner:
         return found
 
     def _over_quota(
-        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig, *, least: bool = False
+        self, unit: Unit, cards: int, walk: Pass, config: QueueConfig, *, least: bool = False
     ) -> Verdict | None:
         """Why ``unit`` would take its namespace over quota with ``cards`` more (``least``:
         at least that many, before a server is chosen), if it would."""
@@ -240,7 +199,7 @@ class Planner:
         )
         return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
 
-    def _one(self, pod: PodInfo, view: FleetView, walk: _Pass) -> Verdict:
+    def _one(self, pod: PodInfo, view: FleetView, walk: Pass) -> Verdict:
         gated = pod.gated
         if gated is None or gated.problem is not None:
             problem = gated.problem if gated is not None else "not gated"
@@ -259,7 +218,7 @@ class Planner:
         self,
         pod: PodInfo,
         view: FleetView,
-        walk: _Pass,
+        walk: Pass,
         demand: Demand,
         candidates: tuple[NodeName, ...],
     ) -> Verdict:
@@ -270,7 +229,7 @@ class Planner:
             return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
         held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
         if walk.reserved:
-            held = _Reserved(held, walk.reserved, pod.priority)
+            held = Reserved(held, walk.reserved, pod.priority)
         seen = Seen(
             pod=pod.ref,
             demand=demand,
@@ -294,7 +253,7 @@ class Planner:
     def _behind(self, pod: PodInfo, seen: Seen, demand: Demand) -> Verdict | None:
         """``pod`` waits behind priority when a server kept for a higher-priority pod would
         have fitted it."""
-        if not isinstance(seen.held, _Reserved):
+        if not isinstance(seen.held, Reserved):
             return None
         fits = self.decider.decide(replace(seen, held=seen.held.unreserved))
         if not isinstance(fits, Choice):
@@ -305,7 +264,7 @@ class Planner:
         )
         return Verdict(pod=pod, wait=Wait.BEHIND_PRIORITY, message=message, demand=demand)
 
-    def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
+    def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: Pass) -> Verdict:
         gated = pod.gated
         assert gated is not None
         booked = Booked(

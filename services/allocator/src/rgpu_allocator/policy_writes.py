@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
 
-from .clients import LupineApi
+from .lupine_pods import LupineApi
 from .policy_objects import NODE_LABEL, PolicyRecord, read_policy
 
 __all__ = ["ACTIONS", "PolicyWriter", "Write"]

@@ -53,12 +53,12 @@ from rgpu_runtime.errors import KubeError, RgpuError
 from rgpu_runtime.telemetry import pod_attributes
 
 from .budgets import afford
-from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
 from .judging import Judge
-from .leases import Edited, LeaseWriter
+from .leases import LeaseWriter
+from .nominating import Step, nominate, withdraw
 from .pods import PodInfo, pod_info
 from .policy import Policy
 from .removal import Remover
@@ -99,19 +99,6 @@ class Outcome(enum.Enum):
 def may_preempt(pod: PodInfo | None) -> bool:
     """Whether ``pod`` may evict others: a priority above 0 and ``preemptionPolicy`` not Never."""
     return pod is not None and pod.priority > 0 and not pod.never_preempts and not pod.finished
-
-
-class _Step(enum.Enum):
-    WRITTEN = "written"
-    MINE = "mine"
-    TAKEN = "taken"
-
-
-def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
-    """Whether a pod that is not a victim took some of the promised cards since the choice."""
-    expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
-    cards = set(nomination.cards)
-    return any(c.pod.uid not in expected and cards.intersection(c.cards) for c in record.claims)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,13 +240,13 @@ class Preemptor:
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
         try:
-            step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
+            step = await self.writer.edit(option.server, nominate(nomination), op="nominate")
         except (Contended, LeaseUnreadable) as exc:
             logger.info("cannot nominate %s on %s: %s", pod.ref.key, option.server, exc)
             return Outcome.BLOCKED
-        if step is _Step.MINE:
+        if step is Step.MINE:
             return Outcome.PENDING
-        if step is _Step.TAKEN:
+        if step is Step.TAKEN:
             return Outcome.BLOCKED
         evicted = 0
         try:
@@ -288,34 +275,9 @@ class Preemptor:
         self._announce(pod, option)
         return Outcome.NOMINATED
 
-    def _nominate(self, nomination: Nomination) -> Callable[[LeaseRecord | None], Edited[_Step]]:
-        """Promise the server to the nominee unless someone holds a live promise there."""
-        uid, priority, now = nomination.pod.uid, nomination.priority, nomination.nominated_at
-
-        def change(record: LeaseRecord | None) -> Edited[_Step]:
-            held = record.nomination if record is not None else None
-            if record is None:
-                return Edited(None, _Step.TAKEN)
-            if held is not None and held.pod.uid == uid and now < held.expires_at:
-                return Edited(None, _Step.MINE)
-            if held is not None and held.holds_against(uid, priority, now):
-                return Edited(None, _Step.TAKEN)
-            if _newcomers(record, nomination):
-                return Edited(None, _Step.TAKEN)
-            return Edited(record.claims, _Step.WRITTEN, nomination=nomination)
-
-        return change
-
     async def _withdraw(self, server: str, uid: str) -> None:
         """Take back ``uid``'s nomination on ``server`` (its victims could not all go)."""
-
-        def change(record: LeaseRecord | None) -> Edited[None]:
-            held = record.nomination if record is not None else None
-            if record is None or held is None or held.pod.uid != uid:
-                return Edited(None, None)
-            return Edited(record.claims, None, nomination=None)
-
-        await self.writer.edit(server, change, op="withdraw")
+        await self.writer.edit(server, withdraw(uid), op="withdraw")
 
     def _gated(self, victim: Claim) -> bool:
         """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""

@@ -15,9 +15,9 @@ from rgpu_placement import FleetView, Refusal
 
 from .deciding import Seen
 from .instruments import Instruments
-from .nudging import Refused
 from .preempting import Outcome, Preemptor
 from .revalidation import Reprober, Revalidator
+from .waiters import Refused
 
 __all__ = ["Again", "Checks", "Refusals"]
 

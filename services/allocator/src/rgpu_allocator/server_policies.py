@@ -25,8 +25,7 @@ edited by hand is put back by the next pass (its watch event wakes one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Final
 
@@ -37,14 +36,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rgpu_contracts import Server, ServerName
 from rgpu_placement import FleetView
 from rgpu_runtime.feeds import DiscoveryMirror
-from rgpu_runtime.kube import KubeClient, ObjectChange, Reflector
+from rgpu_runtime.kube import ObjectChange, Reflector
 
-from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
-from .clients import LupineApi
+from .claims import LeaseRecord, newer_or_equal
 from .ledger import Ledger
+from .lupine_pods import LupineApi, LupinePod, read_lupine_pod
 from .pods import PodIndex, PodInfo
 from .policy_objects import (
-    NODE_LABEL,
     Fence,
     Holder,
     PolicyRecord,
@@ -56,7 +54,7 @@ from .policy_objects import (
 from .policy_writes import ACTIONS, PolicyWriter, Write
 from .settings import ServerPolicySettings
 
-__all__ = ["RECONCILE_SECONDS", "LupinePod", "ServerPolicies", "lupine_api"]
+__all__ = ["RECONCILE_SECONDS", "ServerPolicies"]
 
 RECONCILE_SECONDS: Final = 30.0
 """A pass at least this often, whatever was heard: a write lost with its watch event is put
@@ -67,35 +65,6 @@ RETRY_SECONDS: Final = 1.0
 """After a failed write, the next pass comes this soon."""
 WRITERS: Final = 8
 """Writes in flight at once (a first pass over thousands of servers)."""
-
-
-def lupine_api(kube: KubeClient, settings: ServerPolicySettings) -> LupineApi:
-    """The mode's calls, confined to the lupine servers' namespace and our policies."""
-    labels = ",".join(f"{key}={value}" for key, value in settings.lupine_labels)
-    return LupineApi(
-        kube,
-        namespace=settings.lupine_namespace,
-        labels=labels,
-        policy_selector=MANAGED_BY_SELECTOR,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LupinePod:
-    """A lupine server pod: where it runs and the node label it carries now."""
-
-    name: str
-    node: str
-    label: str | None
-
-
-def _lupine_pod(raw: Mapping[str, Any]) -> LupinePod | None:
-    meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
-    node = spec.get("nodeName")
-    if not isinstance(node, str) or not node:
-        return None
-    label = (meta.get("labels") or {}).get(NODE_LABEL)
-    return LupinePod(name=str(meta.get("name") or ""), node=node, label=label)
 
 
 class ServerPolicies:
@@ -140,7 +109,7 @@ class ServerPolicies:
             name="lupine pods",
             list_pages=api.pod_pages,
             watch=api.watch_pods,
-            transform=_lupine_pod,
+            transform=read_lupine_pod,
             on_change=self.notify,
         )
         self._writes = Counter(
