@@ -26,12 +26,13 @@ from .deciding import Decider
 from .growth import wake_on_growth
 from .judging import Judge
 from .leases import Finder, LeaseWriter
-from .lost import LostPolicy, LostServers
+from .lost import LostServers
 from .lupine_pods import lupine_api
 from .memory import Memory
 from .nudging import Nudger
 from .parts import Clients, Parts, reactions
 from .planning import Planner
+from .policy import LostPolicy
 from .preempting import Preemptor
 from .queues import Queues, queues_reflector
 from .reactions import Signals
@@ -154,7 +155,7 @@ def assemble(
         policy=policy,
         booker=booker,
         decider=decider,
-        nominated_on=preemptor.nominated_on,
+        nominated_on=preemptor.nominations.nominated_on,
         admission_ttl=settings.admission.ttl_seconds,
     )
     queues = Queues(

@@ -152,7 +152,7 @@ class Booking:
             demand=demand,
             view=fresh if fresh is not None else self.answers.require_view(),
             held=self.judge.occupancy(uid),
-            nominated=self.refusals.preemptor.nominated_on(uid),
+            nominated=self.refusals.preemptor.nominations.nominated_on(uid),
             candidates=request.candidate_nodes,
         )
 

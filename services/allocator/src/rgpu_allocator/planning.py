@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from rgpu_contracts import Claim, ContainerRequest, NodeName, ServerName
+from rgpu_contracts import Claim, NodeName, ServerName
 from rgpu_placement import (
     Choice,
     Demand,
@@ -37,7 +37,6 @@ from rgpu_placement import (
     Holdings,
     QueueConfig,
     Refusal,
-    demand_of,
     winner,
 )
 
@@ -45,6 +44,7 @@ from .booker import Booked, Booker
 from .candidates import Candidates
 from .capacity import Capacity
 from .deciding import Decider, Seen
+from .demands import Demands
 from .judging import Judge
 from .passes import Pass, Reserved
 from .pending import Layered
@@ -53,11 +53,7 @@ from .policy import Policy
 from .units import Unit, units_of
 from .verdicts import Verdict, Wait, no_fit_message
 
-__all__ = ["MAX_DEMANDS", "Planner"]
-
-MAX_DEMANDS = 4096
-"""Distinct asks remembered; past it the memory starts again (a queue of that many different
-asks is not one a pass repeats)."""
+__all__ = ["Planner"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,15 +65,11 @@ class Planner:
     booker: Booker
     decider: Decider
     nominated_on: Callable[[str], ServerName | None]
-    """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
+    """Where a pod is held to while its victims leave (``Nominations.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
     capacity: Capacity = field(default_factory=lambda: Capacity())
-    demands: dict[tuple[tuple[ContainerRequest, ...], int | None], Demand] = field(
-        default_factory=dict
-    )
-    """Asks read so far: a pass reads every waiting pod's, and a long queue holds few distinct
-    ones (a profile of passes over 3,000 gated pods put 14 % of them in ``demand_of``)."""
+    demands: Demands = field(default_factory=Demands)
 
     def plan(
         self,
@@ -169,19 +161,10 @@ class Planner:
         gated = pod.gated
         if gated is None or gated.problem is not None or winner(self.judge.live(pod.uid)):
             return 0
-        demand = self._demand(gated.containers, gated.cuda_major)
+        demand = self.demands.of(gated.containers, gated.cuda_major)
         if self.policy.granularity == "card":
             return demand.effective_count
         return max((a.count for a in demand.asks), default=0)
-
-    def _demand(self, containers: tuple[ContainerRequest, ...], cuda_major: int | None) -> Demand:
-        found = self.demands.get((containers, cuda_major))
-        if found is None:
-            if len(self.demands) >= MAX_DEMANDS:
-                self.demands.clear()
-            found = demand_of(containers, cuda_major=cuda_major)
-            self.demands[containers, cuda_major] = found
-        return found
 
     def _over_quota(
         self, unit: Unit, cards: int, walk: Pass, config: QueueConfig, *, least: bool = False
@@ -211,7 +194,7 @@ class Planner:
         if candidates == ():
             message = "no client node matches the pod's nodeSelector or required node affinity"
             return Verdict(pod=pod, wait=Wait.NO_CLIENT_NODE, message=message)
-        demand = self._demand(gated.containers, gated.cuda_major)
+        demand = self.demands.of(gated.containers, gated.cuda_major)
         return self._decide(pod, view, walk, demand, candidates or ())
 
     def _decide(

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from rgpu_contracts import AllocationRequest, Claim, PodRef, ServerName
+from rgpu_contracts import AllocationRequest, Claim, PodRef
 from rgpu_placement import (
     Demand,
     FleetView,
@@ -58,7 +58,7 @@ from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
 from .judging import Judge
 from .leases import LeaseWriter
-from .nominating import Step, nominate, withdraw
+from .nominating import Nominations, Step, nominate, withdraw
 from .pods import PodInfo, pod_info
 from .policy import Policy
 from .removal import Remover
@@ -137,35 +137,10 @@ class Preemptor:
         self.instruments.preemptions.labels(outcome.value).inc()
         return outcome
 
-    def nominated_on(self, uid: str) -> ServerName | None:
-        """The server ``uid`` is held to: where it has a live nomination that still stands.
-
-        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
-        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
-        its cards (one of higher priority may book over it): the victims' leaving can no
-        longer free them, and the pod is free to look elsewhere (or preempt again).
-        """
-        now = self.judge.clock()
-        for record in self.judge.ledger.nominated():
-            found = record.nomination
-            if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return None if self._overtaken(record.server, found) else record.server
-        return None
-
-    def victims_hold(self, server: ServerName) -> bool:
-        """Whether a victim of the nomination on ``server`` still has a claim there."""
-        record = self.judge.ledger.lease(server)
-        found = record.nomination if record is not None else None
-        if record is None or found is None:
-            return False
-        victims = {v.uid for v in found.victims}
-        return any(c.pod.uid in victims for c in record.claims)
-
-    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
-        victims = {v.uid for v in nomination.victims}
-        cards = set(nomination.cards)
-        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
-        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
+    @property
+    def nominations(self) -> Nominations:
+        """Where pods are held to while their victims leave (on this replica's caches)."""
+        return Nominations(judge=self.judge)
 
     async def _pod(self, ref: PodRef) -> PodInfo | None:
         cached = self.judge.pods.get(ref.uid)
@@ -176,7 +151,7 @@ class Preemptor:
         return found if found is not None and found.uid == ref.uid else None
 
     async def _preempt(self, pod: PodInfo, demand: Demand, view: FleetView) -> Outcome:
-        if self.nominated_on(pod.uid) is not None:
+        if self.nominations.nominated_on(pod.uid) is not None:
             return Outcome.PENDING
         options = preemptions(
             view,

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from rgpu_contracts import Server, ServerName
 from rgpu_placement import FleetView
@@ -51,7 +51,7 @@ from .policy_objects import (
     policy_name,
     read_policy,
 )
-from .policy_writes import ACTIONS, PolicyWriter, Write
+from .policy_writes import PolicyMetrics, PolicyWriter, Write
 from .settings import ServerPolicySettings
 
 __all__ = ["RECONCILE_SECONDS", "ServerPolicies"]
@@ -112,29 +112,7 @@ class ServerPolicies:
             transform=read_lupine_pod,
             on_change=self.notify,
         )
-        self._writes = Counter(
-            "rgpu_allocator_server_policy_writes",
-            "Writes keeping one NetworkPolicy per server (RGPU_SERVER_POLICIES=on), by action "
-            "(create, update, delete, label: a lupine pod given its node label) and outcome "
-            "(ok, failed).",
-            ["action", "outcome"],
-            registry=registry,
-        )
-        for action in ACTIONS:
-            for outcome in ("ok", "failed"):
-                self._writes.labels(action, outcome)
-        self._passes = Counter(
-            "rgpu_allocator_server_policy_passes",
-            "Passes over every server's NetworkPolicy made by the elected replica (at least "
-            "one per RECONCILE_SECONDS while it leads).",
-            registry=registry,
-        )
-        self._pending = Gauge(
-            "rgpu_allocator_server_policies_pending",
-            "Servers whose NetworkPolicy did not say what it should after the last pass "
-            "(writes failed); 0 when every policy is in place.",
-            registry=registry,
-        )
+        self._metrics = PolicyMetrics(registry)
 
     # -- what wakes a pass ----------------------------------------------------------------
 
@@ -226,8 +204,7 @@ class ServerPolicies:
             for server, write in self._work():
                 tg.start_soon(self._attempt, limiter, server, write, failures)
         self._retry = bool(failures)
-        self._pending.set(len(failures))
-        self._passes.inc()
+        self._metrics.passed(len(failures))
 
     def _work(self) -> Iterable[tuple[str | None, Write]]:
         """Every write this pass needs, as (the server it is about, the write): the
@@ -259,7 +236,7 @@ class ServerPolicies:
             if not self._leading():
                 return
             action, outcome = await write()
-            self._writes.labels(action, "ok" if outcome else "failed").inc()
+            self._metrics.wrote(action, outcome)
             if not outcome:
                 failures.append(server)
                 # Looked at again next pass (a label is looked at on every pass anyway).
