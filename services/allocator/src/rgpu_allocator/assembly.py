@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -105,7 +106,7 @@ def assemble(
         discovery=m.discovery,
         ttl=policy.ttl,
         clock=clock,
-        pods_trusted=lambda: pod_watch.fresh(trust),
+        pods_trusted=partial(pod_watch.fresh, trust),
     )
     refused, waiting = Refused(), Waiting()
     nudger = Nudger(
@@ -190,6 +191,7 @@ def assemble(
         ),
         answers=answers,
         api=api,
+        nominations=preemptor.nominations,
     )
     committer = Committer(
         policy=policy,
