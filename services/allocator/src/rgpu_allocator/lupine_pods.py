@@ -13,12 +13,7 @@ from typing import Any
 from kubernetes_asyncio.client import NetworkingV1Api
 
 from rgpu_runtime.errors import KubeNotFound
-from rgpu_runtime.kube import (
-    KubeClient,
-    Listing,
-    WatchEvent,
-    kube_pages,
-)
+from rgpu_runtime.kube import KubeClient, Listing, WatchEvent, kube_pages
 
 from .claims import MANAGED_BY_SELECTOR
 from .clients import CALL_TIMEOUT
