@@ -60,6 +60,7 @@ from rgpu_allocator.claims import LeaseRecord, encode_lease
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.occupancy import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_allocator.watching import PodHooks, pod_changed
 from rgpu_contracts import (
     AllocationRequest,
@@ -84,7 +85,6 @@ from rgpu_kubesim import ApiOptions, run_apiserver
 from rgpu_placement import Choice, FleetView, Granularity, Refusal, choose, demand_of
 from rgpu_runtime.kube import Reflector, WatchEvent
 from rgpu_runtime.serving import Listener, running
-from rgpu_runtime.settings import Settings
 
 DECISION_TARGET_MS = 1.0
 FLEET_CHANGE_TARGET_MS = 3.0
@@ -528,9 +528,8 @@ async def recovery(claims: int, cards: int) -> None:
         meta = made[0]["metadata"]
         pod = PodRef(uid=PodUID(meta["uid"]), namespace=meta["namespace"], name=meta["name"])
         async with serving_discovery(fleet) as url:
-            settings = Settings.from_env(
-                {k: v for k, v in base_env(sim.url, url).items() if k.startswith("RGPU_")},
-                service="allocator",
+            settings = AllocatorSettings.from_env(
+                {k: v for k, v in base_env(sim.url, url).items() if k.startswith("RGPU_")}
             )
             started = time.perf_counter()
             app = create_app(settings)

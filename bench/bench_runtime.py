@@ -36,8 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_runtime.feeds import Versioned
-from rgpu_runtime.kube import kube_client
-from rgpu_runtime.kube._watch import decode_event
+from rgpu_runtime.kube import decode_event, kube_client
 from rgpu_runtime.peers import http_client, request_json
 from rgpu_runtime.serving import Listener, create_service_app, json_response, read_json, running
 from rgpu_runtime.settings import Settings

@@ -16,10 +16,10 @@ from asgi_lifespan import LifespanManager
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime.settings import Settings
 from rgpu_testkit import node_manifest, register_annotation, register_card
 
 pytestmark = pytest.mark.anyio
@@ -75,9 +75,7 @@ async def wired() -> AsyncIterator[Wired]:
         async with LifespanManager(discovery) as d:
             to_discovery = httpx.ASGITransport(app=d.app)
             allocator = rgpu_allocator.create_app(
-                Settings.from_env(
-                    {**env, "RGPU_TOKEN_ACCOUNT": "rgpu-allocator"}, service="allocator"
-                ),
+                AllocatorSettings.from_env({**env, "RGPU_TOKEN_ACCOUNT": "rgpu-allocator"}),
                 discovery_transport=to_discovery,
             )
             async with LifespanManager(allocator) as a:

@@ -45,6 +45,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rgpu_allocator.policy_objects import DISCOVERY_LABELS
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import run_apiserver
 from rgpu_kubesim.certs import write_certs
@@ -1340,7 +1341,7 @@ def test_the_allocator_finds_the_lupine_pods_where_the_daemonset_puts_them(
 ) -> None:
     daemonset = everything.get("DaemonSet", "lupine-server")
     labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    mode = Settings.from_env(everything.settings(), service="allocator").server_policies
+    mode = AllocatorSettings.from_env(everything.settings()).server_policies
     assert mode.enabled
     assert mode.lupine_namespace == daemonset["metadata"]["namespace"]
     assert all(labels.get(key) == value for key, value in mode.lupine_labels)

@@ -40,6 +40,7 @@ import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
 import rgpu_metrics
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
@@ -49,8 +50,12 @@ from rgpu_testkit import eventually, node_manifest, register_annotation, registe
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery and the extender read settings of their own besides every service's.
-    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    # Discovery, the allocator and the extender read settings of their own besides the shared.
+    own: dict[str, type[Settings]] = {
+        "allocator": AllocatorSettings,
+        "discovery": DiscoverySettings,
+        "extender": ExtenderSettings,
+    }
     return own.get(service, Settings)
 
 

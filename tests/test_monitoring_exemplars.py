@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
@@ -45,8 +46,12 @@ from rgpu_testkit import eventually, node_manifest, register_annotation, registe
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery and the extender read settings of their own besides every service's.
-    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    # Discovery, the allocator and the extender read settings of their own besides the shared.
+    own: dict[str, type[Settings]] = {
+        "allocator": AllocatorSettings,
+        "discovery": DiscoverySettings,
+        "extender": ExtenderSettings,
+    }
     return own.get(service, Settings)
 
 

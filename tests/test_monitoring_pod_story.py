@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 import rgpu_allocator
 import rgpu_discovery
 import rgpu_extender
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_cli.main import app as cli
 from rgpu_discovery.settings import DiscoverySettings
 from rgpu_extender.settings import ExtenderSettings
@@ -53,8 +54,12 @@ from rgpu_testkit import container_manifest, eventually, pod_manifest
 
 
 def _kind(service: str) -> type[Settings]:
-    # Discovery and the extender read settings of their own besides every service's.
-    own: dict[str, type[Settings]] = {"discovery": DiscoverySettings, "extender": ExtenderSettings}
+    # Discovery, the allocator and the extender read settings of their own besides the shared.
+    own: dict[str, type[Settings]] = {
+        "allocator": AllocatorSettings,
+        "discovery": DiscoverySettings,
+        "extender": ExtenderSettings,
+    }
     return own.get(service, Settings)
 
 

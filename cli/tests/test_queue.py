@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_cli.main import app as cli
 from rgpu_kubesim import run_apiserver
 from rgpu_runtime.serving import Listener, running
-from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +50,7 @@ async def allocator_url() -> AsyncIterator[tuple[str, Any]]:
         servers = [testkit.server(name=f"gpu-{i}", cards=1) for i in range(2)]
         discovery = testkit.FakeDiscovery(testkit.fleet(servers=servers, revision=1))
         env = {"RGPU_KUBE_URL": sim.url, "RGPU_AUTH": "none", "RGPU_LOG_LEVEL": "WARNING"}
-        settings = Settings.from_env(env, service="allocator")
+        settings = AllocatorSettings.from_env(env)
         allocator = create_app(settings, discovery_transport=discovery.transport)
         listener = Listener(listen="127.0.0.1:0")
         async with running(allocator, listener) as (url,):

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
 from rgpu_allocator.claims import ANNOTATION_CLAIMS, ANNOTATION_SERVER, lease_name
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_contracts import (
     AllocationRequest,
     Card,
@@ -148,8 +149,8 @@ def allocator_env(sim_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def settings_for(sim_url: str, **extra: str) -> Settings:
-    return Settings.from_env(allocator_env(sim_url, **extra), service="allocator")
+def settings_for(sim_url: str, **extra: str) -> AllocatorSettings:
+    return AllocatorSettings.from_env(allocator_env(sim_url, **extra))
 
 
 async def wait_fleet(client: httpx.AsyncClient) -> None:

@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from rgpu_allocator.policy import Policy
+from rgpu_allocator.settings import AllocatorSettings
 from rgpu_contracts import Fleet
 from rgpu_placement import FleetView
 from rgpu_runtime.errors import Unavailable, UpstreamError
 from rgpu_runtime.feeds import DiscoveryMirror, Follower, FollowPolicy
 from rgpu_runtime.peers import http_client
-from rgpu_runtime.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -102,7 +102,7 @@ def test_bad_setting_stops_the_process_naming_the_key():
 
 
 def test_settings_for_the_allocator_read_every_key_it_uses():
-    settings = Settings.from_env(
+    settings = AllocatorSettings.from_env(
         {
             "RGPU_GRANULARITY": "card",
             "RGPU_BOOKING_TTL_SECONDS": "12",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rgpu_allocator.leases import KeyedLocks, Pending
+from rgpu_allocator.keyed_locks import KeyedLocks
 from rgpu_allocator.ledger import Ledger
-from rgpu_allocator.nudging import Refused, retry_stamp
+from rgpu_allocator.nudging import retry_stamp
 from rgpu_allocator.occupancy import Occupancy
+from rgpu_allocator.pending import Pending
 from rgpu_allocator.pods import PodIndex
+from rgpu_allocator.waiters import Refused
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 
 pytestmark = pytest.mark.anyio

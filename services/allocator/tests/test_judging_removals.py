@@ -26,13 +26,13 @@ from rgpu_allocator.instruments import Instruments
 from rgpu_allocator.judging import Judge
 from rgpu_allocator.leases import LeaseWriter
 from rgpu_allocator.ledger import Ledger
-from rgpu_allocator.nudging import Refused
 from rgpu_allocator.pods import PodIndex, pod_info
 from rgpu_allocator.policy import Policy
 from rgpu_allocator.removal import Remover
 from rgpu_allocator.repair import Repairer
 from rgpu_allocator.revalidation import Revalidator
 from rgpu_allocator.sweeping import Reconciler, Sweeper
+from rgpu_allocator.waiters import Refused
 from rgpu_contracts import Claim, ClaimState, ServerName
 from rgpu_placement import FleetView, Validity
 from rgpu_runtime.feeds import DiscoveryMirror

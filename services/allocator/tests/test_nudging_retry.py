@@ -12,11 +12,12 @@ import pytest
 import rgpu_testkit
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
 from rgpu_allocator.clients import KubeApi
-from rgpu_allocator.nudging import COOL_DOWN, Nudger, Refused, Waiting
+from rgpu_allocator.nudging import Nudger
+from rgpu_allocator.settings import AllocatorSettings
+from rgpu_allocator.waiters import COOL_DOWN, Refused, Waiting
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.kube import EventRecorder, kube_client
-from rgpu_runtime.settings import Settings
 from rgpu_testkit import eventually
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +28,7 @@ async def api() -> AsyncIterator[tuple[SimApiServer, KubeApi]]:
     async with run_apiserver() as sim:
         sim.store.create("namespaces", {"metadata": {"name": "ml"}})
         sim.store.create("pods", rgpu_testkit.pod_manifest(name="trainer-0", namespace="ml"))
-        settings = Settings.from_env({"RGPU_KUBE_URL": sim.url}, service="allocator")
+        settings = AllocatorSettings.from_env({"RGPU_KUBE_URL": sim.url})
         async with kube_client(settings) as kube, anyio.create_task_group() as tg:
             events = EventRecorder(component="rgpu-allocator")
             await tg.start(events.run, kube)

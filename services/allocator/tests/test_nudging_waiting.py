@@ -3,7 +3,7 @@ first, none twice within the cool-down, none that already holds a claim."""
 
 from __future__ import annotations
 
-from rgpu_allocator.nudging import COOL_DOWN, Waiting
+from rgpu_allocator.waiters import COOL_DOWN, Waiting
 from rgpu_contracts import PodRef, PodUID
 
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 import rgpu_testkit as testkit
 from rgpu_allocator import create_app
 from rgpu_allocator.annotations import ANNOTATION_RETRY_AT
-from rgpu_allocator.nudging import COOL_DOWN
+from rgpu_allocator.waiters import COOL_DOWN
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 from rgpu_placement import ANNOTATION_NOMINATION

@@ -15,10 +15,10 @@ from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.policy_objects import PolicyRecord, policy_name, read_policy
 from rgpu_allocator.server_policies import ServerPolicies
+from rgpu_allocator.settings import ServerPolicySettings
 from rgpu_contracts import ClaimState, PodUID, ServerName
 from rgpu_placement import FleetView
 from rgpu_runtime.feeds import DiscoveryMirror
-from rgpu_runtime.settings import ServerPolicySettings
 
 pytestmark = pytest.mark.anyio
 

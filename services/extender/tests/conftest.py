@@ -49,7 +49,6 @@ from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
 from rgpu_runtime.feeds import Versioned
 from rgpu_runtime.serving import running
-from rgpu_runtime.settings import Settings
 
 COUNT = "nvidia.com/remote-gpu"
 MEMORY = "nvidia.com/remote-gpu-memory"
@@ -168,7 +167,7 @@ class Build:
         return result
 
     @staticmethod
-    def settings(**env: str) -> Settings:
+    def settings(**env: str) -> ExtenderSettings:
         # The allocator is faked at the transport: its callers' tokens are tested there.
         base = {
             "RGPU_KUBE_URL": "http://127.0.0.1:9",

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from rgpu_extender.admission import AdmissionPolicy, decide
+from rgpu_extender.settings import ExtenderSettings
 from rgpu_kubesim import SimApiServer, run_apiserver
-from rgpu_runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -169,7 +169,7 @@ def test_an_ephemeral_container_naming_a_lupine_server_is_refused(build) -> None
     new["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "env": [LITERAL]}]
     review = build.review(new, operation="UPDATE", old=old)
     review["request"]["subResource"] = "ephemeralcontainers"
-    policy = AdmissionPolicy.from_settings(Settings.from_env({}, service="extender"))
+    policy = AdmissionPolicy.from_settings(ExtenderSettings.from_env({}))
     decision = decide(review, policy)
     assert decision.allowed is False
     assert "container 'debug' (spec.ephemeralContainers[0]) sets LUPINE_SERVER" in decision.message

@@ -6,7 +6,7 @@ import pytest
 
 from rgpu_extender.settings import KEYS, ExtenderSettings
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import KNOWN_KEYS, HostPort, Settings
+from rgpu_runtime.settings import KNOWN_KEYS, OWN_KEYS, HostPort, Settings
 
 
 def test_the_listener_keys_are_read_into_their_fields() -> None:
@@ -83,3 +83,51 @@ def test_every_service_sharing_the_configmap_accepts_the_extenders_keys() -> Non
     assert set(KEYS) <= set(KNOWN_KEYS)
     for service in ("discovery", "allocator", "metrics"):
         assert Settings.from_env(dict.fromkeys(KEYS, "x"), service=service).service == service
+
+
+def test_the_runtimes_union_of_keys_lists_exactly_the_extenders_own() -> None:
+    assert OWN_KEYS["extender"] == KEYS
+
+
+def test_every_scheduling_key_of_the_extender_is_read_into_its_field() -> None:
+    env = {
+        "RGPU_LIB_IMAGE": "registry.example.com/hami-core:2.4",
+        "RGPU_TRUSTED_USERS": "alice, system:serviceaccount:ops:bot",
+        "RGPU_EXTENDER_BUDGET_SECONDS": "3",
+        "RGPU_SCHEDULER_NAME": "my-scheduler",
+    }
+    s = ExtenderSettings.from_env(env)
+    assert s.scheduling.lib_image == "registry.example.com/hami-core:2.4"
+    assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
+    assert s.scheduling.extender_budget_seconds == 3.0
+    assert s.scheduling.scheduler_name == "my-scheduler"
+
+
+def test_scheduling_defaults_match_the_design_when_nothing_is_set() -> None:
+    s = ExtenderSettings.from_env({})
+    assert s.scheduling.lib_image is None
+    assert s.scheduling.trusted_users == ()
+    assert s.scheduling.extender_budget_seconds == 4.0
+
+
+def test_empty_values_count_as_unset() -> None:
+    s = ExtenderSettings.from_env({"RGPU_LIB_IMAGE": "", "RGPU_SCHEDULER_NAME": "  "})
+    assert s.scheduling.lib_image is None
+    assert s.scheduling.scheduler_name == "rgpu-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("RGPU_EXTENDER_BUDGET_SECONDS", "0", "expected a positive number of seconds"),
+        ("RGPU_LIB_IMAGE", "hami core", "expected a single word without spaces"),
+    ],
+)
+def test_a_bad_scheduling_value_names_key_value_and_expectation(
+    key: str, value: str, expected: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        ExtenderSettings.from_env({key: value})
+    message = str(caught.value)
+    assert message.startswith(f"{key}={value!r}: ")
+    assert expected in message

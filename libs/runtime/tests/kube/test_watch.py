@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from rgpu_runtime.errors import KubeExpired, KubeUnavailable
-from rgpu_runtime.kube import KubeClient, WatchEvent
-from rgpu_runtime.kube._watch import decode_event
+from rgpu_runtime.kube import KubeClient, WatchEvent, decode_event
 from rgpu_testkit import pod_manifest
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import KNOWN_KEYS, ListenerLimits, Settings
+from rgpu_runtime.settings import KNOWN_KEYS, OWN_KEYS, SHARED_KEYS, ListenerLimits, Settings
 from rgpu_runtime.settings._parse import HostPort
 
 EVERY_KEY = {
@@ -74,14 +74,7 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.scheduling.granularity == "card"
     assert s.scheduling.scheduler_name == "my-scheduler"
     assert s.scheduling.namespace == "gpu-system"
-    assert s.scheduling.booking_ttl_seconds == 12.5
     assert s.scheduling.topology_keys == ("example.com/rack", "topology.kubernetes.io/zone")
-    assert s.scheduling.lib_image == "registry.example.com/hami-core:2.4"
-    assert s.scheduling.trusted_users == ("alice", "system:serviceaccount:ops:bot")
-    assert s.scheduling.extender_budget_seconds == 3.0
-    assert s.scheduling.preemption is False
-    assert s.scheduling.server_lost_grace_seconds == 20.0
-    assert s.scheduling.on_server_lost == "evict"
     assert s.peers.discovery_url == "http://discovery.rgpu-system:8081"
     assert s.peers.allocator_url == "https://allocator.rgpu-system:8082"
     assert s.kube.url == "http://127.0.0.1:6443"
@@ -90,6 +83,7 @@ def test_every_key_is_read_into_its_field() -> None:
     assert s.kube.pod_namespace == "rgpu-system"
     assert s.http.listen == HostPort(host="0.0.0.0", port=9000)
     assert (s.log.level, s.log.format) == ("DEBUG", "text")
+    assert s.admission.mode == "filter"
     assert s.auth.mode == "none"
     assert s.auth.allocation_callers == ("system:serviceaccount:rgpu-system:rgpu-extender", "ops")
     assert s.auth.probe_callers == ("system:serviceaccount:rgpu-system:rgpu-allocator",)
@@ -103,15 +97,6 @@ def test_every_key_is_read_into_its_field() -> None:
         max_connections=2048,
         max_client_connections=64,
     )
-    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == (
-        "filter",
-        90,
-        16,
-    )
-    assert s.server_policies.enabled is True
-    assert s.server_policies.lupine_namespace == "gpu-servers"
-    assert s.server_policies.lupine_labels == (("app", "lupine"), ("example.com/tier", "gpu"))
-    assert s.admission.ahead == 512
     assert s.traces.sampler == "parentbased_traceidratio"
     assert (s.traces.ratio, s.traces.background_ratio) == (0.25, 0.05)
 
@@ -125,24 +110,34 @@ def test_every_known_key_is_exercised_by_the_every_key_test() -> None:
     assert {k for k in EVERY_KEY if k.startswith("RGPU_")} == set(KNOWN_KEYS)
 
 
+def test_the_known_keys_are_the_shared_ones_and_every_services_own() -> None:
+    own = {key for keys in OWN_KEYS.values() for key in keys}
+    assert set(KNOWN_KEYS) == set(SHARED_KEYS) | own
+    assert not set(SHARED_KEYS) & own
+    assert set(OWN_KEYS) == {"discovery", "allocator", "extender"}
+
+
+def test_a_key_only_the_allocator_reads_is_left_to_it_by_the_shared_settings() -> None:
+    s = Settings.from_env(
+        {"RGPU_ADMISSION_AHEAD": "none", "RGPU_PREEMPTION": "?"}, service="metrics"
+    )
+    assert not hasattr(s.scheduling, "preemption")
+    assert not hasattr(s.admission, "ahead")
+
+
 def test_defaults_match_the_design_when_nothing_is_set() -> None:
     s = Settings.from_env({}, service="allocator")
-    assert (s.admission.mode, s.admission.ttl_seconds, s.admission.concurrency) == ("gate", 60, 64)
-    assert s.admission.ahead == 256
+    assert s.admission.mode == "gate"
     assert s.resources.count == "nvidia.com/remote-gpu"
     assert s.resources.memory == "nvidia.com/remote-gpu-memory"
     assert s.scheduling.granularity == "server"
     assert s.scheduling.scheduler_name == "rgpu-scheduler"
     assert s.scheduling.namespace == "rgpu-system"
-    assert s.scheduling.booking_ttl_seconds == 30.0
     assert s.scheduling.topology_keys == (
         "topology.rgpu.io/rack",
         "topology.kubernetes.io/zone",
         "topology.kubernetes.io/region",
     )
-    assert s.scheduling.lib_image is None
-    assert s.scheduling.trusted_users == ()
-    assert s.scheduling.extender_budget_seconds == 4.0
     assert s.peers.discovery_url == "http://127.0.0.1:8081"
     assert s.peers.allocator_url == "http://127.0.0.1:8082"
     assert s.kube.url is None
@@ -177,8 +172,8 @@ def test_listen_defaults_per_service(service: str, listen: str) -> None:
 
 
 def test_empty_values_count_as_unset() -> None:
-    s = Settings.from_env({"RGPU_LIB_IMAGE": "", "RGPU_SCHEDULER_NAME": "  "}, service="metrics")
-    assert s.scheduling.lib_image is None
+    s = Settings.from_env({"RGPU_NAMESPACE": "", "RGPU_SCHEDULER_NAME": "  "}, service="metrics")
+    assert s.scheduling.namespace == "rgpu-system"
     assert s.scheduling.scheduler_name == "rgpu-scheduler"
 
 
@@ -196,7 +191,6 @@ def test_default_environ_is_os_environ() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("RGPU_BOOKING_TTL_SECONDS", "abc", "expected a positive number of seconds"),
         ("RGPU_GRANULARITY", "gpu", "expected one of server, card"),
         ("RGPU_LOG_FORMAT", "xml", "expected one of json, text"),
         ("RGPU_LOG_LEVEL", "loud", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
@@ -226,11 +220,6 @@ def test_default_environ_is_os_environ() -> None:
         ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "many", "expected a whole number of connections"),
         ("RGPU_HTTP_MAX_CLIENT_CONNECTIONS", "2000", "at most RGPU_HTTP_MAX_CONNECTIONS (1024)"),
         ("RGPU_ADMISSION", "scheduler", "expected one of gate, filter"),
-        ("RGPU_ADMISSION_TTL_SECONDS", "0", "expected a positive number of seconds"),
-        ("RGPU_ADMISSION_CONCURRENCY", "0", "expected a whole number from 1 to 1024"),
-        ("RGPU_ADMISSION_CONCURRENCY", "9" * 400, "expected a whole number from 1 to 1024"),
-        ("RGPU_ADMISSION_AHEAD", "0", "expected a whole number from 1 to 10000"),
-        ("RGPU_ADMISSION_AHEAD", "ten", "expected a whole number from 1 to 10000"),
         ("OTEL_TRACES_SAMPLER", "jaeger_remote", "expected one of always_on, always_off, "),
         ("OTEL_TRACES_SAMPLER_ARG", "1.5", "expected a share of traces between 0 and 1"),
         ("OTEL_TRACES_SAMPLER_ARG", "half", "expected a share of traces between 0 and 1"),
@@ -243,13 +232,6 @@ def test_bad_value_names_key_value_and_expectation(key: str, value: str, expecte
     message = str(caught.value)
     assert message.startswith(f"{key}={value!r}: ")
     assert expected in message
-
-
-def test_booking_ttl_message_reads_exactly_as_documented() -> None:
-    with pytest.raises(
-        SettingsError, match=r"^RGPU_BOOKING_TTL_SECONDS='abc': expected a positive"
-    ):
-        Settings.from_env({"RGPU_BOOKING_TTL_SECONDS": "abc"}, service="allocator")
 
 
 def test_unknown_rgpu_key_is_refused_with_a_suggestion_and_the_known_keys() -> None:
@@ -299,44 +281,3 @@ def test_warn_is_accepted_as_warning() -> None:
 )
 def test_host_port_parses_the_accepted_forms(text: str, host: str, port: int) -> None:
     assert HostPort.parse(text) == HostPort(host=host, port=port)
-
-
-def test_preemption_is_on_by_default_and_a_bad_value_names_key_and_value() -> None:
-    assert Settings.from_env({}, service="allocator").scheduling.preemption is True
-    with pytest.raises(SettingsError, match=r"RGPU_PREEMPTION.*maybe"):
-        Settings.from_env({"RGPU_PREEMPTION": "maybe"}, service="allocator")
-
-
-def test_a_lost_server_is_kept_after_a_minute_by_default_and_bad_values_name_the_key() -> None:
-    scheduling = Settings.from_env({}, service="allocator").scheduling
-    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (60.0, "keep")
-    env = {"RGPU_SERVER_LOST_GRACE_SECONDS": "2.5", "RGPU_ON_SERVER_LOST": "Evict"}
-    scheduling = Settings.from_env(env, service="allocator").scheduling
-    assert (scheduling.server_lost_grace_seconds, scheduling.on_server_lost) == (2.5, "evict")
-    with pytest.raises(SettingsError, match=r"RGPU_ON_SERVER_LOST.*delete"):
-        Settings.from_env({"RGPU_ON_SERVER_LOST": "delete"}, service="allocator")
-    with pytest.raises(SettingsError, match=r"RGPU_SERVER_LOST_GRACE_SECONDS.*-1"):
-        Settings.from_env({"RGPU_SERVER_LOST_GRACE_SECONDS": "-1"}, service="allocator")
-
-
-def test_server_policies_are_off_by_default_and_name_the_lupine_daemonset() -> None:
-    s = Settings.from_env({}, service="allocator").server_policies
-    assert s.enabled is False
-    assert s.lupine_namespace == "rgpu-lupine"
-    assert s.lupine_labels == (("app.kubernetes.io/name", "lupine-server"),)
-
-
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("RGPU_SERVER_POLICIES", "yes"),
-        ("RGPU_LUPINE_NAMESPACE", "Not_A_Namespace"),
-        ("RGPU_LUPINE_POD_LABELS", "app"),
-        ("RGPU_LUPINE_POD_LABELS", "app=lupine server"),
-        ("RGPU_LUPINE_POD_LABELS", "bad key=x"),
-        ("RGPU_LUPINE_POD_LABELS", ","),
-    ],
-)
-def test_a_bad_server_policies_setting_stops_the_service_naming_it(key: str, value: str) -> None:
-    with pytest.raises(SettingsError, match=key):
-        Settings.from_env({key: value}, service="allocator")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -30,25 +30,25 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext
 from prometheus_client.core import Metric
 
-from rgpu_contracts import AdmissionQueue, AllocationRequest, BookingNote, Claim, PodUID
-from rgpu_placement import FleetView, expires_at
+from rgpu_contracts import AdmissionQueue, Claim, PodUID
+from rgpu_placement import FleetView
 from rgpu_runtime.errors import RgpuError
-from rgpu_runtime.telemetry import creation_context, link_creation, pod_span, trace_exemplar
+from rgpu_runtime.telemetry import creation_context, link_creation, pod_span
 
+from .admission_preempting import Preempting
+from .admission_writes import UnitWrites
 from .booker import Booker
 from .clients import KubeApi, pod_event
-from .gates import Lifted, lift_gate
 from .instruments import Instruments
 from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
-from .preempting import Preemptor, may_preempt
+from .preempting import Preemptor
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
 from .removal import Remover
 from .retries import Retries
-from .standing import standing
 from .verdicts import Verdict, Wait
 from .waits import Waits, busy_in, gauges
 
@@ -60,8 +60,6 @@ tracer = trace.get_tracer(__name__)
 PERIOD = 2.0
 """Seconds between passes when nothing wakes the admitter: what only time changes (a booking
 lapsing, a nomination expiring) is looked at this often."""
-PREEMPTIONS_AT_ONCE = 4
-"""Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
 LAPSED = "RemoteGPUAdmissionLapsed"
 """The Event reason saying an admitted pod's booking lapsed before it was bound."""
 
@@ -84,9 +82,9 @@ class Admitter:
         leading: Callable[[], bool],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._planner, self._booker, self._remover = planner, booker, remover
+        self._planner, self._booker = planner, booker
         self._ahead = ahead
-        self._preemptor, self._queues = preemptor, queues
+        self._queues = queues
         self._api, self._instruments = api, instruments
         self._concurrency, self._leading, self._clock = concurrency, leading, clock
         self._queue: dict[PodUID, PodInfo] = {}
@@ -96,9 +94,20 @@ class Admitter:
         # Lifted, but the pod watch has not delivered the pod without its gate yet: another
         # pass must not lift it again.
         self._lifted: set[str] = set()
-        self._preempting: set[str] = set()
+        self._preempting = Preempting(preemptor, notify=self.notify)
         self._retries = Retries(clock)
         self._waits = Waits(api)
+        self._writes = UnitWrites(
+            booker=booker,
+            remover=remover,
+            judge=planner.judge,
+            api=api,
+            instruments=instruments,
+            retries=self._retries,
+            waits=self._waits,
+            lifted=self._lifted,
+            clock=clock,
+        )
         self._due = True
         self._wake: anyio.Event | None = None
 
@@ -201,7 +210,7 @@ class Admitter:
             # A pod whose preemption is under way books nothing meanwhile: the preemption
             # nominates a server only after rehearsing its evictions, and a booking made in
             # between would leave its victims evicted for nothing.
-            busy=self._flight | self._lifted | self._preempting | self._retries.waiting(),
+            busy=self._flight | self._lifted | self._preempting.pods | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
@@ -248,9 +257,7 @@ class Admitter:
                 for other in unit[1:]:
                     link_creation(span, _creation(other.pod))
                 span.set_attribute("rgpu.pods", len(unit))
-                claims = await self._book(unit)
-                if claims is not None and await self._standing(unit, claims):
-                    await self._lift(unit, claims)
+                await self._writes.admit(unit)
         except RgpuError as exc:
             self._retries.failed(v.pod.uid for v in unit)
             logger.warning("could not admit %s: %s", _names(unit), exc)
@@ -261,81 +268,9 @@ class Admitter:
                 self._flight.discard(verdict.pod.uid)
             self.notify()
 
-    async def _book(self, unit: list[Verdict]) -> list[Claim] | None:
-        """Every booking of ``unit`` written, or none left standing (``None``)."""
-        claims: list[Claim] = []
-        try:
-            for verdict in unit:
-                claim = verdict.held
-                if verdict.booked is not None:
-                    claim = await self._booker.book(verdict.booked)
-                if claim is None:
-                    break
-                claims.append(claim)
-        finally:
-            if len(claims) < len(unit):
-                await self._release([c for c, v in zip(claims, unit, strict=False) if v.booked])
-        return claims if len(claims) == len(unit) else None
-
-    async def _standing(self, unit: list[Verdict], claims: list[Claim]) -> bool:
-        found = [c for v, c in zip(unit, claims, strict=True) if v.booked is None]
-        if not found or await standing(self._booker.writer, self.judge, found):
-            return True
-        self._retries.failed(v.pod.uid for v in unit)
-        logger.info("not admitting %s: a booking the ledger showed is gone", _names(unit))
-        return False
-
-    async def _release(self, claims: Sequence[Claim]) -> None:
-        with anyio.CancelScope(shield=True):
-            for claim in claims:
-                await self._remover.release(claim.pod.uid)
-
-    async def _lift(self, unit: list[Verdict], claims: list[Claim]) -> None:
-        for verdict, claim in zip(unit, claims, strict=True):
-            lapses = expires_at(claim, None, self.judge.ttl) or self._clock()
-            note = BookingNote(server=claim.server, expires_at=lapses)
-            lifted = await lift_gate(self._api, verdict.pod, note)
-            self._retries.forget(verdict.pod.uid)
-            if lifted is Lifted.LIFTED:
-                self._lifted.add(verdict.pod.uid)
-                self._admitted(verdict.pod, claim.server)
-
-    def _admitted(self, pod: PodInfo, server: str) -> None:
-        self._waits.forget(pod.uid)
-        self._instruments.admissions.labels("admitted").inc()
-        created = pod.gated.created_at if pod.gated is not None else 0.0
-        if created:
-            waited = max(0.0, self._clock() - created)
-            self._instruments.admission_wait_seconds.observe(waited, trace_exemplar())
-        logger.info("admitted %s with server %s", pod.ref.key, server)
-
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
         self._waits.announce(verdict)
-        if self._should_preempt(verdict):
-            self._preempting.add(verdict.pod.uid)
-            tg.start_soon(self._preempt, verdict, view)
-
-    def _should_preempt(self, verdict: Verdict) -> bool:
-        refusal = verdict.refusal
-        return (
-            verdict.wait is Wait.NO_FIT
-            and refusal is not None
-            and bool(refusal.blocked_by_claims)
-            and may_preempt(verdict.pod)
-            and verdict.pod.uid not in self._preempting
-            and len(self._preempting) < PREEMPTIONS_AT_ONCE
-        )
-
-    async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
-        pod, demand = verdict.pod, verdict.demand
-        try:
-            gated = pod.gated
-            if demand is not None and gated is not None:
-                request = AllocationRequest(pod=pod.ref, containers=gated.containers)
-                await self._preemptor.preempt(request, demand, view)
-        finally:
-            self._preempting.discard(pod.uid)
-            self.notify()
+        self._preempting.start(verdict, view, tg)
 
 
 def _creation(pod: PodInfo) -> SpanContext | None:

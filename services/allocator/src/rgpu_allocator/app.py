@@ -20,14 +20,16 @@ import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from rgpu_runtime.kube import KubeClient, kube_client
+from rgpu_runtime.kube import kube_client
 from rgpu_runtime.peers import DISCOVERY_AUDIENCE, bearer_auth, caller_auth, http_client
 from rgpu_runtime.replicas import ElectionTiming
 from rgpu_runtime.serving import Readiness, create_service_app
-from rgpu_runtime.settings import Settings
 
-from .assembly import Memory, assemble, deps, reactions, start
+from .assembly import assemble
+from .memory import Memory
+from .parts import Clients, deps, start
 from .routes import ROUTES, State
+from .settings import AllocatorSettings
 
 __all__ = ["LEADER_LEASE", "LEADER_TIMING", "create_app"]
 
@@ -42,7 +44,7 @@ killed leader's successor should take over within seconds (one renewal a second 
 
 
 def create_app(
-    settings: Settings,
+    settings: AllocatorSettings,
     *,
     discovery_transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
@@ -54,25 +56,18 @@ def create_app(
     timing (tests)."""
     memory = Memory.create(settings, CollectorRegistry() if registry is None else registry)
     readiness = Readiness()
+    leader = (LEADER_LEASE, LEADER_TIMING if election is None else election)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
-        async with _clients(settings, discovery_transport) as (kube, http, probe_http):
+        async with _clients(settings, discovery_transport) as clients:
             parts = assemble(
-                settings,
-                memory,
-                kube=kube,
-                probe_http=probe_http,
-                clock=clock,
-                leader_lease=LEADER_LEASE,
-                election=LEADER_TIMING if election is None else election,
-                readiness=readiness,
+                settings, memory, clients, clock=clock, leader=leader, readiness=readiness
             )
-            parts.signals.connect(reactions(parts))
             async with anyio.create_task_group() as tg:
-                await start(tg, parts, kube=kube, http=http)
+                await start(tg, parts, clients)
                 readiness.set_ready()
-                auth = caller_auth(settings, kube, routes=("allocation",))
+                auth = caller_auth(settings, clients.kube, routes=("allocation",))
                 yield {"deps": deps(parts), "caller_auth": auth}
                 tg.cancel_scope.cancel()
 
@@ -88,8 +83,8 @@ def create_app(
 
 @asynccontextmanager
 async def _clients(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None
-) -> AsyncIterator[tuple[KubeClient, httpx.AsyncClient, httpx.AsyncClient]]:
+    settings: AllocatorSettings, transport: httpx.AsyncBaseTransport | None
+) -> AsyncIterator[Clients]:
     """The apiserver client, and two discovery clients: long-polls, and probes."""
     url = settings.peers.discovery_url
     async with (
@@ -102,4 +97,4 @@ async def _clients(
         token = bearer_auth(settings, kube, audience=DISCOVERY_AUDIENCE)
         if token is not None:
             probe_http.auth = token
-        yield kube, http, probe_http
+        yield Clients(kube=kube, http=http, probe_http=probe_http)

@@ -39,7 +39,8 @@ from .clients import KubeApi
 from .deciding import Decider, Seen
 from .errors import ClaimNotFound, Contended, NotSynced, StillRunning
 from .judging import Judge
-from .leases import KeyedLocks
+from .keyed_locks import KeyedLocks
+from .nominating import Nominations
 from .refusing import Again, Checks, Refusals
 from .removal import Remover, read_pod
 
@@ -66,6 +67,8 @@ class Booking:
     """The fresh looks a refusal may take (each request starts with all of them)."""
     answers: Answers
     api: KubeApi
+    nominations: Nominations
+    """Where a pod is held to while its victims leave (read into what a round has seen)."""
     pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
@@ -152,7 +155,7 @@ class Booking:
             demand=demand,
             view=fresh if fresh is not None else self.answers.require_view(),
             held=self.judge.occupancy(uid),
-            nominated=self.refusals.preemptor.nominated_on(uid),
+            nominated=self.nominations.nominated_on(uid),
             candidates=request.candidate_nodes,
         )
 

@@ -9,8 +9,7 @@ that would double-book, must reach ``kubectl describe pod``). Everything works o
 gigabytes. Pods are listed page by page and handed over one page at a time so a full relist
 never holds the whole cluster in memory.
 
-With server policies on, ``LupineApi`` also lists and watches the lupine pods and labels each
-with its node, and writes rgpu's NetworkPolicies, all in the lupine servers' namespace only.
+With server policies on, the calls in the lupine servers' namespace are ``lupine_pods``'s.
 
 Discovery is asked to probe one lupine server now (``POST /v1/servers/{name}/probe``) before a
 pod is refused for busy cards; a slow or absent discovery surfaces as ``DiscoveryUnavailable``.
@@ -24,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from kubernetes_asyncio.client import NetworkingV1Api, PolicyV1Api
+from kubernetes_asyncio.client import PolicyV1Api
 
 from rgpu_contracts import PodRef, Server
 from rgpu_runtime.errors import KubeError, KubeNotFound, Unavailable, UpstreamError
@@ -41,7 +40,7 @@ from rgpu_runtime.peers import request_json
 
 from .errors import DiscoveryUnavailable, EvictionRefused
 
-__all__ = ["CALL_TIMEOUT", "COMPONENT", "DiscoveryClient", "KubeApi", "LupineApi", "pod_event"]
+__all__ = ["CALL_TIMEOUT", "COMPONENT", "DiscoveryClient", "KubeApi", "pod_event"]
 
 COMPONENT = "rgpu-allocator"
 """The Events' reporting component."""
@@ -248,74 +247,6 @@ class KubeApi:
     def record_event(self, event: KubeEvent) -> None:
         """Queue a core/v1 Event; never blocks or raises (see ``EventRecorder``)."""
         self._events.record(event)
-
-
-class LupineApi:
-    """The calls of the server-policies mode, confined to the lupine servers' ``namespace``:
-    its lupine pods (``labels``, listed and watched; labelled with their node) and our
-    NetworkPolicies there (``policy_selector``), each bounded by ``CALL_TIMEOUT``."""
-
-    __slots__ = ("_kube", "_net", "_pods", "_policies", "namespace")
-
-    def __init__(
-        self, kube: KubeClient, *, namespace: str, labels: str, policy_selector: str
-    ) -> None:
-        self._kube = kube
-        self._net = NetworkingV1Api(kube.api_client)
-        self._pods = labels
-        self._policies = policy_selector
-        self.namespace = namespace
-
-    def pod_pages(self) -> AsyncIterator[Listing]:
-        """The lupine pods, one page at a time."""
-        fn = self._kube.core.list_namespaced_pod
-        return kube_pages(self._kube, fn, self.namespace, label_selector=self._pods)
-
-    def watch_pods(self, resource_version: str) -> AsyncIterator[WatchEvent]:
-        fn = self._kube.core.list_namespaced_pod
-        return self._kube.watch(
-            fn, self.namespace, resource_version=resource_version, label_selector=self._pods
-        )
-
-    async def label_pod(self, name: str, labels: Mapping[str, str]) -> None:
-        """Merge ``labels`` into lupine pod ``name``'s; raises ``KubeNotFound`` when gone."""
-        fn = self._kube.core.patch_namespaced_pod
-        body = {"metadata": {"labels": dict(labels)}}
-        await self._kube.call_raw(fn, name, self.namespace, body, request_timeout=CALL_TIMEOUT)
-
-    def policy_pages(self) -> AsyncIterator[Listing]:
-        """Our NetworkPolicies, one page at a time."""
-        fn = self._net.list_namespaced_network_policy
-        return kube_pages(self._kube, fn, self.namespace, label_selector=self._policies)
-
-    def watch_policies(self, resource_version: str) -> AsyncIterator[WatchEvent]:
-        fn = self._net.list_namespaced_network_policy
-        return self._kube.watch(
-            fn, self.namespace, resource_version=resource_version, label_selector=self._policies
-        )
-
-    async def create_policy(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Raises ``KubeConflict`` when it exists already (a write we have not seen)."""
-        fn = self._net.create_namespaced_network_policy
-        return await self._kube.call_raw(
-            fn, self.namespace, dict(body), request_timeout=CALL_TIMEOUT
-        )
-
-    async def replace_policy(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Compare-and-swap on ``body``'s resourceVersion: ``KubeConflict`` when someone wrote
-        it since, ``KubeNotFound`` when it was deleted."""
-        fn = self._net.replace_namespaced_network_policy
-        return await self._kube.call_raw(
-            fn, name, self.namespace, dict(body), request_timeout=CALL_TIMEOUT
-        )
-
-    async def delete_policy(self, name: str) -> None:
-        """Delete; a policy already gone is no error."""
-        fn = self._net.delete_namespaced_network_policy
-        try:
-            await self._kube.call_raw(fn, name, self.namespace, request_timeout=CALL_TIMEOUT)
-        except KubeNotFound:
-            return
 
 
 def pod_event(pod: PodRef, *, reason: str, message: str, warning: bool = True) -> KubeEvent:

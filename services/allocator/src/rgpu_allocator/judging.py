@@ -14,9 +14,9 @@ from rgpu_contracts import Claim, PodUID
 from rgpu_placement import FleetView, Validity, judge
 from rgpu_runtime.feeds import DiscoveryMirror
 
-from .leases import Pending
 from .ledger import Ledger
 from .occupancy import LeaseLookup, Occupancy, PendingLookup, Settled
+from .pending import Pending
 from .pods import PodIndex, PodInfo
 
 __all__ = ["Judge", "Seen"]

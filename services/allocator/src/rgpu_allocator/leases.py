@@ -11,16 +11,9 @@ apiserver holds.
 A bounded number of attempts keeps a hot Lease from stalling a caller forever.
 
 Reading belongs here too: a commit must find a booking even when another replica wrote it a
-moment ago and the Lease watch has not delivered it yet (``Finder``). And inside one replica,
-many requests are decided at once, every decision deterministic — without care a burst of
-pods all choose the same best server and lose the compare-and-swap to each other one by one:
-
-* ``Pending``: a booking being written counts as held for every other decision in this
-  replica until the write ends (kube-scheduler "assumes" pods the same way), so concurrent
-  decisions spread over different servers; across replicas, compare-and-swap still decides.
-* ``KeyedLocks``: one lock per key (a pod uid, a server), created on demand and dropped when
-  nobody holds or waits for it, so requests for the same pod, or writes to the same Lease,
-  go one at a time without an ever-growing table of locks.
+moment ago and the Lease watch has not delivered it yet (``Finder``). Writes to one Lease go
+one at a time within a replica (``keyed_locks``); a booking in flight counts as held for the
+replica's other decisions (``pending``).
 """
 
 from __future__ import annotations
@@ -28,15 +21,13 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import anyio
 from opentelemetry import trace
 
-from rgpu_contracts import Claim, PodUID, ServerName
+from rgpu_contracts import Claim, ServerName
 from rgpu_placement import Nomination
 from rgpu_runtime.errors import KubeConflict, KubeNotFound
 
@@ -44,20 +35,10 @@ from .claims import LeaseRecord, decode_lease, encode_lease, lease_name
 from .clients import KubeApi
 from .errors import ClaimNotFound, Contended, LeaseUnreadable, NamespaceMissing
 from .instruments import Instruments
+from .keyed_locks import KeyedLocks
 from .ledger import Ledger
 
-__all__ = [
-    "ATTEMPTS",
-    "KEEP",
-    "Edit",
-    "Edited",
-    "Finder",
-    "Keep",
-    "KeyedLocks",
-    "Layered",
-    "LeaseWriter",
-    "Pending",
-]
+__all__ = ["ATTEMPTS", "KEEP", "Edit", "Edited", "Finder", "Keep", "LeaseWriter"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -108,88 +89,6 @@ def _foreign(server: str, raw: dict[str, Any]) -> LeaseRecord:
         claims=(),
         problem=f"Lease {lease_name(server)} exists but was not written by rgpu",
     )
-
-
-class KeyedLocks:
-    """A lock per key, alive only while someone holds or waits for it."""
-
-    __slots__ = ("_locks",)
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
-
-    def __len__(self) -> int:
-        return len(self._locks)
-
-    @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key) or (anyio.Lock(), 0)
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
-class Pending:
-    """Bookings of this replica whose Lease write is in flight, per server."""
-
-    __slots__ = ("_by_server",)
-
-    def __init__(self) -> None:
-        self._by_server: dict[str, dict[PodUID, Claim]] = {}
-
-    def claims(self, server: str) -> tuple[Claim, ...]:
-        found = self._by_server.get(server)
-        return tuple(found.values()) if found else ()
-
-    def cards_by_namespace(self) -> dict[str, int]:
-        """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
-        found: dict[str, int] = {}
-        for held in self._by_server.values():
-            for claim in held.values():
-                namespace = claim.pod.namespace
-                found[namespace] = found.get(namespace, 0) + len(claim.cards)
-        return found
-
-    def add(self, claim: Claim) -> None:
-        """Count ``claim`` as held until ``discard``."""
-        self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim
-
-    def discard(self, claim: Claim) -> None:
-        """Stop counting ``claim`` (its write ended, whichever way)."""
-        held = self._by_server.get(claim.server, {})
-        held.pop(claim.pod.uid, None)
-        if not held:
-            self._by_server.pop(claim.server, None)
-
-    @contextmanager
-    def hold(self, claim: Claim) -> Iterator[None]:
-        """Count ``claim`` as held while the block runs."""
-        self.add(claim)
-        try:
-            yield
-        finally:
-            self.discard(claim)
-
-
-class Layered(Pending):
-    """Bookings of a plan being worked out, over the bookings really in flight: a plan's
-    choices spread over servers as a pass's writes will, without counting as in flight."""
-
-    __slots__ = ("_base",)
-
-    def __init__(self, base: Pending) -> None:
-        super().__init__()
-        self._base = base
-
-    def claims(self, server: str) -> tuple[Claim, ...]:
-        return (*self._base.claims(server), *super().claims(server))
 
 
 class LeaseWriter:

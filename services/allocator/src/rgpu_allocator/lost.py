@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import anyio
@@ -36,23 +36,16 @@ from rgpu_contracts import Claim, PodUID, Server, ServerName
 from rgpu_placement import FleetView
 from rgpu_runtime.errors import KubeError
 from rgpu_runtime.feeds import DiscoveryMirror
-from rgpu_runtime.pacing import Backoff
-from rgpu_runtime.settings import Settings
 
 from .clients import pod_event
 from .errors import EvictionRefused
 from .ledger import Ledger
 from .losses import Loss, Losses
 from .pods import PodIndex, PodInfo
+from .policy import LostPolicy
 from .readiness import GateApi
 
-__all__ = [
-    "REASON_BACK",
-    "REASON_EVICTED",
-    "REASON_LOST",
-    "LostPolicy",
-    "LostServers",
-]
+__all__ = ["REASON_BACK", "REASON_EVICTED", "REASON_LOST", "LostServers"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,33 +55,12 @@ REASON_EVICTED: Final = "RemoteGPUServerLostEvicted"
 POLL_SECONDS: Final = 1.0
 """How often the watch looks whether the fleet, the claims or a deadline moved; a look that
 finds nothing new costs a few comparisons."""
-EVICTION_RETRY: Final = Backoff(initial=1.0, maximum=60.0)
-"""A budget that refuses now may allow in a second (a replica became Ready); a minute caps
-the retries of a budget that stays shut."""
 PASS_SECONDS: Final = 0.25
 """The least time between two looks: a look reads every claim, and a burst of pod changes (a
 job of gated pods starting) must cost a few looks a second, not one per change."""
 REWRITE_SECONDS: Final = 2.0
 """A condition written but not yet seen back in the pod cache is written again after this:
 the watch may lag, or a kubelet status write may have replaced it."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LostPolicy:
-    """How long a server may be lost before its holders are told, and what else happens."""
-
-    grace: float
-    evict: bool
-    retry: Backoff = field(default_factory=lambda: EVICTION_RETRY)
-    """Between evictions a PodDisruptionBudget refused (or the apiserver failed)."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> LostPolicy:
-        scheduling = settings.scheduling
-        return cls(
-            grace=scheduling.server_lost_grace_seconds,
-            evict=scheduling.on_server_lost == "evict",
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,7 +39,7 @@ LeaseLookup = Callable[[str], LeaseRecord | None]
 """Where a server's Lease is read from: the ledger, or a fresher copy during a write."""
 
 PendingLookup = Callable[[str], tuple[Claim, ...]]
-"""This replica's bookings still being written, per server (see ``leases.Pending``)."""
+"""This replica's bookings still being written, per server (see ``pending.Pending``)."""
 
 HoldsLookup = Callable[[str], bool]
 """Whether a pod (by uid) holds a claim anywhere: a nominee that booked needs no promise."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from rgpu_contracts import CardId, Claim, ContainerRequest, NodeName, ServerName
+from rgpu_contracts import Claim, NodeName, ServerName
 from rgpu_placement import (
     Choice,
     Demand,
@@ -37,8 +37,6 @@ from rgpu_placement import (
     Holdings,
     QueueConfig,
     Refusal,
-    ServerFacts,
-    demand_of,
     winner,
 )
 
@@ -46,59 +44,16 @@ from .booker import Booked, Booker
 from .candidates import Candidates
 from .capacity import Capacity
 from .deciding import Decider, Seen
+from .demands import Demands
 from .judging import Judge
-from .leases import Layered, Pending
+from .passes import Pass, Reserved
+from .pending import Layered
 from .pods import PodInfo
 from .policy import Policy
 from .units import Unit, units_of
 from .verdicts import Verdict, Wait, no_fit_message
 
-__all__ = ["MAX_DEMANDS", "Planner"]
-
-MAX_DEMANDS = 4096
-"""Distinct asks remembered; past it the memory starts again (a queue of that many different
-asks is not one a pass repeats)."""
-
-
-@dataclass(slots=True)
-class _Pass:
-    """What one walk has learnt so far."""
-
-    pending: Pending
-    fair: FairWalk[Unit]
-    refused: dict[object, Verdict] = field(default_factory=dict)
-    reserved: dict[ServerName, int] = field(default_factory=dict)
-    admitted: int = 0
-
-
-class _Reserved:
-    """``held`` with the servers kept for higher-priority pods marked unusable."""
-
-    __slots__ = ("_held", "_priority", "_reserved")
-
-    def __init__(self, held: Holdings, reserved: dict[ServerName, int], priority: int) -> None:
-        self._held, self._reserved, self._priority = held, reserved, priority
-
-    @property
-    def unreserved(self) -> Holdings:
-        return self._held
-
-    def blocking(self, server: str) -> tuple[Claim, ...]:
-        return self._held.blocking(server)
-
-    def problem(self, server: str) -> str | None:
-        if self._reserved.get(ServerName(server), self._priority) > self._priority:
-            return "kept for a waiting pod of higher priority"
-        return self._held.problem(server)
-
-    def taken(self, server: str) -> frozenset[CardId]:
-        return self._held.taken(server)
-
-    def busy(self, facts: ServerFacts) -> frozenset[str]:
-        return self._held.busy(facts)
-
-    def without_claims(self) -> Holdings:
-        return _Reserved(self._held.without_claims(), self._reserved, self._priority)
+__all__ = ["Planner"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,15 +65,11 @@ class Planner:
     booker: Booker
     decider: Decider
     nominated_on: Callable[[str], ServerName | None]
-    """Where a pod is held to while its victims leave (``Preemptor.nominated_on``)."""
+    """Where a pod is held to while its victims leave (``Nominations.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
     capacity: Capacity = field(default_factory=lambda: Capacity())
-    demands: dict[tuple[tuple[ContainerRequest, ...], int | None], Demand] = field(
-        default_factory=dict
-    )
-    """Asks read so far: a pass reads every waiting pod's, and a long queue holds few distinct
-    ones (a profile of passes over 3,000 gated pods put 14 % of them in ``demand_of``)."""
+    demands: Demands = field(default_factory=Demands)
 
     def plan(
         self,
@@ -140,7 +91,7 @@ class Planner:
             held=held,
             config=config,
         )
-        walk = _Pass(pending=Layered(self.judge.pending), fair=fair)
+        walk = Pass(pending=Layered(self.judge.pending), fair=fair)
         verdicts: list[Verdict] = []
         for unit in fair:
             if walk.admitted >= limit:
@@ -149,7 +100,7 @@ class Planner:
         return verdicts
 
     def _unit(
-        self, unit: Unit, view: FleetView, walk: _Pass, busy: Collection[str], config: QueueConfig
+        self, unit: Unit, view: FleetView, walk: Pass, busy: Collection[str], config: QueueConfig
     ) -> list[Verdict]:
         if any(p.uid in busy for p in unit.pods):
             return [
@@ -210,22 +161,13 @@ class Planner:
         gated = pod.gated
         if gated is None or gated.problem is not None or winner(self.judge.live(pod.uid)):
             return 0
-        demand = self._demand(gated.containers, gated.cuda_major)
+        demand = self.demands.of(gated.containers, gated.cuda_major)
         if self.policy.granularity == "card":
             return demand.effective_count
         return max((a.count for a in demand.asks), default=0)
 
-    def _demand(self, containers: tuple[ContainerRequest, ...], cuda_major: int | None) -> Demand:
-        found = self.demands.get((containers, cuda_major))
-        if found is None:
-            if len(self.demands) >= MAX_DEMANDS:
-                self.demands.clear()
-            found = demand_of(containers, cuda_major=cuda_major)
-            self.demands[containers, cuda_major] = found
-        return found
-
     def _over_quota(
-        self, unit: Unit, cards: int, walk: _Pass, config: QueueConfig, *, least: bool = False
+        self, unit: Unit, cards: int, walk: Pass, config: QueueConfig, *, least: bool = False
     ) -> Verdict | None:
         """Why ``unit`` would take its namespace over quota with ``cards`` more (``least``:
         at least that many, before a server is chosen), if it would."""
@@ -240,7 +182,7 @@ class Planner:
         )
         return Verdict(pod=unit.pods[0], wait=Wait.QUOTA_EXCEEDED, message=message)
 
-    def _one(self, pod: PodInfo, view: FleetView, walk: _Pass) -> Verdict:
+    def _one(self, pod: PodInfo, view: FleetView, walk: Pass) -> Verdict:
         gated = pod.gated
         if gated is None or gated.problem is not None:
             problem = gated.problem if gated is not None else "not gated"
@@ -252,14 +194,14 @@ class Planner:
         if candidates == ():
             message = "no client node matches the pod's nodeSelector or required node affinity"
             return Verdict(pod=pod, wait=Wait.NO_CLIENT_NODE, message=message)
-        demand = self._demand(gated.containers, gated.cuda_major)
+        demand = self.demands.of(gated.containers, gated.cuda_major)
         return self._decide(pod, view, walk, demand, candidates or ())
 
     def _decide(
         self,
         pod: PodInfo,
         view: FleetView,
-        walk: _Pass,
+        walk: Pass,
         demand: Demand,
         candidates: tuple[NodeName, ...],
     ) -> Verdict:
@@ -270,7 +212,7 @@ class Planner:
             return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
         held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
         if walk.reserved:
-            held = _Reserved(held, walk.reserved, pod.priority)
+            held = Reserved(held, walk.reserved, pod.priority)
         seen = Seen(
             pod=pod.ref,
             demand=demand,
@@ -294,7 +236,7 @@ class Planner:
     def _behind(self, pod: PodInfo, seen: Seen, demand: Demand) -> Verdict | None:
         """``pod`` waits behind priority when a server kept for a higher-priority pod would
         have fitted it."""
-        if not isinstance(seen.held, _Reserved):
+        if not isinstance(seen.held, Reserved):
             return None
         fits = self.decider.decide(replace(seen, held=seen.held.unreserved))
         if not isinstance(fits, Choice):
@@ -305,7 +247,7 @@ class Planner:
         )
         return Verdict(pod=pod, wait=Wait.BEHIND_PRIORITY, message=message, demand=demand)
 
-    def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: _Pass) -> Verdict:
+    def _admit(self, pod: PodInfo, demand: Demand, choice: Choice, walk: Pass) -> Verdict:
         gated = pod.gated
         assert gated is not None
         booked = Booked(

@@ -1,5 +1,6 @@
 """The server-policies mode's writes, each ending in one outcome instead of an exception: a
-pass runs many at once and one failing must not stop the others.
+pass runs many at once and one failing must not stop the others. Their outcomes, and the
+passes, are counted here too (``PolicyMetrics``).
 
 A write that loses a race (someone wrote or deleted the policy since we last heard) is a
 failure, not an error: its watch event is on its way and wakes the next pass, which decides on
@@ -12,12 +13,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from rgpu_runtime.errors import KubeConflict, KubeError, KubeNotFound
 
-from .clients import LupineApi
+from .lupine_pods import LupineApi
 from .policy_objects import NODE_LABEL, PolicyRecord, read_policy
 
-__all__ = ["ACTIONS", "PolicyWriter", "Write"]
+__all__ = ["ACTIONS", "PolicyMetrics", "PolicyWriter", "Write"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,3 +94,44 @@ class PolicyWriter:
             logger.warning("lupine pod %s: labelling failed: %s", pod, exc)
             return "label", False
         return "label", True
+
+
+class PolicyMetrics:
+    """What the server-policies mode exports: its writes by action and outcome, its passes,
+    and the servers whose policy the last pass could not put in place."""
+
+    __slots__ = ("_passes", "_pending", "_writes")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._writes = Counter(
+            "rgpu_allocator_server_policy_writes",
+            "Writes keeping one NetworkPolicy per server (RGPU_SERVER_POLICIES=on), by action "
+            "(create, update, delete, label: a lupine pod given its node label) and outcome "
+            "(ok, failed).",
+            ["action", "outcome"],
+            registry=registry,
+        )
+        for action in ACTIONS:
+            for outcome in ("ok", "failed"):
+                self._writes.labels(action, outcome)
+        self._passes = Counter(
+            "rgpu_allocator_server_policy_passes",
+            "Passes over every server's NetworkPolicy made by the elected replica (at least "
+            "one per RECONCILE_SECONDS while it leads).",
+            registry=registry,
+        )
+        self._pending = Gauge(
+            "rgpu_allocator_server_policies_pending",
+            "Servers whose NetworkPolicy did not say what it should after the last pass "
+            "(writes failed); 0 when every policy is in place.",
+            registry=registry,
+        )
+
+    def wrote(self, action: str, ok: bool) -> None:
+        """One write of a pass ended."""
+        self._writes.labels(action, "ok" if ok else "failed").inc()
+
+    def passed(self, failures: int) -> None:
+        """A pass ended with ``failures`` writes that did not go through."""
+        self._pending.set(failures)
+        self._passes.inc()

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from rgpu_contracts import AllocationRequest, Claim, PodRef, ServerName
+from rgpu_contracts import AllocationRequest, Claim, PodRef
 from rgpu_placement import (
     Demand,
     FleetView,
@@ -53,12 +53,12 @@ from rgpu_runtime.errors import KubeError, RgpuError
 from rgpu_runtime.telemetry import pod_attributes
 
 from .budgets import afford
-from .claims import LeaseRecord
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
 from .instruments import Instruments
 from .judging import Judge
-from .leases import Edited, LeaseWriter
+from .leases import LeaseWriter
+from .nominating import Nominations, Step, nominate, withdraw
 from .pods import PodInfo, pod_info
 from .policy import Policy
 from .removal import Remover
@@ -101,19 +101,6 @@ def may_preempt(pod: PodInfo | None) -> bool:
     return pod is not None and pod.priority > 0 and not pod.never_preempts and not pod.finished
 
 
-class _Step(enum.Enum):
-    WRITTEN = "written"
-    MINE = "mine"
-    TAKEN = "taken"
-
-
-def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
-    """Whether a pod that is not a victim took some of the promised cards since the choice."""
-    expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
-    cards = set(nomination.cards)
-    return any(c.pod.uid not in expected and cards.intersection(c.cards) for c in record.claims)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preemptor:
     """Frees a server for a refused pod of priority; the booking path calls ``preempt``."""
@@ -150,35 +137,10 @@ class Preemptor:
         self.instruments.preemptions.labels(outcome.value).inc()
         return outcome
 
-    def nominated_on(self, uid: str) -> ServerName | None:
-        """The server ``uid`` is held to: where it has a live nomination that still stands.
-
-        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
-        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
-        its cards (one of higher priority may book over it): the victims' leaving can no
-        longer free them, and the pod is free to look elsewhere (or preempt again).
-        """
-        now = self.judge.clock()
-        for record in self.judge.ledger.nominated():
-            found = record.nomination
-            if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return None if self._overtaken(record.server, found) else record.server
-        return None
-
-    def victims_hold(self, server: ServerName) -> bool:
-        """Whether a victim of the nomination on ``server`` still has a claim there."""
-        record = self.judge.ledger.lease(server)
-        found = record.nomination if record is not None else None
-        if record is None or found is None:
-            return False
-        victims = {v.uid for v in found.victims}
-        return any(c.pod.uid in victims for c in record.claims)
-
-    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
-        victims = {v.uid for v in nomination.victims}
-        cards = set(nomination.cards)
-        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
-        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
+    @property
+    def nominations(self) -> Nominations:
+        """Where pods are held to while their victims leave (on this replica's caches)."""
+        return Nominations(judge=self.judge)
 
     async def _pod(self, ref: PodRef) -> PodInfo | None:
         cached = self.judge.pods.get(ref.uid)
@@ -189,7 +151,7 @@ class Preemptor:
         return found if found is not None and found.uid == ref.uid else None
 
     async def _preempt(self, pod: PodInfo, demand: Demand, view: FleetView) -> Outcome:
-        if self.nominated_on(pod.uid) is not None:
+        if self.nominations.nominated_on(pod.uid) is not None:
             return Outcome.PENDING
         options = preemptions(
             view,
@@ -253,13 +215,13 @@ class Preemptor:
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
         try:
-            step = await self.writer.edit(option.server, self._nominate(nomination), op="nominate")
+            step = await self.writer.edit(option.server, nominate(nomination), op="nominate")
         except (Contended, LeaseUnreadable) as exc:
             logger.info("cannot nominate %s on %s: %s", pod.ref.key, option.server, exc)
             return Outcome.BLOCKED
-        if step is _Step.MINE:
+        if step is Step.MINE:
             return Outcome.PENDING
-        if step is _Step.TAKEN:
+        if step is Step.TAKEN:
             return Outcome.BLOCKED
         evicted = 0
         try:
@@ -288,34 +250,9 @@ class Preemptor:
         self._announce(pod, option)
         return Outcome.NOMINATED
 
-    def _nominate(self, nomination: Nomination) -> Callable[[LeaseRecord | None], Edited[_Step]]:
-        """Promise the server to the nominee unless someone holds a live promise there."""
-        uid, priority, now = nomination.pod.uid, nomination.priority, nomination.nominated_at
-
-        def change(record: LeaseRecord | None) -> Edited[_Step]:
-            held = record.nomination if record is not None else None
-            if record is None:
-                return Edited(None, _Step.TAKEN)
-            if held is not None and held.pod.uid == uid and now < held.expires_at:
-                return Edited(None, _Step.MINE)
-            if held is not None and held.holds_against(uid, priority, now):
-                return Edited(None, _Step.TAKEN)
-            if _newcomers(record, nomination):
-                return Edited(None, _Step.TAKEN)
-            return Edited(record.claims, _Step.WRITTEN, nomination=nomination)
-
-        return change
-
     async def _withdraw(self, server: str, uid: str) -> None:
         """Take back ``uid``'s nomination on ``server`` (its victims could not all go)."""
-
-        def change(record: LeaseRecord | None) -> Edited[None]:
-            held = record.nomination if record is not None else None
-            if record is None or held is None or held.pod.uid != uid:
-                return Edited(None, None)
-            return Edited(record.claims, None, nomination=None)
-
-        await self.writer.edit(server, change, op="withdraw")
+        await self.writer.edit(server, withdraw(uid), op="withdraw")
 
     def _gated(self, victim: Claim) -> bool:
         """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""

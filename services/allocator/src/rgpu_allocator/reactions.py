@@ -1,6 +1,6 @@
 """What the allocator does in the background is a reaction to something it saw: capacity freed,
 a pod changed, a claim needing a look, leadership moving. Which activity hears which event is
-the allocator's wiring, and a reader should find it in one table (``assembly.reactions``), not
+the allocator's wiring, and a reader should find it in one table (``parts.reactions``), not
 spread over lambdas in a composition root.
 
 ``Signals`` is that table's switchboard: components are built with its methods as their

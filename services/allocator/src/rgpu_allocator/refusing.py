@@ -15,9 +15,9 @@ from rgpu_placement import FleetView, Refusal
 
 from .deciding import Seen
 from .instruments import Instruments
-from .nudging import Refused
 from .preempting import Outcome, Preemptor
 from .revalidation import Reprober, Revalidator
+from .waiters import Refused
 
 __all__ = ["Again", "Checks", "Refusals"]
 
@@ -103,8 +103,8 @@ class Refusals:
     async def _victims_gone(self, seen: Seen, checks: Checks) -> bool:
         """Whether the victims just evicted for the pod have left its nominated server, after
         fresh reads of them (once per request)."""
-        server = self.preemptor.nominated_on(seen.pod.uid)
+        server = self.preemptor.nominations.nominated_on(seen.pod.uid)
         if server is None or checks.revalidator is None:
             return False
         await checks.revalidator.revalidate((server,))
-        return not self.preemptor.victims_hold(server)
+        return not self.preemptor.nominations.victims_hold(server)

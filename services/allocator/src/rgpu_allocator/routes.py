@@ -56,10 +56,10 @@ from .booking import Booking
 from .committing import Committer
 from .errors import TooLong
 from .ledger import Ledger
-from .nudging import Refused
 from .pods import PodIndex
 from .policy import Policy
 from .published import PublishedClaims
+from .waiters import Refused
 
 __all__ = ["MAX_NAME_CHARS", "MAX_UID_CHARS", "ROUTES", "Deps", "State", "deps", "status"]
 

@@ -25,27 +25,24 @@ edited by hand is put back by the next pass (its watch event wakes one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from rgpu_contracts import Server, ServerName
 from rgpu_placement import FleetView
 from rgpu_runtime.feeds import DiscoveryMirror
-from rgpu_runtime.kube import KubeClient, ObjectChange, Reflector
-from rgpu_runtime.settings import ServerPolicySettings
+from rgpu_runtime.kube import ObjectChange, Reflector
 
-from .claims import MANAGED_BY_SELECTOR, LeaseRecord, newer_or_equal
-from .clients import LupineApi
+from .claims import LeaseRecord, newer_or_equal
 from .ledger import Ledger
+from .lupine_pods import LupineApi, LupinePod, read_lupine_pod
 from .pods import PodIndex, PodInfo
 from .policy_objects import (
-    NODE_LABEL,
     Fence,
     Holder,
     PolicyRecord,
@@ -54,9 +51,10 @@ from .policy_objects import (
     policy_name,
     read_policy,
 )
-from .policy_writes import ACTIONS, PolicyWriter, Write
+from .policy_writes import PolicyMetrics, PolicyWriter, Write
+from .settings import ServerPolicySettings
 
-__all__ = ["RECONCILE_SECONDS", "LupinePod", "ServerPolicies", "lupine_api"]
+__all__ = ["RECONCILE_SECONDS", "ServerPolicies"]
 
 RECONCILE_SECONDS: Final = 30.0
 """A pass at least this often, whatever was heard: a write lost with its watch event is put
@@ -67,35 +65,6 @@ RETRY_SECONDS: Final = 1.0
 """After a failed write, the next pass comes this soon."""
 WRITERS: Final = 8
 """Writes in flight at once (a first pass over thousands of servers)."""
-
-
-def lupine_api(kube: KubeClient, settings: ServerPolicySettings) -> LupineApi:
-    """The mode's calls, confined to the lupine servers' namespace and our policies."""
-    labels = ",".join(f"{key}={value}" for key, value in settings.lupine_labels)
-    return LupineApi(
-        kube,
-        namespace=settings.lupine_namespace,
-        labels=labels,
-        policy_selector=MANAGED_BY_SELECTOR,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LupinePod:
-    """A lupine server pod: where it runs and the node label it carries now."""
-
-    name: str
-    node: str
-    label: str | None
-
-
-def _lupine_pod(raw: Mapping[str, Any]) -> LupinePod | None:
-    meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
-    node = spec.get("nodeName")
-    if not isinstance(node, str) or not node:
-        return None
-    label = (meta.get("labels") or {}).get(NODE_LABEL)
-    return LupinePod(name=str(meta.get("name") or ""), node=node, label=label)
 
 
 class ServerPolicies:
@@ -140,32 +109,10 @@ class ServerPolicies:
             name="lupine pods",
             list_pages=api.pod_pages,
             watch=api.watch_pods,
-            transform=_lupine_pod,
+            transform=read_lupine_pod,
             on_change=self.notify,
         )
-        self._writes = Counter(
-            "rgpu_allocator_server_policy_writes",
-            "Writes keeping one NetworkPolicy per server (RGPU_SERVER_POLICIES=on), by action "
-            "(create, update, delete, label: a lupine pod given its node label) and outcome "
-            "(ok, failed).",
-            ["action", "outcome"],
-            registry=registry,
-        )
-        for action in ACTIONS:
-            for outcome in ("ok", "failed"):
-                self._writes.labels(action, outcome)
-        self._passes = Counter(
-            "rgpu_allocator_server_policy_passes",
-            "Passes over every server's NetworkPolicy made by the elected replica (at least "
-            "one per RECONCILE_SECONDS while it leads).",
-            registry=registry,
-        )
-        self._pending = Gauge(
-            "rgpu_allocator_server_policies_pending",
-            "Servers whose NetworkPolicy did not say what it should after the last pass "
-            "(writes failed); 0 when every policy is in place.",
-            registry=registry,
-        )
+        self._metrics = PolicyMetrics(registry)
 
     # -- what wakes a pass ----------------------------------------------------------------
 
@@ -257,8 +204,7 @@ class ServerPolicies:
             for server, write in self._work():
                 tg.start_soon(self._attempt, limiter, server, write, failures)
         self._retry = bool(failures)
-        self._pending.set(len(failures))
-        self._passes.inc()
+        self._metrics.passed(len(failures))
 
     def _work(self) -> Iterable[tuple[str | None, Write]]:
         """Every write this pass needs, as (the server it is about, the write): the
@@ -290,7 +236,7 @@ class ServerPolicies:
             if not self._leading():
                 return
             action, outcome = await write()
-            self._writes.labels(action, "ok" if outcome else "failed").inc()
+            self._metrics.wrote(action, outcome)
             if not outcome:
                 failures.append(server)
                 # Looked at again next pass (a label is looked at on every pass anyway).

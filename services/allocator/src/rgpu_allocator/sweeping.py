@@ -38,10 +38,10 @@ from .claims import LeaseRecord
 from .clients import KubeApi
 from .judging import Judge
 from .leases import Edited, LeaseWriter
-from .nudging import Refused, Waiting
 from .pods import PodInfo
 from .removal import Remover, read_pod
 from .repair import Repairer
+from .waiters import Refused, Waiting
 
 __all__ = ["Reconciler", "Sweeper", "mark_bound", "sweep_interval"]
 

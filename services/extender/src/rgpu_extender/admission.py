@@ -46,7 +46,6 @@ from rgpu_contracts import (
     pointer,
 )
 from rgpu_placement import ContainerDemand, InvalidQuantity, PodDemand, lookalikes, read_demand
-from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import TRACE_ANNOTATION, creation_context, traceparent_of
 
 from .affinity import affinity_ops
@@ -68,6 +67,7 @@ from .instruments import ExtenderMetrics, label_attributes
 from .objects import mapping, pod_label
 from .patchops import Op, append_item, insert_first, put, put_member
 from .reviewshape import too_many_containers
+from .settings import ExtenderSettings
 from .shapes import check_pod
 
 __all__ = [
@@ -111,7 +111,7 @@ class MutationPolicy:
     """Whether new GPU pods wait behind rgpu's scheduling gate (``RGPU_ADMISSION=gate``)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> MutationPolicy:
+    def from_settings(cls, settings: ExtenderSettings) -> MutationPolicy:
         return cls(
             count_resource=settings.resources.count,
             memory_resource=settings.resources.memory,
@@ -130,7 +130,7 @@ class AdmissionPolicy:
     trusted_users: frozenset[str]
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AdmissionPolicy:
+    def from_settings(cls, settings: ExtenderSettings) -> AdmissionPolicy:
         return cls(
             mutation=MutationPolicy.from_settings(settings),
             trusted_users=frozenset(settings.scheduling.trusted_users),

@@ -1,9 +1,10 @@
 """The extender's own settings: its two listeners (kube-scheduler's and the apiserver's TLS
-webhook) and how each is secured.
+webhook), how each is secured, and what the webhook injects and trusts.
 
 Only the extender serves kube-scheduler and the webhook, so only it reads these keys; they are
 in the runtime's ``KNOWN_KEYS`` all the same, so the other services sharing the ConfigMap
-accept them.
+accept them. Its scheduling keys widen the shared group of that name, so
+``settings.scheduling`` holds every scheduling key the extender reads.
 """
 
 from __future__ import annotations
@@ -13,15 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import Env, HostPort, Settings, parse_byte_count, parse_word
+from rgpu_runtime.settings import (
+    Env,
+    HostPort,
+    SchedulingSettings,
+    Settings,
+    parse_byte_count,
+    parse_list,
+    parse_seconds,
+    parse_word,
+)
 
-__all__ = ["KEYS", "EdgeSettings", "ExtenderSettings"]
+__all__ = ["KEYS", "EdgeSettings", "ExtenderScheduling", "ExtenderSettings"]
 
 KEYS = (
+    "RGPU_EXTENDER_BUDGET_SECONDS",
+    "RGPU_LIB_IMAGE",
     "RGPU_SCHEDULER_CLIENT_CA_FILE",
     "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_TLS_CERT_FILE",
     "RGPU_TLS_KEY_FILE",
+    "RGPU_TRUSTED_USERS",
     "RGPU_WEBHOOK_CLIENT_CA_FILE",
     "RGPU_WEBHOOK_LISTEN",
 )
@@ -97,9 +110,45 @@ def _client_ca(env: Env, key: str, cert: str | None, listener: str) -> str | Non
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderScheduling(SchedulingSettings):
+    """The shared placement policy, and what the webhook injects and trusts and how long a
+    scheduler call may take."""
+
+    lib_image: str | None = None
+    """``RGPU_LIB_IMAGE``: HAMi-core library image the webhook injects; unset (off) because
+    memory limits inside the client are optional."""
+    trusted_users: tuple[str, ...] = ()
+    """``RGPU_TRUSTED_USERS``: the exact usernames allowed to change scheduler-owned annotations
+    and lift rgpu's scheduling gate, rgpu's own service accounts included (nothing is trusted
+    implicitly); empty so nobody can forge an allocation unless listed."""
+    extender_budget_seconds: float = 4.0
+    """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
+    kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
+
+    @classmethod
+    def read(cls, env: Env, shared: SchedulingSettings) -> ExtenderScheduling:
+        """``shared`` widened with the three extender keys; raises ``SettingsError`` if bad."""
+        d = cls()
+        pieces = {f.name: getattr(shared, f.name) for f in fields(SchedulingSettings)}
+        return cls(
+            **pieces,
+            lib_image=env.read("RGPU_LIB_IMAGE", parse_word, None),
+            trusted_users=env.read("RGPU_TRUSTED_USERS", _names, d.trusted_users),
+            extender_budget_seconds=env.read(
+                "RGPU_EXTENDER_BUDGET_SECONDS", parse_seconds, d.extender_budget_seconds
+            ),
+        )
+
+
+def _names(key: str, value: str) -> tuple[str, ...]:
+    return parse_list(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExtenderSettings(Settings):
     """Every service's settings, and the extender's own."""
 
+    scheduling: ExtenderScheduling = field(default_factory=ExtenderScheduling)
     edge: EdgeSettings = field(default_factory=EdgeSettings)
 
     @classmethod
@@ -109,4 +158,5 @@ class ExtenderSettings(Settings):
         """Read and check every setting the extender uses; raises ``SettingsError`` on a bad one."""
         shared = Settings.from_env(environ, service=service)
         pieces = {f.name: getattr(shared, f.name) for f in fields(Settings)}
+        pieces["scheduling"] = ExtenderScheduling.read(Env(environ), shared.scheduling)
         return cls(**pieces, edge=EdgeSettings.from_env(environ))

@@ -1,5 +1,9 @@
 """The Kubernetes API, reached one way: a client with timeouts and our errors, list+watch
 caches that follow client-go's reflector rules, and Events that never hold up a decision.
+
+``decode_event`` is how every watch line becomes a ``WatchEvent`` (or the ``KubeError`` an
+``ERROR`` event stands for); it is public so what it costs per event can be measured beside
+kubernetes_asyncio's model decode (bench/bench_runtime.py).
 """
 
 from __future__ import annotations
@@ -7,7 +11,7 @@ from __future__ import annotations
 from ._client import KubeClient, Listing, kube_client
 from ._recorder import EventRecorder, KubeEvent, ObjectRef
 from ._reflector import ObjectChange, Reflector, ReflectorTiming, WatchTrouble, kube_pages
-from ._watch import WatchEvent
+from ._watch import WatchEvent, decode_event
 
 __all__ = [
     "EventRecorder",
@@ -20,6 +24,7 @@ __all__ = [
     "ReflectorTiming",
     "WatchEvent",
     "WatchTrouble",
+    "decode_event",
     "kube_client",
     "kube_pages",
 ]

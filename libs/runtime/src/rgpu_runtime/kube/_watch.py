@@ -25,7 +25,7 @@ from rgpu_runtime.pacing import Backoff
 
 from ._failures import status_error
 
-__all__ = ["WatchEvent"]
+__all__ = ["WatchEvent", "decode_event"]
 
 OpenStream = Callable[[str], Awaitable[aiohttp.ClientResponse]]
 

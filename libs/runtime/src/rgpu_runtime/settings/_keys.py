@@ -14,56 +14,71 @@ from rgpu_runtime.errors import SettingsError
 
 from ._listener_limits import LIMIT_KEYS
 
-__all__ = ["KNOWN_KEYS", "RETIRED_KEYS", "refuse_unknown"]
+__all__ = ["KNOWN_KEYS", "OWN_KEYS", "RETIRED_KEYS", "SHARED_KEYS", "refuse_unknown"]
 
-# Every service's keys, its own and the others': one ConfigMap configures them all, so a key is
-# refused as unknown only when no service reads it.
-KNOWN_KEYS = (
+SHARED_KEYS = (
     "RGPU_ADMISSION",
-    "RGPU_ADMISSION_AHEAD",
-    "RGPU_ADMISSION_CONCURRENCY",
-    "RGPU_ADMISSION_TTL_SECONDS",
     "RGPU_ALLOCATION_CALLERS",
     "RGPU_ALLOCATOR_URL",
     "RGPU_AUTH",
     "RGPU_AUTH_CACHE_SECONDS",
-    "RGPU_BOOKING_TTL_SECONDS",
-    "RGPU_DEFAULT_PORT",
     "RGPU_DISCOVERY_URL",
-    "RGPU_EXTENDER_BUDGET_SECONDS",
     "RGPU_GRANULARITY",
     *LIMIT_KEYS,
     "RGPU_KUBE_URL",
-    "RGPU_LIB_IMAGE",
     "RGPU_LISTEN",
     "RGPU_LOG_FORMAT",
     "RGPU_LOG_LEVEL",
-    "RGPU_LUPINE_NAMESPACE",
-    "RGPU_LUPINE_POD_LABELS",
     "RGPU_MAX_BODY_BYTES",
     "RGPU_NAMESPACE",
-    "RGPU_ON_SERVER_LOST",
-    "RGPU_PREEMPTION",
     "RGPU_PROBE_CALLERS",
-    "RGPU_PROBE_INTERVAL_SECONDS",
-    "RGPU_PROBE_TIMEOUT_SECONDS",
     "RGPU_RESOURCE_COUNT",
     "RGPU_RESOURCE_MEMORY",
-    "RGPU_SCHEDULER_CLIENT_CA_FILE",
-    "RGPU_SCHEDULER_MAX_BODY_BYTES",
     "RGPU_SCHEDULER_NAME",
-    "RGPU_SERVER_LOST_GRACE_SECONDS",
-    "RGPU_SERVER_POLICIES",
-    "RGPU_TLS_CERT_FILE",
-    "RGPU_TLS_KEY_FILE",
     "RGPU_TOKEN_ACCOUNT",
     "RGPU_TOKEN_DIR",
     "RGPU_TOPOLOGY_KEYS",
     "RGPU_TRACE_BACKGROUND_RATIO",
-    "RGPU_TRUSTED_USERS",
-    "RGPU_WEBHOOK_CLIENT_CA_FILE",
-    "RGPU_WEBHOOK_LISTEN",
 )
+"""The keys ``Settings`` reads: those more than one service needs."""
+
+OWN_KEYS = {
+    "discovery": (
+        "RGPU_DEFAULT_PORT",
+        "RGPU_PROBE_INTERVAL_SECONDS",
+        "RGPU_PROBE_TIMEOUT_SECONDS",
+    ),
+    "allocator": (
+        "RGPU_ADMISSION_AHEAD",
+        "RGPU_ADMISSION_CONCURRENCY",
+        "RGPU_ADMISSION_TTL_SECONDS",
+        "RGPU_BOOKING_TTL_SECONDS",
+        "RGPU_LUPINE_NAMESPACE",
+        "RGPU_LUPINE_POD_LABELS",
+        "RGPU_ON_SERVER_LOST",
+        "RGPU_PREEMPTION",
+        "RGPU_SERVER_LOST_GRACE_SECONDS",
+        "RGPU_SERVER_POLICIES",
+    ),
+    "extender": (
+        "RGPU_EXTENDER_BUDGET_SECONDS",
+        "RGPU_LIB_IMAGE",
+        "RGPU_SCHEDULER_CLIENT_CA_FILE",
+        "RGPU_SCHEDULER_MAX_BODY_BYTES",
+        "RGPU_TLS_CERT_FILE",
+        "RGPU_TLS_KEY_FILE",
+        "RGPU_TRUSTED_USERS",
+        "RGPU_WEBHOOK_CLIENT_CA_FILE",
+        "RGPU_WEBHOOK_LISTEN",
+    ),
+}
+"""The keys only one service reads, by service: each declares them beside its own settings
+class (its ``settings.KEYS``), and a test holds the two lists equal. They are listed here too
+because the runtime cannot import the services, yet must know every key to refuse a typo."""
+
+# The union: one ConfigMap configures every service, so a key is refused as unknown only when
+# no service reads it.
+KNOWN_KEYS = tuple(sorted({*SHARED_KEYS, *(key for keys in OWN_KEYS.values() for key in keys)}))
 
 RETIRED_KEYS = {
     "RGPU_ALLOWED_CALLERS": (

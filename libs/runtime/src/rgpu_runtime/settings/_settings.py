@@ -27,7 +27,6 @@ Granularity = Literal["server", "card"]
 LogFormat = Literal["json", "text"]
 AuthMode = Literal["tokenreview", "none"]
 AdmissionMode = Literal["gate", "filter"]
-OnServerLost = Literal["keep", "evict"]
 T = TypeVar("T")
 
 SERVICES = ("discovery", "allocator", "extender", "metrics")
@@ -57,7 +56,11 @@ class ResourceSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulingSettings:
-    """Placement policy shared by the allocator, extender and webhook."""
+    """Placement policy shared by the allocator, extender and webhook.
+
+    A service that reads scheduling keys of its own subclasses this (the allocator's booking
+    TTL, preemption and lost servers; the extender's webhook image, trusted users and budget).
+    """
 
     granularity: Granularity = "server"
     """``RGPU_GRANULARITY``: ``server`` (a pod gets a whole server; lupine shows clients every
@@ -66,9 +69,6 @@ class SchedulingSettings:
     """``RGPU_SCHEDULER_NAME``: the second scheduler the webhook assigns GPU pods to."""
     namespace: str = "rgpu-system"
     """``RGPU_NAMESPACE``: where claim Leases live; rgpu's own namespace so RBAC stays narrow."""
-    booking_ttl_seconds: float = 30.0
-    """``RGPU_BOOKING_TTL_SECONDS``: seconds a booked, unbound claim survives; long enough for
-    kube-scheduler's filter-to-bind gap, short enough that an abandoned booking frees fast."""
     topology_keys: tuple[str, ...] = (
         "topology.rgpu.io/rack",
         "topology.kubernetes.io/zone",
@@ -76,33 +76,15 @@ class SchedulingSettings:
     )
     """``RGPU_TOPOLOGY_KEYS``: node labels for locality, finest first; rack before zone before
     region because a closer GPU is a faster GPU."""
-    lib_image: str | None = None
-    """``RGPU_LIB_IMAGE``: HAMi-core library image the webhook injects; unset (off) because
-    memory limits inside the client are optional."""
-    trusted_users: tuple[str, ...] = ()
-    """``RGPU_TRUSTED_USERS``: the exact usernames allowed to change scheduler-owned annotations
-    and lift rgpu's scheduling gate, rgpu's own service accounts included (nothing is trusted
-    implicitly); empty so nobody can forge an allocation unless listed."""
-    extender_budget_seconds: float = 4.0
-    """``RGPU_EXTENDER_BUDGET_SECONDS``: seconds the extender may spend per call; below
-    kube-scheduler's default 5 s extender timeout so we answer with an error, not a timeout."""
-    preemption: bool = True
-    """``RGPU_PREEMPTION``: ``on`` or ``off``; on, because kube-scheduler cannot evict a remote
-    GPU's holder for an urgent pod (docs/design.md §11) and pods without a priority never
-    preempt."""
-    server_lost_grace_seconds: float = 60.0
-    """``RGPU_SERVER_LOST_GRACE_SECONDS``: how long a held server may be unreachable or its
-    Node NotReady before its holders are told (and, with ``evict``, evicted); a minute rides
-    out a lupine restart or a kubelet hiccup, and is short next to a job stuck on a dead GPU."""
-    on_server_lost: OnServerLost = "keep"
-    """``RGPU_ON_SERVER_LOST``: ``keep`` (Warning Event and readiness gate only) or ``evict``
-    (also evict the holders through the Eviction API, so their controllers run them
-    elsewhere); keep, because evicting is the owner's call: a job may survive a short outage."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdmissionSettings:
-    """Whether rgpu admits GPU pods itself, behind a scheduling gate, before kube-scheduler."""
+    """Whether rgpu admits GPU pods itself, behind a scheduling gate, before kube-scheduler.
+
+    The webhook gates and the allocator admits, so both read the mode; how fast and how far
+    ahead the allocator admits is the allocator's own (its ``AllocatorAdmission``).
+    """
 
     mode: AdmissionMode = "gate"
     """``RGPU_ADMISSION``: ``gate`` (the webhook gates every GPU pod with ``rgpu.io/admission``;
@@ -110,37 +92,6 @@ class AdmissionSettings:
     only reads the booking) or ``filter`` (HAMi's flow: the booking is made inside
     kube-scheduler's ``/filter``). Gate by default: a burst is admitted at the apiserver's
     write rate instead of one pod per scheduler cycle, and waiting pods cost nothing."""
-    ttl_seconds: float = 60.0
-    """``RGPU_ADMISSION_TTL_SECONDS``: seconds an admitted pod's booking survives unbound; it
-    covers kube-scheduler's queue after the gate is lifted (seconds in a burst), and past it
-    the booking lapses and the pod takes the filter path."""
-    concurrency: int = 64
-    """``RGPU_ADMISSION_CONCURRENCY``: admissions (booking plus gate removal) in flight at
-    once; enough to keep the apiserver's write path busy in a burst, bounded so a burst of
-    thousands does not open thousands of requests."""
-    ahead: int = 256
-    """``RGPU_ADMISSION_AHEAD``: admitted pods kube-scheduler has not bound yet, at most.
-    Admitting further ahead of the scheduler gains nothing (it binds one pod per cycle) and
-    lets bookings lapse in its queue: each such pod then costs a second cycle on the filter
-    path. 256 within a 60 s TTL needs the scheduler to bind 4.3 pods/s; raise it with the
-    TTL for a slower scheduler, or for one that binds far faster than 256 per TTL."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerPolicySettings:
-    """Whether the allocator keeps one NetworkPolicy per lupine server (docs/security.md)."""
-
-    enabled: bool = False
-    """``RGPU_SERVER_POLICIES``: ``on`` (only a server's current holders, and discovery's
-    probes, may reach its lupine port) or ``off``. Off, because it needs what rgpu cannot
-    check from inside: lupine running as pods on the pod network, and a CNI that enforces
-    NetworkPolicy, ``ipBlock`` on pod addresses included."""
-    lupine_namespace: str = "rgpu-lupine"
-    """``RGPU_LUPINE_NAMESPACE``: where the lupine server pods run, and so where their
-    policies go; k8s/components/lupine-server's namespace."""
-    lupine_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "lupine-server"),)
-    """``RGPU_LUPINE_POD_LABELS``: ``key=value[,key=value]`` that every lupine server pod
-    carries; the lupine-server DaemonSet's selector."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,10 +181,12 @@ class LogSettings:
 class Settings:
     """What every service reads from its environment, once, at start.
 
-    A service with settings of its own subclasses this and adds them (discovery's
-    ``DiscoverySettings`` adds how lupine servers are probed); ``run_service`` is given that
-    class. ``KNOWN_KEYS`` still lists every service's keys, because one ConfigMap configures
-    them all: a key another service reads is accepted here, and only its reader checks it.
+    Only what more than one service reads is here. A service with settings of its own
+    subclasses this and adds them (discovery's ``DiscoverySettings`` adds how lupine servers are
+    probed; the allocator's ``AllocatorSettings`` widens ``scheduling`` and ``admission`` with
+    the keys only it reads); ``run_service`` is given that class. ``KNOWN_KEYS`` still lists
+    every service's keys, because one ConfigMap configures them all: a key another service
+    reads is accepted here, and only its reader checks it.
     """
 
     service: str
@@ -242,7 +195,6 @@ class Settings:
     resources: ResourceSettings = field(default_factory=ResourceSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
-    server_policies: ServerPolicySettings = field(default_factory=ServerPolicySettings)
     peers: PeerSettings = field(default_factory=PeerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -262,7 +214,6 @@ class Settings:
             resources=_resources(env),
             scheduling=_scheduling(env),
             admission=_admission(env),
-            server_policies=_server_policies(env),
             peers=_peers(env),
             kube=_kube(env),
             auth=_auth(env),
@@ -284,30 +235,13 @@ def _resources(env: Env) -> ResourceSettings:
 def _scheduling(env: Env) -> SchedulingSettings:
     d = SchedulingSettings()
     granularity = env.get("RGPU_GRANULARITY")
-    users = env.get("RGPU_TRUSTED_USERS")
-    preemption = env.get("RGPU_PREEMPTION")
     return SchedulingSettings(
         granularity=d.granularity
         if granularity is None
         else cast(Granularity, p.choice("RGPU_GRANULARITY", granularity, ("server", "card"))),
         scheduler_name=_read(env, "RGPU_SCHEDULER_NAME", p.word, d.scheduler_name),
         namespace=_read(env, "RGPU_NAMESPACE", p.dns_label, d.namespace),
-        booking_ttl_seconds=_read(
-            env, "RGPU_BOOKING_TTL_SECONDS", p.seconds, d.booking_ttl_seconds
-        ),
         topology_keys=_read(env, "RGPU_TOPOLOGY_KEYS", p.label_keys, d.topology_keys),
-        lib_image=_read(env, "RGPU_LIB_IMAGE", p.word, None),
-        trusted_users=d.trusted_users if users is None else p.csv(users),
-        extender_budget_seconds=_read(
-            env, "RGPU_EXTENDER_BUDGET_SECONDS", p.seconds, d.extender_budget_seconds
-        ),
-        preemption=d.preemption
-        if preemption is None
-        else p.choice("RGPU_PREEMPTION", preemption, ("on", "off")) == "on",
-        server_lost_grace_seconds=_read(
-            env, "RGPU_SERVER_LOST_GRACE_SECONDS", p.seconds, d.server_lost_grace_seconds
-        ),
-        on_server_lost=_on_server_lost(env, d.on_server_lost),
     )
 
 
@@ -318,43 +252,7 @@ def _admission(env: Env) -> AdmissionSettings:
         mode=d.mode
         if mode is None
         else cast(AdmissionMode, p.choice("RGPU_ADMISSION", mode, ("gate", "filter"))),
-        ttl_seconds=_read(env, "RGPU_ADMISSION_TTL_SECONDS", p.seconds, d.ttl_seconds),
-        concurrency=_read(env, "RGPU_ADMISSION_CONCURRENCY", _concurrency, d.concurrency),
-        ahead=_read(env, "RGPU_ADMISSION_AHEAD", _ahead, d.ahead),
     )
-
-
-def _server_policies(env: Env) -> ServerPolicySettings:
-    d = ServerPolicySettings()
-    mode = env.get("RGPU_SERVER_POLICIES")
-    return ServerPolicySettings(
-        enabled=d.enabled
-        if mode is None
-        else p.choice("RGPU_SERVER_POLICIES", mode, ("on", "off")) == "on",
-        lupine_namespace=_read(env, "RGPU_LUPINE_NAMESPACE", p.dns_label, d.lupine_namespace),
-        lupine_labels=_read(env, "RGPU_LUPINE_POD_LABELS", p.labels, d.lupine_labels),
-    )
-
-
-def _concurrency(key: str, value: str) -> int:
-    text = value.strip()
-    if not text.isdigit() or len(text) > 4 or not 1 <= int(text) <= 1024:
-        raise p.bad(key, value, "expected a whole number from 1 to 1024")
-    return int(text)
-
-
-def _ahead(key: str, value: str) -> int:
-    text = value.strip()
-    if not text.isdigit() or len(text) > 5 or not 1 <= int(text) <= 10_000:
-        raise p.bad(key, value, "expected a whole number from 1 to 10000")
-    return int(text)
-
-
-def _on_server_lost(env: Env, default: OnServerLost) -> OnServerLost:
-    value = env.get("RGPU_ON_SERVER_LOST")
-    if value is None:
-        return default
-    return cast(OnServerLost, p.choice("RGPU_ON_SERVER_LOST", value, ("keep", "evict")))
 
 
 def _peers(env: Env) -> PeerSettings:

@@ -1,0 +1,63 @@
+"""A gated pod of priority that no server fits because servers are held is a preemption's
+reason to be: the admission pass starts one for it (``Preemptor``) and goes on, and the pod
+books nothing while it runs, since a booking made between the rehearsal of the evictions and
+the nomination would leave its victims evicted for nothing. A few run at once: each is a few
+apiserver calls (dry runs, budgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anyio.abc import TaskGroup
+
+from rgpu_contracts import AllocationRequest
+from rgpu_placement import FleetView
+
+from .preempting import Preemptor, may_preempt
+from .verdicts import Verdict, Wait
+
+__all__ = ["PREEMPTIONS_AT_ONCE", "Preempting"]
+
+PREEMPTIONS_AT_ONCE = 4
+"""Preemption attempts in flight at once: each is a few apiserver calls (dry runs, budgets)."""
+
+
+class Preempting:
+    """The preemptions admission passes started and that have not ended yet."""
+
+    __slots__ = ("_notify", "_preemptor", "pods")
+
+    def __init__(self, preemptor: Preemptor, *, notify: Callable[[], None]) -> None:
+        self._preemptor, self._notify = preemptor, notify
+        self.pods: set[str] = set()
+        """The pods whose preemption is under way: they book nothing meanwhile."""
+
+    def start(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
+        """Start a preemption for ``verdict``'s pod if it is refused for held servers and
+        may preempt, unless one runs for it already or enough run at once."""
+        if self._should(verdict):
+            self.pods.add(verdict.pod.uid)
+            tg.start_soon(self._preempt, verdict, view)
+
+    def _should(self, verdict: Verdict) -> bool:
+        refusal = verdict.refusal
+        return (
+            verdict.wait is Wait.NO_FIT
+            and refusal is not None
+            and bool(refusal.blocked_by_claims)
+            and may_preempt(verdict.pod)
+            and verdict.pod.uid not in self.pods
+            and len(self.pods) < PREEMPTIONS_AT_ONCE
+        )
+
+    async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
+        pod, demand = verdict.pod, verdict.demand
+        try:
+            gated = pod.gated
+            if demand is not None and gated is not None:
+                request = AllocationRequest(pod=pod.ref, containers=gated.containers)
+                await self._preemptor.preempt(request, demand, view)
+        finally:
+            self.pods.discard(pod.uid)
+            self._notify()

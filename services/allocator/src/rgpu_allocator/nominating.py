@@ -1,0 +1,108 @@
+"""A nomination is written to the Lease of the server freed for a pod, with compare-and-swap
+like every claim, and read back from the ledger (``Nominations``: where a pod is held to, and
+whether its victims still hold the server). Writing it takes two edits. The first promises
+the server unless someone holds a live promise there (this pod already: nothing more to do;
+another pod that outranks it, or a pod that is not a victim took some of the promised cards
+since the choice: taken). The second takes a pod's promise back when its victims could not
+all go.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from rgpu_contracts import ServerName
+from rgpu_placement import Nomination
+
+from .claims import LeaseRecord
+from .judging import Judge
+from .leases import Edit, Edited
+
+__all__ = ["Nominations", "Step", "nominate", "withdraw"]
+
+
+class Step(enum.Enum):
+    """What ``nominate`` found on the Lease."""
+
+    WRITTEN = "written"
+    """The promise is written: evict the victims."""
+    MINE = "mine"
+    """The pod holds a live promise there already."""
+    TAKEN = "taken"
+    """Someone else holds it, or the Lease is gone: try another server."""
+
+
+def nominate(nomination: Nomination) -> Edit[Step]:
+    """Promise the server to the nominee unless someone holds a live promise there."""
+    uid, priority, now = nomination.pod.uid, nomination.priority, nomination.nominated_at
+
+    def change(record: LeaseRecord | None) -> Edited[Step]:
+        held = record.nomination if record is not None else None
+        if record is None:
+            return Edited(None, Step.TAKEN)
+        if held is not None and held.pod.uid == uid and now < held.expires_at:
+            return Edited(None, Step.MINE)
+        if held is not None and held.holds_against(uid, priority, now):
+            return Edited(None, Step.TAKEN)
+        if _newcomers(record, nomination):
+            return Edited(None, Step.TAKEN)
+        return Edited(record.claims, Step.WRITTEN, nomination=nomination)
+
+    return change
+
+
+def withdraw(uid: str) -> Edit[None]:
+    """Take back ``uid``'s nomination (a Lease promising the server to another is left alone)."""
+
+    def change(record: LeaseRecord | None) -> Edited[None]:
+        held = record.nomination if record is not None else None
+        if record is None or held is None or held.pod.uid != uid:
+            return Edited(None, None)
+        return Edited(record.claims, None, nomination=None)
+
+    return change
+
+
+def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
+    """Whether a pod that is not a victim took some of the promised cards since the choice."""
+    expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
+    cards = set(nomination.cards)
+    return any(c.pod.uid not in expected and cards.intersection(c.cards) for c in record.claims)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nominations:
+    """The nominations the ledger holds, as the booking path and admission read them."""
+
+    judge: Judge
+
+    def nominated_on(self, uid: str) -> ServerName | None:
+        """The server ``uid`` is held to: where it has a live nomination that still stands.
+
+        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
+        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
+        its cards (one of higher priority may book over it): the victims' leaving can no
+        longer free them, and the pod is free to look elsewhere (or preempt again).
+        """
+        now = self.judge.clock()
+        for record in self.judge.ledger.nominated():
+            found = record.nomination
+            if found is not None and found.pod.uid == uid and now < found.expires_at:
+                return None if self._overtaken(record.server, found) else record.server
+        return None
+
+    def victims_hold(self, server: ServerName) -> bool:
+        """Whether a victim of the nomination on ``server`` still has a claim there."""
+        record = self.judge.ledger.lease(server)
+        found = record.nomination if record is not None else None
+        if record is None or found is None:
+            return False
+        victims = {v.uid for v in found.victims}
+        return any(c.pod.uid in victims for c in record.claims)
+
+    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
+        victims = {v.uid for v in nomination.victims}
+        cards = set(nomination.cards)
+        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
+        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
