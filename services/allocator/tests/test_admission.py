@@ -252,6 +252,38 @@ async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_w
         await kit.wait_for(only_the_big_pod_waits, what="only the big pod waits")
 
 
+async def test_a_lone_pod_waits_for_capacity_behind_a_gang_of_its_ask_that_never_fits(
+    build, kit, sim, cluster
+):
+    # A pass decides each shape of ask once; a gang too large for the fleet never fits, and a
+    # lone pod of the same ask behind it must not be told so: it fits once a server frees.
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        holders_ = [gated_pod(cluster, f"holder-{i}") for i in range(2)]
+        await kit.wait_for(lambda: not any(gates(cluster, h) for h in holders_), what="held")
+        for holder in holders_:
+            cluster.bind(holder)
+        gang = {"rgpu.io/gang": "trainer", "rgpu.io/gang-size": "3"}
+        for i in range(3):
+            gated_pod(cluster, f"worker-{i}", labels=gang)
+        gated_pod(cluster, "lone")
+
+        async def reasons() -> dict[str, str]:
+            entries = (await client.get("/v1/queue")).json()["pods"]
+            return {e["pod"]["name"]: e["reason"] for e in entries}
+
+        async def all_four_decided() -> bool:
+            return len(await reasons()) == 4
+
+        await kit.wait_for(all_four_decided, what="four pods in line")
+        assert await reasons() == {
+            "worker-0": "NeverFits",
+            "worker-1": "NeverFits",
+            "worker-2": "NeverFits",
+            "lone": "NoFit",
+        }
+
+
 async def test_a_waiting_pod_is_admitted_when_its_holder_goes(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
     async with kit.running_allocator(sim.url, discovery):
