@@ -461,6 +461,21 @@ async def test_a_booking_released_behind_the_ledgers_back_lifts_no_gate_until_bo
         assert holders(cluster) == {"gpu-a": ["trainer"]}
 
 
+async def test_a_victim_whose_gate_is_being_lifted_keeps_its_booking(build, kit, sim, cluster):
+    # Its gate may be lifted at any moment: taking its booking back then would leave it through
+    # the gate with nothing booked, and kube-scheduler's binds would fail until it booked again
+    # through the filter, past its quota. It is preempted only once through, like any other.
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=1)))
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        sim.faults.set_latency(verb="patch", resource="pods", seconds=2.0)
+        low = gated_pod(cluster, "low", priority=10)
+        await kit.wait_for(lambda: holders(cluster) == {"gpu-a": ["low"]}, what="low booked")
+        gated_pod(cluster, "urgent", priority=1000)
+        await kit.wait_for(lambda: not gates(cluster, low), what="low's gate lifted", timeout=20)
+        preempted = events(cluster, low, reason="Preempted")
+        assert [e for e in preempted if "taken back" in e["message"]] == []
+
+
 async def test_a_victim_still_behind_the_gate_loses_its_booking_not_the_pod(
     build, kit, sim, cluster
 ):

@@ -42,7 +42,7 @@ from .instruments import Instruments
 from .judging import Judge
 from .planning import Planner
 from .pods import PodInfo
-from .preempting import Preemptor, may_preempt
+from .preempting import Outcome, Preemptor, may_preempt
 from .queueing import in_order
 from .queues import Queues
 from .queueview import QueueEntry, admission_queue
@@ -201,7 +201,11 @@ class Admitter:
             # A pod whose preemption is under way books nothing meanwhile: the preemption
             # nominates a server only after rehearsing its evictions, and a booking made in
             # between would leave its victims evicted for nothing.
-            busy=self._flight | self._lifted | self._preempting | self._retries.waiting(),
+            busy=self._flight
+            | self._lifted
+            | self._preempting
+            | self._preemptor.taking_back()
+            | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
@@ -328,14 +332,25 @@ class Admitter:
 
     async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
         pod, demand = verdict.pod, verdict.demand
+        outcome = Outcome.NONE
         try:
             gated = pod.gated
             if demand is not None and gated is not None:
                 request = AllocationRequest(pod=pod.ref, containers=gated.containers)
-                await self._preemptor.preempt(request, demand, view)
+                outcome = await self._preemptor.preempt(
+                    request, demand, view, admitting=self._admitting
+                )
         finally:
             self._preempting.discard(pod.uid)
-            self.notify()
+            # A blocked preemption waits for what blocks it to change (an admission ending, a
+            # nominee binding: each wakes the admitter) or for the next period (a budget):
+            # trying again at once would spin.
+            if outcome is not Outcome.BLOCKED:
+                self.notify()
+
+    def _admitting(self, uid: str) -> bool:
+        """Whether ``uid``'s gate is being lifted, or was and the watch has not said so yet."""
+        return uid in self._flight or uid in self._lifted
 
 
 def _creation(pod: PodInfo) -> SpanContext | None:
