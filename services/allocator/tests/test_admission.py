@@ -252,6 +252,38 @@ async def test_a_pod_no_server_can_ever_take_waits_holding_nothing_and_is_told_w
         await kit.wait_for(only_the_big_pod_waits, what="only the big pod waits")
 
 
+async def test_a_lone_pod_waits_for_capacity_behind_a_gang_of_its_ask_that_never_fits(
+    build, kit, sim, cluster
+):
+    # A pass decides each shape of ask once; a gang too large for the fleet never fits, and a
+    # lone pod of the same ask behind it must not be told so: it fits once a server frees.
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    async with kit.running_allocator(sim.url, discovery) as client:
+        holders_ = [gated_pod(cluster, f"holder-{i}") for i in range(2)]
+        await kit.wait_for(lambda: not any(gates(cluster, h) for h in holders_), what="held")
+        for holder in holders_:
+            cluster.bind(holder)
+        gang = {"rgpu.io/gang": "trainer", "rgpu.io/gang-size": "3"}
+        for i in range(3):
+            gated_pod(cluster, f"worker-{i}", labels=gang)
+        gated_pod(cluster, "lone")
+
+        async def reasons() -> dict[str, str]:
+            entries = (await client.get("/v1/queue")).json()["pods"]
+            return {e["pod"]["name"]: e["reason"] for e in entries}
+
+        async def all_four_decided() -> bool:
+            return len(await reasons()) == 4
+
+        await kit.wait_for(all_four_decided, what="four pods in line")
+        assert await reasons() == {
+            "worker-0": "NeverFits",
+            "worker-1": "NeverFits",
+            "worker-2": "NeverFits",
+            "lone": "NoFit",
+        }
+
+
 async def test_a_waiting_pod_is_admitted_when_its_holder_goes(build, kit, sim, cluster):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
     async with kit.running_allocator(sim.url, discovery):
@@ -424,9 +456,34 @@ async def test_a_booking_released_behind_the_ledgers_back_lifts_no_gate_until_bo
             sim.faults.set_error(verb=verb, resource="leases", rate=1.0, code=500)
         sim.faults.cut_watches()
         cluster.sim.store.delete("leases", "rgpu-gpu-a", namespace="rgpu-system")
+        # A retry that read the Lease back just before the delete may be lifting the gate now:
+        # no check can stop a delete between a read and the write after it. Let such a lift
+        # meet the failing patches; only retries after the delete are judged.
+        await anyio.sleep(0.5)
         sim.faults.set_error(verb="patch", resource="pods", rate=0.0)
         await kit.wait_for(lambda: not gates(cluster, pod), what="the gate lifted", timeout=30)
         assert holders(cluster) == {"gpu-a": ["trainer"]}
+
+
+async def test_a_victim_whose_gate_is_being_lifted_keeps_its_booking(build, kit, sim, cluster):
+    # Its gate may be lifted at any moment: taking its booking back then would leave it through
+    # the gate with nothing booked, and kube-scheduler's binds would fail until it booked again
+    # through the filter, past its quota. It is preempted only once through, like any other.
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=1)))
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        sim.faults.set_latency(verb="patch", resource="pods", seconds=2.0)
+        low = gated_pod(cluster, "low", priority=10)
+        await kit.wait_for(lambda: holders(cluster) == {"gpu-a": ["low"]}, what="low booked")
+        gated_pod(cluster, "urgent", priority=1000)
+
+        def through() -> bool:
+            # Once through the gate it is an ordinary victim, and may be evicted at once.
+            found = cluster.sim.store.list("pods", namespace=low.namespace)
+            return not any(p["metadata"]["name"] == "low" and gates(cluster, low) for p in found)
+
+        await kit.wait_for(through, what="low's gate lifted", timeout=20)
+        preempted = events(cluster, low, reason="Preempted")
+        assert [e for e in preempted if "taken back" in e["message"]] == []
 
 
 async def test_a_victim_still_behind_the_gate_loses_its_booking_not_the_pod(

@@ -39,6 +39,14 @@ class Demand:
     cuda_major: int | None = None
     """The CUDA major the pod's client shim was built for; ``None`` takes any server."""
 
+    def shape(self, granularity: str) -> tuple[object, ...]:
+        """All that placing the demand in ``granularity`` reads (not which container gets
+        which card): two demands of one shape fit the same servers and are refused for the
+        same reasons, so a long queue of differently made pods decides few shapes."""
+        if granularity == "card":
+            return ("card", self.effective_count, self.max_memory_mib, self.cuda_major)
+        return ("server", self.asks, self.effective_count, self.max_memory_mib, self.cuda_major)
+
 
 def _effective_count(containers: Sequence[ContainerRequest]) -> int:
     init = max((c.count for c in containers if c.kind is ContainerKind.INIT), default=0)

@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 from rgpu_contracts import AllocationRequest
 from rgpu_placement import FleetView
 
-from .preempting import Preemptor, may_preempt
+from .preempting import Outcome, Preemptor, may_preempt
 from .verdicts import Verdict, Wait
 
 __all__ = ["PREEMPTIONS_AT_ONCE", "Preempting"]
@@ -26,12 +26,24 @@ PREEMPTIONS_AT_ONCE = 4
 class Preempting:
     """The preemptions admission passes started and that have not ended yet."""
 
-    __slots__ = ("_notify", "_preemptor", "pods")
+    __slots__ = ("_admitting", "_notify", "_preemptor", "pods")
 
-    def __init__(self, preemptor: Preemptor, *, notify: Callable[[], None]) -> None:
-        self._preemptor, self._notify = preemptor, notify
+    def __init__(
+        self,
+        preemptor: Preemptor,
+        *,
+        notify: Callable[[], None],
+        admitting: Callable[[str], bool],
+    ) -> None:
+        """``admitting(uid)``: whether the admitter is lifting ``uid``'s gate now."""
+        self._preemptor, self._notify, self._admitting = preemptor, notify, admitting
         self.pods: set[str] = set()
         """The pods whose preemption is under way: they book nothing meanwhile."""
+
+    def busy(self) -> frozenset[str]:
+        """The pods that book nothing now: those preempting, and the victims whose booking a
+        preemption may take back (lifting their gate meanwhile would leave nothing booked)."""
+        return frozenset(self.pods) | self._preemptor.taking_back()
 
     def start(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
         """Start a preemption for ``verdict``'s pod if it is refused for held servers and
@@ -53,11 +65,18 @@ class Preempting:
 
     async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
         pod, demand = verdict.pod, verdict.demand
+        outcome = Outcome.NONE
         try:
             gated = pod.gated
             if demand is not None and gated is not None:
                 request = AllocationRequest(pod=pod.ref, containers=gated.containers)
-                await self._preemptor.preempt(request, demand, view)
+                outcome = await self._preemptor.preempt(
+                    request, demand, view, admitting=self._admitting
+                )
         finally:
             self.pods.discard(pod.uid)
-            self._notify()
+            # A blocked preemption waits for what blocks it to change (an admission ending, a
+            # nominee binding: each wakes the admitter) or for the next period (a budget):
+            # trying again at once would spin.
+            if outcome is not Outcome.BLOCKED:
+                self._notify()

@@ -94,7 +94,7 @@ class Admitter:
         # Lifted, but the pod watch has not delivered the pod without its gate yet: another
         # pass must not lift it again.
         self._lifted: set[str] = set()
-        self._preempting = Preempting(preemptor, notify=self.notify)
+        self._preempting = Preempting(preemptor, notify=self.notify, admitting=self._admitting)
         self._retries = Retries(clock)
         self._waits = Waits(api)
         self._writes = UnitWrites(
@@ -210,7 +210,7 @@ class Admitter:
             # A pod whose preemption is under way books nothing meanwhile: the preemption
             # nominates a server only after rehearsing its evictions, and a booking made in
             # between would leave its victims evicted for nothing.
-            busy=self._flight | self._lifted | self._preempting.pods | self._retries.waiting(),
+            busy=self._flight | self._lifted | self._preempting.busy() | self._retries.waiting(),
         )
 
     def _pass(self, tg: TaskGroup) -> None:
@@ -271,6 +271,10 @@ class Admitter:
     def _wait(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
         self._waits.announce(verdict)
         self._preempting.start(verdict, view, tg)
+
+    def _admitting(self, uid: str) -> bool:
+        """Whether ``uid``'s gate is being lifted, or was and the watch has not said so yet."""
+        return uid in self._flight or uid in self._lifted
 
 
 def _creation(pod: PodInfo) -> SpanContext | None:

@@ -22,7 +22,7 @@ class Capacity:
 
     def __init__(self) -> None:
         self._fleet: Fleet | None = None
-        self._memo: dict[tuple[Demand, str, int], str | None] = {}
+        self._memo: dict[tuple[object, str, int], str | None] = {}
 
     def never(
         self, fleet: Fleet, demand: Demand, granularity: Granularity, size: int
@@ -30,7 +30,7 @@ class Capacity:
         """Why ``size`` pods of ``demand`` can never be admitted together, or ``None``."""
         if fleet is not self._fleet or len(self._memo) >= KEPT:
             self._fleet, self._memo = fleet, {}
-        key = (demand, granularity, size)
+        key = (demand.shape(granularity), granularity, size)
         if key not in self._memo:
             self._memo[key] = _never(fleet, demand, granularity, size)
         return self._memo[key]

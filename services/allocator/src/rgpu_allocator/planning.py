@@ -206,7 +206,15 @@ class Planner:
         candidates: tuple[NodeName, ...],
     ) -> Verdict:
         nominated = self.nominated_on(pod.uid)
-        shape = (demand, candidates, nominated, pod.priority if walk.reserved else 0)
+        gang = pod.gated.gang if pod.gated is not None else None
+        size = gang.size if gang is not None else None
+        shape = (
+            demand.shape(self.policy.granularity),
+            candidates,
+            nominated,
+            pod.priority if walk.reserved else 0,
+            size,
+        )
         before = walk.refused.get(shape)
         if before is not None:
             return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)

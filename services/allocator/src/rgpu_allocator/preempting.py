@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
@@ -114,9 +114,23 @@ class Preemptor:
     """Wakes the nudger, which moves refused pods (this one among them) back into the queue."""
     remover: Remover
     enabled: bool = True
+    _taking_back: set[str] = field(default_factory=set, init=False)
 
-    async def preempt(self, request: AllocationRequest, demand: Demand, view: FleetView) -> Outcome:
+    def taking_back(self) -> frozenset[str]:
+        """The pods whose booking a preemption under way may take back: the admitter must
+        not admit them meanwhile (their gate would be lifted with nothing booked)."""
+        return frozenset(self._taking_back)
+
+    async def preempt(
+        self,
+        request: AllocationRequest,
+        demand: Demand,
+        view: FleetView,
+        *,
+        admitting: Callable[[str], bool] = lambda uid: False,
+    ) -> Outcome:
         """Try to free a server for ``request.pod`` after a refusal; returns what happened.
+        ``admitting(uid)``: whether the admitter is lifting ``uid``'s gate now.
 
         Never raises our errors: the refusal stands whatever happens here, and the pod's next
         retry tries again.
@@ -130,7 +144,7 @@ class Preemptor:
                 pod = await self._pod(request.pod)
                 if pod is None or not may_preempt(pod):
                     return Outcome.NONE
-                outcome = await self._preempt(pod, demand, view)
+                outcome = await self._preempt(pod, demand, view, admitting)
             except RgpuError as exc:
                 logger.warning("preemption for %s failed: %s", request.pod.key, exc)
                 outcome = Outcome.FAILED
@@ -150,7 +164,9 @@ class Preemptor:
         found = pod_info(raw) if raw is not None else None
         return found if found is not None and found.uid == ref.uid else None
 
-    async def _preempt(self, pod: PodInfo, demand: Demand, view: FleetView) -> Outcome:
+    async def _preempt(
+        self, pod: PodInfo, demand: Demand, view: FleetView, admitting: Callable[[str], bool]
+    ) -> Outcome:
         if self.nominations.nominated_on(pod.uid) is not None:
             return Outcome.PENDING
         options = preemptions(
@@ -164,7 +180,7 @@ class Preemptor:
         if not options:
             return Outcome.NONE
         for option in options[:MAX_CANDIDATES]:
-            outcome = await self._attempt(pod, option)
+            outcome = await self._attempt(pod, option, admitting)
             if outcome is not Outcome.BLOCKED:
                 return outcome
         return Outcome.BLOCKED
@@ -193,7 +209,23 @@ class Preemptor:
         pod = self.judge.pods.get(uid)
         return pod.grace_seconds if pod is not None else 0.0
 
-    async def _attempt(self, pod: PodInfo, option: Preemption) -> Outcome:
+    async def _attempt(
+        self, pod: PodInfo, option: Preemption, admitting: Callable[[str], bool]
+    ) -> Outcome:
+        held = {v.pod.uid for v in option.victims if self._gated(v)}
+        if any(admitting(uid) or uid in self._taking_back for uid in held):
+            # Its gate may be lifted at any moment (or another preemption is taking it): a
+            # booking taken back now would leave the pod through the gate with nothing booked.
+            key, server = pod.ref.key, option.server
+            logger.info("preemption for %s on %s waits: a victim is being admitted", key, server)
+            return Outcome.BLOCKED
+        self._taking_back.update(held)
+        try:
+            return await self._try(pod, option)
+        finally:
+            self._taking_back.difference_update(held)
+
+    async def _try(self, pod: PodInfo, option: Preemption) -> Outcome:
         try:
             await self._rehearse(option)
         except EvictionRefused as exc:
