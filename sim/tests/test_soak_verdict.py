@@ -114,6 +114,17 @@ def test_a_failed_start_is_excused_only_inside_an_injected_down_window() -> None
     assert not check_completion(["default/a"], set(), outcomes, late, servers).passed
 
 
+def test_a_failed_pod_is_named_with_the_kubelets_word_on_why() -> None:
+    outcomes = {"default/a": ("Failed", "e:1", 5.0), "default/b": ("Failed", "e:1", 6.0)}
+    why = {"default/a": "cannot connect to lupine at e:1 from 127.1.0.9: nothing answers"}
+    found = check_completion(["default/a", "default/b"], set(), outcomes, [], {}, why)
+    assert not found.passed
+    assert found.detail == (
+        "default/a Failed (cannot connect to lupine at e:1 from 127.1.0.9: nothing answers); "
+        "default/b Failed"
+    )
+
+
 def test_any_observed_5xx_fails() -> None:
     assert check_no_5xx([]).passed
     assert not check_no_5xx(["default/a: failed filter with extender, code 500"]).passed

@@ -571,6 +571,43 @@ async def test_victims_one_budget_cannot_all_spare_are_not_evicted_and_the_next_
     assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
 
 
+async def test_two_preemptions_at_once_never_overspend_one_budget_between_them(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(
+        build.server("gpu-a", cards=2), build.server("gpu-b", cards=2, memory=80000)
+    )
+    discovery = kit.FakeDiscovery(fleet)
+    # One budget spares two of the four victims: either urgent pod's two fit in it alone, but
+    # not both pairs. Rehearsed side by side (one needs gpu-b's memory, the other takes
+    # gpu-a), each would see room for its own, and their evictions, interleaved, would be
+    # refused half-way: victims evicted for nothing.
+    names = ("a-1", "a-2", "b-1", "b-2")
+    shared = tuple(make_pod(cluster, n, "batch", labels={"app": "shared"}) for n in names)
+    urgent = tuple(make_pod(cluster, n, "urgent") for n in ("urgent-1", "urgent-2"))
+    budget(cluster, "shared", maxUnavailable=2)
+    one = build.container(count=1)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in shared:
+            await hold(client, cluster, pod, kit, one)
+            ready(cluster, pod)
+
+        async def ask(pod: PodRef, memory: int) -> None:
+            wanted = build.container(count=2, memory=memory)
+            await client.post("/v1/allocations", json=kit.ask(pod, wanted))
+
+        # Slow evictions keep both preemptions' evictions in flight together.
+        sim.faults.set_latency(verb="create", resource="pods/eviction", seconds=0.2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, urgent[0], 0)
+            tg.start_soon(ask, urgent[1], 60000)
+        metrics = (await client.get("/metrics")).text
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 0
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+    assert sum(terminating(cluster, p) for p in shared) == 2
+
+
 async def test_a_budget_no_set_of_victims_can_spare_evicts_nobody(build, kit, sim, cluster):
     install_classes(cluster)
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a", cards=2)))

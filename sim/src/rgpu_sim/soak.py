@@ -229,7 +229,12 @@ def _verdict(
         check_commits_held(evidence.leases, evidence.pods.values()),
         check_no_leftover_claims(_final_claims(stack, evidence), waited),
         check_completion(
-            (p.key for p in plans), driver.deleted | evicted, outcomes, log.windows, servers
+            (p.key for p in plans),
+            driver.deleted | evicted,
+            outcomes,
+            log.windows,
+            servers,
+            {r.key: r.message for r in records if r.message},
         ),
         check_no_5xx([*driver.server_errors, *extender_5xx, *_logged_5xx(stack)]),
         check_lost_holders(

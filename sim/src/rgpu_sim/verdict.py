@@ -111,11 +111,13 @@ def check_completion(
     outcomes: Mapping[str, tuple[str, str, float]],
     windows: Sequence[FaultWindow],
     servers: Mapping[str, str],
+    messages: Mapping[str, str] | None = None,
 ) -> CheckResult:
     """Every planned pod ran to completion unless the workload deleted it.
 
     ``outcomes``: pod key → (phase, endpoint, start time) from the kubelet. A pod that failed
     to start because its server was down by the fault schedule at that moment is excused.
+    ``messages``: the kubelet's word on a failed pod, said beside it (its story starts there).
     """
     missing, failed, excused = [], [], 0
     for key in planned:
@@ -131,7 +133,8 @@ def check_completion(
         elif phase == "never started":
             missing.append(key)
         else:
-            failed.append(f"{key} {phase}")
+            said = (messages or {}).get(key)
+            failed.append(f"{key} {phase}" + (f" ({said})" if said else ""))
     return CheckResult(
         name=f"every pod ran to completion unless the workload deleted it "
         f"({excused} excused: started on a server the faults had taken down)",

@@ -38,6 +38,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import AllocationRequest, Claim, PodRef
@@ -115,6 +116,7 @@ class Preemptor:
     remover: Remover
     enabled: bool = True
     _taking_back: set[str] = field(default_factory=set, init=False)
+    _spending: anyio.Lock = field(default_factory=anyio.Lock, init=False)
 
     def taking_back(self) -> frozenset[str]:
         """The pods whose booking a preemption under way may take back: the admitter must
@@ -221,7 +223,11 @@ class Preemptor:
             return Outcome.BLOCKED
         self._taking_back.update(held)
         try:
-            return await self._try(pod, option)
+            # Evictions spend disruption budgets: one preemption at a time rehearses and
+            # evicts, so each sees what the one before spent (side by side, both would see
+            # room for their own victims and be refused half-way, victims evicted for nothing).
+            async with self._spending:
+                return await self._try(pod, option)
         finally:
             self._taking_back.difference_update(held)
 
