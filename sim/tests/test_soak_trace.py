@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from rgpu_cli.main import app
-from rgpu_kubesim import PodRecord, Step
+from rgpu_kubesim import AddressUnavailable, PodRecord, Step
+from rgpu_sim import soak_command
 from rgpu_sim.soak_trace import save_trace, trace_lines
 from rgpu_testkit import flat
 
@@ -77,3 +80,26 @@ def test_a_trace_in_a_missing_directory_is_refused_before_the_soak_starts(
     assert result.exit_code == 2
     # Rich wraps the error box at the terminal's width, so the path's length decides where.
     assert "is not a directory" in flat(result.output)
+
+
+def test_a_fleet_address_taken_by_another_run_of_the_seed_is_said_in_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fake server healed from "down" listens again on its seeded address; a second soak of
+    # the same seed may hold it by then. That is a clash of runs, not a crash of rgpu.
+    async def clash(*_: object) -> None:
+        taken = AddressUnavailable("fake lupine gpu-04 cannot listen on 127.63.166.94:14833")
+        raise ExceptionGroup("soak", [taken])
+
+    monkeypatch.setattr(soak_command, "_soak", clash)
+    monkeypatch.setattr(soak_command, "die_with_parent", lambda _signal: None)
+    level = logging.getLogger("rgpu_runtime").level
+    try:
+        result = CliRunner().invoke(app, ["soak", "--pods", "20", "--seed", "77"])
+    finally:
+        logging.getLogger("rgpu_runtime").setLevel(level)
+    assert result.exit_code == 2
+    said = flat(result.output)
+    assert "cannot listen on 127.63.166.94:14833" in said
+    assert "is another run of seed 77 using them? Give one of them another --seed." in said
+    assert "Traceback" not in result.output

@@ -11,6 +11,8 @@ import anyio
 import typer
 from rich.console import Console
 
+from rgpu_kubesim import AddressUnavailable
+
 from .arguments import check_granularity, check_new_file
 from .processes import die_with_parent, run_until_stopped
 from .soak import SoakOptions, SoakReport, plan_for, print_soak_report, run_soak
@@ -125,7 +127,18 @@ def soak(
     # The emulators' watches are cut on purpose; their retries are not news.
     logging.getLogger("rgpu_runtime").setLevel(logging.ERROR)
     die_with_parent(signal.SIGTERM)
-    report = anyio.run(_soak, options, console, plan, backend_options=loop_options())
+    try:
+        report = anyio.run(_soak, options, console, plan, backend_options=loop_options())
+    except* AddressUnavailable as group:
+        # The fleet's addresses follow the seed: a fake server healed from "down" finds its
+        # address taken when another soak (or demo) of the same seed runs beside this one.
+        console.print(f"[red]the soak stopped[/]: {group.exceptions[0]}", highlight=False)
+        console.print(
+            f"  the fake lupine addresses follow --seed: is another run of seed {seed} "
+            "using them? Give one of them another --seed.",
+            highlight=False,
+        )
+        raise typer.Exit(code=2) from None
     if report is None:
         console.print("[red]interrupted[/]; every process was stopped")
         raise typer.Exit(code=130)

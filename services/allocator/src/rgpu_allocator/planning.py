@@ -18,8 +18,11 @@ Rules of the walk:
   but a unit waiting for capacity only claims hold (``Refusal.blocked_by_claims``) keeps the
   best of those servers from every unit of lower priority, so a stream of small low-priority
   asks cannot starve it (in card granularity they would nibble its server's cards as they free);
-* once one pod of a shape (ask, candidate nodes) is refused, the rest of that shape are
-  refused with it in the same pass, without deciding again: nothing frees during a pass.
+* once one pod of a shape is refused, the rest of that shape are refused with it in the same
+  pass, without deciding again: nothing frees during a pass. A shape is what placement reads
+  of an ask (card count, memory, CUDA major: not the containers' names or number), with the
+  candidate nodes, the nomination and the gang's size; a queue of a thousand pods made a
+  thousand ways holds few shapes, and the pass costs what its shapes do.
 """
 
 from __future__ import annotations
