@@ -7,7 +7,7 @@ import pytest
 
 from rgpu_allocator.settings import KEYS, AllocatorSettings
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import KNOWN_KEYS, OWN_KEYS, Settings
+from rgpu_runtime.settings import Settings
 
 EVERY_KEY = {
     "RGPU_ADMISSION": "filter",
@@ -134,11 +134,6 @@ def test_a_bad_server_policies_setting_stops_the_service_naming_it(key: str, val
 def test_a_shared_setting_is_still_checked_for_the_allocator() -> None:
     with pytest.raises(SettingsError, match="RGPU_ADMISSION='scheduler'"):
         AllocatorSettings.from_env({"RGPU_ADMISSION": "scheduler"})
-
-
-def test_the_runtimes_union_of_keys_lists_exactly_the_allocators_own() -> None:
-    assert OWN_KEYS["allocator"] == KEYS
-    assert set(KEYS) <= set(KNOWN_KEYS)
 
 
 def test_every_service_sharing_the_configmap_accepts_the_allocators_keys() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from rgpu_discovery.settings import KEYS, DiscoverySettings
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import KNOWN_KEYS, OWN_KEYS, Settings
+from rgpu_runtime.settings import KNOWN_KEYS, Settings
 
 
 def test_the_lupine_keys_are_read_into_their_fields() -> None:
@@ -68,7 +68,3 @@ def test_every_service_sharing_the_configmap_accepts_discoverys_keys() -> None:
 def test_a_shared_setting_is_still_checked_for_discovery() -> None:
     with pytest.raises(SettingsError, match="RGPU_LISTEN='nowhere'"):
         DiscoverySettings.from_env({"RGPU_LISTEN": "nowhere"})
-
-
-def test_the_runtimes_union_of_keys_lists_exactly_discoverys_own() -> None:
-    assert OWN_KEYS["discovery"] == KEYS

@@ -6,7 +6,7 @@ import pytest
 
 from rgpu_extender.settings import KEYS, ExtenderSettings
 from rgpu_runtime.errors import SettingsError
-from rgpu_runtime.settings import KNOWN_KEYS, OWN_KEYS, HostPort, Settings
+from rgpu_runtime.settings import KNOWN_KEYS, HostPort, Settings
 
 
 def test_the_listener_keys_are_read_into_their_fields() -> None:
@@ -83,10 +83,6 @@ def test_every_service_sharing_the_configmap_accepts_the_extenders_keys() -> Non
     assert set(KEYS) <= set(KNOWN_KEYS)
     for service in ("discovery", "allocator", "metrics"):
         assert Settings.from_env(dict.fromkeys(KEYS, "x"), service=service).service == service
-
-
-def test_the_runtimes_union_of_keys_lists_exactly_the_extenders_own() -> None:
-    assert OWN_KEYS["extender"] == KEYS
 
 
 def test_every_scheduling_key_of_the_extender_is_read_into_its_field() -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal, cast
 
 from rgpu_runtime.settings import (
+    OWN_KEYS,
     AdmissionSettings,
     Env,
     SchedulingSettings,
@@ -37,18 +38,7 @@ __all__ = [
 
 OnServerLost = Literal["keep", "evict"]
 
-KEYS = (
-    "RGPU_ADMISSION_AHEAD",
-    "RGPU_ADMISSION_CONCURRENCY",
-    "RGPU_ADMISSION_TTL_SECONDS",
-    "RGPU_BOOKING_TTL_SECONDS",
-    "RGPU_LUPINE_NAMESPACE",
-    "RGPU_LUPINE_POD_LABELS",
-    "RGPU_ON_SERVER_LOST",
-    "RGPU_PREEMPTION",
-    "RGPU_SERVER_LOST_GRACE_SECONDS",
-    "RGPU_SERVER_POLICIES",
-)
+KEYS = OWN_KEYS["allocator"]
 """The keys only the allocator reads."""
 
 

@@ -10,11 +10,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from rgpu_runtime.settings import Env, Settings, parse_port, parse_seconds
+from rgpu_runtime.settings import OWN_KEYS, Env, Settings, parse_port, parse_seconds
 
 __all__ = ["KEYS", "DiscoverySettings", "LupineSettings"]
 
-KEYS = ("RGPU_DEFAULT_PORT", "RGPU_PROBE_INTERVAL_SECONDS", "RGPU_PROBE_TIMEOUT_SECONDS")
+KEYS = OWN_KEYS["discovery"]
 """The keys only discovery reads."""
 
 

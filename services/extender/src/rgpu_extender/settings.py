@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from rgpu_runtime.errors import SettingsError
 from rgpu_runtime.settings import (
+    OWN_KEYS,
     Env,
     HostPort,
     SchedulingSettings,
@@ -27,17 +28,7 @@ from rgpu_runtime.settings import (
 
 __all__ = ["KEYS", "EdgeSettings", "ExtenderScheduling", "ExtenderSettings"]
 
-KEYS = (
-    "RGPU_EXTENDER_BUDGET_SECONDS",
-    "RGPU_LIB_IMAGE",
-    "RGPU_SCHEDULER_CLIENT_CA_FILE",
-    "RGPU_SCHEDULER_MAX_BODY_BYTES",
-    "RGPU_TLS_CERT_FILE",
-    "RGPU_TLS_KEY_FILE",
-    "RGPU_TRUSTED_USERS",
-    "RGPU_WEBHOOK_CLIENT_CA_FILE",
-    "RGPU_WEBHOOK_LISTEN",
-)
+KEYS = OWN_KEYS["extender"]
 """The keys only the extender reads."""
 
 _SCHEDULER_MAX_BODY_BYTES = 4 << 20
