@@ -486,6 +486,45 @@ async def test_a_victim_whose_gate_is_being_lifted_keeps_its_booking(build, kit,
         assert [e for e in preempted if "taken back" in e["message"]] == []
 
 
+async def test_the_member_a_gang_left_behind_the_gate_keeps_its_booking(build, kit, sim, cluster):
+    # A gang is booked whole before any gate is lifted. When one lift fails, the member left
+    # behind is the rest of an admitted gang: taking its booking back would leave its sibling
+    # running alone, and itself waiting for good once the sibling ends ("1 of 2 members exist").
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a"), build.server("gpu-b")))
+    async with kit.running_allocator(sim.url, discovery, **BRISK) as client:
+        sim.faults.set_error(verb="patch", resource="pods", rate=1.0, code=500)
+        gang = {"rgpu.io/gang": "pair", "rgpu.io/gang-size": "2"}
+        first = gated_pod(cluster, "pair-0", priority=10, labels={**gang, "app": "pair-0"})
+        rest = gated_pod(cluster, "pair-1", priority=10, labels=gang)
+
+        def booked() -> list[str]:
+            return sorted(name for names in holders(cluster).values() for name in names)
+
+        await kit.wait_for(lambda: booked() == ["pair-0", "pair-1"], what="the gang booked")
+        # pair-0's lift went through and it runs under a budget that spares nobody; pair-1's
+        # lifts keep failing. The only server left to free for an urgent pod is pair-1's.
+        cluster.sim.store.patch(
+            "pods", "pair-0", {"spec": {"schedulingGates": None}}, namespace="ml"
+        )
+        cluster.bind(first)
+        ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        cluster.sim.store.patch("pods", "pair-0", ready, namespace="ml", subresource="status")
+        budget = {
+            "metadata": {"name": "pair-0", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pair-0"}}},
+        }
+        cluster.sim.store.create("poddisruptionbudgets", budget, namespace="ml")
+        gated_pod(cluster, "urgent", priority=1000)
+
+        async def tried() -> bool:
+            return await metric(client, "rgpu_allocator_preemptions_total") > 0
+
+        await kit.wait_for(tried, what="a preemption tried")
+        preempted = events(cluster, rest, reason="Preempted")
+        assert [e for e in preempted if "taken back" in e["message"]] == []
+        assert booked() == ["pair-0", "pair-1"]
+
+
 async def test_a_victim_still_behind_the_gate_loses_its_booking_not_the_pod(
     build, kit, sim, cluster
 ):

@@ -215,9 +215,12 @@ class Preemptor:
         self, pod: PodInfo, option: Preemption, admitting: Callable[[str], bool]
     ) -> Outcome:
         held = {v.pod.uid for v in option.victims if self._gated(v)}
-        if any(admitting(uid) or uid in self._taking_back for uid in held):
+        lifting = any(admitting(uid) or uid in self._taking_back for uid in held)
+        if lifting or any(self._gang_through(v) for v in option.victims):
             # Its gate may be lifted at any moment (or another preemption is taking it): a
             # booking taken back now would leave the pod through the gate with nothing booked.
+            # A gang member whose siblings are through already is the rest of a gang booked
+            # whole: taking its booking back would leave the gang running in part, for good.
             key, server = pod.ref.key, option.server
             logger.info("preemption for %s on %s waits: a victim is being admitted", key, server)
             return Outcome.BLOCKED
@@ -296,6 +299,15 @@ class Preemptor:
         """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""
         held = self.judge.pods.get(victim.pod.uid)
         return held is not None and held.gated is not None
+
+    def _gang_through(self, victim: Claim) -> bool:
+        """Whether ``victim`` is behind the gate while members of its gang are through it."""
+        held = self.judge.pods.get(victim.pod.uid)
+        gang = held.gated.gang if held is not None and held.gated is not None else None
+        if gang is None or gang.size is None:
+            return False
+        behind = sum(1 for p in self.judge.pods if p.gated is not None and p.gated.gang == gang)
+        return behind < gang.size
 
     async def _evict(self, victim: Claim, pod: PodInfo) -> None:
         if self._gated(victim):
