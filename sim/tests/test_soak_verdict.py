@@ -114,6 +114,19 @@ def test_a_failed_start_is_excused_only_inside_an_injected_down_window() -> None
     assert not check_completion(["default/a"], set(), outcomes, late, servers).passed
 
 
+def test_a_failed_start_is_excused_when_a_down_window_began_while_it_was_dialling() -> None:
+    # One fault on the server ended and the next began between the pod's start and its dial.
+    outcomes = {"default/a": ("Failed", "e:1", 5.0)}
+    servers = {"e:1": "gpu-01"}
+    gap = [
+        FaultWindow(kind="lupine-down", target="gpu-01", start=1.0, end=4.99),
+        FaultWindow(kind="server-lost", target="gpu-01", start=5.02, end=20.0),
+    ]
+    assert check_completion(["default/a"], set(), outcomes, gap, servers).passed
+    later = [FaultWindow(kind="server-lost", target="gpu-01", start=6.0, end=20.0)]
+    assert not check_completion(["default/a"], set(), outcomes, later, servers).passed
+
+
 def test_a_failed_pod_is_named_with_the_kubelets_word_on_why() -> None:
     outcomes = {"default/a": ("Failed", "e:1", 5.0), "default/b": ("Failed", "e:1", 6.0)}
     why = {"default/a": "cannot connect to lupine at e:1 from 127.1.0.9: nothing answers"}

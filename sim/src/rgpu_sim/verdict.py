@@ -34,6 +34,11 @@ WAKE_LIMIT_SECONDS = 2.0
 SERVER_FAULTS = ("lupine-down", "lupine-busy", "node-not-ready", "server-lost")
 DOWN_FAULTS = ("lupine-down", "server-lost")
 """Faults during which a pod may fail to start on the server: nothing answers there."""
+DIAL_SECONDS = 0.5
+"""How long after its start a pod's container may still be dialling its server (the kubelet
+records the start, then connects, within milliseconds on a quiet machine): a down window that
+began by then may be what it met, as when one fault on a server ends and the next begins in
+the moment between the two."""
 REASON_LOST = "RemoteGPUServerLost"
 
 
@@ -98,9 +103,13 @@ def check_no_leftover_claims(final: Mapping[str, frozenset[str]], waited: float)
     )
 
 
-def _faulted(windows: Iterable[FaultWindow], target: str, kind: str, at: float) -> bool:
+def _faulted(
+    windows: Iterable[FaultWindow], target: str, kind: str, at: float, until: float | None = None
+) -> bool:
+    """Whether a ``kind`` window on ``target`` covers any moment from ``at`` to ``until``."""
+    last = at if until is None else until
     return any(
-        w.kind == kind and w.target == target and w.start <= at <= (w.end or float("inf"))
+        w.kind == kind and w.target == target and w.start <= last and at <= (w.end or float("inf"))
         for w in windows
     )
 
@@ -127,7 +136,8 @@ def check_completion(
         if phase == "Succeeded":
             continue
         server = servers.get(endpoint, "")
-        down = any(_faulted(windows, server, kind, started) for kind in DOWN_FAULTS)
+        dialled = started + DIAL_SECONDS
+        down = any(_faulted(windows, server, kind, started, dialled) for kind in DOWN_FAULTS)
         if phase == "Failed" and down:
             excused += 1
         elif phase == "never started":
