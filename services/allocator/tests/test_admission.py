@@ -421,6 +421,44 @@ async def test_a_pod_being_preempted_for_books_the_server_freed_for_it(build, ki
         assert holders(cluster) == {victims_server: ["urgent"]}
 
 
+async def test_the_admitter_evicts_the_victims_an_eviction_shed_half_way_left(
+    build, kit, sim, cluster
+):
+    # The apiserver sheds the second of two real evictions. The server stays promised to the
+    # urgent pod, which waits for it (not for the other server, whose pods may finish first),
+    # and the admitter's next pass evicts the victim left.
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    grace = {"terminationGracePeriodSeconds": 1}
+    env = {**BRISK, "RGPU_GRANULARITY": "card"}
+    async with kit.running_allocator(sim.url, discovery, **env) as client:
+        low = [gated_pod(cluster, f"low-{i}", priority=10, spec=grace) for i in (1, 2)]
+        await kit.wait_for(lambda: not any(gates(cluster, p) for p in low), what="lows admitted")
+        [lows_server] = holders(cluster)
+        mid = [gated_pod(cluster, f"mid-{i}", priority=100, spec=grace) for i in (1, 2)]
+        await kit.wait_for(lambda: not any(gates(cluster, p) for p in mid), what="mids admitted")
+        for pod in (*low, *mid):
+            cluster.bind(pod)
+        evictions = {"verb": "create", "resource": "pods/eviction"}
+        sim.faults.set_error(**evictions, rate=1.0, code=429, retry_after=1, skip=3)
+        urgent = gated_pod(cluster, "urgent", cards=2, priority=1000)
+
+        async def partial() -> bool:
+            return await metric(client, "rgpu_allocator_preemptions_total", outcome="partial") == 1
+
+        await kit.wait_for(partial, what="one victim evicted, the second shed")
+        assert [_terminating(cluster, p) for p in low] == [True, False]
+        sim.faults.set_error(**evictions, rate=0.0)
+        for pod in mid:
+            cluster.delete(pod)
+        await kit.wait_for(lambda: _terminating(cluster, low[1]), what="the victim left evicted")
+        for pod in low:
+            cluster.delete(pod)
+        await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
+        assert holders(cluster) == {lows_server: ["urgent"]}
+        assert await metric(client, "rgpu_allocator_preemptions_total", outcome="resumed") == 1
+
+
 async def test_an_admitted_booking_committed_but_not_yet_bound_keeps_the_admission_ttl(
     build, kit, sim, cluster
 ):

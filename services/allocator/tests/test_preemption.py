@@ -456,6 +456,64 @@ async def test_a_failed_eviction_keeps_the_refusal_and_takes_the_nomination_back
     assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="failed"}') == 1
 
 
+async def test_victims_left_when_the_apiserver_sheds_an_eviction_go_on_the_next_attempt(
+    build, kit, sim, cluster
+):
+    install_classes(cluster)
+    fleet = build.fleet(build.server("gpu-a", cards=2), build.server("gpu-b", cards=2))
+    discovery = kit.FakeDiscovery(fleet)
+    # gpu-a's victims are the cheaper pair. The apiserver sheds the second real eviction
+    # (after two dry runs and the first): taking back the promise would leave the urgent pod
+    # free to book gpu-b once it frees, and batch-1 evicted for nothing.
+    batch = (make_pod(cluster, "batch-1", "batch"), make_pod(cluster, "batch-2", "batch"))
+    others = (make_pod(cluster, "std-1", "standard"), make_pod(cluster, "std-2", "standard"))
+    urgent = make_pod(cluster, "urgent", "urgent")
+    one, two = build.container(count=1), build.container(count=2)
+    async with allocator(kit, sim, discovery, RGPU_GRANULARITY="card") as client:
+        for pod in batch:
+            assert await hold(client, cluster, pod, kit, one) == "gpu-a"
+        for pod in others:
+            assert await hold(client, cluster, pod, kit, one) == "gpu-b"
+        evictions = {"verb": "create", "resource": "pods/eviction"}
+        sim.faults.set_error(**evictions, rate=1.0, code=429, retry_after=1, skip=3)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent, two))
+        assert refused.status_code == 409
+        assert terminating(cluster, batch[0]) and not terminating(cluster, batch[1])
+        assert nomination(cluster, "gpu-a")["pod"]["uid"] == urgent.uid
+        sim.faults.set_error(**evictions, rate=0.0)
+        for pod in others:
+            finish(cluster, pod)
+        await kit.wait_for(lambda: cluster.holders().get("gpu-b") == [], what="gpu-b free")
+        held = await client.post("/v1/allocations", json=kit.ask(urgent, two))
+        assert held.status_code == 409, held.text
+        assert terminating(cluster, batch[1])
+        for pod in batch:
+            finish(cluster, pod)
+        await kit.wait_for(lambda: cluster.holders().get("gpu-a") == [], what="gpu-a free")
+        got = await client.post("/v1/allocations", json=kit.ask(urgent, two))
+        metrics = (await client.get("/metrics")).text
+    assert got.status_code == 200, got.text
+    assert got.json()["server"] == "gpu-a"
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="partial"}') == 1
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="resumed"}') == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
+
+
+async def test_a_shed_eviction_is_not_a_budget_refusal(build, kit, sim, cluster):
+    # A 429 without the DisruptionBudget cause is the apiserver shedding load: no budget
+    # said no, so the preemption failed (retried later), and was not refused for good.
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        sim.faults.set_error(verb="create", resource="pods/eviction", rate=1.0, code=429)
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        metrics = (await client.get("/metrics")).text
+    assert refused.status_code == 409
+    assert nomination(cluster, "gpu-a") is None
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="failed"}') == 1
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="blocked"}') == 0
+
+
 async def test_the_preemptor_books_the_server_freed_for_it_even_when_another_frees_first(
     build, kit, sim, cluster
 ):

@@ -57,6 +57,17 @@ async def test_429_carries_retry_after(client: httpx.AsyncClient, sim: SimApiSer
     assert response.json()["details"] == {"retryAfterSeconds": 3}
 
 
+async def test_an_error_rule_lets_the_first_requests_it_skips_through(
+    client: httpx.AsyncClient, sim: SimApiServer
+) -> None:
+    sim.faults.set_error(verb="list", resource="pods", rate=1.0, code=429, skip=2)
+    assert await _codes(client, 4) == [200, 200, 429, 429]
+    sim.faults.set_error(verb="list", resource="pods", rate=1.0, code=429, skip=1)
+    assert await _codes(client, 2) == [200, 429]
+    with pytest.raises(FaultSpecError, match="skip"):
+        sim.faults.set_error(rate=1.0, skip=-1)
+
+
 async def test_plural_rule_covers_subresources_but_specific_rule_wins(
     client: httpx.AsyncClient, sim: SimApiServer, pod: Manifest
 ) -> None:
@@ -134,7 +145,7 @@ async def test_http_control_sets_shows_and_replaces_faults(
     }
     shown = (await client.post("/_sim/faults", json=body)).json()
     assert shown["errors"] == [
-        {"verb": "list", "resource": "pods", "rate": 1.0, "code": 429, "retryAfter": 2}
+        {"verb": "list", "resource": "pods", "rate": 1.0, "code": 429, "retryAfter": 2, "skip": 0}
     ]
     assert shown["latencies"] == [{"verb": "get", "resource": "*", "seconds": 0.01}]
     assert (await client.get(PODS)).status_code == 429

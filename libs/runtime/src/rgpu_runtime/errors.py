@@ -178,7 +178,9 @@ class KubeError(RgpuError):
     ``kube_status`` is the apiserver's HTTP status (0 when none arrived), ``kube_reason`` the
     ``Status.reason`` (``Conflict``, ``NotFound``, ...) and ``kube_message`` its
     ``Status.message`` verbatim (trimmed), so callers can compare e.g. the node a pod is
-    already bound to.
+    already bound to. ``kube_causes`` holds the reasons of ``Status.details.causes``: the
+    Eviction API's ``429`` for a disruption budget says ``DisruptionBudget`` there, which
+    tells it from a ``429`` of an apiserver shedding load.
     """
 
     status_code = 502
@@ -191,12 +193,14 @@ class KubeError(RgpuError):
         kube_status: int = 0,
         kube_reason: str = "",
         kube_message: str = "",
+        kube_causes: tuple[str, ...] = (),
         retry_after: float | None = None,
     ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.kube_status = kube_status
         self.kube_reason = kube_reason
         self.kube_message = kube_message
+        self.kube_causes = kube_causes
 
 
 class KubeNotFound(KubeError):

@@ -47,20 +47,25 @@ class Preempting:
 
     def start(self, verdict: Verdict, view: FleetView, tg: TaskGroup) -> None:
         """Start a preemption for ``verdict``'s pod if it is refused for held servers and
-        may preempt, unless one runs for it already or enough run at once."""
+        may preempt, or waits for a server whose victims were not all evicted, unless one
+        runs for it already or enough run at once."""
         if self._should(verdict):
             self.pods.add(verdict.pod.uid)
             tg.start_soon(self._preempt, verdict, view)
 
     def _should(self, verdict: Verdict) -> bool:
+        uid = verdict.pod.uid
+        if uid in self.pods or len(self.pods) >= PREEMPTIONS_AT_ONCE:
+            return False
+        if not may_preempt(verdict.pod):
+            return False
+        if verdict.wait is Wait.PREEMPTING:
+            # Its victims stopped going half-way: the rest must go, or those that went did
+            # for nothing.
+            return self._preemptor.unfinished(uid)
         refusal = verdict.refusal
         return (
-            verdict.wait is Wait.NO_FIT
-            and refusal is not None
-            and bool(refusal.blocked_by_claims)
-            and may_preempt(verdict.pod)
-            and verdict.pod.uid not in self.pods
-            and len(self.pods) < PREEMPTIONS_AT_ONCE
+            verdict.wait is Wait.NO_FIT and refusal is not None and bool(refusal.blocked_by_claims)
         )
 
     async def _preempt(self, verdict: Verdict, view: FleetView) -> None:
@@ -76,7 +81,7 @@ class Preempting:
         finally:
             self.pods.discard(pod.uid)
             # A blocked preemption waits for what blocks it to change (an admission ending, a
-            # nominee binding: each wakes the admitter) or for the next period (a budget):
-            # trying again at once would spin.
-            if outcome is not Outcome.BLOCKED:
+            # nominee binding: each wakes the admitter) or for the next period (a budget, an
+            # apiserver failing): trying again at once would spin.
+            if outcome not in (Outcome.BLOCKED, Outcome.FAILED):
                 self._notify()

@@ -50,7 +50,12 @@ CALL_TIMEOUT = 3.0
 for a whole filter, which must also cover the decision and two loopback hops."""
 
 TOO_MANY_REQUESTS = 429
-"""The Eviction API's answer when a PodDisruptionBudget forbids the eviction now."""
+"""The Eviction API's answer when a PodDisruptionBudget forbids the eviction now, and also an
+apiserver's when it sheds load (with ``Retry-After``)."""
+
+BUDGET_CAUSE = "DisruptionBudget"
+"""The cause a budget's refusal carries in ``Status.details.causes``: a shed ``429`` is the
+apiserver being busy, which says nothing about whether the victim may go."""
 
 QUEUES_CONFIG = "rgpu-queues"
 """The ConfigMap (in our namespace) holding the queue configuration."""
@@ -218,7 +223,8 @@ class KubeApi:
 
         ``dry_run`` asks whether the eviction would be allowed now without evicting (nor
         spending any budget). Raises ``EvictionRefused`` when a PodDisruptionBudget forbids it
-        now (429) and ``KubeError`` for anything else.
+        now (429 with the ``DisruptionBudget`` cause) and ``KubeError`` for anything else (a
+        ``429`` without that cause is ``KubeUnavailable``: the apiserver shed the call).
         """
         fn = self._kube.core.create_namespaced_pod_eviction
         body: dict[str, object] = {
@@ -233,7 +239,7 @@ class KubeApi:
         except KubeNotFound:
             return False
         except KubeError as exc:
-            if exc.kube_status == TOO_MANY_REQUESTS:
+            if exc.kube_status == TOO_MANY_REQUESTS and BUDGET_CAUSE in exc.kube_causes:
                 raise EvictionRefused(f"evicting {namespace}/{name}: {exc.kube_message}") from exc
             raise
         return True

@@ -124,7 +124,7 @@ class DiscoveryUnavailable(Unavailable):
 
 
 class EvictionRefused(Unavailable):
-    """Raised by the apiserver client when the Eviction API answers 429: a
-    PodDisruptionBudget forbids evicting that pod now (preemption tries another server)."""
+    """Raised by the apiserver client when the Eviction API answers 429 for a
+    PodDisruptionBudget: it forbids evicting that pod now (preemption tries another server)."""
 
     default_code = "eviction_refused"

@@ -126,7 +126,7 @@ class Instruments:
         self.preemptions = PromCounter(
             "rgpu_allocator_preemptions",
             "Preemption attempts for refused pods of higher priority, by outcome (nominated, "
-            "pending, none, blocked, failed, partial).",
+            "pending, none, blocked, failed, partial, resumed).",
             ["outcome"],
             registry=registry,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rgpu_contracts import ServerName
+from rgpu_contracts import Claim, ServerName
 from rgpu_placement import Nomination
 
 from .claims import LeaseRecord
@@ -100,6 +100,20 @@ class Nominations:
             return False
         victims = {v.uid for v in found.victims}
         return any(c.pod.uid in victims for c in record.claims)
+
+    def unevicted(self, uid: str, server: ServerName) -> tuple[Claim, ...]:
+        """The claims on ``server`` of the victims ``uid``'s nomination there names that were
+        not asked to leave yet (an eviction stopped half-way): not deleting, not finished."""
+        record = self.judge.ledger.lease(server)
+        found = record.nomination if record is not None else None
+        if record is None or found is None or found.pod.uid != uid:
+            return ()
+        victims = {v.uid for v in found.victims}
+        return tuple(c for c in record.claims if c.pod.uid in victims and self._stays(c))
+
+    def _stays(self, claim: Claim) -> bool:
+        pod = self.judge.pods.get(claim.pod.uid)
+        return pod is not None and not pod.deleting and not pod.finished
 
     def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
         victims = {v.uid for v in nomination.victims}

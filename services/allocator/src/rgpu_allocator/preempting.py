@@ -13,8 +13,10 @@ are held, the allocator frees one itself (docs/design.md §11):
    disruptions it allows (``budgets``: a dry run judges one eviction, not the set); only when
    all would be allowed are they made, so a budget forbidding one victim's eviction moves on
    to the next server without evicting anyone. A budget that changes between the check and
-   the evictions can still refuse a later one: the nomination is taken back and that attempt
-   counts as ``partial``;
+   the evictions can still refuse a later one, and an apiserver shedding load can fail it:
+   that attempt counts as ``partial``, the nomination stays, and the pod's next attempt
+   evicts the rest (``resumed``) instead of freeing another server, since the victims that
+   went would then have gone for nothing;
 4. record Events on the victims and the pod, and nudge the pod: once the victims' claims are
    released after their graceful termination, its next filter books the server. Until then
    the pod books nothing else (``nominated_on``), even a server that frees first: a victim
@@ -35,13 +37,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 from opentelemetry import trace
 
-from rgpu_contracts import AllocationRequest, Claim, PodRef
+from rgpu_contracts import AllocationRequest, Claim, PodRef, ServerName
 from rgpu_placement import (
     Demand,
     FleetView,
@@ -53,9 +55,9 @@ from rgpu_placement import (
 from rgpu_runtime.errors import KubeError, RgpuError
 from rgpu_runtime.telemetry import pod_attributes
 
-from .budgets import afford
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
+from .evicting import Evicted, Evictor
 from .instruments import Instruments
 from .judging import Judge
 from .leases import LeaseWriter
@@ -89,12 +91,16 @@ class Outcome(enum.Enum):
     """The apiserver failed; the pod's next retry tries again."""
     PARTIAL = "partial"
     """Some victims were evicted, then a later eviction was refused although its dry run was
-    allowed (a budget changed meanwhile); no other server is tried for this refusal."""
+    allowed (a budget changed meanwhile) or failed (the apiserver shed it): the server stays
+    promised to the pod, and its next attempt evicts the rest."""
+    RESUMED = "resumed"
+    """The pod's nomination stood with victims left by a ``partial`` attempt; they are
+    evicted now."""
 
     @property
     def holds(self) -> bool:
         """Whether the pod holds a live nomination after this attempt (it waits for it)."""
-        return self in (Outcome.NOMINATED, Outcome.PENDING)
+        return self in (Outcome.NOMINATED, Outcome.PENDING, Outcome.PARTIAL, Outcome.RESUMED)
 
 
 def may_preempt(pod: PodInfo | None) -> bool:
@@ -117,6 +123,12 @@ class Preemptor:
     enabled: bool = True
     _taking_back: set[str] = field(default_factory=set, init=False)
     _spending: anyio.Lock = field(default_factory=anyio.Lock, init=False)
+
+    def unfinished(self, uid: str) -> bool:
+        """Whether ``uid`` holds a nomination whose victims were not all evicted (a
+        ``partial`` attempt): its next attempt evicts the rest."""
+        server = self.nominations.nominated_on(uid)
+        return server is not None and bool(self.nominations.unevicted(uid, server))
 
     def taking_back(self) -> frozenset[str]:
         """The pods whose booking a preemption under way may take back: the admitter must
@@ -169,8 +181,9 @@ class Preemptor:
     async def _preempt(
         self, pod: PodInfo, demand: Demand, view: FleetView, admitting: Callable[[str], bool]
     ) -> Outcome:
-        if self.nominations.nominated_on(pod.uid) is not None:
-            return Outcome.PENDING
+        nominated = self.nominations.nominated_on(pod.uid)
+        if nominated is not None:
+            return await self._resume(pod, nominated, admitting)
         options = preemptions(
             view,
             demand,
@@ -214,14 +227,39 @@ class Preemptor:
     async def _attempt(
         self, pod: PodInfo, option: Preemption, admitting: Callable[[str], bool]
     ) -> Outcome:
-        held = {v.pod.uid for v in option.victims if self._gated(v)}
+        return await self._guarded(
+            pod, option.server, option.victims, admitting, lambda: self._try(pod, option)
+        )
+
+    async def _resume(
+        self, pod: PodInfo, server: ServerName, admitting: Callable[[str], bool]
+    ) -> Outcome:
+        """Evict what the pod's standing nomination on ``server`` still waits for: victims
+        left when an eviction stopped half-way (a budget, the apiserver shedding load)."""
+        victims = self.nominations.unevicted(pod.uid, server)
+        if not victims:
+            return Outcome.PENDING
+        return await self._guarded(
+            pod, server, victims, admitting, lambda: self._continue(pod, server)
+        )
+
+    async def _guarded(
+        self,
+        pod: PodInfo,
+        server: ServerName,
+        victims: Sequence[Claim],
+        admitting: Callable[[str], bool],
+        act: Callable[[], Awaitable[Outcome]],
+    ) -> Outcome:
+        evictor = self._evictor
+        held = {v.pod.uid for v in victims if evictor.gated(v)}
         lifting = any(admitting(uid) or uid in self._taking_back for uid in held)
-        if lifting or any(self._gang_through(v) for v in option.victims):
+        if lifting or any(evictor.gang_through(v) for v in victims):
             # Its gate may be lifted at any moment (or another preemption is taking it): a
             # booking taken back now would leave the pod through the gate with nothing booked.
             # A gang member whose siblings are through already is the rest of a gang booked
             # whole: taking its booking back would leave the gang running in part, for good.
-            key, server = pod.ref.key, option.server
+            key = pod.ref.key
             logger.info("preemption for %s on %s waits: a victim is being admitted", key, server)
             return Outcome.BLOCKED
         self._taking_back.update(held)
@@ -230,28 +268,48 @@ class Preemptor:
             # evicts, so each sees what the one before spent (side by side, both would see
             # room for their own victims and be refused half-way, victims evicted for nothing).
             async with self._spending:
-                return await self._try(pod, option)
+                return await act()
         finally:
             self._taking_back.difference_update(held)
 
     async def _try(self, pod: PodInfo, option: Preemption) -> Outcome:
-        try:
-            await self._rehearse(option)
-        except EvictionRefused as exc:
-            logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
-            return Outcome.BLOCKED
-        except KubeError as exc:
-            logger.warning("preemption for %s on %s failed: %s", pod.ref.key, option.server, exc)
-            return Outcome.FAILED
+        if self.nominations.nominated_on(pod.uid) is not None:
+            # Nominated while this attempt waited its turn (the filter path and an admission
+            # pass both refused it): one promise per pod, or victims go on two servers.
+            return Outcome.PENDING
+        rehearsed = await self._rehearse(pod, option.server, option.victims)
+        if rehearsed is not None:
+            return rehearsed
         return await self._carry_out(pod, option)
 
-    async def _rehearse(self, option: Preemption) -> None:
-        """Ask every victim's eviction as a dry run, then whether the budgets let them all go
-        together; raises ``EvictionRefused`` at the first refusal, before anyone is evicted."""
-        evicted = [v for v in option.victims if not self._gated(v)]
-        for victim in evicted:
-            await self.api.evict_pod(victim.pod.namespace, victim.pod.name, dry_run=True)
-        await afford(self.api, tuple(v.pod for v in evicted))
+    async def _continue(self, pod: PodInfo, server: ServerName) -> Outcome:
+        victims = self.nominations.unevicted(pod.uid, server)
+        if not victims:
+            return Outcome.PENDING
+        rehearsed = await self._rehearse(pod, server, victims)
+        if rehearsed is not None:
+            return rehearsed
+        evicted = await self._evictor.evict(victims, pod.ref)
+        outcome = self._judged(pod, server, evicted, len(victims))
+        if outcome is Outcome.NOMINATED:
+            logger.info("preemption for %s on %s evicted the rest", pod.ref.key, server)
+            self.nudge()
+            return Outcome.RESUMED
+        return outcome
+
+    async def _rehearse(
+        self, pod: PodInfo, server: ServerName, victims: Sequence[Claim]
+    ) -> Outcome | None:
+        """``None`` when every victim may go; else what the attempt amounts to."""
+        try:
+            await self._evictor.rehearse(victims)
+        except EvictionRefused as exc:
+            logger.info("preemption for %s on %s refused: %s", pod.ref.key, server, exc)
+            return Outcome.BLOCKED
+        except KubeError as exc:
+            logger.warning("preemption for %s on %s failed: %s", pod.ref.key, server, exc)
+            return Outcome.FAILED
+        return None
 
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
         nomination = self._nomination(pod, option)
@@ -264,73 +322,40 @@ class Preemptor:
             return Outcome.PENDING
         if step is Step.TAKEN:
             return Outcome.BLOCKED
-        evicted = 0
-        try:
-            for victim in option.victims:
-                await self._evict(victim, pod)
-                evicted += 1
-        except EvictionRefused as exc:
-            await self._withdraw(option.server, pod.uid)
-            if evicted == 0:
-                logger.info("preemption for %s on %s refused: %s", pod.ref.key, option.server, exc)
-                return Outcome.BLOCKED
+        evicted = await self._evictor.evict(option.victims, pod.ref)
+        outcome = self._judged(pod, option.server, evicted, len(option.victims))
+        if outcome is Outcome.NOMINATED:
+            self._announce(pod, option)
+        elif not outcome.holds:
+            # Nobody went: the server is no nearer free, and the promise would only keep
+            # others off it.
+            await self.writer.edit(option.server, withdraw(pod.uid), op="withdraw")
+        return outcome
+
+    def _judged(self, pod: PodInfo, server: ServerName, evicted: Evicted, of: int) -> Outcome:
+        """What evicting a set amounted to. Stopped after some went, the promise stays: the
+        pod waits for that server, and its next attempt evicts the rest, because taking
+        another server would leave the ones that went evicted for nothing."""
+        key, stopped = pod.ref.key, evicted.stopped
+        if stopped is None:
+            return Outcome.NOMINATED
+        if evicted.done:
             logger.warning(
-                "preemption for %s on %s evicted %d of %d victims, then was refused although "
-                "the dry run allowed it: %s",
-                pod.ref.key,
-                option.server,
-                evicted,
-                len(option.victims),
-                exc,
+                "preemption for %s on %s evicted %d of %d victims, then stopped: %s; the "
+                "server stays promised and the rest are evicted on its next attempt",
+                *(key, server, evicted.done, of, stopped),
             )
             return Outcome.PARTIAL
-        except KubeError as exc:
-            logger.warning("preemption for %s on %s failed: %s", pod.ref.key, option.server, exc)
-            await self._withdraw(option.server, pod.uid)
-            return Outcome.FAILED
-        self._announce(pod, option)
-        return Outcome.NOMINATED
+        if evicted.refused:
+            logger.info("preemption for %s on %s refused: %s", key, server, stopped)
+            return Outcome.BLOCKED
+        logger.warning("preemption for %s on %s failed: %s", key, server, stopped)
+        return Outcome.FAILED
 
-    async def _withdraw(self, server: str, uid: str) -> None:
-        """Take back ``uid``'s nomination on ``server`` (its victims could not all go)."""
-        await self.writer.edit(server, withdraw(uid), op="withdraw")
-
-    def _gated(self, victim: Claim) -> bool:
-        """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""
-        held = self.judge.pods.get(victim.pod.uid)
-        return held is not None and held.gated is not None
-
-    def _gang_through(self, victim: Claim) -> bool:
-        """Whether ``victim`` is behind the gate while members of its gang are through it."""
-        held = self.judge.pods.get(victim.pod.uid)
-        gang = held.gated.gang if held is not None and held.gated is not None else None
-        if gang is None or gang.size is None:
-            return False
-        behind = sum(1 for p in self.judge.pods if p.gated is not None and p.gated.gang == gang)
-        return behind < gang.size
-
-    async def _evict(self, victim: Claim, pod: PodInfo) -> None:
-        if self._gated(victim):
-            await self._take_back(victim, pod)
-            return
-        evicted = await self.api.evict_pod(victim.pod.namespace, victim.pod.name)
-        if not evicted:
-            return
-        self.instruments.preemption_victims.inc()
-        message = f"preempted by {pod.ref.key} for a remote GPU on {victim.server}"
-        self.api.record_event(pod_event(victim.pod, reason="Preempted", message=message))
-        logger.info("evicted %s from %s for %s", victim.pod.key, victim.server, pod.ref.key)
-
-    async def _take_back(self, victim: Claim, pod: PodInfo) -> None:
-        await self.remover.release(victim.pod.uid)
-        self.instruments.preemption_victims.inc()
-        message = (
-            f"booking of remote GPU server {victim.server} taken back for {pod.ref.key} "
-            "(higher priority); the pod waits in rgpu's admission queue again"
-        )
-        self.api.record_event(pod_event(victim.pod, reason="Preempted", message=message))
-        logger.info(
-            "took back %s's booking of %s for %s", victim.pod.key, victim.server, pod.ref.key
+    @property
+    def _evictor(self) -> Evictor:
+        return Evictor(
+            judge=self.judge, api=self.api, remover=self.remover, instruments=self.instruments
         )
 
     def _announce(self, pod: PodInfo, option: Preemption) -> None:

@@ -79,7 +79,8 @@ class Refusals:
         held = seen.nominated is not None
         if not request.dry_run and refusal.blocked_by_claims:
             preempted = await self.preemptor.preempt(request, seen.demand, seen.view)
-            if preempted is Outcome.NOMINATED and await self._victims_gone(seen, checks):
+            evicted = preempted in (Outcome.NOMINATED, Outcome.RESUMED)
+            if evicted and await self._victims_gone(seen, checks):
                 # Victims that had not started are deleted by their eviction at once: the pod
                 # books the server now instead of after the backoff of a refusal.
                 return Again(revalidated=True)

@@ -61,8 +61,17 @@ def status_error(
         kube_status=status,
         kube_reason=reason,
         kube_message=message,
+        kube_causes=_causes(parsed),
         retry_after=retry_after,
     )
+
+
+def _causes(parsed: Mapping[str, Any]) -> tuple[str, ...]:
+    details = parsed.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(str(c.get("reason")) for c in causes if isinstance(c, dict) and c.get("reason"))
 
 
 def transport_error(op: str, exc: BaseException) -> KubeUnavailable:

@@ -35,6 +35,9 @@ class ErrorRule:
     rate: float
     code: int
     retry_after: int | None
+    skip: int = 0
+    """Matching requests let through before the rule starts failing any: a test can fail
+    the second of two calls (the apiserver shedding load half-way through a sequence)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class ErrorRule:
             "rate": self.rate,
             "code": self.code,
             "retryAfter": self.retry_after,
+            "skip": self.skip,
         }
 
     def error(self) -> ApiError:
@@ -83,6 +87,7 @@ class Faults:
         self._storage = storage
         self._rng = random.Random(seed)
         self._errors: dict[tuple[str, str], ErrorRule] = {}
+        self._skipped: dict[tuple[str, str], int] = {}
         self._latencies: dict[tuple[str, str], LatencyRule] = {}
         self._expired_before: int | None = None
 
@@ -94,8 +99,10 @@ class Faults:
         rate: float,
         code: int = 500,
         retry_after: int | None = None,
+        skip: int = 0,
     ) -> None:
-        """Fail ``rate`` (0..1) of matching requests with HTTP ``code``; rate 0 removes the rule."""
+        """Fail ``rate`` (0..1) of matching requests with HTTP ``code``, after letting the first
+        ``skip`` through; rate 0 removes the rule."""
         if not 0.0 <= rate <= 1.0:
             raise FaultSpecError(f"rate must be between 0 and 1, got {rate!r}")
         if not 400 <= code <= 599:
@@ -106,11 +113,14 @@ class Faults:
             raise FaultSpecError(
                 f"retry_after must be a non-negative number of seconds, got {retry_after!r}"
             )
+        if skip < 0:
+            raise FaultSpecError(f"skip must be a non-negative number of requests, got {skip!r}")
+        self._skipped.pop((verb, resource), None)
         if rate == 0.0:
             self._errors.pop((verb, resource), None)
             return
         rule = ErrorRule(
-            verb=verb, resource=resource, rate=rate, code=code, retry_after=retry_after
+            verb=verb, resource=resource, rate=rate, code=code, retry_after=retry_after, skip=skip
         )
         self._errors[(verb, resource)] = rule
 
@@ -138,16 +148,26 @@ class Faults:
     def clear(self) -> None:
         """Remove error and latency rules (expired versions stay expired, as after compaction)."""
         self._errors.clear()
+        self._skipped.clear()
         self._latencies.clear()
 
     def decide(self, verb: str, resource: str) -> FaultDecision:
         """Draw this request's fate; one random draw per request that an error rule covers."""
         keys = _candidates(verb, resource)
         latency = next((self._latencies[k].seconds for k in keys if k in self._latencies), 0.0)
-        rule = next((self._errors[k] for k in keys if k in self._errors), None)
-        if rule is not None and self._rng.random() < rule.rate:
+        key = next((k for k in keys if k in self._errors), None)
+        if key is None or self._skips(key):
+            return FaultDecision(latency=latency)
+        rule = self._errors[key]
+        if self._rng.random() < rule.rate:
             return FaultDecision(latency=latency, error=rule.error())
         return FaultDecision(latency=latency)
+
+    def _skips(self, key: tuple[str, str]) -> bool:
+        """Whether this request is one of those the rule at ``key`` lets through first."""
+        seen = self._skipped.get(key, 0)
+        self._skipped[key] = seen + 1
+        return seen < self._errors[key].skip
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +205,7 @@ def _error_kwargs(spec: Mapping[str, Any], path: str) -> dict[str, Any]:
         "rate": _number(spec.get("rate"), f"{path}.rate"),
         "code": int(_number(spec.get("code", 500), f"{path}.code")),
         "retry_after": _optional_int(spec.get("retryAfter"), f"{path}.retryAfter"),
+        "skip": int(_number(spec.get("skip", 0), f"{path}.skip")),
     }
 
 
