@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import pytest
 
+from rgpu_allocator.claims import LeaseRecord
+from rgpu_allocator.judging import Judge
 from rgpu_allocator.keyed_locks import KeyedLocks
 from rgpu_allocator.ledger import Ledger
+from rgpu_allocator.nominating import Nominations
 from rgpu_allocator.nudging import retry_stamp
 from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pending import Pending
 from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.waiters import Refused
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
+from rgpu_placement import FleetView, Nomination
+from rgpu_runtime.feeds import DiscoveryMirror
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +45,49 @@ def test_pending_booking_blocks_other_pods_only_while_held(build):
         assert occupancy("uid-a").blocking("s") == ()
     assert occupancy("uid-b").blocking("s") == ()
     assert pending.claims("s") == ()
+
+
+def test_a_booking_in_flight_onto_promised_cards_does_not_end_the_nomination(build):
+    # The booking was chosen before the promise was read; its write re-fits on the Lease,
+    # where the promise keeps it off. Until a claim is written there, the nominee stays held
+    # to its server: freed for a moment, it would preempt a second one.
+    nominee, victim = build.pod("urgent"), build.pod("victim")
+    promised = (CardId("s/GPU-0"), CardId("s/GPU-1"))
+    nomination = Nomination(
+        pod=nominee,
+        priority=1000,
+        cards=promised,
+        victims=(victim,),
+        nominated_at=0.0,
+        expires_at=60.0,
+    )
+    held = Claim(
+        pod=victim,
+        server=ServerName("s"),
+        cards=promised[:1],
+        containers=(),
+        state=ClaimState.BOUND,
+        booked_at=0.0,
+    )
+    ledger = Ledger(clock=lambda: 1.0)
+    record = LeaseRecord(
+        name="rgpu-s", server=ServerName("s"), resource_version="1", claims=(held,)
+    )
+    ledger.replace_all([dataclasses.replace(record, nomination=nomination)])
+    judge = Judge(
+        ledger=ledger,
+        pods=PodIndex(),
+        discovery=DiscoveryMirror(FleetView.build, topology_keys=()),
+        ttl=30.0,
+        clock=lambda: 1.0,
+    )
+    nominations = Nominations(judge=judge)
+    late = dataclasses.replace(claim(build, "late"), cards=promised[1:])
+    with judge.pending.hold(late):
+        assert nominations.nominated_on(nominee.uid) == "s"
+    written = dataclasses.replace(record, resource_version="2", claims=(held, late))
+    ledger.replace_all([dataclasses.replace(written, nomination=nomination)])
+    assert nominations.nominated_on(nominee.uid) is None
 
 
 async def test_keyed_locks_serialise_one_key_and_forget_idle_keys():

@@ -64,6 +64,10 @@ def withdraw(uid: str) -> Edit[None]:
     return change
 
 
+def _nothing_in_flight(server: str) -> tuple[Claim, ...]:
+    return ()
+
+
 def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
     """Whether a pod that is not a victim took some of the promised cards since the choice."""
     expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
@@ -118,5 +122,10 @@ class Nominations:
     def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
         victims = {v.uid for v in nomination.victims}
         cards = set(nomination.cards)
-        blocking = self.judge.occupancy(nomination.pod.uid).blocking(server)
+        # Claims as written only: a booking still in flight was chosen before the promise
+        # was read (its write re-fits on the Lease, where the promise keeps it off unless it
+        # outranks the nominee). Counting it would free the nominee for a moment, long enough
+        # to preempt a second server (a card soak: a victim evicted for nothing).
+        written = self.judge.occupancy(nomination.pod.uid, pending=_nothing_in_flight)
+        blocking = written.blocking(server)
         return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)
