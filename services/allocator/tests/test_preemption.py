@@ -499,6 +499,27 @@ async def test_victims_left_when_the_apiserver_sheds_an_eviction_go_on_the_next_
     assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 2
 
 
+async def test_a_victim_evicted_a_moment_ago_is_not_evicted_again_before_the_watch_says_so(
+    build, kit, sim, cluster
+):
+    # The pod watch tells of an eviction a moment after it is made; the nominee's next attempt
+    # in that moment finds its victim still there in the cache. Stalled here for good.
+    discovery, batch, urgent = one_server_batch_and_urgent(build, kit, cluster)
+    async with allocator(kit, sim, discovery) as client:
+        await hold(client, cluster, batch, kit)
+        for verb in ("watch", "list"):
+            sim.faults.set_error(verb=verb, resource="pods", rate=1.0, code=500)
+        sim.faults.cut_watches()
+        for _ in range(3):
+            refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+            assert refused.status_code == 409
+        metrics = (await client.get("/metrics")).text
+    assert terminating(cluster, batch)
+    assert len(events_about(cluster, batch, "Preempted")) == 1
+    assert metric(metrics, "rgpu_allocator_preemption_victims_total") == 1
+    assert metric(metrics, 'rgpu_allocator_preemptions_total{outcome="pending"}') == 2
+
+
 async def test_a_shed_eviction_is_not_a_budget_refusal(build, kit, sim, cluster):
     # A 429 without the DisruptionBudget cause is the apiserver shedding load: no budget
     # said no, so the preemption failed (retried later), and was not refused for good.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rgpu_contracts import Claim, PodRef
 from rgpu_runtime.errors import KubeError, RgpuError
@@ -22,7 +22,7 @@ from .instruments import Instruments
 from .judging import Judge
 from .removal import Remover
 
-__all__ = ["Evicted", "Evictor"]
+__all__ = ["Asked", "Evicted", "Evictor"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,29 @@ class Evicted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Asked:
+    """The victims this replica evicted and whose leaving its pod cache has not seen yet.
+
+    The pod watch tells of an eviction a moment after it is made; a preemption resumed in
+    that moment (the admitter's next pass comes at once) would find the victim still there
+    and evict it again: a second call, a second Event, a victim counted twice.
+    """
+
+    judge: Judge
+    pairs: set[tuple[str, str]] = field(default_factory=set)
+    """(preemptor, victim) uids."""
+
+    def of(self, uid: str) -> frozenset[str]:
+        """The victims evicted for ``uid`` that the pod cache still shows staying."""
+        pods = self.judge.pods
+        for pair in tuple(self.pairs):
+            victim = pods.get(pair[1])
+            if victim is None or victim.deleting or victim.finished:
+                self.pairs.discard(pair)
+        return frozenset(victim for nominee, victim in self.pairs if nominee == uid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Evictor:
     """Evicts victims for a preemptor, and says which victims must not be touched now."""
 
@@ -50,6 +73,8 @@ class Evictor:
     api: KubeApi
     remover: Remover
     instruments: Instruments
+    asked: set[tuple[str, str]]
+    """(preemptor, victim) uids whose victim this replica asked to leave (see ``Asked``)."""
 
     def gated(self, victim: Claim) -> bool:
         """Whether ``victim`` is still behind rgpu's gate: it has not run, nor can it yet."""
@@ -87,6 +112,7 @@ class Evictor:
             await self._take_back(victim, pod)
             return
         evicted = await self.api.evict_pod(victim.pod.namespace, victim.pod.name)
+        self.asked.add((pod.uid, victim.pod.uid))
         if not evicted:
             return
         self.instruments.preemption_victims.inc()

@@ -10,6 +10,7 @@ all go.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rgpu_contracts import Claim, ServerName
@@ -105,14 +106,17 @@ class Nominations:
         victims = {v.uid for v in found.victims}
         return any(c.pod.uid in victims for c in record.claims)
 
-    def unevicted(self, uid: str, server: ServerName) -> tuple[Claim, ...]:
+    def unevicted(
+        self, uid: str, server: ServerName, asked: Collection[str] = ()
+    ) -> tuple[Claim, ...]:
         """The claims on ``server`` of the victims ``uid``'s nomination there names that were
-        not asked to leave yet (an eviction stopped half-way): not deleting, not finished."""
+        not asked to leave yet (an eviction stopped half-way): not deleting, not finished,
+        and not among ``asked`` (evicted a moment ago, the pod watch not yet told)."""
         record = self.judge.ledger.lease(server)
         found = record.nomination if record is not None else None
         if record is None or found is None or found.pod.uid != uid:
             return ()
-        victims = {v.uid for v in found.victims}
+        victims = {v.uid for v in found.victims}.difference(asked)
         return tuple(c for c in record.claims if c.pod.uid in victims and self._stays(c))
 
     def _stays(self, claim: Claim) -> bool:

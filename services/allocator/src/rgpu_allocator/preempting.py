@@ -57,7 +57,7 @@ from rgpu_runtime.telemetry import pod_attributes
 
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
-from .evicting import Evicted, Evictor
+from .evicting import Asked, Evicted, Evictor
 from .instruments import Instruments
 from .judging import Judge
 from .leases import LeaseWriter
@@ -123,12 +123,13 @@ class Preemptor:
     enabled: bool = True
     _taking_back: set[str] = field(default_factory=set, init=False)
     _spending: anyio.Lock = field(default_factory=anyio.Lock, init=False)
+    _asked: set[tuple[str, str]] = field(default_factory=set, init=False)
 
     def unfinished(self, uid: str) -> bool:
         """Whether ``uid`` holds a nomination whose victims were not all evicted (a
         ``partial`` attempt): its next attempt evicts the rest."""
         server = self.nominations.nominated_on(uid)
-        return server is not None and bool(self.nominations.unevicted(uid, server))
+        return server is not None and bool(self._unevicted(uid, server))
 
     def taking_back(self) -> frozenset[str]:
         """The pods whose booking a preemption under way may take back: the admitter must
@@ -236,7 +237,7 @@ class Preemptor:
     ) -> Outcome:
         """Evict what the pod's standing nomination on ``server`` still waits for: victims
         left when an eviction stopped half-way (a budget, the apiserver shedding load)."""
-        victims = self.nominations.unevicted(pod.uid, server)
+        victims = self._unevicted(pod.uid, server)
         if not victims:
             return Outcome.PENDING
         return await self._guarded(
@@ -283,7 +284,7 @@ class Preemptor:
         return await self._carry_out(pod, option)
 
     async def _continue(self, pod: PodInfo, server: ServerName) -> Outcome:
-        victims = self.nominations.unevicted(pod.uid, server)
+        victims = self._unevicted(pod.uid, server)
         if not victims:
             return Outcome.PENDING
         rehearsed = await self._rehearse(pod, server, victims)
@@ -352,10 +353,18 @@ class Preemptor:
         logger.warning("preemption for %s on %s failed: %s", key, server, stopped)
         return Outcome.FAILED
 
+    def _unevicted(self, uid: str, server: ServerName) -> tuple[Claim, ...]:
+        asked = Asked(judge=self.judge, pairs=self._asked).of(uid)
+        return self.nominations.unevicted(uid, server, asked)
+
     @property
     def _evictor(self) -> Evictor:
         return Evictor(
-            judge=self.judge, api=self.api, remover=self.remover, instruments=self.instruments
+            judge=self.judge,
+            api=self.api,
+            remover=self.remover,
+            instruments=self.instruments,
+            asked=self._asked,
         )
 
     def _announce(self, pod: PodInfo, option: Preemption) -> None:
