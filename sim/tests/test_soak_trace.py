@@ -65,6 +65,24 @@ def test_each_pod_is_one_line_in_the_order_seen_with_times_since_the_start() -> 
     assert (lines[1]["bound"], lines[1]["node"], lines[1]["attempts"]) == (None, None, 0)
 
 
+def test_what_the_events_said_about_a_pod_goes_among_its_steps_in_time_order() -> None:
+    pod = record("gated", 101.0, Step(at=101.0, what="gated"), Step(at=104.0, what="queued"))
+    said = {
+        "uid-gated": [
+            (102.0, "RemoteGPUWaiting: server gpu-01 is being freed for this pod"),
+            (103.5, "RemoteGPUWaiting: namespace ml is at its quota"),
+        ],
+        "uid-other": [(102.5, "Preempted: by default/urgent")],
+    }
+    [line] = [json.loads(text) for text in trace_lines([pod], started=100.0, said=said)]
+    assert line["steps"] == [
+        [1.0, "gated", ""],
+        [2.0, "event", "RemoteGPUWaiting: server gpu-01 is being freed for this pod"],
+        [3.5, "event", "RemoteGPUWaiting: namespace ml is at its quota"],
+        [4.0, "queued", ""],
+    ]
+
+
 def test_a_trace_that_cannot_be_written_is_reported_not_raised(tmp_path: Path) -> None:
     out = io.StringIO()
     save_trace(tmp_path, [record("a", 1.0)], 0.0, Console(file=out, width=200))  # a directory

@@ -424,7 +424,13 @@ async def run_soak(
                 tg.cancel_scope.cancel()
             steps.pause()
             if options.trace is not None:
-                save_trace(options.trace, stack.scheduler.records.values(), started, console)
+                save_trace(
+                    options.trace,
+                    stack.scheduler.records.values(),
+                    started,
+                    console,
+                    evidence.said,
+                )
             lives = evidence.pods.values()
             report = SoakReport(
                 pods=len(plans),

@@ -143,11 +143,20 @@ class Evidence:
     """Where the record may miss changes (a watch that could not resume)."""
     events: dict[str, set[str]] = field(default_factory=dict)
     """Reasons of the Events written about each pod, by pod uid."""
+    said: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    """What the Events about each pod said, by pod uid, when it changed (``time.monotonic``):
+    a pod's trace shows why it waited (``soak_trace``)."""
 
     def on_event(self, kind: str, event: Mapping[str, Any]) -> None:
         regarding = event.get("involvedObject") or {}
-        if kind != "DELETED" and regarding.get("kind") == "Pod" and regarding.get("uid"):
-            self.events.setdefault(str(regarding["uid"]), set()).add(str(event.get("reason")))
+        if kind == "DELETED" or regarding.get("kind") != "Pod" or not regarding.get("uid"):
+            return
+        uid, reason = str(regarding["uid"]), str(event.get("reason"))
+        self.events.setdefault(uid, set()).add(reason)
+        text = f"{reason}: {event.get('message') or ''}"
+        said = self.said.setdefault(uid, [])
+        if not said or said[-1][1] != text:
+            said.append((time.monotonic(), text))
 
     def on_lease(self, kind: str, lease: Mapping[str, Any]) -> None:
         meta = lease.get("metadata") or {}

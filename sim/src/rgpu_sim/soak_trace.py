@@ -9,7 +9,7 @@ after three stops on a wrong theory.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -19,17 +19,31 @@ from rgpu_kubesim import PodRecord
 __all__ = ["save_trace", "trace_lines"]
 
 
-def trace_lines(records: Iterable[PodRecord], started: float) -> Iterator[str]:
+Said = Mapping[str, Sequence[tuple[float, str]]]
+"""What the Events about each pod said and when (``time.monotonic()``), by pod uid."""
+
+
+def trace_lines(
+    records: Iterable[PodRecord], started: float, said: Said | None = None
+) -> Iterator[str]:
     """One JSON object per pod, in the order the scheduler first saw them; times are seconds
-    since ``started`` (``time.monotonic()``)."""
+    since ``started`` (``time.monotonic()``). The Events ``said`` about a pod go among its
+    steps as ``event`` (why a gated pod waits is said only there)."""
     for record in sorted(records, key=lambda r: r.first_seen):
-        yield json.dumps(_line(record, started), separators=(",", ":"))
+        line = _line(record, started, (said or {}).get(record.uid, ()))
+        yield json.dumps(line, separators=(",", ":"))
 
 
-def save_trace(path: Path, records: Iterable[PodRecord], started: float, console: Console) -> None:
+def save_trace(
+    path: Path,
+    records: Iterable[PodRecord],
+    started: float,
+    console: Console,
+    said: Said = {},  # noqa: B006
+) -> None:
     """Write ``trace_lines`` to ``path`` and say so. A trace that cannot be written is
     reported, not raised: the soak's verdict, printed after it, is what the run was for."""
-    lines = list(trace_lines(records, started))
+    lines = list(trace_lines(records, started, said))
     try:
         path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     except OSError as exc:
@@ -39,7 +53,12 @@ def save_trace(path: Path, records: Iterable[PodRecord], started: float, console
     console.print(f"trace: {len(lines)} pods' scheduling histories in {path}", soft_wrap=True)
 
 
-def _line(record: PodRecord, started: float) -> dict[str, object]:
+def _line(
+    record: PodRecord, started: float, said: Sequence[tuple[float, str]]
+) -> dict[str, object]:
+    steps = [(s.at, s.what, s.detail) for s in record.steps]
+    steps.extend((at, "event", text) for at, text in said)
+    steps.sort(key=lambda step: step[0])
     return {
         "pod": record.key,
         "uid": record.uid,
@@ -47,7 +66,7 @@ def _line(record: PodRecord, started: float) -> dict[str, object]:
         "bound": None if record.bound_at is None else _since(record.bound_at, started),
         "node": record.node,
         "attempts": record.attempts,
-        "steps": [[_since(s.at, started), s.what, s.detail] for s in record.steps],
+        "steps": [[_since(at, started), what, detail] for at, what, detail in steps],
     }
 
 
