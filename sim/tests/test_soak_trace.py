@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from rgpu_cli.main import app
 from rgpu_kubesim import AddressUnavailable, PodRecord, Step
 from rgpu_sim import soak_command
-from rgpu_sim.soak_trace import save_trace, trace_lines
+from rgpu_sim.soak_faults import FaultWindow
+from rgpu_sim.soak_trace import fault_lines, faults_path, save_trace, trace_lines
 from rgpu_testkit import flat
 
 
@@ -80,6 +81,27 @@ def test_what_the_events_said_about_a_pod_goes_among_its_steps_in_time_order() -
         [2.0, "event", "RemoteGPUWaiting: server gpu-01 is being freed for this pod"],
         [3.5, "event", "RemoteGPUWaiting: namespace ml is at its quota"],
         [4.0, "queued", ""],
+    ]
+
+
+def test_the_faults_go_beside_the_trace_in_the_order_injected(tmp_path: Path) -> None:
+    windows = [
+        FaultWindow(kind="lupine-busy", target="gpu-01", start=102.0, end=119.25),
+        FaultWindow(kind="apiserver-429", target="*", start=100.5),
+    ]
+    trace, out = tmp_path / "soak.jsonl", io.StringIO()
+    save_trace(trace, [record("a", 101.0)], 100.0, Console(file=out, width=200), None, windows)
+    lines = [json.loads(line) for line in faults_path(trace).read_text().splitlines()]
+    assert lines == [
+        {"fault": "lupine-busy", "target": "gpu-01", "start": 2.0, "end": 19.25},
+        {"fault": "apiserver-429", "target": "*", "start": 0.5, "end": None},
+    ]
+    assert (
+        f"faults: 2 injected, when and where, in {tmp_path / 'soak.faults.jsonl'}" in out.getvalue()
+    )
+    assert [line["fault"] for line in map(json.loads, fault_lines(windows, 100.0))] == [
+        "lupine-busy",
+        "apiserver-429",
     ]
 
 

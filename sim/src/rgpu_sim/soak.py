@@ -430,6 +430,7 @@ async def run_soak(
                     started,
                     console,
                     evidence.said,
+                    log.windows,
                 )
             lives = evidence.pods.values()
             report = SoakReport(

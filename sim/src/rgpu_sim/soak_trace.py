@@ -11,12 +11,26 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
 from rgpu_kubesim import PodRecord
 
-__all__ = ["save_trace", "trace_lines"]
+__all__ = ["fault_lines", "faults_path", "save_trace", "trace_lines"]
+
+
+class Window(Protocol):
+    """An injected fault's window (``soak_faults.FaultWindow``), as the trace reads it."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float | None: ...
 
 
 Said = Mapping[str, Sequence[tuple[float, str]]]
@@ -34,23 +48,47 @@ def trace_lines(
         yield json.dumps(line, separators=(",", ":"))
 
 
+def faults_path(trace: Path) -> Path:
+    """Where the faults of a trace go: beside it (``soak.jsonl`` -> ``soak.faults.jsonl``)."""
+    return trace.with_suffix(".faults.jsonl")
+
+
+def fault_lines(windows: Iterable[Window], started: float) -> Iterator[str]:
+    """One JSON object per injected fault, in the order injected; times as in the trace
+    (``end`` null: it lasted to the end of the workload)."""
+    for window in windows:
+        end = None if window.end is None else _since(window.end, started)
+        line = {
+            "fault": window.kind,
+            "target": window.target,
+            "start": _since(window.start, started),
+            "end": end,
+        }
+        yield json.dumps(line, separators=(",", ":"))
+
+
 def save_trace(
     path: Path,
     records: Iterable[PodRecord],
     started: float,
     console: Console,
-    said: Said = {},  # noqa: B006
+    said: Said | None = None,
+    windows: Iterable[Window] = (),
 ) -> None:
     """Write ``trace_lines`` to ``path`` and say so. A trace that cannot be written is
     reported, not raised: the soak's verdict, printed after it, is what the run was for."""
     lines = list(trace_lines(records, started, said))
+    faults = list(fault_lines(windows, started))
     try:
         path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        faults_path(path).write_text("".join(f"{line}\n" for line in faults), encoding="utf-8")
     except OSError as exc:
         # Never wrapped: a path broken across lines cannot be pasted.
         console.print(f"[red]trace not written[/] to {path}: {exc}", soft_wrap=True)
         return
     console.print(f"trace: {len(lines)} pods' scheduling histories in {path}", soft_wrap=True)
+    where = faults_path(path)
+    console.print(f"faults: {len(faults)} injected, when and where, in {where}", soft_wrap=True)
 
 
 def _line(
