@@ -111,15 +111,22 @@ def assert_trace_tells_each_pods_history(trace: Path, stdout: str, *, gated: boo
     assert f"trace: {len(lines)} pods' scheduling histories" in stdout
     assert 100 <= len(lines) <= 200  # the scheduler sees nearly every pod before any deletion
     assert any(pod["bound"] is not None for pod in lines)
+    # What the Events said stands among the scheduler's steps, in time order.
+    assert any(what == "event" for pod in lines for _, what, _ in pod["steps"])
     for pod in lines:
-        whats = [what for _, what, _ in pod["steps"]]
+        assert [at for at, _, _ in pod["steps"]] == sorted(at for at, _, _ in pod["steps"]), pod
+        steps = [step for step in pod["steps"] if step[1] != "event"]
+        whats = [what for _, what, _ in steps]
         # On the gate path every pod waits behind rgpu's gate first (and a pod deleted there
         # is never queued).
         assert whats[0] == ("gated" if gated else "queued"), pod
-        assert [at for at, _, _ in pod["steps"]] == sorted(at for at, _, _ in pod["steps"]), pod
         assert whats.count("attempt") == pod["attempts"], pod
         if pod["bound"] is not None:
-            assert pod["steps"][-1][1:] == ["bound", pod["node"]], pod
+            assert steps[-1][1:] == ["bound", pod["node"]], pod
+    faults = [
+        json.loads(line) for line in trace.with_suffix(".faults.jsonl").read_text().splitlines()
+    ]
+    assert faults and all(f["start"] is not None and f["target"] for f in faults), faults
 
 
 def _check_lines(out: str) -> list[tuple[re.Match[str], str]]:
