@@ -116,6 +116,25 @@ def test_an_eviction_whose_preemptor_booked_another_server_fails() -> None:
     )
 
 
+def test_an_eviction_whose_freed_server_a_fault_took_out_before_the_preemptor_ran_is_excused():
+    # Seen in the soak (server, seed 77): gpu-01's Node went NotReady a moment after the
+    # eviction; the nominee could not take it and was freed to preempt another.
+    leases = [
+        _lease(3, ("v", (CARD_A,)), nomination=_nomination("u", "v")),
+        _lease(7, ("u", ("gpu-02/GPU-a",)), server="gpu-02"),
+    ]
+    pods = {"v": _life("v", deleting=5), "u": _life("u", priority=URGENT, bound=9, server="gpu-02")}
+    found = evictions(leases, pods.values(), {})
+    during = [FaultWindow(kind="node-not-ready", target="gpu-01", start=6.0, end=12.0)]
+    result = check_no_wasted_evictions(found, leases, pods, {}, during)
+    assert result.passed
+    assert "1 freed servers a fault took out" in result.name
+    after = [FaultWindow(kind="node-not-ready", target="gpu-01", start=10.0, end=12.0)]
+    elsewhere = [FaultWindow(kind="node-not-ready", target="gpu-03", start=6.0, end=12.0)]
+    for windows in (after, elsewhere):
+        assert not check_no_wasted_evictions(found, leases, pods, {}, windows).passed
+
+
 def test_a_victim_evicted_before_a_budget_refused_the_next_one_fails() -> None:
     # Seen in the soak (card, seed 2, 3 servers): v went, w's budget said no, the nomination
     # was taken back, and u was bound elsewhere: v was evicted for nothing.

@@ -5,6 +5,7 @@ a new leader finishes what a dead one started; nothing is nudged."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -457,6 +458,33 @@ async def test_the_admitter_evicts_the_victims_an_eviction_shed_half_way_left(
         await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
         assert holders(cluster) == {lows_server: ["urgent"]}
         assert await metric(client, "rgpu_allocator_preemptions_total", outcome="resumed") == 1
+
+
+async def test_a_gated_nominee_whose_server_goes_not_ready_is_admitted_to_another(
+    build, kit, sim, cluster
+):
+    # Its server's Node went NotReady just after the eviction: held to it, the urgent pod
+    # waited out the outage (a soak: 5 s, past its deadline) or its nomination (12 s).
+    servers = {name: build.server(name, cards=1) for name in ("gpu-a", "gpu-b")}
+    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
+    grace = {"terminationGracePeriodSeconds": 30}
+    async with kit.running_allocator(sim.url, discovery, **BRISK):
+        low = [gated_pod(cluster, f"low-{i}", priority=10, spec=grace) for i in (1, 2)]
+        await kit.wait_for(lambda: not any(gates(cluster, p) for p in low), what="lows admitted")
+        for pod in low:
+            cluster.bind(pod)
+        on = {names[0]: server for server, names in holders(cluster).items()}
+        urgent = gated_pod(cluster, "urgent", priority=1000)
+        await kit.wait_for(
+            lambda: any(_terminating(cluster, p) for p in low), what="the first victim evicted"
+        )
+        first, second = sorted(low, key=lambda p: not _terminating(cluster, p))
+        broken = dataclasses.replace(servers[on[first.name]], ready=False)
+        discovery.publish(broken, servers[on[second.name]])
+        await kit.wait_for(lambda: _terminating(cluster, second), what="the second server freed")
+        cluster.delete(second)
+        await kit.wait_for(lambda: not gates(cluster, urgent), what="the urgent pod admitted")
+        assert holders(cluster)[on[second.name]] == ["urgent"]
 
 
 async def test_an_admitted_booking_committed_but_not_yet_bound_keeps_the_admission_ttl(

@@ -82,12 +82,13 @@ def test_a_booking_in_flight_onto_promised_cards_does_not_end_the_nomination(bui
         clock=lambda: 1.0,
     )
     nominations = Nominations(judge=judge)
+    view = FleetView.build(build.fleet(build.server("s")), None, ())
     late = dataclasses.replace(claim(build, "late"), cards=promised[1:])
     with judge.pending.hold(late):
-        assert nominations.nominated_on(nominee.uid) == "s"
+        assert nominations.nominated_on(nominee.uid, view) == "s"
     written = dataclasses.replace(record, resource_version="2", claims=(held, late))
     ledger.replace_all([dataclasses.replace(written, nomination=nomination)])
-    assert nominations.nominated_on(nominee.uid) is None
+    assert nominations.nominated_on(nominee.uid, view) is None
 
 
 async def test_keyed_locks_serialise_one_key_and_forget_idle_keys():

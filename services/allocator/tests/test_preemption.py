@@ -5,6 +5,7 @@ included)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -768,6 +769,45 @@ async def test_a_nominee_whose_server_a_higher_priority_pod_took_may_book_elsewh
             return got.status_code == 200 and got.json()["server"] == "gpu-a"
 
         await kit.wait_for(booked, what="the overtaken nominee booked the server that freed")
+
+
+@pytest.mark.parametrize("broken", [{"ready": False}, {"reachable": False}])
+async def test_a_nominee_whose_server_breaks_while_victims_leave_frees_another(
+    build, kit, sim, cluster, broken
+):
+    # The freed server's Node went NotReady (or lupine stopped answering) just after the
+    # eviction: held to it, the urgent pod waited out the outage or its nomination (a soak:
+    # 5 s and 12 s). The victim that went is lost either way; waiting adds the pod's time.
+    install_classes(cluster)
+    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
+    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
+    batches = {name: make_pod(cluster, f"batch-{name}", "batch", grace=30) for name in servers}
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        for name, batch in batches.items():
+            assert await hold(client, cluster, batch, kit) == name
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert refused.status_code == 409
+        first = next(name for name in servers if nomination(cluster, name))
+        other = next(name for name in servers if name != first)
+        assert terminating(cluster, batches[first])
+        discovery.publish(
+            *(dataclasses.replace(s, **broken) if n == first else s for n, s in servers.items())
+        )
+
+        async def freed_elsewhere() -> bool:
+            await client.post("/v1/allocations", json=kit.ask(urgent))
+            promised = nomination(cluster, other)
+            return promised is not None and promised["pod"]["uid"] == urgent.uid
+
+        await kit.wait_for(freed_elsewhere, what="a second server freed for the nominee")
+        finish(cluster, batches[other])
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == other
+
+        await kit.wait_for(booked, what="the nominee booked the server that can take it")
 
 
 async def preempted_and_freed_on(

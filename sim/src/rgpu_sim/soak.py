@@ -295,7 +295,7 @@ def _priority_checks(
     return (
         check_preemption_latency(_preemption_waits(evidence, driver, log, judged)),
         check_budgets(found, evidence.pods.values(), BUDGETS),
-        check_no_wasted_evictions(found, evidence.leases, evidence.pods, driver.asked),
+        check_no_wasted_evictions(found, evidence.leases, evidence.pods, driver.asked, log.windows),
         check_no_inversion(evidence.leases, evidence.pods.values(), per_card=per_card),
     )
 

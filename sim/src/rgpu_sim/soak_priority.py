@@ -17,7 +17,7 @@ from .checks import CheckResult
 from .soak_evidence import LeaseVersion, NominationSeen, PodLife
 from .soak_faults import FaultWindow
 from .soak_workload import BUDGET_LABEL
-from .verdict import SERVER_FAULTS, percentile
+from .verdict import disturbed, percentile
 
 __all__ = [
     "PREEMPTION_SLACK_SECONDS",
@@ -89,15 +89,26 @@ def _booked(leases: Sequence[LeaseVersion], eviction: Eviction, uid: str) -> boo
     )
 
 
+def _broken_since(eviction: Eviction, preemptor: PodLife, windows: Sequence[FaultWindow]) -> bool:
+    """Whether a fault took the freed server out between the eviction and the preemptor's
+    binding (elsewhere, or never): the server could not take it, and waiting for it would
+    have made the preemptor wait out the fault."""
+    start = eviction.victim.deleting_at or 0.0
+    end = preemptor.bound_at if preemptor.bound_at is not None else float("inf")
+    return eviction.server is not None and disturbed(windows, eviction.server, start, end)
+
+
 def check_no_wasted_evictions(
     found: Sequence[Eviction],
     leases: Sequence[LeaseVersion],
     pods: Mapping[str, PodLife],
     asked: Mapping[str, float],
+    windows: Sequence[FaultWindow] = (),
 ) -> CheckResult:
     """Every evicted pod's preemptor later booked the server it was freed for (a claim in that
-    server's Lease), unless the workload deleted the preemptor before it was bound."""
-    problems, excused = [], 0
+    server's Lease), unless the workload deleted the preemptor before it was bound or a fault
+    took the freed server out before the preemptor was bound (``windows``)."""
+    problems, deleted, broken = [], 0, 0
     for eviction in found:
         who = eviction.victim.key
         preemptor = pods.get(eviction.preemptor or "")
@@ -106,7 +117,9 @@ def check_no_wasted_evictions(
         elif _booked(leases, eviction, preemptor.uid):
             continue
         elif preemptor.bound_rv is None and preemptor.key in asked:
-            excused += 1
+            deleted += 1
+        elif _broken_since(eviction, preemptor, windows):
+            broken += 1
         else:
             got = preemptor.server or "nothing"
             problems.append(
@@ -115,7 +128,8 @@ def check_no_wasted_evictions(
             )
     return CheckResult(
         name=f"every evicted pod's preemptor booked the server freed for it ({len(found)} "
-        f"evictions, {excused} excused: preemptor deleted by the workload)",
+        f"evictions; excused: {deleted} preemptors deleted by the workload, {broken} freed "
+        "servers a fault took out)",
         passed=not problems,
         detail="; ".join(problems[:5]),
     )
@@ -234,13 +248,6 @@ class PreemptionWait:
     limit: float
 
 
-def _faulted(windows: Sequence[FaultWindow], server: str, at: float) -> bool:
-    return any(
-        w.kind in SERVER_FAULTS and w.target == server and w.start <= at <= (w.end or float("inf"))
-        for w in windows
-    )
-
-
 def _preemptible(
     version: LeaseVersion,
     pod: PodLife,
@@ -262,7 +269,7 @@ def _preemptible(
         and _live(nomination, version, lives, first)
     ):
         return None
-    if _faulted(windows, version.server, at):
+    if disturbed(windows, version.server, at, at):
         return None
     return max(h.grace_seconds for h in holders if h is not None)
 

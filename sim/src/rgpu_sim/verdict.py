@@ -26,6 +26,7 @@ __all__ = [
     "check_no_leftover_claims",
     "check_restarts",
     "check_wakeups",
+    "disturbed",
     "percentile",
     "wake_seconds",
 ]
@@ -201,7 +202,7 @@ def wake_seconds(
             _freed(by_server[life.server], lives, life, unit)
             for unit in (life.cards if per_card else (life.server,))
         )
-        if freed[0] <= first_seen or _disturbed(windows, life.server, freed[0], life.bound_at):
+        if freed[0] <= first_seen or disturbed(windows, life.server, freed[0], life.bound_at):
             continue
         waits.append(_wake_up(life, freed, lives))
     return waits
@@ -242,7 +243,8 @@ def _freed(
     return freed
 
 
-def _disturbed(windows: Iterable[FaultWindow], server: str, start: float, end: float) -> bool:
+def disturbed(windows: Iterable[FaultWindow], server: str, start: float, end: float) -> bool:
+    """Whether a fault that takes ``server`` out covered any moment from ``start`` to ``end``."""
     return any(
         w.kind in SERVER_FAULTS
         and w.target == server

@@ -49,11 +49,11 @@ class Preempting:
         """Start a preemption for ``verdict``'s pod if it is refused for held servers and
         may preempt, or waits for a server whose victims were not all evicted, unless one
         runs for it already or enough run at once."""
-        if self._should(verdict):
+        if self._should(verdict, view):
             self.pods.add(verdict.pod.uid)
             tg.start_soon(self._preempt, verdict, view)
 
-    def _should(self, verdict: Verdict) -> bool:
+    def _should(self, verdict: Verdict, view: FleetView) -> bool:
         uid = verdict.pod.uid
         if uid in self.pods or len(self.pods) >= PREEMPTIONS_AT_ONCE:
             return False
@@ -62,7 +62,7 @@ class Preempting:
         if verdict.wait is Wait.PREEMPTING:
             # Its victims stopped going half-way: the rest must go, or those that went did
             # for nothing.
-            return self._preemptor.unfinished(uid)
+            return self._preemptor.unfinished(uid, view)
         refusal = verdict.refusal
         return (
             verdict.wait is Wait.NO_FIT and refusal is not None and bool(refusal.blocked_by_claims)

@@ -150,12 +150,13 @@ class Booking:
     def _see(self, request: AllocationRequest, demand: Demand, fresh: FleetView | None) -> Seen:
         """What this round decides on, computed once."""
         uid = request.pod.uid
+        view = fresh if fresh is not None else self.answers.require_view()
         return Seen(
             pod=request.pod,
             demand=demand,
-            view=fresh if fresh is not None else self.answers.require_view(),
+            view=view,
             held=self.judge.occupancy(uid),
-            nominated=self.nominations.nominated_on(uid),
+            nominated=self.nominations.nominated_on(uid, view),
             candidates=request.candidate_nodes,
         )
 

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_placement import Nomination
+from rgpu_placement import FleetView, Nomination
 
 from .claims import LeaseRecord
 from .judging import Judge
@@ -69,6 +69,13 @@ def _nothing_in_flight(server: str) -> tuple[Claim, ...]:
     return ()
 
 
+def _usable(view: FleetView, server: ServerName) -> bool:
+    """Whether ``server`` could take the nominee once its victims are gone. Cards lupine
+    reports busy do not count against it: the victims' clients are still leaving."""
+    facts = view.facts.get(server)
+    return facts is not None and facts.problem is None
+
+
 def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
     """Whether a pod that is not a victim took some of the promised cards since the choice."""
     expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
@@ -82,19 +89,23 @@ class Nominations:
 
     judge: Judge
 
-    def nominated_on(self, uid: str) -> ServerName | None:
+    def nominated_on(self, uid: str, view: FleetView) -> ServerName | None:
         """The server ``uid`` is held to: where it has a live nomination that still stands.
 
         Its booking goes there or nowhere, so no victim is evicted for a pod that then books
         elsewhere. A nomination stops standing when a pod that is not a victim holds some of
-        its cards (one of higher priority may book over it): the victims' leaving can no
-        longer free them, and the pod is free to look elsewhere (or preempt again).
+        its cards (one of higher priority may book over it), or when ``view`` says the server
+        cannot take the pod whoever leaves (its Node not Ready, lupine not answering, a
+        cordon, gone from the fleet): the victims' leaving can no longer free it,
+        and the pod is free to look elsewhere (or preempt again).
         """
         now = self.judge.clock()
         for record in self.judge.ledger.nominated():
             found = record.nomination
-            if found is not None and found.pod.uid == uid and now < found.expires_at:
-                return None if self._overtaken(record.server, found) else record.server
+            if found is None or found.pod.uid != uid or now >= found.expires_at:
+                continue
+            if _usable(view, record.server) and not self._overtaken(record.server, found):
+                return record.server
         return None
 
     def victims_hold(self, server: ServerName) -> bool:

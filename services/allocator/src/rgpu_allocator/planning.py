@@ -67,7 +67,7 @@ class Planner:
     policy: Policy
     booker: Booker
     decider: Decider
-    nominated_on: Callable[[str], ServerName | None]
+    nominated_on: Callable[[str, FleetView], ServerName | None]
     """Where a pod is held to while its victims leave (``Nominations.nominated_on``)."""
     admission_ttl: float
     candidates: Candidates = field(default_factory=Candidates)
@@ -208,7 +208,7 @@ class Planner:
         demand: Demand,
         candidates: tuple[NodeName, ...],
     ) -> Verdict:
-        nominated = self.nominated_on(pod.uid)
+        nominated = self.nominated_on(pod.uid, view)
         gang = pod.gated.gang if pod.gated is not None else None
         size = gang.size if gang is not None else None
         shape = (

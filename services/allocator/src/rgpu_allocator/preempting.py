@@ -125,10 +125,10 @@ class Preemptor:
     _spending: anyio.Lock = field(default_factory=anyio.Lock, init=False)
     _asked: set[tuple[str, str]] = field(default_factory=set, init=False)
 
-    def unfinished(self, uid: str) -> bool:
+    def unfinished(self, uid: str, view: FleetView) -> bool:
         """Whether ``uid`` holds a nomination whose victims were not all evicted (a
         ``partial`` attempt): its next attempt evicts the rest."""
-        server = self.nominations.nominated_on(uid)
+        server = self.nominations.nominated_on(uid, view)
         return server is not None and bool(self._unevicted(uid, server))
 
     def taking_back(self) -> frozenset[str]:
@@ -182,7 +182,7 @@ class Preemptor:
     async def _preempt(
         self, pod: PodInfo, demand: Demand, view: FleetView, admitting: Callable[[str], bool]
     ) -> Outcome:
-        nominated = self.nominations.nominated_on(pod.uid)
+        nominated = self.nominations.nominated_on(pod.uid, view)
         if nominated is not None:
             return await self._resume(pod, nominated, admitting)
         options = preemptions(
@@ -196,7 +196,7 @@ class Preemptor:
         if not options:
             return Outcome.NONE
         for option in options[:MAX_CANDIDATES]:
-            outcome = await self._attempt(pod, option, admitting)
+            outcome = await self._attempt(pod, option, view, admitting)
             if outcome is not Outcome.BLOCKED:
                 return outcome
         return Outcome.BLOCKED
@@ -226,10 +226,14 @@ class Preemptor:
         return pod.grace_seconds if pod is not None else 0.0
 
     async def _attempt(
-        self, pod: PodInfo, option: Preemption, admitting: Callable[[str], bool]
+        self,
+        pod: PodInfo,
+        option: Preemption,
+        view: FleetView,
+        admitting: Callable[[str], bool],
     ) -> Outcome:
         return await self._guarded(
-            pod, option.server, option.victims, admitting, lambda: self._try(pod, option)
+            pod, option.server, option.victims, admitting, lambda: self._try(pod, option, view)
         )
 
     async def _resume(
@@ -273,8 +277,8 @@ class Preemptor:
         finally:
             self._taking_back.difference_update(held)
 
-    async def _try(self, pod: PodInfo, option: Preemption) -> Outcome:
-        if self.nominations.nominated_on(pod.uid) is not None:
+    async def _try(self, pod: PodInfo, option: Preemption, view: FleetView) -> Outcome:
+        if self.nominations.nominated_on(pod.uid, view) is not None:
             # Nominated while this attempt waited its turn (the filter path and an admission
             # pass both refused it): one promise per pod, or victims go on two servers.
             return Outcome.PENDING

@@ -104,7 +104,7 @@ class Refusals:
     async def _victims_gone(self, seen: Seen, checks: Checks) -> bool:
         """Whether the victims just evicted for the pod have left its nominated server, after
         fresh reads of them (once per request)."""
-        server = self.preemptor.nominations.nominated_on(seen.pod.uid)
+        server = self.preemptor.nominations.nominated_on(seen.pod.uid, seen.view)
         if server is None or checks.revalidator is None:
             return False
         await checks.revalidator.revalidate((server,))
