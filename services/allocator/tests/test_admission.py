@@ -6,6 +6,7 @@ a new leader finishes what a dead one started; nothing is nudged."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rgpu_testkit as testkit
+from rgpu_allocator.admitting import PERIOD
 from rgpu_contracts import PodRef, PodUID
 from rgpu_kubesim import ApiError
 
@@ -66,6 +68,11 @@ def priority_class(cluster: Any, value: int) -> str:
         body = {"metadata": {"name": name}, "value": value}
         cluster.sim.store.create("priorityclasses", body)
     return name
+
+
+def lease_creates(sim: Any) -> int:
+    counts = sim.meter.snapshot().items()
+    return sum(c.requests for k, c in counts if k.verb == "create" and k.resource == "leases")
 
 
 def gates(cluster: Any, pod: PodRef) -> list[str]:
@@ -143,22 +150,35 @@ async def test_an_admission_the_apiserver_fails_is_retried_with_backoff_not_at_o
     build, kit, sim, cluster
 ):
     discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
-
-    def lease_creates() -> int:
-        counts = sim.meter.snapshot().items()
-        return sum(c.requests for k, c in counts if k.verb == "create" and k.resource == "leases")
-
     async with kit.running_allocator(sim.url, discovery):
         sim.faults.set_error(verb="create", resource="leases", rate=1.0, code=503)
         pod = gated_pod(cluster, "trainer")
         await anyio.sleep(3.0)
         # Backoff 0.5, 1, 2 s (jittered): a handful of tries in 3 s, not one per pass.
-        tried = lease_creates()
+        tried = lease_creates(sim)
         assert 1 <= tried <= 5, tried
         assert gates(cluster, pod) == ["rgpu.io/admission"]
         sim.faults.set_error(verb="create", resource="leases", rate=0.0)
         await kit.wait_for(lambda: not gates(cluster, pod), what="admitted once it answers")
         assert holders(cluster) == {"gpu-a": ["trainer"]}
+
+
+async def test_a_failed_admission_is_tried_again_when_its_backoff_ends_not_a_period_later(
+    build, kit, sim, cluster
+):
+    # Nothing else wakes the admitter here: before, the retry waited for the next 2 s period
+    # whatever its backoff (0.25-0.5 s for a first failure).
+    discovery = kit.FakeDiscovery(build.fleet(build.server("gpu-a")))
+    async with kit.running_allocator(sim.url, discovery):
+        sim.faults.set_error(verb="create", resource="leases", rate=1.0, code=503)
+        before = lease_creates(sim)
+        pod = gated_pod(cluster, "trainer")
+        await kit.wait_for(lambda: lease_creates(sim) == before + 1, what="an admission failed")
+        sim.faults.set_error(verb="create", resource="leases", rate=0.0)
+        failed = time.monotonic()
+        await kit.wait_for(lambda: not gates(cluster, pod), what="admitted once it answers")
+        assert time.monotonic() - failed < PERIOD - 0.25
+        assert lease_creates(sim) == before + 2
 
 
 async def test_another_systems_gate_keeps_the_pod_out_until_it_is_lifted(build, kit, sim, cluster):

@@ -182,7 +182,9 @@ class Admitter:
             while True:
                 if not self._due:
                     self._wake = anyio.Event()
-                    with anyio.move_on_after(PERIOD):
+                    # A pod the apiserver failed is tried when its backoff ends, not a
+                    # period later: an urgent pod would wait out the rest of the period.
+                    with anyio.move_on_after(min(PERIOD, self._retries.next_in(PERIOD))):
                         await self._wake.wait()
                 self._due = False
                 if self._leading() and self._ready():

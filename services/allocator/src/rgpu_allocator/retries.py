@@ -41,3 +41,9 @@ class Retries:
         """Pods not to be tried yet."""
         now = self._clock()
         return {uid for uid, (_, until) in self._until.items() if until > now}
+
+    def next_in(self, longest: float) -> float:
+        """Seconds until the first waiting pod may be tried again, at most ``longest``."""
+        now = self._clock()
+        ahead = (until - now for _, until in self._until.values() if until > now)
+        return min(ahead, default=longest)
