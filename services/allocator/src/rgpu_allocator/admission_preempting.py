@@ -14,7 +14,8 @@ from anyio.abc import TaskGroup
 from rgpu_contracts import AllocationRequest
 from rgpu_placement import FleetView
 
-from .preempting import Outcome, Preemptor, may_preempt
+from .preempting import Preemptor
+from .preemption_outcomes import Outcome, may_preempt
 from .verdicts import Verdict, Wait
 
 __all__ = ["PREEMPTIONS_AT_ONCE", "Preempting"]

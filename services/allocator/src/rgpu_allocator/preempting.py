@@ -35,7 +35,6 @@ stops counting once its pod books, is gone or finished.
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,16 +56,17 @@ from rgpu_runtime.telemetry import pod_attributes
 
 from .clients import KubeApi, pod_event
 from .errors import Contended, EvictionRefused, LeaseUnreadable
-from .evicting import Asked, Evicted, Evictor
+from .evicting import Asked, Evictor
 from .instruments import Instruments
 from .judging import Judge
 from .leases import LeaseWriter
 from .nominating import Nominations, Step, nominate, withdraw
 from .pods import PodInfo, pod_info
 from .policy import Policy
+from .preemption_outcomes import Outcome, judged, may_preempt
 from .removal import Remover
 
-__all__ = ["MAX_CANDIDATES", "Outcome", "Preemptor", "may_preempt"]
+__all__ = ["MAX_CANDIDATES", "Preemptor"]
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -74,38 +74,6 @@ tracer = trace.get_tracer(__name__)
 MAX_CANDIDATES = 3
 """Servers tried per refusal when evictions are refused (PodDisruptionBudgets); the pod's next
 retry tries again, so a few keep one refusal's apiserver calls bounded."""
-
-
-class Outcome(enum.Enum):
-    """What one preemption attempt did (the metric label)."""
-
-    NOMINATED = "nominated"
-    """Victims evicted, the server promised to the pod."""
-    PENDING = "pending"
-    """The pod already holds a live nomination: nothing more is evicted."""
-    NONE = "none"
-    """No server can be freed for it (no holder of lower priority stands in the way alone)."""
-    BLOCKED = "blocked"
-    """Every candidate's eviction was refused (PodDisruptionBudgets) or taken meanwhile."""
-    FAILED = "failed"
-    """The apiserver failed; the pod's next retry tries again."""
-    PARTIAL = "partial"
-    """Some victims were evicted, then a later eviction was refused although its dry run was
-    allowed (a budget changed meanwhile) or failed (the apiserver shed it): the server stays
-    promised to the pod, and its next attempt evicts the rest."""
-    RESUMED = "resumed"
-    """The pod's nomination stood with victims left by a ``partial`` attempt; they are
-    evicted now."""
-
-    @property
-    def holds(self) -> bool:
-        """Whether the pod holds a live nomination after this attempt (it waits for it)."""
-        return self in (Outcome.NOMINATED, Outcome.PENDING, Outcome.PARTIAL, Outcome.RESUMED)
-
-
-def may_preempt(pod: PodInfo | None) -> bool:
-    """Whether ``pod`` may evict others: a priority above 0 and ``preemptionPolicy`` not Never."""
-    return pod is not None and pod.priority > 0 and not pod.never_preempts and not pod.finished
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,7 +263,7 @@ class Preemptor:
         if rehearsed is not None:
             return rehearsed
         evicted = await self._evictor.evict(victims, pod.ref)
-        outcome = self._judged(pod, server, evicted, len(victims))
+        outcome = judged(pod.ref.key, server, evicted, len(victims))
         if outcome is Outcome.NOMINATED:
             logger.info("preemption for %s on %s evicted the rest", pod.ref.key, server)
             self.nudge()
@@ -328,7 +296,7 @@ class Preemptor:
         if step is Step.TAKEN:
             return Outcome.BLOCKED
         evicted = await self._evictor.evict(option.victims, pod.ref)
-        outcome = self._judged(pod, option.server, evicted, len(option.victims))
+        outcome = judged(pod.ref.key, option.server, evicted, len(option.victims))
         if outcome is Outcome.NOMINATED:
             self._announce(pod, option)
         elif not outcome.holds:
@@ -336,26 +304,6 @@ class Preemptor:
             # others off it.
             await self.writer.edit(option.server, withdraw(pod.uid), op="withdraw")
         return outcome
-
-    def _judged(self, pod: PodInfo, server: ServerName, evicted: Evicted, of: int) -> Outcome:
-        """What evicting a set amounted to. Stopped after some went, the promise stays: the
-        pod waits for that server, and its next attempt evicts the rest, because taking
-        another server would leave the ones that went evicted for nothing."""
-        key, stopped = pod.ref.key, evicted.stopped
-        if stopped is None:
-            return Outcome.NOMINATED
-        if evicted.done:
-            logger.warning(
-                "preemption for %s on %s evicted %d of %d victims, then stopped: %s; the "
-                "server stays promised and the rest are evicted on its next attempt",
-                *(key, server, evicted.done, of, stopped),
-            )
-            return Outcome.PARTIAL
-        if evicted.refused:
-            logger.info("preemption for %s on %s refused: %s", key, server, stopped)
-            return Outcome.BLOCKED
-        logger.warning("preemption for %s on %s failed: %s", key, server, stopped)
-        return Outcome.FAILED
 
     def _unevicted(self, uid: str, server: ServerName) -> tuple[Claim, ...]:
         asked = Asked(judge=self.judge, pairs=self._asked).of(uid)

@@ -15,7 +15,8 @@ from rgpu_placement import FleetView, Refusal
 
 from .deciding import Seen
 from .instruments import Instruments
-from .preempting import Outcome, Preemptor
+from .preempting import Preemptor
+from .preemption_outcomes import Outcome
 from .revalidation import Reprober, Revalidator
 from .waiters import Refused
 
