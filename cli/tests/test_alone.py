@@ -57,3 +57,15 @@ def test_alone_rgpu_demo_says_the_proving_ground_is_not_installed(alone: Path) -
     assert done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("rgpu demo: the proving ground is not installed")
+
+
+def test_alone_rgpu_loads_without_the_kubernetes_client_until_a_command_needs_it(
+    alone: Path,
+) -> None:
+    # Importing kubernetes_asyncio took half a second of every `rgpu --help`, `status` and
+    # `queue`, none of which talks to the apiserver.
+    probe = "import sys, rgpu_cli.main; print('kubernetes_asyncio' in sys.modules)"
+    done = run(alone, str(alone / "python"), "-I", "-c", probe)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rgpu_contracts import (
     ANNOTATION_DEVICE_CORDON,
@@ -33,10 +33,12 @@ from rgpu_contracts import (
     node_of_server,
 )
 from rgpu_runtime.errors import KubeConflict, KubeError, RgpuError
-from rgpu_runtime.kube import KubeClient
 from rgpu_runtime.settings import Settings
 
 from .kube import cli_kube_client
+
+if TYPE_CHECKING:
+    from rgpu_runtime.kube import KubeClient
 
 __all__ = ["CordonError", "Cordoned", "cordon", "server_cards"]
 

@@ -17,18 +17,20 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from rgpu_contracts import INSTANCE_SEPARATOR, Claim, ContractError, PodRef
 from rgpu_runtime.errors import KubeError
-from rgpu_runtime.kube import KubeClient
 from rgpu_runtime.pacing import Backoff
 from rgpu_runtime.settings import Settings
 
 from .cordon import cordon
 from .kube import cli_kube_client
+
+if TYPE_CHECKING:
+    from rgpu_runtime.kube import KubeClient
 
 __all__ = ["CLAIM_LEASES", "DrainReport", "drain", "holders_in"]
 

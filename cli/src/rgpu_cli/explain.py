@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Group
@@ -48,12 +48,14 @@ from rgpu_placement import (
     read_demand,
     scheduling_gates,
 )
-from rgpu_runtime.kube import KubeClient
 from rgpu_runtime.settings import Settings
 from rgpu_runtime.telemetry import creation_of
 
 from .kube import cli_kube_client
 from .queue import Queued, find_queued, render_queued
+
+if TYPE_CHECKING:
+    from rgpu_runtime.kube import KubeClient
 
 __all__ = [
     "CLAIM_LEASES",
