@@ -103,6 +103,13 @@ def metric(text: str, line: str) -> float:
     return float(found[0].split()[-1]) if found else 0.0
 
 
+async def fleet_seen(client: httpx.AsyncClient, revision: int) -> None:
+    async def seen() -> bool:
+        return (await client.get("/v1/status")).json()["fleetRevision"] == revision
+
+    await testkit.eventually(seen, what=f"the allocator saw fleet revision {revision}")
+
+
 def one_server_batch_and_urgent(build, kit, cluster):
     """One server, and a batch and an urgent pod (the priority classes installed)."""
     install_classes(cluster)
@@ -808,6 +815,47 @@ async def test_a_nominee_whose_server_breaks_while_victims_leave_frees_another(
             return got.status_code == 200 and got.json()["server"] == other
 
         await kit.wait_for(booked, what="the nominee booked the server that can take it")
+
+
+async def test_a_nominee_that_freed_a_second_server_waits_for_it_when_the_first_comes_back(
+    build, kit, sim, cluster
+):
+    # gpu-a broke after its eviction, so gpu-b was freed too; gpu-a came back free before
+    # gpu-b's victim left. Taking gpu-a then would leave gpu-b's victim evicted for nothing:
+    # the newest promise is the one the pod waits for.
+    install_classes(cluster)
+    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
+    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
+    cheap = make_pod(cluster, "cheap", "batch", grace=30)
+    dear = make_pod(cluster, "dear", "standard", grace=30)
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        assert await hold(client, cluster, cheap, kit) == "gpu-a"
+        assert await hold(client, cluster, dear, kit) == "gpu-b"
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert refused.status_code == 409
+        assert nomination(cluster, "gpu-a")["pod"]["uid"] == urgent.uid
+        discovery.publish(dataclasses.replace(servers["gpu-a"], ready=False), servers["gpu-b"])
+
+        async def freed_elsewhere() -> bool:
+            await client.post("/v1/allocations", json=kit.ask(urgent))
+            promised = nomination(cluster, "gpu-b")
+            return promised is not None and promised["pod"]["uid"] == urgent.uid
+
+        await kit.wait_for(freed_elsewhere, what="gpu-b freed for the nominee")
+        finish(cluster, cheap)
+        await kit.wait_for(lambda: cluster.holders().get("gpu-a") == [], what="gpu-a free")
+        discovery.publish(*servers.values())
+        await fleet_seen(client, discovery.fleet.revision)
+        waiting = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert waiting.status_code == 409, waiting.text
+        finish(cluster, dear)
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == "gpu-b"
+
+        await kit.wait_for(booked, what="the nominee booked the server freed last for it")
 
 
 async def preempted_and_freed_on(

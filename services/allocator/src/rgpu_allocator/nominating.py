@@ -99,14 +99,25 @@ class Nominations:
         cordon, gone from the fleet): the victims' leaving can no longer free it,
         and the pod is free to look elsewhere (or preempt again).
         """
-        now = self.judge.clock()
-        for record in self.judge.ledger.nominated():
-            found = record.nomination
-            if found is None or found.pod.uid != uid or now >= found.expires_at:
-                continue
-            if _usable(view, record.server) and not self._overtaken(record.server, found):
-                return record.server
+        # Only the newest counts: a pod whose server broke may have freed another, and the
+        # first server back before the second's victims left must not take it from them.
+        live = self._live(uid)
+        if not live:
+            return None
+        server, found = max(live, key=lambda pair: pair[1].nominated_at)
+        if _usable(view, server) and not self._overtaken(server, found):
+            return server
         return None
+
+    def _live(self, uid: str) -> list[tuple[ServerName, Nomination]]:
+        now = self.judge.clock()
+        return [
+            (record.server, found)
+            for record in self.judge.ledger.nominated()
+            if (found := record.nomination) is not None
+            and found.pod.uid == uid
+            and now < found.expires_at
+        ]
 
     def victims_hold(self, server: ServerName) -> bool:
         """Whether a victim of the nomination on ``server`` still has a claim there."""
