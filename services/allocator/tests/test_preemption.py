@@ -858,6 +858,45 @@ async def test_a_nominee_that_freed_a_second_server_waits_for_it_when_the_first_
         await kit.wait_for(booked, what="the nominee booked the server freed last for it")
 
 
+async def test_a_nominee_whose_freed_server_a_client_rgpu_did_not_place_took_frees_another(
+    build, kit, sim, cluster
+):
+    # The victim gone, lupine reports a client on the server that no claim explains (a
+    # process rgpu did not place): held to it, the urgent pod would wait for as long as that
+    # client stays, or for its nomination to expire (a soak: 12 s).
+    install_classes(cluster)
+    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
+    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
+    batches = {name: make_pod(cluster, f"batch-{name}", "batch", grace=30) for name in servers}
+    urgent = make_pod(cluster, "urgent", "urgent")
+    async with allocator(kit, sim, discovery) as client:
+        for name, batch in batches.items():
+            assert await hold(client, cluster, batch, kit) == name
+        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+        assert refused.status_code == 409
+        first = next(name for name in servers if nomination(cluster, name))
+        other = next(name for name in servers if name != first)
+        finish(cluster, batches[first])
+        await kit.wait_for(lambda: cluster.holders().get(first) == [], what="the victim gone")
+        busy = build.server(first, busy=(0,))
+        discovery.publish(*(busy if n == first else s for n, s in servers.items()))
+        await fleet_seen(client, discovery.fleet.revision)
+
+        async def freed_elsewhere() -> bool:
+            await client.post("/v1/allocations", json=kit.ask(urgent))
+            promised = nomination(cluster, other)
+            return promised is not None and promised["pod"]["uid"] == urgent.uid
+
+        await kit.wait_for(freed_elsewhere, what="a second server freed for the nominee")
+        finish(cluster, batches[other])
+
+        async def booked() -> bool:
+            got = await client.post("/v1/allocations", json=kit.ask(urgent))
+            return got.status_code == 200 and got.json()["server"] == other
+
+        await kit.wait_for(booked, what="the nominee booked the server that can take it")
+
+
 async def preempted_and_freed_on(
     client, kit, cluster, victim: PodRef, nominee: PodRef, server: str
 ) -> None:

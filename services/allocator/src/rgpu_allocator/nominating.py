@@ -13,7 +13,7 @@ import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from rgpu_contracts import Claim, ServerName
+from rgpu_contracts import Claim, ServerName, split_card_id
 from rgpu_placement import FleetView, Nomination
 
 from .claims import LeaseRecord
@@ -70,8 +70,8 @@ def _nothing_in_flight(server: str) -> tuple[Claim, ...]:
 
 
 def _usable(view: FleetView, server: ServerName) -> bool:
-    """Whether ``server`` could take the nominee once its victims are gone. Cards lupine
-    reports busy do not count against it: the victims' clients are still leaving."""
+    """Whether ``server`` could take the nominee once its victims are gone, as far as the
+    fleet alone says."""
     facts = view.facts.get(server)
     return facts is not None and facts.problem is None
 
@@ -96,8 +96,9 @@ class Nominations:
         elsewhere. A nomination stops standing when a pod that is not a victim holds some of
         its cards (one of higher priority may book over it), or when ``view`` says the server
         cannot take the pod whoever leaves (its Node not Ready, lupine not answering, a
-        cordon, gone from the fleet): the victims' leaving can no longer free it,
-        and the pod is free to look elsewhere (or preempt again).
+        cordon, gone from the fleet, a client no claim explains on a promised card): the
+        victims' leaving can no longer free it, and the pod is free to look elsewhere (or
+        preempt again).
         """
         # Only the newest counts: a pod whose server broke may have freed another, and the
         # first server back before the second's victims left must not take it from them.
@@ -105,7 +106,7 @@ class Nominations:
         if not live:
             return None
         server, found = max(live, key=lambda pair: pair[1].nominated_at)
-        if _usable(view, server) and not self._overtaken(server, found):
+        if self._stands(server, found, view):
             return server
         return None
 
@@ -140,6 +141,22 @@ class Nominations:
             return ()
         victims = {v.uid for v in found.victims}.difference(asked)
         return tuple(c for c in record.claims if c.pod.uid in victims and self._stays(c))
+
+    def _stands(self, server: ServerName, nomination: Nomination, view: FleetView) -> bool:
+        return (
+            _usable(view, server)
+            and not self._foreign(server, nomination, view)
+            and not self._overtaken(server, nomination)
+        )
+
+    def _foreign(self, server: ServerName, nomination: Nomination, view: FleetView) -> bool:
+        """Whether lupine reports a client on a promised card that no claim explains (the
+        victims' own clients are explained by their claims until those are released)."""
+        facts = view.facts.get(server)
+        if facts is None or not facts.busy:
+            return False
+        busy = self.judge.occupancy(nomination.pod.uid).busy(facts, claims_gone=True)
+        return any(split_card_id(card)[1] in busy for card in nomination.cards)
 
     def _stays(self, claim: Claim) -> bool:
         pod = self.judge.pods.get(claim.pod.uid)
