@@ -544,9 +544,7 @@ async def test_the_preemptor_books_the_server_freed_for_it_even_when_another_fre
     async with allocator(kit, sim, discovery) as client:
         assert await hold(client, cluster, peer, kit) == "gpu-a"
         assert await hold(client, cluster, batch, kit) == "gpu-b"
-        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
-        assert refused.status_code == 409
-        assert nomination(cluster, "gpu-b")["pod"]["uid"] == urgent.uid
+        await refused_and_nominated(client, kit, cluster, urgent, "gpu-b")
         finish(cluster, peer)
         finish(cluster, batch)
 
@@ -778,6 +776,53 @@ async def test_a_nominee_whose_server_a_higher_priority_pod_took_may_book_elsewh
         await kit.wait_for(booked, what="the overtaken nominee booked the server that freed")
 
 
+def two_servers_held_by_batch(build, kit, cluster):
+    """gpu-a and gpu-b, each to be held by a batch pod (30 s grace), and an urgent pod."""
+    install_classes(cluster)
+    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
+    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
+    batches = {name: make_pod(cluster, f"batch-{name}", "batch", grace=30) for name in servers}
+    return servers, discovery, batches, make_pod(cluster, "urgent", "urgent")
+
+
+async def nominated_first(client, kit, cluster, batches, urgent) -> tuple[str, str]:
+    """Hold both servers, refuse the urgent pod: (the server promised to it, the other)."""
+    for name, batch in batches.items():
+        assert await hold(client, cluster, batch, kit) == name
+    refused = await client.post("/v1/allocations", json=kit.ask(urgent))
+    assert refused.status_code == 409
+    first = next(name for name in batches if nomination(cluster, name))
+    return first, next(name for name in batches if name != first)
+
+
+async def refused_and_nominated(client, kit, cluster, pod: PodRef, server: str) -> None:
+    """Ask for ``pod`` once: refused, with ``server`` promised to it."""
+    refused = await client.post("/v1/allocations", json=kit.ask(pod))
+    assert refused.status_code == 409
+    assert nomination(cluster, server)["pod"]["uid"] == pod.uid
+
+
+async def freed_for(client, kit, cluster, pod: PodRef, server: str) -> None:
+    """Ask for ``pod`` until ``server`` is promised to it (a preemption there)."""
+
+    async def promised() -> bool:
+        await client.post("/v1/allocations", json=kit.ask(pod))
+        found = nomination(cluster, server)
+        return found is not None and found["pod"]["uid"] == pod.uid
+
+    await kit.wait_for(promised, what=f"{server} freed for {pod.name}")
+
+
+async def books(client, kit, pod: PodRef, server: str) -> None:
+    """Ask for ``pod`` until it books ``server``."""
+
+    async def booked() -> bool:
+        got = await client.post("/v1/allocations", json=kit.ask(pod))
+        return got.status_code == 200 and got.json()["server"] == server
+
+    await kit.wait_for(booked, what=f"{pod.name} booked {server}")
+
+
 @pytest.mark.parametrize("broken", [{"ready": False}, {"reachable": False}])
 async def test_a_nominee_whose_server_breaks_while_victims_leave_frees_another(
     build, kit, sim, cluster, broken
@@ -785,36 +830,16 @@ async def test_a_nominee_whose_server_breaks_while_victims_leave_frees_another(
     # The freed server's Node went NotReady (or lupine stopped answering) just after the
     # eviction: held to it, the urgent pod waited out the outage or its nomination (a soak:
     # 5 s and 12 s). The victim that went is lost either way; waiting adds the pod's time.
-    install_classes(cluster)
-    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
-    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
-    batches = {name: make_pod(cluster, f"batch-{name}", "batch", grace=30) for name in servers}
-    urgent = make_pod(cluster, "urgent", "urgent")
+    servers, discovery, batches, urgent = two_servers_held_by_batch(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
-        for name, batch in batches.items():
-            assert await hold(client, cluster, batch, kit) == name
-        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
-        assert refused.status_code == 409
-        first = next(name for name in servers if nomination(cluster, name))
-        other = next(name for name in servers if name != first)
+        first, other = await nominated_first(client, kit, cluster, batches, urgent)
         assert terminating(cluster, batches[first])
         discovery.publish(
             *(dataclasses.replace(s, **broken) if n == first else s for n, s in servers.items())
         )
-
-        async def freed_elsewhere() -> bool:
-            await client.post("/v1/allocations", json=kit.ask(urgent))
-            promised = nomination(cluster, other)
-            return promised is not None and promised["pod"]["uid"] == urgent.uid
-
-        await kit.wait_for(freed_elsewhere, what="a second server freed for the nominee")
+        await freed_for(client, kit, cluster, urgent, other)
         finish(cluster, batches[other])
-
-        async def booked() -> bool:
-            got = await client.post("/v1/allocations", json=kit.ask(urgent))
-            return got.status_code == 200 and got.json()["server"] == other
-
-        await kit.wait_for(booked, what="the nominee booked the server that can take it")
+        await books(client, kit, urgent, other)
 
 
 async def test_a_nominee_that_freed_a_second_server_waits_for_it_when_the_first_comes_back(
@@ -832,17 +857,9 @@ async def test_a_nominee_that_freed_a_second_server_waits_for_it_when_the_first_
     async with allocator(kit, sim, discovery) as client:
         assert await hold(client, cluster, cheap, kit) == "gpu-a"
         assert await hold(client, cluster, dear, kit) == "gpu-b"
-        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
-        assert refused.status_code == 409
-        assert nomination(cluster, "gpu-a")["pod"]["uid"] == urgent.uid
+        await refused_and_nominated(client, kit, cluster, urgent, "gpu-a")
         discovery.publish(dataclasses.replace(servers["gpu-a"], ready=False), servers["gpu-b"])
-
-        async def freed_elsewhere() -> bool:
-            await client.post("/v1/allocations", json=kit.ask(urgent))
-            promised = nomination(cluster, "gpu-b")
-            return promised is not None and promised["pod"]["uid"] == urgent.uid
-
-        await kit.wait_for(freed_elsewhere, what="gpu-b freed for the nominee")
+        await freed_for(client, kit, cluster, urgent, "gpu-b")
         finish(cluster, cheap)
         await kit.wait_for(lambda: cluster.holders().get("gpu-a") == [], what="gpu-a free")
         discovery.publish(*servers.values())
@@ -850,12 +867,7 @@ async def test_a_nominee_that_freed_a_second_server_waits_for_it_when_the_first_
         waiting = await client.post("/v1/allocations", json=kit.ask(urgent))
         assert waiting.status_code == 409, waiting.text
         finish(cluster, dear)
-
-        async def booked() -> bool:
-            got = await client.post("/v1/allocations", json=kit.ask(urgent))
-            return got.status_code == 200 and got.json()["server"] == "gpu-b"
-
-        await kit.wait_for(booked, what="the nominee booked the server freed last for it")
+        await books(client, kit, urgent, "gpu-b")
 
 
 async def test_a_nominee_whose_freed_server_a_client_rgpu_did_not_place_took_frees_another(
@@ -864,45 +876,23 @@ async def test_a_nominee_whose_freed_server_a_client_rgpu_did_not_place_took_fre
     # The victim gone, lupine reports a client on the server that no claim explains (a
     # process rgpu did not place): held to it, the urgent pod would wait for as long as that
     # client stays, or for its nomination to expire (a soak: 12 s).
-    install_classes(cluster)
-    servers = {name: build.server(name) for name in ("gpu-a", "gpu-b")}
-    discovery = kit.FakeDiscovery(build.fleet(*servers.values()))
-    batches = {name: make_pod(cluster, f"batch-{name}", "batch", grace=30) for name in servers}
-    urgent = make_pod(cluster, "urgent", "urgent")
+    servers, discovery, batches, urgent = two_servers_held_by_batch(build, kit, cluster)
     async with allocator(kit, sim, discovery) as client:
-        for name, batch in batches.items():
-            assert await hold(client, cluster, batch, kit) == name
-        refused = await client.post("/v1/allocations", json=kit.ask(urgent))
-        assert refused.status_code == 409
-        first = next(name for name in servers if nomination(cluster, name))
-        other = next(name for name in servers if name != first)
+        first, other = await nominated_first(client, kit, cluster, batches, urgent)
         finish(cluster, batches[first])
         await kit.wait_for(lambda: cluster.holders().get(first) == [], what="the victim gone")
         busy = build.server(first, busy=(0,))
         discovery.publish(*(busy if n == first else s for n, s in servers.items()))
         await fleet_seen(client, discovery.fleet.revision)
-
-        async def freed_elsewhere() -> bool:
-            await client.post("/v1/allocations", json=kit.ask(urgent))
-            promised = nomination(cluster, other)
-            return promised is not None and promised["pod"]["uid"] == urgent.uid
-
-        await kit.wait_for(freed_elsewhere, what="a second server freed for the nominee")
+        await freed_for(client, kit, cluster, urgent, other)
         finish(cluster, batches[other])
-
-        async def booked() -> bool:
-            got = await client.post("/v1/allocations", json=kit.ask(urgent))
-            return got.status_code == 200 and got.json()["server"] == other
-
-        await kit.wait_for(booked, what="the nominee booked the server that can take it")
+        await books(client, kit, urgent, other)
 
 
 async def preempted_and_freed_on(
     client, kit, cluster, victim: PodRef, nominee: PodRef, server: str
 ) -> None:
-    refused = await client.post("/v1/allocations", json=kit.ask(nominee))
-    assert refused.status_code == 409
-    assert nomination(cluster, server)["pod"]["uid"] == nominee.uid
+    await refused_and_nominated(client, kit, cluster, nominee, server)
     finish(cluster, victim)
 
     async def freed() -> bool:
