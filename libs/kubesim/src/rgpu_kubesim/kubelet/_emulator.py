@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -30,10 +30,8 @@ from rgpu_contracts import ContractError
 from rgpu_contracts.hami import split_endpoint
 from rgpu_kubesim._informer import (
     DELETED,
-    TRANSPORT_ERRORS,
     Informer,
     KubeHttp,
-    Reply,
     base_url_of,
 )
 from rgpu_kubesim._lupine_errors import SimOptionError
@@ -55,6 +53,9 @@ from rgpu_kubesim.kubelet._container_gpus import (
     memory_bytes,
 )
 from rgpu_kubesim.kubelet._pod_addresses import PodAddresses
+from rgpu_kubesim.kubelet._pod_status import exited, now_rfc3339
+from rgpu_kubesim.kubelet._pod_writes import Gone, PodWrites, pod_path
+from rgpu_kubesim.kubelet._running import Running, grace_of, stopped_within
 from rgpu_kubesim.lupine import Dialed, dial
 
 __all__ = [
@@ -82,58 +83,6 @@ BOUND_PODS: Final = "spec.nodeName!="
 """The kubelets' watch: every pod bound to some node (each real kubelet watches its own)."""
 
 
-def _transient(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
-class _Gone(Exception):
-    """The pod no longer exists (or is another pod of the same name): stop quietly."""
-
-
-def _path(pod: Mapping[str, Any]) -> str:
-    meta = pod["metadata"]
-    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-
-
-def _now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _exit(code: int) -> _pod_status.Exit:
-    """How containers ended: completed (0), or killed by the kubelet (137, SIGKILL's code)."""
-    if code == 0:
-        return _pod_status.Exit(
-            phase="Succeeded", exit_code=0, reason="Completed", finished_at=_now_rfc3339()
-        )
-    return _pod_status.Exit(
-        phase="Failed", exit_code=code, reason="Error", finished_at=_now_rfc3339()
-    )
-
-
-async def _stopped_within(running: _Running, seconds: float) -> bool:
-    """Wait ``seconds`` unless the pod's deletion begins first; True if it did."""
-    with anyio.move_on_after(seconds):
-        await running.stop.wait()
-    return running.stop.is_set()
-
-
-@dataclass(slots=True, kw_only=True)
-class _Running:
-    """A pod this kubelet is running, and whether its deletion has begun."""
-
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    stop: anyio.Event = field(default_factory=anyio.Event)
-    grace: float = 0.0
-    kill: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    """Ends the containers' shutdown at the end of the grace period (a second DELETE may
-    move that end earlier)."""
-    stopping_since: float | None = None
-
-
-def _grace_of(pod: Mapping[str, Any]) -> float:
-    return float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
-
-
 class KubeletEmulator:
     """Runs bound pods; ``records`` keeps a ``RunRecord`` per pod started, by uid.
 
@@ -151,9 +100,10 @@ class KubeletEmulator:
     ) -> None:
         self.config = config
         self.api = KubeHttp(base_url_of(apiserver), user_agent=USER_AGENT)
+        self._writes = PodWrites(self.api, config)
         self.lupine = lupine
         self._records: dict[str, RunRecord] = {}
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, Running] = {}
         self._removing: set[str] = set()
         self._readying: dict[str, tuple[Any, ...]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}
@@ -193,7 +143,7 @@ class KubeletEmulator:
         # Pods already past Pending were started by an earlier kubelet: not ours to run again.
         if phase != "Pending" or uid in self._running or uid in self._records:
             return
-        running = _Running()
+        running = Running()
         self._running[uid] = running
         self._task_group().start_soon(self._run_pod, pod, running)
 
@@ -202,21 +152,21 @@ class KubeletEmulator:
         kubelet's next status sync has it; one write in flight per pod and value."""
         if not pod.get("spec", {}).get("readinessGates"):
             return
-        wanted = _pod_status.ready_condition(pod, _now_rfc3339())
+        wanted = _pod_status.ready_condition(pod, now_rfc3339())
         conditions = pod.get("status", {}).get("conditions") or ()
         current = next((c for c in conditions if c.get("type") == "Ready"), None)
         key = (wanted["status"], wanted["reason"], wanted["message"])
         if _pod_status.same_readiness(current, wanted) or self._readying.get(uid) == key:
             return
         self._readying[uid] = key
-        self._task_group().start_soon(self._write_readiness, _path(pod), uid, wanted, key)
+        self._task_group().start_soon(self._write_readiness, pod_path(pod), uid, wanted, key)
 
     async def _write_readiness(
         self, path: str, uid: str, ready: dict[str, Any], key: tuple[Any, ...]
     ) -> None:
         try:
-            await self._write_status(path, {"conditions": [ready]})
-        except _Gone:
+            await self._writes.write_status(path, {"conditions": [ready]})
+        except Gone:
             logger.debug("kubelet: pod %s is gone", uid)
         finally:
             if self._readying.get(uid) == key:
@@ -226,7 +176,7 @@ class KubeletEmulator:
         """Begin stopping a pod whose graceful deletion started (a shorter grace also counts)."""
         running = self._running.get(uid)
         if running is not None:
-            running.grace = min(_grace_of(pod), running.grace or math.inf)
+            running.grace = min(grace_of(pod), running.grace or math.inf)
             if running.stopping_since is not None:
                 running.kill.deadline = running.stopping_since + running.grace
             running.stop.set()
@@ -234,7 +184,7 @@ class KubeletEmulator:
         if uid not in self._removing:
             # Nothing of it runs here: the deletion only needs finishing.
             self._removing.add(uid)
-            self._task_group().start_soon(self._remove_quietly, _path(pod), uid)
+            self._task_group().start_soon(self._remove_quietly, pod_path(pod), uid)
 
     def _stop(self, uid: str) -> None:
         running = self._running.pop(uid, None)
@@ -246,22 +196,22 @@ class KubeletEmulator:
         if record is not None and record.finished_at is None:
             self._records[uid] = replace(record, deleted=True, finished_at=time.monotonic())
 
-    async def _run_pod(self, pod: dict[str, Any], running: _Running) -> None:
+    async def _run_pod(self, pod: dict[str, Any], running: Running) -> None:
         uid = str(pod["metadata"]["uid"])
         with running.scope:
             try:
                 await self._lifecycle(pod, running)
-            except _Gone:
+            except Gone:
                 logger.debug("kubelet: pod %s is gone", uid)
         if self._running.get(uid) is running:
             del self._running[uid]
         self._disconnect(uid)
         self._addresses.release(uid)
 
-    async def _lifecycle(self, pod: dict[str, Any], running: _Running) -> None:
-        path, uid = _path(pod), str(pod["metadata"]["uid"])
-        if await _stopped_within(running, self.config.start_delay_seconds):
-            await self._remove(path, uid)
+    async def _lifecycle(self, pod: dict[str, Any], running: Running) -> None:
+        path, uid = pod_path(pod), str(pod["metadata"]["uid"])
+        if await stopped_within(running, self.config.start_delay_seconds):
+            await self._writes.remove(path, uid)
             return
         current = self._cached(path, uid)
         record, attachment = self._start(current)
@@ -270,31 +220,31 @@ class KubeletEmulator:
         # pods/status are kept, so one write (one event for every pod watcher) carries both.
         env = {ENV_ANNOTATION: orjson.dumps(record.env).decode()}
         if record.phase == "Failed":
-            unavailable = _pod_status.unavailable(current, where, record.message, _now_rfc3339())
-            await self._write_status(path, unavailable, env)
+            unavailable = _pod_status.unavailable(current, where, record.message, now_rfc3339())
+            await self._writes.write_status(path, unavailable, env)
             return
         if attachment is not None or dial_targets(record.annotations):
             # The sandbox's address is reported before anything connects from it: only then
             # can the cluster (a NetworkPolicy, say) admit the pod's connections.
-            await self._write_status(path, _pod_status.starting(current, where), env)
+            await self._writes.write_status(path, _pod_status.starting(current, where), env)
             env = {}
         failure = await self._connect(uid, where.pod_ip, attachment)
         if failure is not None:
-            unavailable = _pod_status.unavailable(current, where, failure, _now_rfc3339())
-            await self._write_status(path, unavailable, env)
+            unavailable = _pod_status.unavailable(current, where, failure, now_rfc3339())
+            await self._writes.write_status(path, unavailable, env)
             return
         await self._dial_targets(uid, where.pod_ip, current)
-        await self._write_status(path, _pod_status.running(current, where), env)
+        await self._writes.write_status(path, _pod_status.running(current, where), env)
         run = self._run_seconds(current)
-        if not await _stopped_within(running, run):
+        if not await stopped_within(running, run):
             self._finish(uid, "Succeeded", 0)
-            await self._write_status(path, _pod_status.terminated(current, where, _exit(0)))
+            await self._writes.write_status(path, _pod_status.terminated(current, where, exited(0)))
             return
         code = await self._shut_down(uid, running, run)
-        await self._write_status(path, _pod_status.terminated(current, where, _exit(code)))
-        await self._remove(path, uid)
+        await self._writes.write_status(path, _pod_status.terminated(current, where, exited(code)))
+        await self._writes.remove(path, uid)
 
-    async def _shut_down(self, uid: str, running: _Running, run: float) -> int:
+    async def _shut_down(self, uid: str, running: Running, run: float) -> int:
         """Stop the containers of a deleted pod; their exit code (0 when they finished)."""
         record = self._records[uid]
         now = time.monotonic()
@@ -317,7 +267,9 @@ class KubeletEmulator:
         name = str(pod["spec"]["nodeName"])
         node = self._nodes.get(name)
         if node is None:
-            reply = await self._send(lambda: self.api.request("GET", f"/api/v1/nodes/{name}"))
+            reply = await self._writes.send(
+                lambda: self.api.request("GET", f"/api/v1/nodes/{name}")
+            )
             node = reply.json() if reply.status == 200 else {}
             if node:
                 # A kubelet knows its own node: one read per node, not one per pod started.
@@ -327,17 +279,7 @@ class KubeletEmulator:
         pod_ip = self._addresses.lease(str(pod["metadata"]["uid"]), node, name)
         # A node without an InternalIP gets its pod range's gateway, as a bridge would have it.
         host_ip = internal[0] if internal else self._addresses.gateway(node, name)
-        return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=_now_rfc3339())
-
-    async def _write_status(
-        self, path: str, status: Mapping[str, Any], annotations: Mapping[str, str] | None = None
-    ) -> None:
-        """A strategic merge patch of pods/status, as a kubelet sends: conditions merge by
-        type, so one a controller wrote (a readiness gate's) stays."""
-        patch: dict[str, Any] = {"status": status}
-        if annotations:
-            patch["metadata"] = {"annotations": dict(annotations)}
-        await self._write(f"{path}/status", patch, "strategic-merge")
+        return _pod_status.Placement(host_ip=host_ip, pod_ip=pod_ip, started_at=now_rfc3339())
 
     # -- starting and stopping containers ----------------------------------------------------
 
@@ -435,49 +377,16 @@ class KubeletEmulator:
             return self.config.default_run_seconds
         return seconds
 
-    # -- talking to the apiserver ------------------------------------------------------------
-
-    async def _send(self, send: Callable[[], Awaitable[Reply]]) -> Reply:
-        """Send until the apiserver answers something other than 429/5xx (a kubelet retries)."""
-        delay = self.config.retry_initial_seconds
-        while True:
-            try:
-                reply = await send()
-                if not _transient(reply.status):
-                    return reply
-                problem = f"HTTP {reply.status}"
-            except TRANSPORT_ERRORS as exc:
-                problem = repr(exc)
-            logger.debug("kubelet: retrying in %.2fs after %s", delay, problem)
-            await anyio.sleep(delay)
-            delay = min(delay * 2, self.config.retry_max_seconds)
-
     def _cached(self, path: str, uid: str) -> dict[str, Any]:
         """The pod as this kubelet's watch last saw it, as a kubelet starts containers from
         its pod cache (a GET per start would cost the apiserver a request per pod)."""
         pod = self._pods.objects.get(uid)
         if pod is None:
-            raise _Gone(path)
+            raise Gone(path)
         return pod
-
-    async def _write(self, path: str, patch: Mapping[str, Any], kind: str = "merge") -> None:
-        reply = await self._send(lambda: self.api.patch(path, patch, kind))
-        if reply.status == 404:
-            raise _Gone(path)
-        if reply.status >= 400:
-            logger.warning("kubelet: PATCH %s refused: %s %s", path, reply.status, reply.text[:300])
-
-    async def _remove(self, path: str, uid: str) -> None:
-        """Finish a graceful deletion as a kubelet does: grace 0, only this very pod."""
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        reply = await self._send(lambda: self.api.request("DELETE", path, body))
-        if reply.status not in (200, 404, 409):
-            logger.warning(
-                "kubelet: DELETE %s refused: %s %s", path, reply.status, reply.text[:300]
-            )
 
     async def _remove_quietly(self, path: str, uid: str) -> None:
         try:
-            await self._remove(path, uid)
+            await self._writes.remove(path, uid)
         finally:
             self._removing.discard(uid)

@@ -10,6 +10,7 @@ and one status per container, running or terminated with an exit code.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -209,3 +210,14 @@ def terminated(pod: Mapping[str, Any], where: Placement, end: Exit) -> JsonObj:
     if end.pod_reason:
         status.update(reason=end.pod_reason, message=end.message)
     return status
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def exited(code: int) -> Exit:
+    """How containers ended: completed (0), or killed by the kubelet (137, SIGKILL's code)."""
+    if code == 0:
+        return Exit(phase="Succeeded", exit_code=0, reason="Completed", finished_at=now_rfc3339())
+    return Exit(phase="Failed", exit_code=code, reason="Error", finished_at=now_rfc3339())
