@@ -18,7 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rgpu_kubesim.apiserver.auth import BearerAuth, NonResourceAuthorization
 from rgpu_kubesim.apiserver.endpoints import _discovery, _openapi
-from rgpu_kubesim.apiserver.endpoints._handlers import Deps, ResourceHandlers
+from rgpu_kubesim.apiserver.endpoints._deps import Deps
+from rgpu_kubesim.apiserver.endpoints._handlers import ResourceHandlers
 from rgpu_kubesim.apiserver.endpoints._metering import RequestMetering
 from rgpu_kubesim.apiserver.endpoints._responses import error_response, json_response
 from rgpu_kubesim.errors import ApiError, FaultSpecError

@@ -8,9 +8,7 @@ applied first so that an injected error costs nothing and changes nothing.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -18,8 +16,6 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rgpu_kubesim.apiserver.admission import Admission, AdmissionPolicies
-from rgpu_kubesim.apiserver.auth import Authenticator, Authorizer
 from rgpu_kubesim.apiserver.endpoints import (
     _access_reviews,
     _eviction,
@@ -29,28 +25,24 @@ from rgpu_kubesim.apiserver.endpoints import (
     _tables,
     _token_api,
 )
-from rgpu_kubesim.apiserver.endpoints._faults import Faults
-from rgpu_kubesim.apiserver.endpoints._metering import RequestMeter
+from rgpu_kubesim.apiserver.endpoints._admitting import AdmissionStep
+from rgpu_kubesim.apiserver.endpoints._deps import Deps
 from rgpu_kubesim.apiserver.endpoints._responses import (
     WatchResponse,
     json_response,
     list_response,
     object_response,
 )
-from rgpu_kubesim.apiserver.kinds import Attributes
 from rgpu_kubesim.apiserver.kinds import graceful as _graceful
-from rgpu_kubesim.apiserver.storage import ListPage, Storage, event_line
+from rgpu_kubesim.apiserver.storage import ListPage, event_line
 from rgpu_kubesim.errors import ApiError
 from rgpu_kubesim.machinery import (
     JSON_PATCH,
-    SUBRESOURCE_KINDS,
     Entry,
     Filter,
     Target,
-    full_object,
     parse_filter,
     parse_target,
-    require,
     verb_for,
 )
 from rgpu_kubesim.machinery import status as _status
@@ -58,27 +50,6 @@ from rgpu_kubesim.machinery import status as _status
 JsonObj = dict[str, Any]
 _DEFAULT_WATCH_SECONDS = 1800
 _PATCH_ATTEMPTS = 5
-_NAMESPACES = require("namespaces")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Deps:
-    """What handlers need; built once per server."""
-
-    storage: Storage
-    faults: Faults
-    admission: Admission
-    default_user: str
-    bookmark_interval: float
-    user_agents: Mapping[str, str] = field(default_factory=dict)
-    clock: Callable[[], float] = time.time
-    authn: Authenticator
-    authorizer: Authorizer
-    """RBAC: who the requester is and what it may do."""
-    policies: AdmissionPolicies
-    """ValidatingAdmissionPolicies, enforced on writes after the mutating webhooks."""
-    meter: RequestMeter = field(default_factory=RequestMeter)
-    """Counts requests and bytes by client, verb and resource."""
 
 
 class ResourceHandlers:
@@ -86,6 +57,7 @@ class ResourceHandlers:
 
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+        self._admission = AdmissionStep(deps)
         self._verbs: dict[str, Callable[[Target, Request], Awaitable[Response]]] = {
             "get": self.get,
             "list": self.list,
@@ -180,7 +152,9 @@ class ResourceHandlers:
         obj = storage.normalize(target.resource, namespace, body)
         name = str(obj["metadata"].get("name") or "")
         storage.require_namespace(target.resource, namespace, name)
-        obj = await self._admitted(request, target, "CREATE", obj, None, dry_run=options.dry_run)
+        obj = await self._admission.admitted(
+            request, target, "CREATE", obj, None, dry_run=options.dry_run
+        )
         entry = storage.create(target.resource, namespace, obj, dry_run=options.dry_run)
         return object_response(target.resource, entry, 201, _warned(request, warnings))
 
@@ -191,7 +165,7 @@ class ResourceHandlers:
         warnings = _fields.enforce(target.resource, body, options.field_validation)
         obj = storage.normalize(target.resource, namespace, body, name=target.name)
         current = storage.get(target.resource, namespace, target.name)
-        admitted = await self._admitted(
+        admitted = await self._admission.admitted(
             request, target, "UPDATE", obj, current, dry_run=options.dry_run
         )
         entry = storage.update(
@@ -232,7 +206,7 @@ class ResourceHandlers:
             warnings = _fields.enforce(target.resource, obj, options.field_validation, body=False)
         explicit = str((obj.get("metadata") or {}).get("resourceVersion")) != str(current.rv)
         obj = storage.normalize(target.resource, namespace, obj, name=target.name)
-        admitted = await self._admitted(
+        admitted = await self._admission.admitted(
             request, target, "UPDATE", obj, current, dry_run=options.dry_run
         )
         try:
@@ -276,7 +250,7 @@ class ResourceHandlers:
         dry_run: bool,
         grace: int | None,
     ) -> Entry:
-        await self._admit(request, target, "DELETE", None, current, dry_run=dry_run)
+        await self._admission.admit(request, target, "DELETE", None, current, dry_run=dry_run)
         return self.deps.storage.delete(
             target.resource,
             current.namespace,
@@ -307,7 +281,9 @@ class ResourceHandlers:
         self.deps.storage.get(target.resource, namespace, name)
         if not (binding.get("target") or {}).get("name"):
             raise _status.failure(422, f'Binding "{name}" is invalid: target.name: Required value')
-        binding = await self._admitted(request, target, "CREATE", binding, None, name=name)
+        binding = await self._admission.admitted(
+            request, target, "CREATE", binding, None, name=name
+        )
         self.deps.storage.bind(namespace, name, binding)
         return json_response(_status.success(code=201), 201)
 
@@ -316,82 +292,9 @@ class ResourceHandlers:
         namespace = target.namespace or ""
         self.deps.storage.get(target.resource, namespace, target.name)
         if isinstance(eviction, dict):
-            eviction = await self._admitted(request, target, "CREATE", eviction, None)
+            eviction = await self._admission.admitted(request, target, "CREATE", eviction, None)
         _eviction.evict(self.deps.storage, namespace, target.name, eviction, self.deps.clock())
         return json_response(_status.success(code=201), 201)
-
-    # -- admission ---------------------------------------------------------------------------
-
-    async def _admit(
-        self,
-        request: Request,
-        target: Target,
-        operation: str,
-        obj: JsonObj | None,
-        old: Entry | None,
-        *,
-        name: str = "",
-        dry_run: bool = False,
-    ) -> JsonObj | None:
-        admission, policies = self.deps.admission, self.deps.policies
-        webhooks = admission.needed(operation, target.resource, target.subresource)
-        if not webhooks and not policies.needed(operation, target.resource, target.subresource):
-            return obj
-        resource, namespace = target.resource, target.namespace or ""
-        kind = SUBRESOURCE_KINDS.get(target.subresource) or resource.kind
-        attrs = Attributes(
-            resource=resource,
-            subresource=target.subresource,
-            operation=operation,
-            namespace=namespace,
-            name=name or target.name or str(((obj or {}).get("metadata") or {}).get("name", "")),
-            obj=_with_type(kind, resource.api_version, obj),
-            old=full_object(resource, old) if old is not None else None,
-            kind=kind,
-            api_version=resource.api_version,
-            user=_requests.user_of(request, self.deps.default_user, self.deps.user_agents),
-            namespace_labels=self._namespace_labels(namespace),
-            user_info=_requests.user_info_of(request),
-            dry_run=dry_run,
-        )
-        if not webhooks:
-            policies.validate(attrs)
-            return obj
-        # Read back by the write's answer as Warning headers (``_warned``), whatever happens next.
-        request.state.admission_warnings = attrs.warnings
-        admitted = await admission.admit(attrs)
-        mutated = attrs if admitted is attrs.obj else replace(attrs, obj=admitted)
-        # kube's order: mutating webhooks, then admission policies, then validating webhooks.
-        policies.validate(mutated)
-        await admission.validate(mutated)
-        # The very object sent in comes back when no webhook patched it: the caller's own
-        # (already normalized) copy is then still the object to store.
-        return obj if admitted is attrs.obj else admitted
-
-    async def _admitted(
-        self,
-        request: Request,
-        target: Target,
-        operation: str,
-        obj: JsonObj,
-        old: Entry | None,
-        *,
-        name: str = "",
-        dry_run: bool = False,
-    ) -> JsonObj:
-        """Admit a write whose object exists; webhooks can patch it but never remove it."""
-        admitted = await self._admit(
-            request, target, operation, obj, old, name=name, dry_run=dry_run
-        )
-        return obj if admitted is None else admitted
-
-    def _namespace_labels(self, namespace: str) -> dict[str, str]:
-        try:
-            return (
-                dict(self.deps.storage.get(_NAMESPACES, "", namespace).labels) if namespace else {}
-            )
-        except ApiError:
-            return {}
 
 
 def _warned(request: Request, warnings: Iterable[str]) -> tuple[str, ...]:
@@ -419,13 +322,3 @@ def _binding_name(target: Target, binding: JsonObj) -> str:
     if not name:
         raise _status.bad_request("the Binding needs metadata.name (the pod to bind)")
     return name
-
-
-def _with_type(kind: str, api_version: str, obj: JsonObj | None) -> JsonObj | None:
-    if obj is None:
-        return None
-    return {
-        "kind": kind,
-        "apiVersion": api_version,
-        **{k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}},
-    }

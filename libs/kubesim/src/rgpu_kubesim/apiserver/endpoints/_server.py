@@ -31,8 +31,8 @@ from rgpu_kubesim.apiserver.auth import (
 )
 from rgpu_kubesim.apiserver.endpoints._app import create_app
 from rgpu_kubesim.apiserver.endpoints._coalescing import CoalescingHttpToolsProtocol
+from rgpu_kubesim.apiserver.endpoints._deps import Deps
 from rgpu_kubesim.apiserver.endpoints._faults import Faults
-from rgpu_kubesim.apiserver.endpoints._handlers import Deps
 from rgpu_kubesim.apiserver.endpoints._metering import RequestMeter
 from rgpu_kubesim.apiserver.kinds import namespaces as _namespaces
 from rgpu_kubesim.apiserver.storage import Storage, Store
