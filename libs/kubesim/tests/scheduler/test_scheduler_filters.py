@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from rgpu_kubesim.scheduler._scheduling import (
+from rgpu_kubesim.scheduler._extender_calls import (
     ExtenderError,
-    NodeVerdicts,
     extender_pod,
+    parse_filter,
+    parse_scores,
+)
+from rgpu_kubesim.scheduler._scheduling import (
+    NodeVerdicts,
     filter_inputs,
     filter_node,
     find_feasible,
@@ -20,8 +24,6 @@ from rgpu_kubesim.scheduler._scheduling import (
     is_interested,
     node_changed,
     num_nodes_to_find,
-    parse_filter,
-    parse_scores,
     pod_updated,
     select_host,
     tolerates,

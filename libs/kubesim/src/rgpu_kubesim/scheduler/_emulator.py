@@ -47,20 +47,22 @@ from rgpu_kubesim._informer import (
     close_session,
 )
 from rgpu_kubesim.scheduler._config import SchedulerConfig
+from rgpu_kubesim.scheduler._extender_calls import (
+    ExtenderError,
+    extender_pod,
+    parse_filter,
+    parse_scores,
+)
 from rgpu_kubesim.scheduler._queue import SchedulingQueue
 from rgpu_kubesim.scheduler._records import PodRecord, Step
 from rgpu_kubesim.scheduler._scheduling import (
-    ExtenderError,
     NodeVerdicts,
-    extender_pod,
     filter_inputs,
     find_feasible,
     fit_error,
     is_interested,
     node_changed,
     num_nodes_to_find,
-    parse_filter,
-    parse_scores,
     pod_updated,
     select_host,
 )

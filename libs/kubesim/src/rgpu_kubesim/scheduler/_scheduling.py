@@ -1,7 +1,7 @@
 """The scheduler emulator must judge nodes the way kube-scheduler's default
 filter plugins do for the cases rgpu meets (readiness, cordons, taints, node selection), explain a
 refusal with kube-scheduler's own words, decide which cluster changes wake unschedulable pods,
-shape extender calls exactly like kube-scheduler and read the answers as strictly as it does.
+and pick a host from the scores (``_extender_calls`` shapes the extender calls and reads them).
 These are pure functions over the JSON objects the apiserver serves, tested without a server.
 """
 
@@ -15,11 +15,9 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "ExtenderError",
     "NodeCheck",
     "NodeVerdicts",
     "constraints",
-    "extender_pod",
     "filter_inputs",
     "filter_node",
     "find_feasible",
@@ -27,8 +25,6 @@ __all__ = [
     "is_interested",
     "node_changed",
     "num_nodes_to_find",
-    "parse_filter",
-    "parse_scores",
     "pod_updated",
     "select_host",
     "tolerates",
@@ -46,8 +42,6 @@ _MIN_NODES_TO_FIND = 100
 _MIN_PERCENTAGE_TO_FIND = 5
 _KEPT_CONSTRAINTS = 256
 """Distinct pod constraints whose verdicts are kept; past it they start over (bounded)."""
-_EXTENDER_SCORE_SCALE = 10
-"""MaxNodeScore (100) / MaxExtenderPriority (10): how kube-scheduler scales extender scores."""
 
 
 def _toleration_matches(toleration: Json, taint: Json) -> bool:
@@ -297,19 +291,6 @@ def is_interested(pod: Json, managed: Sequence[str]) -> bool:
     return False
 
 
-def extender_pod(pod: Json) -> dict[str, Any]:
-    """The pod as kube-scheduler serialises it for an extender.
-
-    The informer cache holds typed objects without TypeMeta, so ``kind``/``apiVersion`` are
-    absent, and kube-scheduler's informer transform strips ``metadata.managedFields``.
-    """
-    shaped = {k: v for k, v in pod.items() if k not in ("kind", "apiVersion")}
-    metadata = dict(shaped.get("metadata") or {})
-    metadata.pop("managedFields", None)
-    shaped["metadata"] = metadata
-    return shaped
-
-
 def select_host(nodes: Sequence[str], scores: Mapping[str, int], rng: random.Random) -> str:
     """The highest-scoring node; ties broken by ``rng`` (kube-scheduler picks uniformly)."""
     best = max(scores.get(n, 0) for n in nodes)
@@ -362,45 +343,3 @@ def pod_updated(old: Json, new: Json) -> bool:
     """kube-scheduler's ``isPodUpdated``: a change beyond resourceVersion, generation, status,
     managedFields and finalizers (so an annotation counts, a status write does not)."""
     return _scheduling_view(old) != _scheduling_view(new)
-
-
-class ExtenderError(Exception):
-    """An extender call failed the way kube-scheduler counts it (transport, timeout, non-200,
-    ``Error``): the pod goes to backoffQ."""
-
-
-def parse_filter(result: Any, sent: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Read an ExtenderFilterResult as kube-scheduler does: the kept names and every failed
-    node's reason (FailedAndUnresolvableNodes win over FailedNodes); raises ``ExtenderError``
-    for ``Error``, a malformed answer, or a kept node that was not sent."""
-    if not isinstance(result, dict):
-        raise ExtenderError(f"filter answered {type(result).__name__}, not an ExtenderFilterResult")
-    if result.get("Error"):
-        raise ExtenderError(str(result["Error"]))
-    names = result.get("NodeNames") or []
-    if not isinstance(names, list):
-        raise ExtenderError(f"filter answered NodeNames as {type(names).__name__}, not a list")
-    known = set(sent)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ExtenderError(f"extender claims filtered nodes {unknown} not in the input node list")
-    failed = {**_reasons(result, "FailedNodes"), **_reasons(result, "FailedAndUnresolvableNodes")}
-    return [str(n) for n in names], failed
-
-
-def _reasons(result: Mapping[str, Any], key: str) -> dict[str, str]:
-    value = result.get(key) or {}
-    if not isinstance(value, dict):
-        raise ExtenderError(f"filter answered {key} as {type(value).__name__}, not a map")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def parse_scores(result: Any, weight: int) -> dict[str, int]:
-    """Read a HostPriorityList into scores scaled as kube-scheduler scales them; raises
-    ``ExtenderError`` for a malformed answer."""
-    if not isinstance(result, list):
-        raise ExtenderError(f"prioritize answered {type(result).__name__}, not a HostPriorityList")
-    try:
-        return {str(p["Host"]): int(p["Score"]) * weight * _EXTENDER_SCORE_SCALE for p in result}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ExtenderError(f"prioritize answered a malformed HostPriority: {exc!r}") from exc
