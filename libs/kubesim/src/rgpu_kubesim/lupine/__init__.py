@@ -14,12 +14,11 @@ from rgpu_kubesim.lupine._fake import (
     DEFAULT_GPU_MEMORY_BYTES,
     FakeLupine,
     LupineClient,
-    LupineFleet,
     LupineSpec,
-    open_lupine_fleet,
     run_lupine,
     start_lupine,
 )
+from rgpu_kubesim.lupine._fleet import LupineFleet, open_lupine_fleet
 from rgpu_kubesim.lupine._state import (
     LupineGpu,
     Mode,
