@@ -184,7 +184,7 @@ class Admitter:
                     self._wake = anyio.Event()
                     # A pod the apiserver failed is tried when its backoff ends, not a
                     # period later: an urgent pod would wait out the rest of the period.
-                    with anyio.move_on_after(min(PERIOD, self._retries.next_in(PERIOD))):
+                    with anyio.move_on_after(self._retries.next_in(PERIOD)):
                         await self._wake.wait()
                 self._due = False
                 if self._leading() and self._ready():

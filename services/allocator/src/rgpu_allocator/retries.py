@@ -46,4 +46,4 @@ class Retries:
         """Seconds until the first waiting pod may be tried again, at most ``longest``."""
         now = self._clock()
         ahead = (until - now for _, until in self._until.values() if until > now)
-        return min(ahead, default=longest)
+        return min([longest, *ahead])
