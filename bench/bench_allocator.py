@@ -57,10 +57,11 @@ from starlette.routing import Route
 
 from rgpu_allocator import create_app
 from rgpu_allocator.claims import LeaseRecord, encode_lease
+from rgpu_allocator.judging import occupancy_of
 from rgpu_allocator.ledger import Ledger
-from rgpu_allocator.occupancy import Occupancy, Settled
 from rgpu_allocator.pods import PodIndex, PodInfo, pod_info
 from rgpu_allocator.settings import AllocatorSettings
+from rgpu_allocator.settled import Settled
 from rgpu_allocator.watching import PodHooks, pod_changed
 from rgpu_contracts import (
     AllocationRequest,
@@ -250,8 +251,8 @@ def bench_decisions(
     for i in range(rounds):
         started = time.perf_counter()
         demand = demand_of(containers)
-        held = Occupancy(
-            ledger.lease, pods, uid=PodUID(f"new-{i}"), now=time.time(), ttl=30.0, settled=settled
+        held = occupancy_of(
+            ledger, pods, uid=f"new-{i}", now=time.time(), ttl=30.0, settled=settled
         )
         outcome = choose(view, demand, held, candidates=candidates, granularity=granularity)
         samples.append(time.perf_counter() - started)

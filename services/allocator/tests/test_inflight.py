@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 
-import anyio
 import pytest
 
+from rgpu_allocator.booker import Pending
 from rgpu_allocator.claims import LeaseRecord
-from rgpu_allocator.judging import Judge
-from rgpu_allocator.keyed_locks import KeyedLocks
+from rgpu_allocator.judging import Judge, occupancy_of
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.nominating import Nominations
 from rgpu_allocator.nudging import retry_stamp
-from rgpu_allocator.occupancy import Occupancy
-from rgpu_allocator.pending import Pending
 from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.waiters import Refused
-from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
+from rgpu_contracts import CardId, Claim, ClaimState, ServerName
 from rgpu_placement import FleetView, Nomination
 from rgpu_runtime.feeds import DiscoveryMirror
 
@@ -37,8 +34,8 @@ def claim(build, pod: str, server: str = "s") -> Claim:
 
 def test_pending_booking_blocks_other_pods_only_while_held(build):
     pending = Pending()
-    occupancy = lambda uid: Occupancy(  # noqa: E731
-        Ledger().lease, PodIndex(), uid=PodUID(uid), now=0.0, ttl=30.0, pending=pending.claims
+    occupancy = lambda uid: occupancy_of(  # noqa: E731
+        Ledger(), PodIndex(), uid=uid, now=0.0, ttl=30.0, pending=pending.by_server
     )
     with pending.hold(claim(build, "a")):
         assert [c.pod.name for c in occupancy("uid-b").blocking("s")] == ["a"]
@@ -74,41 +71,23 @@ def test_a_booking_in_flight_onto_promised_cards_does_not_end_the_nomination(bui
         name="rgpu-s", server=ServerName("s"), resource_version="1", claims=(held,)
     )
     ledger.replace_all([dataclasses.replace(record, nomination=nomination)])
+    pending = Pending()
     judge = Judge(
         ledger=ledger,
         pods=PodIndex(),
         discovery=DiscoveryMirror(FleetView.build, topology_keys=()),
         ttl=30.0,
         clock=lambda: 1.0,
+        pending=pending.by_server,
     )
     nominations = Nominations(judge=judge)
     view = FleetView.build(build.fleet(build.server("s")), None, ())
     late = dataclasses.replace(claim(build, "late"), cards=promised[1:])
-    with judge.pending.hold(late):
+    with pending.hold(late):
         assert nominations.nominated_on(nominee.uid, view) == "s"
     written = dataclasses.replace(record, resource_version="2", claims=(held, late))
     ledger.replace_all([dataclasses.replace(written, nomination=nomination)])
     assert nominations.nominated_on(nominee.uid, view) is None
-
-
-async def test_keyed_locks_serialise_one_key_and_forget_idle_keys():
-    locks = KeyedLocks()
-    order: list[str] = []
-
-    async def work(name: str, key: str, pause: float) -> None:
-        async with locks.hold(key):
-            order.append(f"{name}+")
-            await anyio.sleep(pause)
-            order.append(f"{name}-")
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(work, "a", "k", 0.05)
-        await anyio.sleep(0.01)
-        tg.start_soon(work, "b", "k", 0.0)
-        tg.start_soon(work, "c", "other", 0.0)
-    assert order.index("a-") < order.index("b+")
-    assert order.index("c+") < order.index("a-")
-    assert len(locks) == 0
 
 
 def test_refused_pods_are_bounded_and_taken_oldest_first(build):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from rgpu_allocator.claims import LeaseRecord
+from rgpu_allocator.judging import occupancy_of
 from rgpu_allocator.ledger import Ledger
-from rgpu_allocator.occupancy import Occupancy, Settled
+from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex, PodInfo
+from rgpu_allocator.settled import Settled
 from rgpu_contracts import CardId, Claim, ClaimState, PodUID, ServerName
 from rgpu_placement import Choice, FleetView, Refusal, choose, demand_of
 
@@ -54,14 +56,8 @@ def setup(build, claim: Claim | None, phase: str = "Running", observed_at: float
     view = FleetView.build(fleet, None, KEYS)
 
     def occupancy() -> Occupancy:
-        return Occupancy(
-            ledger.lease,
-            pods,
-            uid=PodUID("uid-new"),
-            now=clock[0],
-            ttl=30.0,
-            released=ledger.released_after,
-            observed_at=observed_at,
+        return occupancy_of(
+            ledger, pods, uid="uid-new", now=clock[0], ttl=30.0, observed_at=observed_at
         )
 
     return ledger, view, occupancy
@@ -133,7 +129,7 @@ def settled_setup(build, claim: Claim, *, node: str | None = "client-1"):
     view = FleetView.build(build.fleet(build.server("a", cards=2)), None, KEYS)
 
     def decide_at(now: float, uid: str = "uid-new") -> Choice | Refusal:
-        held = Occupancy(ledger.lease, pods, uid=PodUID(uid), now=now, ttl=30.0, settled=settled)
+        held = occupancy_of(ledger, pods, uid=uid, now=now, ttl=30.0, settled=settled)
         return decide(build, view, held)
 
     return ledger, pods, decide_at
@@ -200,14 +196,8 @@ def test_a_lapsed_booking_on_an_untrusted_cache_keeps_blocking_after_a_remembere
     view = FleetView.build(build.fleet(build.server("a", cards=2)), None, KEYS)
 
     def decide_at(now: float, *, trusted: bool) -> Choice | Refusal:
-        held = Occupancy(
-            ledger.lease,
-            pods,
-            uid=PodUID("uid-new"),
-            now=now,
-            ttl=30.0,
-            settled=settled,
-            trusted=trusted,
+        held = occupancy_of(
+            ledger, pods, uid="uid-new", now=now, ttl=30.0, settled=settled, trusted=trusted
         )
         return decide(build, view, held)
 

@@ -120,6 +120,14 @@ def test_released_cards_of_placed_claims_are_remembered_with_their_time():
     now[0] = 20.0
     ledger.apply(record("a", "2"))
     ledger.apply(record("b", "2"))
-    assert ledger.released_after("a/c0", 15.0)
-    assert not ledger.released_after("a/c0", 25.0)
-    assert not ledger.released_after("b/c0", 0.0)
+    assert ledger.releases["a/c0"] == 20.0
+    assert "b/c0" not in ledger.releases
+
+
+def test_the_read_only_tables_follow_a_fresh_list_instead_of_keeping_the_old_one():
+    ledger = Ledger()
+    leases, holders = ledger.by_server, ledger.holders
+    ledger.apply(record("a", "1", claim("p", "a")))
+    ledger.replace_all([record("b", "1", claim("q", "b"))])
+    assert list(leases) == ["b"]
+    assert list(holders) == [claim("q", "b").pod.uid]

@@ -48,12 +48,16 @@ def test_replace_all_reports_changes_and_buries_vanished_pods():
     c = pod_info({"metadata": {"uid": "c"}})
     index.put(a)
     index.put(b)
+    by_uid, buried = index.by_uid, index.buried
     changes = index.replace_all({PodUID("b"): b, PodUID("c"): c})
     assert changes == [(a, None), (None, c)]
     assert len(index) == 2
     assert index.synced
     assert index.gone("a")
     assert not index.gone("b")
+    # The read-only tables a decision reads follow the fresh list (never left on the old one).
+    assert sorted(by_uid) == ["b", "c"]
+    assert "a" in buried
 
 
 def test_tombstones_are_bounded_oldest_first():

@@ -197,7 +197,7 @@ class Admitter:
     def _held(self) -> dict[str, int]:
         """Cards per namespace held or being booked (quotas count both)."""
         held = dict(self.judge.ledger.cards_by_namespace())
-        for namespace, cards in self.judge.pending.cards_by_namespace().items():
+        for namespace, cards in self._booker.pending.cards_by_namespace().items():
             held[namespace] = held.get(namespace, 0) + cards
         return held
 
@@ -244,7 +244,7 @@ class Admitter:
         for verdict in unit:
             self._flight.add(verdict.pod.uid)
             if verdict.booked is not None:
-                self.judge.pending.add(self._tentative(verdict))
+                self._booker.pending.add(self._tentative(verdict))
         tg.start_soon(self._admit, unit)
 
     def _tentative(self, verdict: Verdict) -> Claim:
@@ -266,7 +266,7 @@ class Admitter:
         finally:
             for verdict in unit:
                 if verdict.booked is not None:
-                    self.judge.pending.discard(self._tentative(verdict))
+                    self._booker.pending.discard(self._tentative(verdict))
                 self._flight.discard(verdict.pod.uid)
             self.notify()
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rgpu_contracts import Allocation, Claim
-from rgpu_placement import FleetView, expires_at
+from rgpu_placement import expires_at
 
-from .errors import FleetUnknown
 from .judging import Judge
 from .policy import Policy
 
@@ -30,7 +29,7 @@ class Answers:
         view = self.judge.discovery.view
         facts = view.facts.get(claim.server) if view is not None else None
         endpoint = facts.server.endpoint if facts is not None else None
-        pod = self.judge.pods.get(claim.pod.uid)
+        pod = self.judge.pods.by_uid.get(claim.pod.uid)
         return Allocation(
             pod=claim.pod,
             server=claim.server,
@@ -42,11 +41,3 @@ class Answers:
             expires_at=expires_at(claim, pod, self.policy.ttl),
             annotations=annotations,
         )
-
-    def require_view(self) -> FleetView:
-        """The fleet to decide on; raises ``FleetUnknown`` before discovery delivered one."""
-        discovery = self.judge.discovery
-        if discovery.view is None:
-            reason = discovery.error or "no answer yet"
-            raise FleetUnknown(f"no fleet from discovery yet ({reason}); retry shortly")
-        return discovery.view

@@ -18,7 +18,7 @@ from rgpu_runtime.serving import Readiness
 
 from .admitting import Admitter
 from .answers import Answers
-from .booker import Booker
+from .booker import Booker, Pending
 from .booking import Booking
 from .claims import MANAGED_BY_SELECTOR
 from .clients import COMPONENT, DiscoveryClient, KubeApi
@@ -100,6 +100,7 @@ def assemble(
         api, m.pods, signals.pod_changed, m.instruments, timing=timing, resources=settings.resources
     )
     trust = cache_trust(policy.ttl)
+    pending = Pending()
     judge = Judge(
         ledger=m.ledger,
         pods=m.pods,
@@ -107,6 +108,7 @@ def assemble(
         ttl=policy.ttl,
         clock=clock,
         pods_trusted=partial(pod_watch.fresh, trust),
+        pending=pending.by_server,
     )
     refused, waiting = Refused(), Waiting()
     nudger = Nudger(
@@ -139,7 +141,7 @@ def assemble(
     lease_watch = lease_reflector(
         api, m.ledger, hooks, m.instruments, timing=timing, published=m.published
     )
-    booker = Booker(policy=policy, judge=judge, writer=writer)
+    booker = Booker(policy=policy, judge=judge, writer=writer, pending=pending)
     preemptor = Preemptor(
         policy=policy,
         judge=judge,
@@ -191,7 +193,6 @@ def assemble(
         ),
         answers=answers,
         api=api,
-        nominations=preemptor.nominations,
     )
     committer = Committer(
         policy=policy,

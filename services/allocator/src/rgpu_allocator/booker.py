@@ -3,25 +3,33 @@ by admission before the pod reaches kube-scheduler — end in the same write: th
 become a claim in the server's Lease with compare-and-swap, and the fit is checked again on
 the Lease as the apiserver holds it, so a choice made on the cache never double-books.
 
-While the write is in flight the booking counts as held for every other decision in this
-replica (``Pending``), so decisions made meanwhile spread over other servers.
+Inside one replica many requests are decided at once, every decision deterministic: without
+care a burst of pods all choose the same best server and lose the compare-and-swap to each
+other one by one. So a booking being written counts as held for every other decision in this
+replica until the write ends (``Pending``; kube-scheduler "assumes" pods the same way), and
+concurrent decisions spread over different servers; across replicas, compare-and-swap still
+decides. A plan being worked out lays its own bookings over those (``Layered``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from opentelemetry import trace
 
-from rgpu_contracts import Claim, ClaimState, ContainerRequest, PodRef
+from rgpu_contracts import Claim, ClaimState, ContainerRequest, PodRef, PodUID
 from rgpu_placement import Choice, Demand, assign, fit
 
 from .claims import LeaseRecord
 from .judging import Judge
 from .leases import KEEP, Edited, LeaseWriter
+from .occupancy import Occupancy
 from .policy import Policy
 
-__all__ = ["Booked", "Booker"]
+__all__ = ["Booked", "Booker", "Layered", "Pending"]
 
 tracer = trace.get_tracer(__name__)
 
@@ -36,6 +44,9 @@ class Booked:
     choice: Choice
     admission_ttl: float | None = None
     """Set when admission books (the claim then lives by its own TTL until committed)."""
+    seen: Occupancy | None = None
+    """Who held what when the choice was made: the write re-fits on it, with the Lease as
+    read (``None``: judged afresh when the write starts)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +56,8 @@ class Booker:
     policy: Policy
     judge: Judge
     writer: LeaseWriter
+    pending: Pending
+    """This replica's bookings in flight (the judge reads the same table)."""
 
     def claim(self, booked: Booked, choice: Choice, now: float) -> Claim:
         """The claim ``booked`` would hold with the cards of ``choice``."""
@@ -67,12 +80,10 @@ class Booker:
         uid = booked.pod.uid
         server = booked.choice.fit.facts.name
         now = self.judge.clock()
-        ledger = self.judge.ledger
+        seen = booked.seen if booked.seen is not None else self.judge.occupancy(uid)
 
         def change(record: LeaseRecord | None) -> Edited[Claim | None]:
-            held = self.judge.occupancy(
-                uid, leases=lambda s: record if s == server else ledger.lease(s)
-            )
+            held = seen.with_lease(server, record)
             found = fit(booked.choice.fit.facts, booked.demand, held, self.policy.granularity)
             if found is None:
                 return Edited(None, None)
@@ -89,6 +100,91 @@ class Booker:
         attributes = {"rgpu.server": server, "k8s.pod.uid": uid}
         with (
             tracer.start_as_current_span("book", attributes=attributes),
-            self.judge.pending.hold(tentative),
+            self.pending.hold(tentative),
         ):
             return await self.writer.edit(server, change, op="book")
+
+
+class Pending:
+    """Bookings of this replica whose Lease write is in flight, per server."""
+
+    __slots__ = ("_by_server", "by_server")
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, dict[PodUID, Claim]] = {}
+        self.by_server: Mapping[str, Mapping[PodUID, Claim]] = MappingProxyType(self._by_server)
+        """The bookings in flight per server, read-only (what a decision's Occupancy reads)."""
+
+    def claims(self, server: str) -> tuple[Claim, ...]:
+        found = self._by_server.get(server)
+        return tuple(found.values()) if found else ()
+
+    def cards_by_namespace(self) -> dict[str, int]:
+        """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
+        found: dict[str, int] = {}
+        for held in self._by_server.values():
+            for claim in held.values():
+                namespace = claim.pod.namespace
+                found[namespace] = found.get(namespace, 0) + len(claim.cards)
+        return found
+
+    def add(self, claim: Claim) -> None:
+        """Count ``claim`` as held until ``discard``."""
+        self._by_server.setdefault(claim.server, {})[claim.pod.uid] = claim
+
+    def discard(self, claim: Claim) -> None:
+        """Stop counting ``claim`` (its write ended, whichever way)."""
+        held = self._by_server.get(claim.server, {})
+        held.pop(claim.pod.uid, None)
+        if not held:
+            self._by_server.pop(claim.server, None)
+
+    @contextmanager
+    def hold(self, claim: Claim) -> Iterator[None]:
+        """Count ``claim`` as held while the block runs."""
+        self.add(claim)
+        try:
+            yield
+        finally:
+            self.discard(claim)
+
+
+class Layered(Pending):
+    """Bookings of a plan being worked out, over the bookings really in flight: a plan's
+    choices spread over servers as a pass's writes will, without counting as in flight."""
+
+    __slots__ = ("_base",)
+
+    def __init__(self, base: Pending) -> None:
+        super().__init__()
+        self._base = base
+        self.by_server = _Merged(base.by_server, self._by_server)
+
+    def claims(self, server: str) -> tuple[Claim, ...]:
+        return (*self._base.claims(server), *super().claims(server))
+
+
+class _Merged(Mapping[str, Mapping[PodUID, Claim]]):
+    """The plan's bookings over the ones in flight, per server, as one read-only mapping."""
+
+    __slots__ = ("_base", "_own")
+
+    def __init__(
+        self, base: Mapping[str, Mapping[PodUID, Claim]], own: Mapping[str, Mapping[PodUID, Claim]]
+    ) -> None:
+        self._base, self._own = base, own
+
+    def __getitem__(self, server: str) -> Mapping[PodUID, Claim]:
+        base, own = self._base.get(server), self._own.get(server)
+        if base is None or own is None:
+            found = base if own is None else own
+            if found is None:
+                raise KeyError(server)
+            return found
+        return {**base, **own}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._base.keys() | self._own.keys())
+
+    def __len__(self) -> int:
+        return len(self._base.keys() | self._own.keys())

@@ -19,11 +19,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
-from rgpu_contracts import (
-    Allocation,
-    AllocationRequest,
-    NoFit,
-)
+from rgpu_contracts import Allocation, AllocationRequest, NoFit
 from rgpu_placement import (
     Demand,
     FleetView,
@@ -31,6 +27,7 @@ from rgpu_placement import (
     demand_of,
     winner,
 )
+from rgpu_runtime.pacing import KeyedLocks
 from rgpu_runtime.telemetry import pod_attributes
 
 from .answers import Answers
@@ -39,8 +36,7 @@ from .clients import KubeApi
 from .deciding import Decider, Seen
 from .errors import ClaimNotFound, Contended, NotSynced, StillRunning
 from .judging import Judge
-from .keyed_locks import KeyedLocks
-from .nominating import Nominations
+from .occupancy import Occupancy
 from .refusing import Again, Checks, Refusals
 from .removal import Remover, read_pod
 
@@ -67,8 +63,6 @@ class Booking:
     """The fresh looks a refusal may take (each request starts with all of them)."""
     answers: Answers
     api: KubeApi
-    nominations: Nominations
-    """Where a pod is held to while its victims leave (read into what a round has seen)."""
     pod_locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Requests for one pod go one at a time in a replica (the second finds the first's claim)."""
 
@@ -79,7 +73,7 @@ class Booking:
         ``FleetUnknown``/``NotSynced`` before the inputs are in, ``Contended`` after ``ROUNDS``
         lost races, and ``KubeUnavailable`` when the apiserver is away.
         """
-        self.answers.require_view()
+        view = self.judge.view()
         self._require_synced()
         pod = request.pod
         attributes: dict[str, str | bool] = {
@@ -88,7 +82,7 @@ class Booking:
         }
         with tracer.start_as_current_span("allocate", attributes=attributes):
             async with self.pod_locks.hold(request.pod.uid):
-                return await self._allocate(request)
+                return await self._allocate(request, view)
 
     async def release(self, uid: str) -> None:
         """Remove every claim of ``uid``; releasing nothing is fine (idempotent).
@@ -119,7 +113,7 @@ class Booking:
         if not (self.judge.pods.synced and self.judge.ledger.synced):
             raise NotSynced("pods and claim Leases are still being listed; retry shortly")
 
-    async def _allocate(self, request: AllocationRequest) -> Allocation | NoFit:
+    async def _allocate(self, request: AllocationRequest, view: FleetView) -> Allocation | NoFit:
         held = await self._held(request)
         if held is not None:
             return held
@@ -127,14 +121,13 @@ class Booking:
         checks = self.checks
         # Fresh reads and re-probes happen at most once per request; later rounds decide on what
         # they found (a re-probed view stays in use: it is fresher than the cached fleet for them).
-        fresh: FleetView | None = None
         for _ in range(ROUNDS):
-            seen = self._see(request, demand, fresh)
+            seen = self._see(request, demand, view)
             answer = await self._round(request, seen, checks)
             if not isinstance(answer, Again):
                 return answer
             checks = checks.after(answer)
-            fresh = answer.fresh if answer.fresh is not None else fresh
+            view = answer.fresh if answer.fresh is not None else view
         raise Contended(f"could not book a server for {request.pod.key}: every choice was taken")
 
     async def _held(self, request: AllocationRequest) -> Allocation | None:
@@ -147,16 +140,16 @@ class Booking:
         self.refusals.refused.forget(request.pod.uid)
         return self.answers.allocation_of(claim)
 
-    def _see(self, request: AllocationRequest, demand: Demand, fresh: FleetView | None) -> Seen:
+    def _see(self, request: AllocationRequest, demand: Demand, view: FleetView) -> Seen:
         """What this round decides on, computed once."""
         uid = request.pod.uid
-        view = fresh if fresh is not None else self.answers.require_view()
+        held = self.judge.occupancy(uid)
         return Seen(
             pod=request.pod,
             demand=demand,
             view=view,
-            held=self.judge.occupancy(uid),
-            nominated=self.nominations.nominated_on(uid, view),
+            held=held,
+            nominated=self.judge.nominated_on(uid, view, held),
             candidates=request.candidate_nodes,
         )
 
@@ -167,7 +160,11 @@ class Booking:
         if isinstance(outcome, Refusal):
             return await self.refusals.handle(request, seen, outcome, checks)
         booked = Booked(
-            pod=request.pod, containers=request.containers, demand=seen.demand, choice=outcome
+            pod=request.pod,
+            containers=request.containers,
+            demand=seen.demand,
+            choice=outcome,
+            seen=seen.held if isinstance(seen.held, Occupancy) else None,
         )
         if request.dry_run:
             self.refusals.instruments.decisions.labels("dry_run", "").inc()
@@ -179,7 +176,9 @@ class Booking:
         claim = await self.booker.book(booked)
         if claim is None:
             return Again()
-        kept = await self.remover.settle(booked.pod.uid) or claim
+        kept = claim
+        if self.judge.ledger.servers_of(booked.pod.uid) > 1:
+            kept = await self.remover.settle(booked.pod.uid) or claim
         self.refusals.instruments.decisions.labels("allocated", "").inc()
         self.refusals.refused.forget(booked.pod.uid)
         logger.info("booked %s for pod %s", kept.server, booked.pod.key)

@@ -47,7 +47,7 @@ class Committer:
         Raises ``ClaimNotFound`` (no claim), ``BookingExpired`` (lapsed), ``ServerTaken`` (another
         pod holds the cards), ``CardsGone`` (cards left the fleet) and ``KubeUnavailable``.
         """
-        view = self.answers.require_view()
+        view = self.judge.view()
         attributes = {"k8s.pod.uid": uid, "k8s.node.name": node}
         with tracer.start_as_current_span("commit", attributes=attributes):
             claims = await self.finder.claims(uid)
@@ -81,7 +81,7 @@ class Committer:
                 f"the booking of {claim.pod.key} on {claim.server} expired "
                 f"(older than {self.policy.ttl:g} s); filter the pod again"
             )
-        held = self.judge.occupancy(uid, leases=lambda s: record)
+        held = self.judge.occupancy(uid).with_lease(claim.server, record)
         taken = held.taken(claim.server)
         if held.blocking(claim.server) and (
             self.policy.granularity == "server" or taken & set(claim.cards)

@@ -6,20 +6,22 @@ decision reads (``occupancy``)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rgpu_contracts import Claim, PodUID
-from rgpu_placement import FleetView, Validity, judge
+from rgpu_contracts import Claim, PodUID, ServerName, split_card_id
+from rgpu_placement import FleetView, Nomination, ServerFacts, Validity, judge
 from rgpu_runtime.feeds import DiscoveryMirror
 
+from .errors import FleetUnknown
 from .ledger import Ledger
-from .occupancy import LeaseLookup, Occupancy, PendingLookup, Settled
-from .pending import Pending
+from .occupancy import Occupancy
 from .pods import PodIndex, PodInfo
+from .settled import Settled
 
-__all__ = ["Judge", "Seen"]
+__all__ = ["Judge", "Seen", "occupancy_of"]
 
 Seen = Mapping[PodUID, PodInfo | None]
 """Pods read fresh from the apiserver, by the uid their claim names (``None``: it is gone)."""
@@ -37,8 +39,9 @@ class Judge:
     pods: PodIndex
     discovery: DiscoveryMirror[FleetView]
     ttl: float
-    pending: Pending = field(default_factory=Pending)
-    """Bookings this replica is writing right now; they count as held meanwhile."""
+    pending: Mapping[str, Mapping[PodUID, Claim]] = field(default_factory=dict)
+    """Bookings this replica is writing right now, per server (``Pending.by_server``); they
+    count as held meanwhile."""
     clock: Callable[[], float] = field(default=time.time)
     """Wall-clock seconds: claim times are compared across replicas."""
     pods_trusted: Callable[[], bool] = field(default=_always)
@@ -48,37 +51,36 @@ class Judge:
     """Time-independent verdicts per server, shared by this replica's decisions."""
 
     def occupancy(
-        self,
-        uid: str,
-        *,
-        leases: LeaseLookup | None = None,
-        pending: PendingLookup | None = None,
+        self, uid: str, *, pending: Mapping[str, Mapping[PodUID, Claim]] | None = None
     ) -> Occupancy:
         """Who else holds what, for a decision about ``uid`` now (``pending``: bookings in
         flight, this replica's by default)."""
         view = self.discovery.view
-        return Occupancy(
-            leases or self.ledger.lease,
+        return occupancy_of(
+            self.ledger,
             self.pods,
-            uid=PodUID(uid),
+            uid=uid,
             now=self.clock(),
             ttl=self.ttl,
-            pending=self.pending.claims if pending is None else pending,
-            released=self.ledger.released_after,
-            observed_at=view.fleet.observed_at if view is not None else float("inf"),
+            pending=self.pending if pending is None else pending,
+            observed_at=view.fleet.observed_at if view is not None else math.inf,
             trusted=self.pods_trusted(),
             priority=self.priority_of(uid),
-            holds=self._holds,
             settled=self.settled,
         )
 
+    def view(self) -> FleetView:
+        """The fleet to decide on; raises ``FleetUnknown`` before discovery delivered one."""
+        discovery = self.discovery
+        if discovery.view is None:
+            reason = discovery.error or "no answer yet"
+            raise FleetUnknown(f"no fleet from discovery yet ({reason}); retry shortly")
+        return discovery.view
+
     def priority_of(self, uid: str) -> int:
         """The pod's priority as the cache has it (0 when unknown)."""
-        pod = self.pods.get(uid)
+        pod = self.pods.by_uid.get(uid)
         return pod.priority if pod is not None else 0
-
-    def _holds(self, uid: str) -> bool:
-        return self.ledger.servers_of(uid) > 0
 
     def validity(self, claim: Claim, seen: Seen | None = None) -> Validity:
         """The verdict on ``claim`` now, from its pod as read fresh (``seen``) if it was, else
@@ -93,4 +95,99 @@ class Judge:
 
     def live(self, uid: str) -> tuple[Claim, ...]:
         """``uid``'s claims that still hold their cards."""
-        return tuple(c for c in self.ledger.claims_of(uid) if self.validity(c).blocks)
+        if uid not in self.ledger.holders:
+            return ()  # most pods asked about hold nothing: no decision to build
+        return self.occupancy(uid).mine()
+
+    def nominated_on(
+        self, uid: str, view: FleetView, held: Occupancy | None = None
+    ) -> ServerName | None:
+        """The server ``uid`` is held to: where it has a live nomination that still stands
+        (judged on ``held``, the decision's occupancy, when given).
+
+        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
+        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
+        its cards (one of higher priority may book over it), or when ``view`` says the server
+        cannot take the pod whoever leaves (its Node not Ready, lupine not answering, a
+        cordon, gone from the fleet, a client no claim explains on a promised card): the
+        victims' leaving can no longer free it, and the pod is free to look elsewhere (or
+        preempt again).
+        """
+        held = held if held is not None else self.occupancy(uid)
+        live = [
+            (server, found)
+            for server, record in self.ledger.nominations.items()
+            if (found := record.nomination) is not None
+            and found.pod.uid == uid
+            and held.now < found.expires_at
+        ]
+        if not live:
+            return None
+        # Only the newest counts: a pod whose server broke may have freed another, and the
+        # first server back before the second's victims left must not take it from them.
+        server, newest = max(live, key=lambda pair: pair[1].nominated_at)
+        return ServerName(server) if _stands(held, server, newest, view) else None
+
+
+def occupancy_of(
+    ledger: Ledger,
+    pods: PodIndex,
+    *,
+    uid: str,
+    now: float,
+    ttl: float,
+    pending: Mapping[str, Mapping[PodUID, Claim]] | None = None,
+    observed_at: float = math.inf,
+    trusted: bool = True,
+    priority: int = 0,
+    settled: Settled | None = None,
+) -> Occupancy:
+    """The ``Occupancy`` of a decision about ``uid``, read from ``ledger``'s and ``pods``'
+    tables."""
+    return Occupancy(
+        uid=PodUID(uid),
+        now=now,
+        ttl=ttl,
+        leases=ledger.by_server,
+        pods=pods.by_uid,
+        gone=pods.buried,
+        pending=pending if pending is not None else {},
+        holders=ledger.holders,
+        nominations=ledger.nominations,
+        releases=ledger.releases,
+        observed_at=observed_at,
+        trusted=trusted,
+        priority=priority,
+        settled=settled,
+    )
+
+
+def _stands(held: Occupancy, server: str, nomination: Nomination, view: FleetView) -> bool:
+    facts = view.facts.get(ServerName(server))
+    return (
+        facts is not None
+        and facts.problem is None
+        and not _foreign(held, facts, nomination)
+        and not _overtaken(held, server, nomination)
+    )
+
+
+def _foreign(held: Occupancy, facts: ServerFacts, nomination: Nomination) -> bool:
+    """Whether lupine reports a client on a promised card that no claim explains (the
+    victims' own clients are explained by their claims until those are released)."""
+    if not facts.busy:
+        return False
+    busy = held.busy(facts, claims_gone=True)
+    return any(split_card_id(card)[1] in busy for card in nomination.cards)
+
+
+def _overtaken(held: Occupancy, server: str, nomination: Nomination) -> bool:
+    """Whether a pod that is not a victim holds some of the promised cards."""
+    victims = {v.uid for v in nomination.victims}
+    cards = set(nomination.cards)
+    # Claims as written only: a booking still in flight was chosen before the promise was
+    # read (its write re-fits on the Lease, where the promise keeps it off unless it outranks
+    # the nominee). Counting it would free the nominee for a moment, long enough to preempt a
+    # second server (a card soak: a victim evicted for nothing).
+    written = held.written(server)
+    return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in written)

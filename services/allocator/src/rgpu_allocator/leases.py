@@ -30,12 +30,12 @@ from opentelemetry import trace
 from rgpu_contracts import Claim, ServerName
 from rgpu_placement import Nomination
 from rgpu_runtime.errors import KubeConflict, KubeNotFound
+from rgpu_runtime.pacing import KeyedLocks
 
 from .claims import LeaseRecord, decode_lease, encode_lease, lease_name
 from .clients import KubeApi
 from .errors import ClaimNotFound, Contended, LeaseUnreadable, NamespaceMissing
 from .instruments import Instruments
-from .keyed_locks import KeyedLocks
 from .ledger import Ledger
 
 __all__ = ["ATTEMPTS", "KEEP", "Edit", "Edited", "Finder", "Keep", "LeaseWriter"]
@@ -136,7 +136,7 @@ class LeaseWriter:
                 return await self._edit(server, change, op)
 
     async def _edit(self, server: str, change: Edit[T], op: str) -> T:
-        record = self._ledger.lease(server)
+        record = self._ledger.by_server.get(server)
         for _ in range(ATTEMPTS):
             if record is not None and record.problem:
                 raise LeaseUnreadable(f"Lease {record.name}: {record.problem}")

@@ -10,14 +10,18 @@ and a busy report older than the release is stale (see ``occupancy.Occupancy.bus
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TypeVar, cast
 
 from rgpu_contracts import CardId, Claim, ClaimSet, ClaimState, PodUID, ServerName
 from rgpu_placement import Nomination
 from rgpu_runtime.feeds import Versioned
 
 from .claims import LeaseRecord, newer_or_equal, placed
+
+V = TypeVar("V")
 
 __all__ = ["RELEASES_KEPT", "Change", "Ledger", "Nominee"]
 
@@ -67,6 +71,10 @@ def _promised_cards_free(record: LeaseRecord, nomination: Nomination) -> bool:
     return not any(c.pod.uid != nominee and promised.intersection(c.cards) for c in record.claims)
 
 
+def _by_str(table: Mapping[Any, V]) -> dict[str, V]:
+    return cast("dict[str, V]", table)
+
+
 class Ledger:
     """The claim Leases as last seen, with a revision that moves on every change."""
 
@@ -80,6 +88,10 @@ class Ledger:
         "_released",
         "_snapshot",
         "_unbound",
+        "by_server",
+        "holders",
+        "nominations",
+        "releases",
         "synced",
     )
 
@@ -102,6 +114,17 @@ class Ledger:
         self._changes: Versioned[None] = Versioned(None, revision=0)
         self.synced = False
         """Whether a complete list has been loaded."""
+        # What a decision reads, as read-only mappings over the tables above (kept in place,
+        # never rebound, so a decision's Occupancy reads them without calling back here).
+        # Keyed by plain str: the ids are NewTypes of str, and readers ask with plain names.
+        self.by_server: Mapping[str, LeaseRecord] = MappingProxyType(_by_str(self._leases))
+        """Every Lease as last seen, by server."""
+        self.holders: Mapping[str, Collection[ServerName]] = MappingProxyType(_by_str(self._by_pod))
+        """The servers each pod (by uid) holds claims on."""
+        self.nominations: Mapping[str, LeaseRecord] = MappingProxyType(_by_str(self._nominated))
+        """The Leases that carry a nomination, live or expired, by server."""
+        self.releases: Mapping[str, float] = MappingProxyType(_by_str(self._released))
+        """When each card last left a committed or bound claim (wall clock)."""
 
     @property
     def revision(self) -> int:
@@ -132,10 +155,6 @@ class Ledger:
             if r.nomination is not None and now < r.nomination.expires_at
         }
 
-    def nominated(self) -> tuple[LeaseRecord, ...]:
-        """The Leases that carry a nomination, live or expired."""
-        return tuple(self._nominated.values())
-
     def cards_by_namespace(self) -> Mapping[str, int]:
         """Cards claimed per pod namespace, as stored (a claim counts until it is removed)."""
         return self._cards
@@ -152,10 +171,6 @@ class Ledger:
     def duplicated_pods(self) -> tuple[PodUID, ...]:
         """Pods holding claims on more than one server (replicas raced on the same pod)."""
         return tuple(uid for uid, servers in self._by_pod.items() if len(servers) > 1)
-
-    def released_after(self, card: str, moment: float) -> bool:
-        """Whether ``card`` left a committed or bound claim after ``moment`` (wall clock)."""
-        return self._released.get(CardId(card), float("-inf")) > moment
 
     def claim_set(self) -> ClaimSet:
         """Every stored claim, ordered by server, at the current revision."""
@@ -200,8 +215,12 @@ class Ledger:
         freed = any(_freed(old, fresh.get(s)) for s, old in self._leases.items())
         for server, old in self._leases.items():
             self._remember(_released(old, fresh.get(server)))
-        self._leases = dict(fresh)
-        self._by_pod, self._nominated, self._cards, self._unbound = {}, {}, {}, 0
+        self._leases.clear()
+        self._leases.update(fresh)
+        self._by_pod.clear()
+        self._nominated.clear()
+        self._cards.clear()
+        self._unbound = 0
         for record in self._leases.values():
             self._index(record)
         self.synced = True

@@ -13,7 +13,7 @@ import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from rgpu_contracts import Claim, ServerName, split_card_id
+from rgpu_contracts import Claim, ServerName
 from rgpu_placement import FleetView, Nomination
 
 from .claims import LeaseRecord
@@ -65,17 +65,6 @@ def withdraw(uid: str) -> Edit[None]:
     return change
 
 
-def _nothing_in_flight(server: str) -> tuple[Claim, ...]:
-    return ()
-
-
-def _usable(view: FleetView, server: ServerName) -> bool:
-    """Whether ``server`` could take the nominee once its victims are gone, as far as the
-    fleet alone says."""
-    facts = view.facts.get(server)
-    return facts is not None and facts.problem is None
-
-
 def _newcomers(record: LeaseRecord, nomination: Nomination) -> bool:
     """Whether a pod that is not a victim took some of the promised cards since the choice."""
     expected = {v.uid for v in nomination.victims} | {nomination.pod.uid}
@@ -90,35 +79,8 @@ class Nominations:
     judge: Judge
 
     def nominated_on(self, uid: str, view: FleetView) -> ServerName | None:
-        """The server ``uid`` is held to: where it has a live nomination that still stands.
-
-        Its booking goes there or nowhere, so no victim is evicted for a pod that then books
-        elsewhere. A nomination stops standing when a pod that is not a victim holds some of
-        its cards (one of higher priority may book over it), or when ``view`` says the server
-        cannot take the pod whoever leaves (its Node not Ready, lupine not answering, a
-        cordon, gone from the fleet, a client no claim explains on a promised card): the
-        victims' leaving can no longer free it, and the pod is free to look elsewhere (or
-        preempt again).
-        """
-        # Only the newest counts: a pod whose server broke may have freed another, and the
-        # first server back before the second's victims left must not take it from them.
-        live = self._live(uid)
-        if not live:
-            return None
-        server, found = max(live, key=lambda pair: pair[1].nominated_at)
-        if self._stands(server, found, view):
-            return server
-        return None
-
-    def _live(self, uid: str) -> list[tuple[ServerName, Nomination]]:
-        now = self.judge.clock()
-        return [
-            (record.server, found)
-            for record in self.judge.ledger.nominated()
-            if (found := record.nomination) is not None
-            and found.pod.uid == uid
-            and now < found.expires_at
-        ]
+        """The server ``uid`` is held to (``Judge.nominated_on``)."""
+        return self.judge.nominated_on(uid, view)
 
     def victims_hold(self, server: ServerName) -> bool:
         """Whether a victim of the nomination on ``server`` still has a claim there."""
@@ -142,33 +104,6 @@ class Nominations:
         victims = {v.uid for v in found.victims}.difference(asked)
         return tuple(c for c in record.claims if c.pod.uid in victims and self._stays(c))
 
-    def _stands(self, server: ServerName, nomination: Nomination, view: FleetView) -> bool:
-        return (
-            _usable(view, server)
-            and not self._foreign(server, nomination, view)
-            and not self._overtaken(server, nomination)
-        )
-
-    def _foreign(self, server: ServerName, nomination: Nomination, view: FleetView) -> bool:
-        """Whether lupine reports a client on a promised card that no claim explains (the
-        victims' own clients are explained by their claims until those are released)."""
-        facts = view.facts.get(server)
-        if facts is None or not facts.busy:
-            return False
-        busy = self.judge.occupancy(nomination.pod.uid).busy(facts, claims_gone=True)
-        return any(split_card_id(card)[1] in busy for card in nomination.cards)
-
     def _stays(self, claim: Claim) -> bool:
         pod = self.judge.pods.get(claim.pod.uid)
         return pod is not None and not pod.deleting and not pod.finished
-
-    def _overtaken(self, server: ServerName, nomination: Nomination) -> bool:
-        victims = {v.uid for v in nomination.victims}
-        cards = set(nomination.cards)
-        # Claims as written only: a booking still in flight was chosen before the promise
-        # was read (its write re-fits on the Lease, where the promise keeps it off unless it
-        # outranks the nominee). Counting it would free the nominee for a moment, long enough
-        # to preempt a second server (a card soak: a victim evicted for nothing).
-        written = self.judge.occupancy(nomination.pod.uid, pending=_nothing_in_flight)
-        blocking = written.blocking(server)
-        return any(c.pod.uid not in victims and cards.intersection(c.cards) for c in blocking)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rgpu_contracts import CardId, Claim, ServerName
 from rgpu_placement import FairWalk, Holdings, ServerFacts
 
-from .pending import Pending
+from .booker import Pending
 from .units import Unit
 from .verdicts import Verdict
 

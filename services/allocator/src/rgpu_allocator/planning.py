@@ -43,14 +43,13 @@ from rgpu_placement import (
     winner,
 )
 
-from .booker import Booked, Booker
+from .booker import Booked, Booker, Layered
 from .candidates import Candidates
 from .capacity import Capacity
 from .deciding import Decider, Seen
 from .demands import Demands
 from .judging import Judge
 from .passes import Pass, Reserved
-from .pending import Layered
 from .pods import PodInfo
 from .policy import Policy
 from .units import Unit, units_of
@@ -94,7 +93,7 @@ class Planner:
             held=held,
             config=config,
         )
-        walk = Pass(pending=Layered(self.judge.pending), fair=fair)
+        walk = Pass(pending=Layered(self.booker.pending), fair=fair)
         verdicts: list[Verdict] = []
         for unit in fair:
             if walk.admitted >= limit:
@@ -221,7 +220,7 @@ class Planner:
         before = walk.refused.get(shape)
         if before is not None:
             return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
-        held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.claims)
+        held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.by_server)
         if walk.reserved:
             held = Reserved(held, walk.reserved, pod.priority)
         seen = Seen(

@@ -12,8 +12,10 @@ import socket
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
+from typing import cast
 
 from rgpu_contracts import ANNOTATION_ALLOCATED, READINESS_GATE, PodRef, PodUID
 from rgpu_runtime.settings import ResourceSettings
@@ -68,17 +70,19 @@ class PodInfo:
     the pod's connections come from, once the kubelet reported them. Server policies admit
     holders by them."""
 
+    finished: bool = field(init=False)
+    """The phase is ``Succeeded`` or ``Failed``."""
+    bound: bool = field(init=False)
+    """The pod has a node."""
+
+    def __post_init__(self) -> None:
+        # Read on every verdict about a claim (many per decision): worked out once, here.
+        object.__setattr__(self, "finished", self.phase in FINISHED_PHASES)
+        object.__setattr__(self, "bound", bool(self.node_name))
+
     @property
     def ref(self) -> PodRef:
         return PodRef(uid=self.uid, namespace=self.namespace, name=self.name)
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in FINISHED_PHASES
-
-    @property
-    def bound(self) -> bool:
-        return bool(self.node_name)
 
     @property
     def admissible(self) -> bool:
@@ -201,7 +205,7 @@ class PodIndex:
     reused. Claims of gone pods are invalid at once, without waiting for the booking TTL.
     """
 
-    __slots__ = ("_deleting", "_gone", "_limit", "_pods", "synced")
+    __slots__ = ("_deleting", "_gone", "_limit", "_pods", "buried", "by_uid", "synced")
 
     def __init__(self, *, tombstones: int = TOMBSTONES) -> None:
         self._pods: dict[PodUID, PodInfo] = {}
@@ -210,6 +214,13 @@ class PodIndex:
         self._limit = tombstones
         self.synced = False
         """Whether a complete list has been loaded (before that, absence means nothing)."""
+        # Read-only views a decision reads without calling back here (kept, never rebound).
+        self.by_uid: Mapping[str, PodInfo] = MappingProxyType(
+            cast("dict[str, PodInfo]", self._pods)
+        )
+        """Every pod delivered, by uid."""
+        self.buried: Mapping[str, None] = MappingProxyType(cast("dict[str, None]", self._gone))
+        """The uids known to be deleted (``in`` is all it answers)."""
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -253,7 +264,8 @@ class PodIndex:
         gone = [p for uid, p in old.items() if uid not in pods]
         changes: list[tuple[PodInfo | None, PodInfo | None]] = [(p, None) for p in gone]
         changes.extend((old.get(uid), p) for uid, p in pods.items() if old.get(uid) != p)
-        self._pods = dict(pods)
+        self._pods.clear()
+        self._pods.update(pods)
         self._deleting = {uid for uid, p in pods.items() if p.deleting}
         self._bury(p.uid for p in gone)
         self.synced = True

@@ -196,7 +196,7 @@ class Repairer:
     def _restore(self, pod: PodInfo, claim: Claim, record: LeaseRecord | None) -> Edited[_Outcome]:
         if record is not None and record.claim_of(pod.uid) is not None:
             return Edited(None, _Outcome())
-        held = self._judge.occupancy(pod.uid, leases=lambda s: record)
+        held = self._judge.occupancy(pod.uid).with_lease(claim.server, record)
         holders = tuple(
             c
             for c in held.blocking(claim.server)
