@@ -1,6 +1,7 @@
 """A nomination is written to the Lease of the server freed for a pod, with compare-and-swap
-like every claim, and read back from the ledger (``Nominations``: where a pod is held to, and
-whether its victims still hold the server). Writing it takes two edits. The first promises
+like every claim, and read back from the ledger (``Nominations``: what a promise is made of and
+how long it lasts, what an eviction would cost, where a pod is held to, and whether its victims
+still hold the server). Writing it takes two edits. The first promises
 the server unless someone holds a live promise there (this pod already: nothing more to do;
 another pod that outranks it, or a pod that is not a victim took some of the promised cards
 since the choice: taken). The second takes a pod's promise back when its victims could not
@@ -14,11 +15,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rgpu_contracts import Claim, ServerName
-from rgpu_placement import FleetView, Nomination
+from rgpu_placement import FleetView, Nomination, Preemption, Standing
 
 from .claims import LeaseRecord
 from .judging import Judge
 from .leases import Edit, Edited
+from .pods import PodInfo
 
 __all__ = ["Nominations", "Step", "nominate", "withdraw"]
 
@@ -78,6 +80,29 @@ class Nominations:
 
     judge: Judge
 
+    def nomination_for(self, pod: PodInfo, option: Preemption, ttl: float) -> Nomination:
+        """The promise of ``option``'s server to ``pod``: it lasts the booking ``ttl`` plus the
+        victims' longest grace period, the most their leaving can take."""
+        now = self.judge.clock()
+        graces = (self._grace(v.pod.uid) for v in option.victims)
+        return Nomination(
+            pod=pod.ref,
+            priority=pod.priority,
+            cards=tuple(c.id for c in option.fit.cards),
+            victims=tuple(v.pod for v in option.victims),
+            nominated_at=now,
+            expires_at=now + ttl + max(graces, default=0.0),
+        )
+
+    def standing(self, claim: Claim) -> Standing | None:
+        """What evicting ``claim``'s pod would cost: its priority and the run time lost."""
+        pod = self.judge.pods.by_uid.get(claim.pod.uid)
+        if pod is None or pod.uid != claim.pod.uid:
+            return None
+        started = pod.started_at
+        ran = max(0.0, self.judge.clock() - started) if started is not None else 0.0
+        return Standing(priority=pod.priority, run_seconds=ran)
+
     def nominated_on(self, uid: str, view: FleetView) -> ServerName | None:
         """The server ``uid`` is held to (``Judge.nominated_on``)."""
         return self.judge.nominated_on(uid, view)
@@ -103,6 +128,10 @@ class Nominations:
             return ()
         victims = {v.uid for v in found.victims}.difference(asked)
         return tuple(c for c in record.claims if c.pod.uid in victims and self._stays(c))
+
+    def _grace(self, uid: str) -> float:
+        pod = self.judge.pods.by_uid.get(uid)
+        return pod.grace_seconds if pod is not None else 0.0
 
     def _stays(self, claim: Claim) -> bool:
         pod = self.judge.pods.get(claim.pod.uid)

@@ -5,7 +5,7 @@ are held, the allocator frees one itself (docs/design.md §11):
 1. choose the cheapest server to free (``rgpu_placement.preemptions``: every victim of lower
    priority; fewest victims, lowest priority, least run time lost, name);
 2. nominate the pod on that server's Lease with compare-and-swap: the freed cards are promised
-   to it (``judging.Occupancy`` keeps everyone of lower or equal priority off them), and a
+   to it (``occupancy.Occupancy`` keeps everyone of lower or equal priority off them), and a
    replica that finds a live nomination for the pod evicts nothing more — the nomination is
    the de-duplication between replicas and between the pod's retries;
 3. evict the victims through the Eviction API, so PodDisruptionBudgets decide: every eviction
@@ -43,14 +43,7 @@ import anyio
 from opentelemetry import trace
 
 from rgpu_contracts import AllocationRequest, Claim, PodRef, ServerName
-from rgpu_placement import (
-    Demand,
-    FleetView,
-    Nomination,
-    Preemption,
-    Standing,
-    preemptions,
-)
+from rgpu_placement import Demand, FleetView, Preemption, preemptions
 from rgpu_runtime.errors import KubeError, RgpuError
 from rgpu_runtime.telemetry import pod_attributes
 
@@ -158,7 +151,7 @@ class Preemptor:
             demand,
             self.judge.occupancy(pod.uid),
             priority=pod.priority,
-            standing=self._standing,
+            standing=self.nominations.standing,
             granularity=self.policy.granularity,
         )
         if not options:
@@ -168,30 +161,6 @@ class Preemptor:
             if outcome is not Outcome.BLOCKED:
                 return outcome
         return Outcome.BLOCKED
-
-    def _standing(self, claim: Claim) -> Standing | None:
-        pod = self.judge.pods.get(claim.pod.uid)
-        if pod is None or pod.uid != claim.pod.uid:
-            return None
-        started = pod.started_at
-        ran = max(0.0, self.judge.clock() - started) if started is not None else 0.0
-        return Standing(priority=pod.priority, run_seconds=ran)
-
-    def _nomination(self, pod: PodInfo, option: Preemption) -> Nomination:
-        now = self.judge.clock()
-        graces = (self._grace(v.pod.uid) for v in option.victims)
-        return Nomination(
-            pod=pod.ref,
-            priority=pod.priority,
-            cards=tuple(c.id for c in option.fit.cards),
-            victims=tuple(v.pod for v in option.victims),
-            nominated_at=now,
-            expires_at=now + self.policy.ttl + max(graces, default=0.0),
-        )
-
-    def _grace(self, uid: str) -> float:
-        pod = self.judge.pods.get(uid)
-        return pod.grace_seconds if pod is not None else 0.0
 
     async def _attempt(
         self,
@@ -285,7 +254,7 @@ class Preemptor:
         return None
 
     async def _carry_out(self, pod: PodInfo, option: Preemption) -> Outcome:
-        nomination = self._nomination(pod, option)
+        nomination = self.nominations.nomination_for(pod, option, self.policy.ttl)
         try:
             step = await self.writer.edit(option.server, nominate(nomination), op="nominate")
         except (Contended, LeaseUnreadable) as exc:
