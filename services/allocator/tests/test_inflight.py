@@ -1,4 +1,4 @@
-"""In-flight bookings and keyed locks; refused-pod memory."""
+"""In-flight bookings and a plan's bookings over them; refused-pod memory."""
 
 from __future__ import annotations
 
@@ -41,7 +41,31 @@ def test_pending_booking_blocks_other_pods_only_while_held(build):
         assert [c.pod.name for c in occupancy("uid-b").blocking("s")] == ["a"]
         assert occupancy("uid-a").blocking("s") == ()
     assert occupancy("uid-b").blocking("s") == ()
-    assert pending.claims("s") == ()
+    assert "s" not in pending.by_server
+
+
+def test_a_plans_bookings_count_as_held_over_those_in_flight_without_being_in_flight(build):
+    pending, plan = Pending(), Pending()
+
+    def holders(planned) -> list[str]:
+        held = occupancy_of(
+            Ledger(),
+            PodIndex(),
+            uid="uid-c",
+            now=0.0,
+            ttl=30.0,
+            pending=pending.by_server,
+            planned=planned,
+        )
+        return sorted(c.pod.name for c in held.blocking("s"))
+
+    with pending.hold(claim(build, "a")):
+        plan.add(claim(build, "b"))
+        plan.add(claim(build, "d", server="t"))
+        assert holders(plan.by_server) == ["a", "b"]
+        assert holders({}) == ["a"]
+    assert holders(plan.by_server) == ["b"]
+    assert "s" not in pending.by_server
 
 
 def test_a_booking_in_flight_onto_promised_cards_does_not_end_the_nomination(build):

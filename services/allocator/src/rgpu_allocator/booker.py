@@ -8,7 +8,8 @@ care a burst of pods all choose the same best server and lose the compare-and-sw
 other one by one. So a booking being written counts as held for every other decision in this
 replica until the write ends (``Pending``; kube-scheduler "assumes" pods the same way), and
 concurrent decisions spread over different servers; across replicas, compare-and-swap still
-decides. A plan being worked out lays its own bookings over those (``Layered``).
+decides. An admission pass keeps the bookings it plans in a ``Pending`` of its own, which its
+decisions count over those in flight.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .leases import KEEP, Edited, LeaseWriter
 from .occupancy import Occupancy
 from .policy import Policy
 
-__all__ = ["Booked", "Booker", "Layered", "Pending"]
+__all__ = ["Booked", "Booker", "Pending"]
 
 tracer = trace.get_tracer(__name__)
 
@@ -115,10 +116,6 @@ class Pending:
         self.by_server: Mapping[str, Mapping[PodUID, Claim]] = MappingProxyType(self._by_server)
         """The bookings in flight per server, read-only (what a decision's Occupancy reads)."""
 
-    def claims(self, server: str) -> tuple[Claim, ...]:
-        found = self._by_server.get(server)
-        return tuple(found.values()) if found else ()
-
     def cards_by_namespace(self) -> dict[str, int]:
         """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
         found: dict[str, int] = {}
@@ -147,44 +144,3 @@ class Pending:
             yield
         finally:
             self.discard(claim)
-
-
-class Layered(Pending):
-    """Bookings of a plan being worked out, over the bookings really in flight: a plan's
-    choices spread over servers as a pass's writes will, without counting as in flight."""
-
-    __slots__ = ("_base",)
-
-    def __init__(self, base: Pending) -> None:
-        super().__init__()
-        self._base = base
-        self.by_server = _Merged(base.by_server, self._by_server)
-
-    def claims(self, server: str) -> tuple[Claim, ...]:
-        return (*self._base.claims(server), *super().claims(server))
-
-
-class _Merged(Mapping[str, Mapping[PodUID, Claim]]):
-    """The plan's bookings over the ones in flight, per server, as one read-only mapping."""
-
-    __slots__ = ("_base", "_own")
-
-    def __init__(
-        self, base: Mapping[str, Mapping[PodUID, Claim]], own: Mapping[str, Mapping[PodUID, Claim]]
-    ) -> None:
-        self._base, self._own = base, own
-
-    def __getitem__(self, server: str) -> Mapping[PodUID, Claim]:
-        base, own = self._base.get(server), self._own.get(server)
-        if base is None or own is None:
-            found = base if own is None else own
-            if found is None:
-                raise KeyError(server)
-            return found
-        return {**base, **own}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._base.keys() | self._own.keys())
-
-    def __len__(self) -> int:
-        return len(self._base.keys() | self._own.keys())

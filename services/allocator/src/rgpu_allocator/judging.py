@@ -1,8 +1,9 @@
 """Whether a claim still holds its cards decides double-booking on one side and leaked servers
 on the other; every activity asks it, on the same caches, under the same policy. The rule
 itself is ``rgpu_placement.judge``; the ``Judge`` applies it to the allocator's caches (the
-Lease ledger, the pod index, the fleet) at the current time, and builds the ``Occupancy`` a
-decision reads (``occupancy``)."""
+Lease ledger, the pod index, the fleet) at the current time, builds the ``Occupancy`` a
+decision reads (``occupancy``), and says where a nomination holds a pod (a promised server is
+a claim too, and it stops holding on its own rules: ``nominated_on``)."""
 
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ class Judge:
     """Time-independent verdicts per server, shared by this replica's decisions."""
 
     def occupancy(
-        self, uid: str, *, pending: Mapping[str, Mapping[PodUID, Claim]] | None = None
+        self, uid: str, *, planned: Mapping[str, Mapping[PodUID, Claim]] | None = None
     ) -> Occupancy:
-        """Who else holds what, for a decision about ``uid`` now (``pending``: bookings in
-        flight, this replica's by default)."""
+        """Who else holds what, for a decision about ``uid`` now (``planned``: the bookings an
+        admission pass has planned so far, held besides those in flight)."""
         view = self.discovery.view
         return occupancy_of(
             self.ledger,
@@ -62,7 +63,8 @@ class Judge:
             uid=uid,
             now=self.clock(),
             ttl=self.ttl,
-            pending=self.pending if pending is None else pending,
+            pending=self.pending,
+            planned=planned,
             observed_at=view.fleet.observed_at if view is not None else math.inf,
             trusted=self.pods_trusted(),
             priority=self.priority_of(uid),
@@ -113,19 +115,20 @@ class Judge:
         victims' leaving can no longer free it, and the pod is free to look elsewhere (or
         preempt again).
         """
-        held = held if held is not None else self.occupancy(uid)
+        now = held.now if held is not None else self.clock()
         live = [
             (server, found)
             for server, record in self.ledger.nominations.items()
             if (found := record.nomination) is not None
             and found.pod.uid == uid
-            and held.now < found.expires_at
+            and now < found.expires_at
         ]
         if not live:
             return None
         # Only the newest counts: a pod whose server broke may have freed another, and the
         # first server back before the second's victims left must not take it from them.
         server, newest = max(live, key=lambda pair: pair[1].nominated_at)
+        held = held if held is not None else self.occupancy(uid)
         return ServerName(server) if _stands(held, server, newest, view) else None
 
 
@@ -137,6 +140,7 @@ def occupancy_of(
     now: float,
     ttl: float,
     pending: Mapping[str, Mapping[PodUID, Claim]] | None = None,
+    planned: Mapping[str, Mapping[PodUID, Claim]] | None = None,
     observed_at: float = math.inf,
     trusted: bool = True,
     priority: int = 0,
@@ -152,6 +156,7 @@ def occupancy_of(
         pods=pods.by_uid,
         gone=pods.buried,
         pending=pending if pending is not None else {},
+        planned=planned if planned is not None else {},
         holders=ledger.holders,
         nominations=ledger.nominations,
         releases=ledger.releases,

@@ -42,9 +42,10 @@ def _uuid(card: CardId) -> str:
     return split_card_id(card)[1]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Occupancy:
-    """Claims of pods other than ``uid`` that still hold cards, per server, at time ``now``."""
+    """Claims of pods other than ``uid`` that still hold cards, per server, at time ``now``
+    (compared by identity: its tables are live views, so two values are never "equal")."""
 
     uid: PodUID
     now: float
@@ -57,6 +58,8 @@ class Occupancy:
     """Uids known to be deleted (``PodIndex.buried``)."""
     pending: Mapping[str, Mapping[PodUID, Claim]] = field(default_factory=dict)
     """Bookings still being written, per server (``Pending.by_server``): they count as held."""
+    planned: Mapping[str, Mapping[PodUID, Claim]] = field(default_factory=dict)
+    """Bookings an admission pass has planned so far, per server: they count as held too."""
     holders: Mapping[str, Collection[ServerName]] = field(default_factory=dict)
     """The servers each pod holds claims on (``Ledger.holders``)."""
     nominations: Mapping[str, LeaseRecord] = field(default_factory=dict)
@@ -158,7 +161,7 @@ class Occupancy:
 
     def _held(self, server: str, *, in_flight: bool) -> tuple[Claim, ...]:
         record = self._lease(server)
-        pending = self.pending.get(server) if in_flight else None
+        pending = self._in_flight(server) if in_flight else ()
         settled = self.settled
         if record is not None and record.nomination is None and settled is not None:
             holding = settled.holding(record, self.pods, self.now, self.ttl)
@@ -167,12 +170,17 @@ class Occupancy:
         stored = record.claims if record is not None else ()
         held = [c for c in stored if c.pod.uid != self.uid and self.validity(c).blocks]
         seen = {c.pod.uid for c in stored} | {self.uid}
-        if pending:
-            held.extend(c for c in pending.values() if c.pod.uid not in seen)
+        held.extend(c for c in pending if c.pod.uid not in seen)
         promised = self._promised(record)
         if promised is not None and promised.pod.uid not in seen:
             held.append(promised)
         return tuple(held)
+
+    def _in_flight(self, server: str) -> tuple[Claim, ...]:
+        writing, planned = self.pending.get(server), self.planned.get(server)
+        if not planned:
+            return tuple(writing.values()) if writing else ()
+        return (*(writing.values() if writing else ()), *planned.values())
 
     def _promised(self, record: LeaseRecord | None) -> Claim | None:
         """The server's nomination as the nominee's hold, while it still keeps this pod off."""

@@ -23,6 +23,7 @@ class Pass:
     """What one walk has learnt so far."""
 
     pending: Pending
+    """The bookings planned so far (held for the pods after them, besides those in flight)."""
     fair: FairWalk[Unit]
     refused: dict[object, Verdict] = field(default_factory=dict)
     reserved: dict[ServerName, int] = field(default_factory=dict)

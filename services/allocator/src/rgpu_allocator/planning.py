@@ -43,7 +43,7 @@ from rgpu_placement import (
     winner,
 )
 
-from .booker import Booked, Booker, Layered
+from .booker import Booked, Booker, Pending
 from .candidates import Candidates
 from .capacity import Capacity
 from .deciding import Decider, Seen
@@ -93,7 +93,7 @@ class Planner:
             held=held,
             config=config,
         )
-        walk = Pass(pending=Layered(self.booker.pending), fair=fair)
+        walk = Pass(pending=Pending(), fair=fair)
         verdicts: list[Verdict] = []
         for unit in fair:
             if walk.admitted >= limit:
@@ -220,7 +220,7 @@ class Planner:
         before = walk.refused.get(shape)
         if before is not None:
             return Verdict(pod=pod, wait=before.wait, message=before.message, demand=demand)
-        held: Holdings = self.judge.occupancy(pod.uid, pending=walk.pending.by_server)
+        held: Holdings = self.judge.occupancy(pod.uid, planned=walk.pending.by_server)
         if walk.reserved:
             held = Reserved(held, walk.reserved, pod.priority)
         seen = Seen(
