@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rgpu_contracts import Claim, PodUID, ServerName, split_card_id
-from rgpu_placement import FleetView, Nomination, ServerFacts, Validity, judge
+from rgpu_contracts import Claim, PodUID, ServerName
+from rgpu_placement import FleetView, Nomination, Validity, judge
 from rgpu_runtime.feeds import DiscoveryMirror
 
 from .errors import FleetUnknown
@@ -111,9 +111,8 @@ class Judge:
         elsewhere. A nomination stops standing when a pod that is not a victim holds some of
         its cards (one of higher priority may book over it), or when ``view`` says the server
         cannot take the pod whoever leaves (its Node not Ready, lupine not answering, a
-        cordon, gone from the fleet, a client no claim explains on a promised card): the
-        victims' leaving can no longer free it, and the pod is free to look elsewhere (or
-        preempt again).
+        cordon, gone from the fleet): the victims' leaving can no longer free it, and the pod
+        is free to look elsewhere (or preempt again).
         """
         now = held.now if held is not None else self.clock()
         live = [
@@ -169,21 +168,9 @@ def occupancy_of(
 
 def _stands(held: Occupancy, server: str, nomination: Nomination, view: FleetView) -> bool:
     facts = view.facts.get(ServerName(server))
-    return (
-        facts is not None
-        and facts.problem is None
-        and not _foreign(held, facts, nomination)
-        and not _overtaken(held, server, nomination)
-    )
-
-
-def _foreign(held: Occupancy, facts: ServerFacts, nomination: Nomination) -> bool:
-    """Whether lupine reports a client on a promised card that no claim explains (the
-    victims' own clients are explained by their claims until those are released)."""
-    if not facts.busy:
-        return False
-    busy = held.busy(facts, claims_gone=True)
-    return any(split_card_id(card)[1] in busy for card in nomination.cards)
+    # A client lupine reports on a promised card does not end the hold: it is most often a
+    # victim's, reported until discovery probes again, and leaving would waste its eviction.
+    return facts is not None and facts.problem is None and not _overtaken(held, server, nomination)
 
 
 def _overtaken(held: Occupancy, server: str, nomination: Nomination) -> bool:
