@@ -14,8 +14,10 @@ from rgpu_placement import (
     QueueConfig,
     QueueConfigError,
     Quota,
+    cards_by_namespace,
     gang_of,
 )
+from rgpu_testkit import claim, pod_ref
 
 
 def test_an_empty_document_means_no_limit_and_weight_one() -> None:
@@ -133,3 +135,13 @@ def test_a_unit_not_taken_lets_its_namespace_offer_the_next() -> None:
 )
 def test_a_gang_is_read_from_its_labels(labels: dict[str, str], gang: Gang | None) -> None:
     assert gang_of("ml", labels) == gang
+
+
+def test_cards_are_counted_per_pod_namespace_across_servers() -> None:
+    held = (
+        claim(server="gpu-a", cards=(0, 1), pod=pod_ref(name="a", namespace="team-a")),
+        claim(server="gpu-b", cards=(0,), pod=pod_ref(name="b", namespace="team-a")),
+        claim(server="gpu-b", cards=(1,), pod=pod_ref(name="c", namespace="team-b")),
+    )
+    assert cards_by_namespace(held) == {"team-a": 3, "team-b": 1}
+    assert cards_by_namespace(()) == {}

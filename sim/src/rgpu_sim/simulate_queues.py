@@ -21,6 +21,7 @@ from rgpu_placement import (
     QueueConfig,
     ServerFacts,
     Unclaimed,
+    cards_by_namespace,
     choose,
     demand_of,
 )
@@ -76,12 +77,7 @@ class Held:
         self.claims.get(server, {}).pop(uid, None)
 
     def by_namespace(self) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for held in self.claims.values():
-            for claim in held.values():
-                namespace = claim.pod.namespace
-                found[namespace] = found.get(namespace, 0) + len(claim.cards)
-        return found
+        return cards_by_namespace(c for held in self.claims.values() for c in held.values())
 
 
 def _claim(pod: SimPod, choice: Choice, now: float) -> Claim:

@@ -100,6 +100,7 @@ from ._queues import (
     QueueConfig,
     QueueConfigError,
     Quota,
+    cards_by_namespace,
     gang_of,
 )
 from ._validity import (
@@ -155,6 +156,7 @@ __all__ = [
     "Validity",
     "assign",
     "capable_servers",
+    "cards_by_namespace",
     "choose",
     "claim_stamp",
     "claim_ttl",

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from rgpu_contracts import Claim
 
 from ._errors import PlacementError
 
@@ -34,6 +36,7 @@ __all__ = [
     "QueueConfig",
     "QueueConfigError",
     "Quota",
+    "cards_by_namespace",
     "gang_of",
 ]
 
@@ -66,6 +69,15 @@ class Quota:
 
     cards: int | None = None
     weight: int = 1
+
+
+def cards_by_namespace(claims: Iterable[Claim]) -> dict[str, int]:
+    """Cards ``claims`` hold, per pod namespace: what quotas and usage count."""
+    found: dict[str, int] = {}
+    for claim in claims:
+        namespace = claim.pod.namespace
+        found[namespace] = found.get(namespace, 0) + len(claim.cards)
+    return found
 
 
 def _whole(raw: Mapping[str, object], key: str, path: str, low: int, high: int) -> int | None:

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from opentelemetry import trace
 
 from rgpu_contracts import Claim, ClaimState, ContainerRequest, PodRef, PodUID
-from rgpu_placement import Choice, Demand, assign, fit
+from rgpu_placement import Choice, Demand, assign, cards_by_namespace, fit
 
 from .claims import LeaseRecord
 from .judging import Judge
@@ -118,12 +118,7 @@ class Pending:
 
     def cards_by_namespace(self) -> dict[str, int]:
         """Cards of the bookings in flight, per pod namespace (quotas count them as held)."""
-        found: dict[str, int] = {}
-        for held in self._by_server.values():
-            for claim in held.values():
-                namespace = claim.pod.namespace
-                found[namespace] = found.get(namespace, 0) + len(claim.cards)
-        return found
+        return cards_by_namespace(c for held in self._by_server.values() for c in held.values())
 
     def add(self, claim: Claim) -> None:
         """Count ``claim`` as held until ``discard``."""

@@ -13,23 +13,20 @@ never doubles it — no two replicas export at once, and none counts time it did
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rgpu_contracts import ClaimSet
+from rgpu_placement import cards_by_namespace
 
 __all__ = ["Usage", "UsageCollector", "held_by_namespace"]
 
 
 def held_by_namespace(claims: ClaimSet) -> dict[str, int]:
     """Cards held per namespace by ``claims``."""
-    held: Counter[str] = Counter()
-    for claim in claims.claims:
-        held[claim.pod.namespace] += len(claim.cards)
-    return dict(held)
+    return cards_by_namespace(claims.claims)
 
 
 class Usage:
