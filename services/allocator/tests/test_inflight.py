@@ -12,6 +12,7 @@ from rgpu_allocator.judging import Judge, occupancy_of
 from rgpu_allocator.ledger import Ledger
 from rgpu_allocator.nominating import Nominations
 from rgpu_allocator.nudging import retry_stamp
+from rgpu_allocator.occupancy import Occupancy
 from rgpu_allocator.pods import PodIndex
 from rgpu_allocator.waiters import Refused
 from rgpu_contracts import CardId, Claim, ClaimState, ServerName
@@ -34,9 +35,12 @@ def claim(build, pod: str, server: str = "s") -> Claim:
 
 def test_pending_booking_blocks_other_pods_only_while_held(build):
     pending = Pending()
-    occupancy = lambda uid: occupancy_of(  # noqa: E731
-        Ledger(), PodIndex(), uid=uid, now=0.0, ttl=30.0, pending=pending.by_server
-    )
+
+    def occupancy(uid: str) -> Occupancy:
+        return occupancy_of(
+            Ledger(), PodIndex(), uid=uid, now=0.0, ttl=30.0, pending=pending.by_server
+        )
+
     with pending.hold(claim(build, "a")):
         assert [c.pod.name for c in occupancy("uid-b").blocking("s")] == ["a"]
         assert occupancy("uid-a").blocking("s") == ()
