@@ -157,7 +157,6 @@ def occupancy_of(
         pending=pending if pending is not None else {},
         planned=planned if planned is not None else {},
         holders=ledger.holders,
-        nominations=ledger.nominations,
         releases=ledger.releases,
         observed_at=observed_at,
         trusted=trusted,

@@ -62,8 +62,6 @@ class Occupancy:
     """Bookings an admission pass has planned so far, per server: they count as held too."""
     holders: Mapping[str, Collection[ServerName]] = field(default_factory=dict)
     """The servers each pod holds claims on (``Ledger.holders``)."""
-    nominations: Mapping[str, LeaseRecord] = field(default_factory=dict)
-    """The Leases that carry a nomination (``Ledger.nominations``)."""
     releases: Mapping[str, float] = field(default_factory=dict)
     """When each card last left a placed claim (``Ledger.releases``)."""
     observed_at: float = math.inf
